@@ -1,0 +1,32 @@
+# The two commands the README starts with: `make demo` and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip install -q -c constraints.txt
+STAMP   := $(VENV)/.ddpnet-installed
+
+.PHONY: setup system-deps demo test lint typecheck unit clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[test]'
+	touch $@
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+demo: setup
+	$(VENV)/bin/ddpnet env
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
+
+test: setup system-deps lint
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

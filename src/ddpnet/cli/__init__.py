@@ -1,0 +1,3 @@
+"""The command line: parsing and rendering only; the work lives in the library modules."""
+
+from __future__ import annotations

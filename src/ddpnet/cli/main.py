@@ -1,0 +1,95 @@
+"""``ddpnet``: the entry point, a lazily loaded command registry and the error boundary.
+
+Commands are modules under ``ddpnet.cli`` exposing a click command named ``command``; they are
+imported only when run, so ``ddpnet --help`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+import click
+
+from ddpnet import __version__
+from ddpnet.errors import DdpnetError
+from ddpnet.exitcodes import ExitCode
+
+#: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(COMMANDS[cmd_name][0])
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, "
+    "3 a requirement is missing (root, a system tool).",
+)
+@click.option("--debug", is_flag=True, envvar="DDPNET_DEBUG",
+              help="Show tracebacks for errors (also DDPNET_DEBUG=1).")
+@click.version_option(__version__, prog_name="ddpnet")
+def cli(debug: bool) -> None:
+    """ddpnet: from fresh Linux nodes to verified, tuned, fast multi-node PyTorch training."""
+
+
+#: click >= 8.2 raises this for a bare group invocation
+_NO_ARGS: type[click.UsageError] = getattr(
+    click.exceptions, "NoArgsIsHelpError", getattr(click.exceptions, "NoArgsIsHelp", click.UsageError)
+)
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get("DDPNET_DEBUG", "") not in ("", "0")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; map every error to its exit code, one line and a hint, no traceback."""
+    from ddpnet.cli.output import format_error, print_error
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
+    except DdpnetError as exc:
+        if _debug_requested(args):
+            traceback.print_exc()
+        print_error(exc)
+        sys.exit(int(exc.exit_code))
+    except _NO_ARGS as exc:  # bare `ddpnet`: show the help
+        click.echo(exc.format_message())
+        sys.exit(int(ExitCode.OK))
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "ddpnet"
+        sys.stderr.write(format_error(exc.format_message(), f"see: {command} --help") + "\n")
+        sys.exit(int(ExitCode.USAGE))
+    except click.ClickException as exc:
+        sys.stderr.write(format_error(exc.format_message()) + "\n")
+        sys.exit(int(ExitCode.USAGE))
+    except (click.Abort, KeyboardInterrupt):
+        sys.stderr.write("ddpnet: interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(int(ExitCode.OK))
+    sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))

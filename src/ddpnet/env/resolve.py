@@ -1,0 +1,287 @@
+"""Merge a launcher's values with overrides and defaults, derive the rest, validate all.
+
+Precedence, highest first: explicit overrides (``ddpnet env --rank``, ``resolve(rank=...)``,
+a ``tcp://`` init method's host and port), the detected launcher's variables, derivations
+(node rank from rank and local size, master from the first host, port from the job id),
+defaults (rank 0 of 1, 127.0.0.1:29500).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ddpnet.config import DistConfig
+from ddpnet.env.base import ReadContext, Sourced, parse_int
+from ddpnet.env.detect import detect_launcher
+from ddpnet.env.initmethod import InitMethod, parse_init_method
+from ddpnet.env.ports import TORCH_DEFAULT_PORT, derive_port, read_port_range
+from ddpnet.errors import ConfigError
+
+#: the torch variables a non-torchrun launcher may also find in the environment
+_TORCH_VARS = {"rank": "RANK", "world_size": "WORLD_SIZE"}
+_MPI = ("openmpi", "mpich", "mvapich")
+
+
+def _dir_writable(path: str) -> str | None:
+    """None when ``path``'s directory exists and is writable, else why not (edge: stats)."""
+    directory = os.path.dirname(path) or "/"
+    if not os.path.isdir(directory):
+        return f"directory {directory} does not exist"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"directory {directory} is not writable by this user"
+    return None
+
+
+def resolve(
+    environ: Mapping[str, str] | None = None,
+    *,
+    proc: Path = Path("/proc"),
+    **overrides: Any,
+) -> DistConfig:
+    """Resolve this process's distributed configuration.
+
+    ``overrides`` take any of ``rank, world_size, local_rank, local_world_size, node_rank,
+    num_nodes, master_addr, master_port, init_method``; ``None`` means "not given".
+    """
+    given = {k: (v, f"argument {k}") for k, v in overrides.items() if v is not None}
+    return resolve_config(
+        os.environ if environ is None else environ,
+        given,
+        port_range=read_port_range(proc),
+    )
+
+
+_OVERRIDABLE = {
+    "rank", "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes",
+    "master_addr", "master_port", "init_method",
+}
+
+
+def resolve_config(
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Sourced],
+    *,
+    port_range: tuple[int, int] = (32768, 60999),
+    dir_check: Callable[[str], str | None] = _dir_writable,
+) -> DistConfig:
+    """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``."""
+    unknown = set(overrides) - _OVERRIDABLE
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s): {', '.join(sorted(unknown))}",
+            f"use only: {', '.join(sorted(_OVERRIDABLE))}",
+        )
+    launcher_cls, reason = detect_launcher(environ)
+    launcher = launcher_cls()
+    notes: list[str] = [f"launcher {launcher.name}: {reason}"]
+    values: dict[str, Sourced] = dict(launcher.read(environ, ReadContext(port_range=port_range)))
+
+    _check_torch_vars(launcher.name, environ, values, notes)
+    if launcher.name == "local" and ("RANK" in environ) != ("WORLD_SIZE" in environ):
+        have, missing = ("RANK", "WORLD_SIZE") if "RANK" in environ else ("WORLD_SIZE", "RANK")
+        raise ConfigError(
+            f"{have} is set but {missing} is not",
+            f"export both, e.g. export {missing}=... {have}={environ[have]}, or unset {have}",
+        )
+
+    for key, (value, source) in overrides.items():
+        if key == "init_method":
+            continue
+        if key == "master_addr":
+            values[key] = (str(value), source)
+        else:
+            values[key] = (parse_int(str(value), source, minimum=_minimum(key)), source)
+
+    init = _init_method(overrides, values, notes, dir_check)
+    job_id = values.pop("job_id", (None, ""))[0]
+    _derive(launcher.name, values, notes, job_id, port_range)
+
+    sources = {k: s for k, (_, s) in values.items()}
+    sources["launcher"] = "detected"
+    sources["init_method"] = overrides["init_method"][1] if "init_method" in overrides \
+        else "default"
+    cfg = DistConfig(
+        launcher=launcher.name,
+        rank=values["rank"][0],
+        world_size=values["world_size"][0],
+        local_rank=values["local_rank"][0],
+        local_world_size=values["local_world_size"][0],
+        node_rank=values["node_rank"][0],
+        num_nodes=values["num_nodes"][0],
+        master_addr=values["master_addr"][0],
+        master_port=values["master_port"][0],
+        init_method=init.url,
+        hosts=tuple(values["hosts"][0]) if "hosts" in values else (),
+        job_id=job_id,
+        sources=MappingProxyType(sources),
+        notes=tuple(notes),
+    )
+    _validate(cfg)
+    return cfg
+
+
+def _minimum(key: str) -> int:
+    return 1 if key in ("world_size", "local_world_size", "num_nodes") else 0
+
+
+def _check_torch_vars(
+    launcher: str, environ: Mapping[str, str], values: dict[str, Sourced], notes: list[str]
+) -> None:
+    """RANK/WORLD_SIZE left in the environment of an srun/mpirun process: agree or fail."""
+    if launcher in ("torchrun", "manual", "local"):
+        return
+    for key, var in _TORCH_VARS.items():
+        if var not in environ or key not in values:
+            continue
+        theirs = parse_int(environ[var], var, minimum=_minimum(key))
+        ours, source = values[key]
+        if theirs != ours:
+            raise ConfigError(
+                f"{var}={theirs} contradicts {source}={ours} ({launcher} launched this process)",
+                f"unset {var} in the job script (the {launcher} value is the real one), or "
+                f"start the job with torchrun, whose {var} then wins",
+            )
+        notes.append(f"{var}={theirs} agrees with {source}")
+
+
+def _init_method(
+    overrides: Mapping[str, Sourced],
+    values: dict[str, Sourced],
+    notes: list[str],
+    dir_check: Callable[[str], str | None],
+) -> InitMethod:
+    if "init_method" not in overrides:
+        return InitMethod("env")
+    url, source = overrides["init_method"]
+    init = parse_init_method(str(url), source)
+    if init.scheme == "tcp":
+        assert init.host is not None and init.port is not None
+        for key, new in (("master_addr", init.host), ("master_port", init.port)):
+            old = values.get(key)
+            if old is not None and old[0] != new:
+                notes.append(f"{source} {init.url} overrides {old[1]}={old[0]}")
+            values[key] = (new, source)
+    elif init.scheme == "file":
+        assert init.path is not None
+        problem = dir_check(init.path)
+        if problem:
+            raise ConfigError(
+                f"{source}={init.url}: {problem}",
+                "point file:// at a file in a directory every rank can write "
+                "(a shared filesystem for several nodes), e.g. file:///shared/ddp/init",
+            )
+    return init
+
+
+def _derive(
+    launcher: str,
+    values: dict[str, Sourced],
+    notes: list[str],
+    job_id: str | None,
+    port_range: tuple[int, int],
+) -> None:
+    """Fill what the launcher did not say, marking each value ``derived`` or ``default``."""
+    values.setdefault("rank", (0, "default"))
+    values.setdefault("world_size", (1, "default"))
+    world = values["world_size"][0]
+    hosts = values.get("hosts", ((), ""))[0]
+
+    if "local_world_size" not in values:
+        if "num_nodes" in values and world % values["num_nodes"][0] == 0:
+            values["local_world_size"] = (world // values["num_nodes"][0], "derived")
+        elif hosts and world % len(hosts) == 0:
+            values["local_world_size"] = (world // len(hosts), "derived")
+        elif launcher == "local":
+            values["local_world_size"] = (world, "default")
+        else:
+            values["local_world_size"] = (1, "default")
+            if world > 1:
+                notes.append("local_world_size unknown: assuming one process per node")
+    lws = values["local_world_size"][0]
+    if "local_rank" not in values:
+        values["local_rank"] = (values["rank"][0] % lws, "derived")
+    if "num_nodes" not in values:
+        nodes = len(hosts) if hosts else max(1, -(-world // lws))
+        values["num_nodes"] = (nodes, "derived")
+    if "node_rank" not in values:
+        values["node_rank"] = (values["rank"][0] // lws, "derived")
+        if launcher in _MPI and values["num_nodes"][0] > 1:
+            notes.append("node_rank derived as rank // local_world_size (mpirun --map-by slot)")
+
+    if "master_addr" not in values:
+        if hosts:
+            values["master_addr"] = (hosts[0], "derived")
+            notes.append(f"MASTER_ADDR is the first host of the node list: {hosts[0]}")
+        elif values["num_nodes"][0] > 1:
+            hint = {
+                "openmpi": "forward it: mpirun -x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=...",
+                "mpich": "forward it: mpiexec -genv MASTER_ADDR <rank-0 host> ...",
+                "mvapich": "forward it: mpirun_rsh ... MASTER_ADDR=<rank-0 host> ...",
+            }.get(launcher, "export MASTER_ADDR=<address of the rank-0 host> on every node")
+            raise ConfigError(
+                f"MASTER_ADDR is not set for a {values['num_nodes'][0]}-node {launcher} job "
+                f"(rank {values['rank'][0]})",
+                hint,
+            )
+        else:
+            values["master_addr"] = ("127.0.0.1", "default")
+    if "master_port" not in values:
+        if job_id and launcher in ("slurm", "lsf"):
+            port = derive_port(job_id, port_range)
+            values["master_port"] = (port, "derived")
+            notes.append(
+                f"MASTER_PORT {port} derived from job id {job_id}, outside the ephemeral "
+                f"range {port_range[0]}-{port_range[1]}"
+            )
+        else:
+            values["master_port"] = (TORCH_DEFAULT_PORT, "default")
+
+
+def _validate(cfg: DistConfig) -> None:
+    where = f"rank {cfg.rank}"
+    src = cfg.sources
+    if cfg.rank >= cfg.world_size:
+        raise ConfigError(
+            f"rank {cfg.rank} ({src['rank']}) is not below world size {cfg.world_size} "
+            f"({src['world_size']})",
+            "ranks run from 0 to WORLD_SIZE-1; set WORLD_SIZE to the total number of "
+            "processes on all nodes",
+        )
+    if cfg.local_rank >= cfg.local_world_size:
+        raise ConfigError(
+            f"local rank {cfg.local_rank} ({src['local_rank']}) is not below local world size "
+            f"{cfg.local_world_size} ({src['local_world_size']}) on {where}",
+            "LOCAL_RANK runs from 0 to LOCAL_WORLD_SIZE-1 (processes on this node)",
+        )
+    if cfg.local_world_size > cfg.world_size:
+        raise ConfigError(
+            f"local world size {cfg.local_world_size} exceeds world size {cfg.world_size}",
+            "LOCAL_WORLD_SIZE counts processes on one node; WORLD_SIZE counts all of them",
+        )
+    if cfg.node_rank >= cfg.num_nodes:
+        raise ConfigError(
+            f"node rank {cfg.node_rank} ({src['node_rank']}) is not below the node count "
+            f"{cfg.num_nodes} ({src['num_nodes']})",
+            "node ranks run from 0 to NNODES-1",
+        )
+    if not 1 <= cfg.master_port <= 65535:
+        raise ConfigError(
+            f"MASTER_PORT {cfg.master_port} ({src['master_port']}) is outside 1..65535",
+            "pick a free port such as 29500 and use the same one on every node",
+        )
+    addr = cfg.master_addr
+    if not addr.strip() or any(c.isspace() for c in addr) or "/" in addr:
+        raise ConfigError(
+            f"MASTER_ADDR {addr!r} ({src['master_addr']}) is not a host name or address",
+            "set MASTER_ADDR to the rank-0 host's address, e.g. 10.0.0.1 or node01",
+        )
+    if cfg.hosts and cfg.num_nodes != len(cfg.hosts) and src["num_nodes"] != "derived":
+        raise ConfigError(
+            f"the node list has {len(cfg.hosts)} hosts but the node count is {cfg.num_nodes} "
+            f"({src['num_nodes']})",
+            "the job's node list and node count disagree: is SLURM_NODELIST overwritten?",
+        )

@@ -1,0 +1,65 @@
+"""One exception hierarchy for every user-facing failure.
+
+Each error carries what went wrong (``message``, one line naming where: host/rank), a
+``hint`` with the fix, and the exit code the CLI returns. The CLI prints
+``ddpnet: error: <message>`` and ``hint: <hint>`` on stderr and never a traceback.
+"""
+
+from __future__ import annotations
+
+from ddpnet.exitcodes import ExitCode
+
+
+class DdpnetError(Exception):
+    """Base of every error ddpnet reports to a user."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(DdpnetError):
+    """Bad input or configuration: flags, environment variables, files (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class RequirementError(DdpnetError):
+    """Something the command needs is absent: root, a system tool, a kernel feature (exit 3)."""
+
+    exit_code = ExitCode.MISSING_REQUIREMENT
+
+
+class CheckFailed(DdpnetError):
+    """A check or verdict failed (exit 1)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+class RendezvousError(DdpnetError):
+    """The process group could not come up; ``cause`` is a stable id such as
+    ``master-port-filtered`` that scripts and ``ddpnet check`` match on."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+    def __init__(
+        self,
+        cause: str,
+        message: str,
+        hint: str = "",
+        *,
+        host: str = "",
+        rank: int | None = None,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message, hint)
+        self.cause = cause
+        self.host = host
+        self.rank = rank
+        self.detail = detail

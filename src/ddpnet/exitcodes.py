@@ -1,0 +1,15 @@
+"""Named exit codes shared by every command (documented in the README)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    #: a check or verdict failed (doctor/check/bench thresholds)
+    CHECK_FAILED = 1
+    #: bad input or configuration (flags, environment, files)
+    USAGE = 2
+    #: a requirement is missing: not root, a system tool absent
+    MISSING_REQUIREMENT = 3

@@ -1,0 +1,82 @@
+"""Every bad input gets exit 2, one ``ddpnet: error:`` line, a hint, and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpnet.env.resolve import resolve_config
+from ddpnet.errors import ConfigError
+from tests.conftest import RunCli, assert_user_error
+
+SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0",
+         "SLURM_NNODES": "2"}
+
+BAD: list[tuple[str, dict[str, str], list[str], str]] = [
+    ("rank-not-integer", {"RANK": "one", "WORLD_SIZE": "2", "MASTER_ADDR": "a"}, [], "RANK"),
+    ("negative-rank", {"RANK": "-1", "WORLD_SIZE": "2", "MASTER_ADDR": "a"}, [], "RANK=-1"),
+    ("rank-ge-world", {"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "a"}, [],
+     "not below world size"),
+    ("world-zero", {"RANK": "0", "WORLD_SIZE": "0"}, [], "WORLD_SIZE=0"),
+    ("local-rank-ge-local-world", {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2",
+                                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "a"}, [],
+     "local rank 2"),
+    ("port-out-of-range", {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "70000"}, [],
+     "outside 1..65535"),
+    ("port-flag-out-of-range", {}, ["--master-port", "0"], "outside 1..65535"),
+    ("port-not-integer", {"MASTER_PORT": "http"}, [], "MASTER_PORT"),
+    ("malformed-hostlist", {**SLURM, "SLURM_JOB_NODELIST": "gpu[01-"}, [], "hostlist"),
+    ("reversed-range-hostlist", {**SLURM, "SLURM_JOB_NODELIST": "gpu[05-01]"}, [],
+     "hostlist"),
+    ("malformed-init-method", {}, ["--init-method", "tcp://host"], "no port"),
+    ("unknown-init-scheme", {}, ["--init-method", "udp://h:1"], "unknown scheme"),
+    ("relative-file-init", {}, ["--init-method", "file://relative/x"], "file URL"),
+    ("missing-file-dir", {}, ["--init-method", "file:///nonexistent-ddpnet/x"],
+     "does not exist"),
+    ("mpi-multinode-without-master", {
+        "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, [],
+     "mpirun -x MASTER_ADDR"),
+    ("rank-contradicts-slurm", {**SLURM, "SLURM_PROCID": "1", "RANK": "0"}, [],
+     "contradicts SLURM_PROCID"),
+    ("world-contradicts-mpi", {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                               "WORLD_SIZE": "4"}, [], "contradicts OMPI_COMM_WORLD_SIZE"),
+    ("rank-without-world", {"RANK": "0"}, [], "WORLD_SIZE is not"),
+    ("nodelist-count-mismatch", {**SLURM, "SLURM_JOB_NODELIST": "a,b,c"}, [],
+     "node list has 3 hosts"),
+    ("bad-tasks-per-node", {**SLURM, "SLURM_TASKS_PER_NODE": "2(x"}, [], "task count"),
+    ("lsf-bad-mcpu", {"LSB_JOBID": "1", "JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_SIZE": "1",
+                      "LSB_MCPU_HOSTS": "a 1 b"}, [], "LSB_MCPU_HOSTS"),
+]
+
+
+@pytest.mark.parametrize(("environ", "flags", "needle"), [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_bad_input_pure(environ: dict[str, str], flags: list[str], needle: str) -> None:
+    overrides = {flags[i][2:].replace("-", "_"): (flags[i + 1], flags[i])
+                 for i in range(0, len(flags), 2)}
+    with pytest.raises(ConfigError) as info:
+        resolve_config(environ, overrides)
+    assert needle in f"{info.value} {info.value.hint}"
+    assert info.value.hint
+
+
+@pytest.mark.parametrize(("environ", "flags", "needle"),
+                         [b[1:] for b in BAD if b[0] in {
+                             "rank-not-integer", "rank-ge-world", "malformed-hostlist",
+                             "malformed-init-method", "mpi-multinode-without-master",
+                             "port-flag-out-of-range", "rank-contradicts-slurm"}])
+def test_bad_input_cli(run_cli: RunCli, environ: dict[str, str], flags: list[str],
+                       needle: str) -> None:
+    proc = run_cli("env", *flags, env=environ)
+    assert_user_error(proc, 2, needle)
+    assert proc.stdout == ""
+
+
+def test_unknown_flag_is_a_usage_error(run_cli: RunCli) -> None:
+    assert_user_error(run_cli("env", "--no-such-flag"), 2, "--no-such-flag")
+
+
+def test_debug_shows_the_traceback(run_cli: RunCli) -> None:
+    proc = run_cli("--debug", "env", env={"RANK": "x", "WORLD_SIZE": "2"})
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "hint:" in proc.stderr
