@@ -22,7 +22,7 @@ demo: setup
 	$(VENV)/bin/ddpnet env
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 
 test: setup system-deps lint

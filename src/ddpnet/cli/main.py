@@ -57,7 +57,9 @@ def cli(debug: bool) -> None:
 
 #: click >= 8.2 raises this for a bare group invocation
 _NO_ARGS: type[click.UsageError] = getattr(
-    click.exceptions, "NoArgsIsHelpError", getattr(click.exceptions, "NoArgsIsHelp", click.UsageError)
+    click.exceptions,
+    "NoArgsIsHelpError",
+    getattr(click.exceptions, "NoArgsIsHelp", click.UsageError),
 )
 
 
