@@ -1,0 +1,74 @@
+"""``ddpnet train``: reference DDP training, run on every rank by any launcher, or on N local
+ranks with ``--local N``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ddpnet.errors import ConfigError
+
+
+@click.command("train")
+@click.option("--model", type=click.Choice(["mlp", "cnn", "transformer"]), default="mlp",
+              show_default=True, help="Built-in model.")
+@click.option("--width", type=int, default=64, show_default=True,
+              help="Hidden width / channels; scales parameters (mlp: ~depth*width^2).")
+@click.option("--depth", type=int, default=2, show_default=True, help="Layers.")
+@click.option("--dataset", type=click.Choice(["synthetic", "digits"]), default="synthetic",
+              show_default=True, help="digits: scikit-learn's bundled 8x8 digits (no download).")
+@click.option("--samples", type=int, default=4096, show_default=True,
+              help="Training samples of the synthetic dataset.")
+@click.option("--epochs", type=int, default=1, show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
+@click.option("--batch-size", type=int, default=32, show_default=True, help="Per rank.")
+@click.option("--lr", type=float, default=0.05, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--grad-accum", type=int, default=1, show_default=True,
+              help="Micro-batches per step; all but the last run under no_sync.")
+@click.option("--bucket-cap-mb", type=float, default=25.0, show_default=True,
+              help="DDP gradient bucket size.")
+@click.option("--amp", type=click.Choice(["off", "bf16", "fp16"]), default="off",
+              show_default=True, help="Autocast; fp16 needs CUDA (uses GradScaler).")
+@click.option("--comm-hook", type=click.Choice(["none", "fp16", "bf16", "powersgd"]),
+              default="none", show_default=True, help="Gradient compression for all-reduce.")
+@click.option("--powersgd-rank", type=int, default=4, show_default=True)
+@click.option("--powersgd-start-iter", type=int, default=2, show_default=True,
+              help="Plain all-reduce steps before PowerSGD starts.")
+@click.option("--static-graph", is_flag=True, help="DDP static_graph=True (fixed graph).")
+@click.option("--checkpoint-dir", default=None, help="Rank 0 writes checkpoints here; "
+              "a run resumes from the newest complete one.")
+@click.option("--checkpoint-every", type=int, default=0, show_default=True,
+              help="Steps between checkpoints (0: only at the end, with --checkpoint-dir).")
+@click.option("--keep-checkpoints", type=int, default=3, show_default=True)
+@click.option("--log-every", type=int, default=10, show_default=True,
+              help="Steps between metric lines (each evaluates the eval set).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@click.option("--local", "local", type=int, default=None,
+              help="Start N ranks on this machine (no launcher needed).")
+@click.option("--step-sleep", "step_sleep_s", type=float, default=0.0, hidden=True,
+              help="Sleep per step in seconds (fault drills, demos).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+def command(local: int | None, as_json: bool, **flags: Any) -> int:
+    """Train a small model with DDP, showing every step of the guides done right.
+
+    Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
+    """
+    import torch
+
+    from ddpnet.train.config import TrainConfig, validate
+
+    cfg = validate(TrainConfig(**flags), cuda_available=torch.cuda.is_available())
+    if local is not None:
+        if local < 1:
+            raise ConfigError(f"--local must be 1 or more, got {local}",
+                              "e.g. --local 2 starts two ranks on this machine")
+        from ddpnet.train.local import run_local
+
+        return run_local(local, json.dumps(cfg.to_dict()), as_json=as_json)
+    from ddpnet.train.run import run_rank
+
+    return run_rank(cfg, as_json=as_json)

@@ -1,0 +1,25 @@
+"""Worker entry for ``ddpnet train --local N``: ``python -m ddpnet.train CONFIG_JSON [--json]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ddpnet.errors import DdpnetError
+
+
+def main(argv: list[str]) -> int:
+    from ddpnet.cli.output import print_error
+    from ddpnet.train.config import TrainConfig
+    from ddpnet.train.run import run_rank
+
+    cfg = TrainConfig(**json.loads(argv[0]))
+    try:
+        return run_rank(cfg, as_json="--json" in argv[1:])
+    except DdpnetError as exc:
+        print_error(exc)
+        return int(exc.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""The training run's configuration: a frozen dataclass built from flags and validated before
+any process group exists, so a bad combination exits 2 with a hint on every rank at once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ddpnet.errors import ConfigError
+
+MODELS = ("mlp", "cnn", "transformer")
+DATASETS = ("synthetic", "digits")
+AMP_MODES = ("off", "bf16", "fp16")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one rank needs to train; identical on every rank."""
+
+    model: str = "mlp"
+    width: int = 64
+    depth: int = 2
+    dataset: str = "synthetic"
+    samples: int = 4096
+    epochs: int = 1
+    max_steps: int | None = None
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    grad_accum: int = 1
+    bucket_cap_mb: float = 25.0
+    amp: str = "off"
+    comm_hook: str = "none"
+    powersgd_rank: int = 4
+    powersgd_start_iter: int = 2
+    static_graph: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    log_every: int = 10
+    eval_samples: int = 1024
+    device: str = "auto"
+    #: sleep per optimizer step (fault drills and demos only; hidden flag)
+    step_sleep_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate(cfg: TrainConfig, *, cuda_available: bool) -> TrainConfig:
+    """Reject combinations that would crash deep inside torch or silently train wrong."""
+    if cfg.model not in MODELS:
+        raise ConfigError(f"unknown --model {cfg.model!r}", f"choose one of {', '.join(MODELS)}")
+    if cfg.dataset not in DATASETS:
+        raise ConfigError(f"unknown --dataset {cfg.dataset!r}",
+                          f"choose one of {', '.join(DATASETS)}")
+    for name, value in (("--width", cfg.width), ("--depth", cfg.depth),
+                        ("--batch-size", cfg.batch_size), ("--epochs", cfg.epochs),
+                        ("--grad-accum", cfg.grad_accum), ("--samples", cfg.samples)):
+        if value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value}",
+                              f"pass {name} 1 or more")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise ConfigError(f"--max-steps must be positive, got {cfg.max_steps}",
+                          "omit --max-steps to train for --epochs")
+    if cfg.lr <= 0:
+        raise ConfigError(f"--lr must be positive, got {cfg.lr}", "try --lr 0.05")
+    if cfg.bucket_cap_mb <= 0:
+        raise ConfigError(f"--bucket-cap-mb must be positive, got {cfg.bucket_cap_mb}",
+                          "DDP's default is 25 (MB); larger buckets mean fewer all-reduces")
+    device = resolve_device(cfg.device, cuda_available=cuda_available)
+    if cfg.amp == "fp16" and device != "cuda":
+        raise ConfigError(
+            "--amp fp16 needs a CUDA device (fp16 autocast with GradScaler); this run is on CPU",
+            "use --amp bf16 on CPU, or run on a node with a GPU",
+        )
+    if cfg.amp not in AMP_MODES:
+        raise ConfigError(f"unknown --amp {cfg.amp!r}", f"choose one of {', '.join(AMP_MODES)}")
+    if cfg.comm_hook not in COMM_HOOKS:
+        raise ConfigError(f"unknown --comm-hook {cfg.comm_hook!r}",
+                          f"choose one of {', '.join(COMM_HOOKS)}")
+    if cfg.comm_hook == "powersgd":
+        if cfg.powersgd_rank < 1:
+            raise ConfigError(
+                f"--powersgd-rank must be a positive integer, got {cfg.powersgd_rank}",
+                "PowerSGD approximates each gradient matrix with this rank; 1-8 is typical, "
+                "try --powersgd-rank 4",
+            )
+        if cfg.powersgd_start_iter < 2:
+            raise ConfigError(
+                f"--powersgd-start-iter must be at least 2, got {cfg.powersgd_start_iter}",
+                "DDP rebuilds its buckets after the first step; PowerSGD with error feedback "
+                "must start after that",
+            )
+    elif cfg.powersgd_rank != 4:
+        raise ConfigError("--powersgd-rank only applies to --comm-hook powersgd",
+                          "add --comm-hook powersgd or drop --powersgd-rank")
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be 0 or more, got {cfg.checkpoint_every}",
+                          "0 disables periodic checkpoints")
+    if cfg.checkpoint_every > 0 and not cfg.checkpoint_dir:
+        raise ConfigError("--checkpoint-every needs --checkpoint-dir",
+                          "add --checkpoint-dir DIR (a path every rank can reach; rank 0 writes)")
+    if cfg.keep_checkpoints < 1:
+        raise ConfigError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}",
+                          "keep at least the newest checkpoint")
+    if cfg.log_every < 1:
+        raise ConfigError(f"--log-every must be positive, got {cfg.log_every}", "try 10")
+    if cfg.step_sleep_s < 0:
+        raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
+    return cfg
+
+
+def resolve_device(device: str, *, cuda_available: bool) -> str:
+    """``auto`` picks CUDA when present; an explicit ``cuda`` without a GPU is an error."""
+    if device == "auto":
+        return "cuda" if cuda_available else "cpu"
+    if device == "cuda" and not cuda_available:
+        raise ConfigError("--device cuda but torch sees no CUDA device on this node",
+                          "use --device cpu, or check `nvidia-smi` and the torch build")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"unknown --device {device!r}", "choose auto, cpu or cuda")
+    return device

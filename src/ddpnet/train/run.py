@@ -1,0 +1,111 @@
+"""One rank's whole run: validate, join the group, train, report, leave the group."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ddpnet.train.config import TrainConfig, resolve_device, validate
+from ddpnet.train.loop import StepCallback, StepEvent, Summary
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def format_log_line(e: StepEvent) -> str:
+    """The per-interval line rank 0 prints (pure, for tests and for the README)."""
+    return (
+        f"step {e.step}/{e.total_steps} epoch {e.epoch} loss {e.global_loss:.4f} "
+        f"eval_acc {e.eval_accuracy:.3f} {e.samples_per_s:.0f} samples/s "
+        f"step {e.step_time_s * 1e3:.1f} ms (compute {e.compute_s * 1e3:.1f}, "
+        f"comm wait {e.comm_wait_s * 1e3:.1f}) all-reduce {human_bytes(e.bytes_allreduced)}/step"
+    )
+
+
+class Reporter:
+    """Rank 0's progress: a rich bar on a terminal, one line per log interval otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._progress: Any = None
+        self._task: Any = None
+        if stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.description}"),
+                                      console=Console(file=stream), transient=True)
+
+    def __call__(self, e: StepEvent) -> None:
+        if self._progress is not None:
+            if self._task is None:
+                self._progress.start()
+                self._task = self._progress.add_task("", total=e.total_steps)
+            self._progress.update(self._task, completed=e.step)
+        if e.is_log_step:
+            line = format_log_line(e)
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False)
+            else:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+    def close(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.stop()
+
+
+def render_summary(s: Summary) -> str:
+    share = "n/a" if math.isnan(s.comm_share) else f"{s.comm_share:.0%}"
+    lines = [
+        f"trained {s.steps} steps on {s.world_size} rank(s) ({s.backend}, {s.device}), "
+        f"{s.parameters:,} parameters",
+        f"final loss {s.final_loss:.4f}  eval loss {s.eval_loss:.4f}  "
+        f"eval accuracy {s.eval_accuracy:.3f}",
+        f"{s.samples_per_s:.0f} samples/s  step {s.step_time_s * 1e3:.1f} ms  "
+        f"comm share {share}  all-reduce {human_bytes(s.bytes_per_step)}/step "
+        f"({s.bytes_note})",
+    ]
+    if s.resumed_from is not None:
+        lines.append(f"resumed from step {s.resumed_from}")
+    lines.extend(f"note: {n}" for n in s.notes)
+    return "\n".join(lines)
+
+
+def run_rank(cfg: TrainConfig, *, as_json: bool,
+             callbacks: Sequence[StepCallback] = ()) -> int:
+    """Run this rank (called on every rank by any launcher); 0 on success."""
+    import torch
+
+    from ddpnet.train.dist import init_distributed, shutdown
+    from ddpnet.train.loop import train
+
+    validate(cfg, cuda_available=torch.cuda.is_available())
+    device = resolve_device(cfg.device, cuda_available=torch.cuda.is_available())
+    d = init_distributed(device)
+    human = sys.stderr if as_json else sys.stdout
+    reporter = Reporter(human) if d.rank == 0 else None
+    try:
+        summary = train(
+            cfg, d, callbacks=[*callbacks, *([reporter] if reporter else [])],
+            note=(lambda m: human.write(f"note: {m}\n")) if d.rank == 0 else (lambda m: None))
+    finally:
+        if reporter is not None:
+            reporter.close()
+        shutdown()
+    if d.rank == 0:
+        if as_json:
+            sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
+        else:
+            human.write(render_summary(summary) + "\n")
+        sys.stdout.flush()
+    return 0
