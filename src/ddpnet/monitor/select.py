@@ -21,6 +21,8 @@ def _init_selection() -> tuple[str, str]:
     from ddpnet.net.select import select_for_host
 
     sel = select_for_host()
+    if sel.interface is None:
+        raise LookupError(sel.gloo.reason)
     return sel.interface, sel.gloo.reason
 
 
