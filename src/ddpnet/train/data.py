@@ -8,6 +8,7 @@ two-layer teacher, any size, identical on every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset

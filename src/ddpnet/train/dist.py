@@ -42,7 +42,14 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
     chosen = pick_backend(backend, device)
     init = getattr(ddpnet, "init", None)
     if callable(init):
-        handle = init(backend=chosen, timeout=timeout_s)
+        from ddpnet.env.resolve import resolve
+
+        overrides: dict[str, object] = {}
+        if resolve().world_size == 1:  # a lone process: any free loopback port will do
+            from ddpnet.train.local import free_port
+
+            overrides = {"master_addr": "127.0.0.1", "master_port": free_port()}
+        handle = init(backend=chosen, timeout=timeout_s, **overrides)
         local_rank = int(handle.config.local_rank)
         via = "ddpnet.init"
         rank, world = int(handle.rank), int(handle.world_size)
@@ -63,7 +70,7 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
         rank, world, local_rank = cfg.rank, cfg.world_size, cfg.local_rank
         via = f"torch.distributed ({cfg.launcher} launcher, {url})"
     dev = "cpu"
-    if device == "cuda":
+    if device == "cuda" and via != "ddpnet.init":  # init() already set the device
         torch.cuda.set_device(local_rank)
         dev = f"cuda:{local_rank}"
     return Dist(rank, world, local_rank, chosen, dev, via)

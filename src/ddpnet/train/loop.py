@@ -154,7 +154,7 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
 
     # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
     # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
-    start_step, resumed_from, notes = 0, None, []
+    start_step, resumed_from, notes = 0, None, [f"process group via {d.via}"]
     if cfg.checkpoint_dir:
         start_step, state = _resume(Path(cfg.checkpoint_dir), d, notes)
         if state is not None:
@@ -175,19 +175,21 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
     for line in notes:
         note(line)
 
+    def forward_backward(net: torch.nn.Module, x: torch.Tensor,
+                         y: torch.Tensor) -> torch.Tensor:
+        with autocast_context(cfg.amp, device):
+            loss = F.cross_entropy(net(x), y) / cfg.grad_accum
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        return loss.detach()
+
+    # measured on the bare model, before DDP attaches its gradient hooks
+    compute_per_micro = _calibrate(model, loader, forward_backward, optimizer, device)
+
     ddp = DDP(model, device_ids=[d.local_rank] if device.startswith("cuda") else None,
               bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
               gradient_as_bucket_view=True)
     plan = register_hook(ddp, cfg.comm_hook, powersgd_rank=cfg.powersgd_rank,
                          start_iter=cfg.powersgd_start_iter)
-
-    def forward_backward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with autocast_context(cfg.amp, device):
-            loss = F.cross_entropy(ddp(x), y) / cfg.grad_accum
-        scaler.scale(loss).backward()
-        return loss.detach()
-
-    compute_per_micro = _calibrate(ddp, loader, forward_backward, optimizer, device)
 
     global_samples = cfg.batch_size * cfg.grad_accum * d.world_size
     timed_steps, timed_wall, sum_compute, sum_comm = 0, 0.0, 0.0, 0.0
@@ -209,7 +211,7 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
                 tm = time.perf_counter()
                 # no_sync: accumulate locally, all-reduce only on the group's last backward
                 with contextlib.nullcontext() if last else ddp.no_sync():
-                    losses.append(forward_backward(x, y))
+                    losses.append(forward_backward(ddp, x, y))
                 _sync(device)
                 if last:
                     sync_time = time.perf_counter() - tm
@@ -280,11 +282,12 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
 
 
 
-def _calibrate(ddp: DDP, loader: Any, forward_backward: Callable[..., torch.Tensor],
+def _calibrate(model: torch.nn.Module, loader: Any,
+               forward_backward: Callable[..., torch.Tensor],
                optimizer: torch.optim.Optimizer, device: str, passes: int = 3) -> float:
-    """Seconds of one forward+backward with no communication (under ``no_sync``), measured on
-    real batches before training; gradients are discarded. Subtracting it from a
-    synchronising backward gives the all-reduce time that backward could not hide."""
+    """Seconds of one forward+backward with no communication, measured on real batches on the
+    bare model before training; gradients are discarded. Subtracting it from a synchronising
+    DDP backward gives the all-reduce time that backward could not hide."""
     it = iter(loader)
     times = []
     for i in range(passes + 1):
@@ -293,13 +296,12 @@ def _calibrate(ddp: DDP, loader: Any, forward_backward: Callable[..., torch.Tens
         except StopIteration:
             break
         x, y = x.to(device), y.to(device)
-        with ddp.no_sync():
-            _sync(device)
-            t0 = time.perf_counter()
-            forward_backward(x, y)
-            _sync(device)
-            if i:  # the first pass warms allocators and kernels
-                times.append(time.perf_counter() - t0)
+        _sync(device)
+        t0 = time.perf_counter()
+        forward_backward(model, x, y)
+        _sync(device)
+        if i:  # the first pass warms allocators and kernels
+            times.append(time.perf_counter() - t0)
     optimizer.zero_grad(set_to_none=True)
     return sorted(times)[len(times) // 2] if times else 0.0
 
@@ -318,7 +320,7 @@ def evaluate(model: torch.nn.Module, dataset: Any, d: Dist,
     x_all, y_all = dataset.tensors
     idx = torch.arange(d.rank, len(x_all), d.world_size)
     loss_sum, correct = 0.0, 0
-    for chunk in idx.split(512):
+    for chunk in torch.split(idx, 512):
         x, y = x_all[chunk].to(d.device), y_all[chunk].to(d.device)
         with autocast_context(cfg.amp, d.device):
             logits = model(x)

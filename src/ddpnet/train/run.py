@@ -94,10 +94,14 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
     d = init_distributed(device)
     human = sys.stderr if as_json else sys.stdout
     reporter = Reporter(human) if d.rank == 0 else None
+
+    def note(message: str) -> None:
+        if d.rank == 0:
+            human.write(f"note: {message}\n")
+
     try:
-        summary = train(
-            cfg, d, callbacks=[*callbacks, *([reporter] if reporter else [])],
-            note=(lambda m: human.write(f"note: {m}\n")) if d.rank == 0 else (lambda m: None))
+        summary = train(cfg, d, callbacks=[*callbacks, *([reporter] if reporter else [])],
+                        note=note)
     finally:
         if reporter is not None:
             reporter.close()

@@ -1,0 +1,66 @@
+"""Elastic restart: under torchrun with --max-restarts, a worker killed by SIGKILL mid-run is
+restarted with the whole group, which resumes from the newest checkpoint and finishes with the
+same step count, repeating at most --checkpoint-every steps.
+
+Uses ``python -m torch.distributed.run`` directly (``ddpnet launch --max-restarts`` builds the
+same command line)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import clean_environ
+
+pytestmark = pytest.mark.slow
+
+STEPS, EVERY = 60, 10
+
+
+def _workers(launcher: psutil.Process) -> list[psutil.Process]:
+    return [p for p in launcher.children(recursive=True)
+            if "ddpnet" in " ".join(p.cmdline()) and p.pid != launcher.pid]
+
+
+def test_killed_worker_is_restarted_and_the_run_completes(tmp_path: Path) -> None:
+    ckpts = tmp_path / "ckpt"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.2",
+            "-m", "ddpnet", "train", "--model", "mlp", "--width", "16", "--samples", "4096",
+            "--batch-size", "16", "--max-steps", str(STEPS), "--log-every", "20",
+            "--checkpoint-dir", str(ckpts), "--checkpoint-every", str(EVERY),
+            "--step-sleep", "0.1", "--json"]
+    env = clean_environ({"OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        launcher = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while not list(ckpts.glob("ckpt-00000020.pt")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+        victims = _workers(launcher)
+        assert len(victims) == 2, [p.cmdline() for p in victims]
+        killed_at = max(int(p.name[5:13]) for p in ckpts.glob("ckpt-*.pt"))
+        victims[1].send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out)
+    assert summary["steps"] == STEPS
+    assert summary["resumed_from"] is not None
+    # resumed from a checkpoint no older than the newest one when the worker died
+    assert summary["resumed_from"] >= killed_at
+    assert killed_at < STEPS, "the kill came after the run had finished"
+    assert "SIGKILL" in err or "Signal 9" in err or "exitcode" in err.lower()
