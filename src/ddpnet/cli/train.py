@@ -21,6 +21,8 @@ from ddpnet.errors import ConfigError
               show_default=True, help="digits: scikit-learn's bundled 8x8 digits (no download).")
 @click.option("--samples", type=int, default=4096, show_default=True,
               help="Training samples of the synthetic dataset.")
+@click.option("--eval-samples", type=int, default=1024, show_default=True,
+              help="Eval samples of the synthetic dataset.")
 @click.option("--epochs", type=int, default=1, show_default=True)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Per rank.")

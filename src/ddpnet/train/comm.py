@@ -87,6 +87,29 @@ def low_precision_hook(dtype: torch.dtype) -> Callable[[Any, Any], torch.futures
     return hook
 
 
+def _in_order(hook: Callable[[Any, Any], torch.futures.Future[Any]]
+              ) -> Callable[[Any, Any], torch.futures.Future[Any]]:
+    """Run a multi-collective hook to completion before DDP's next bucket starts.
+
+    PowerSGD issues its second and third all-reduces from future callbacks. With several
+    buckets those callbacks can fire in a different order on different ranks; gloo matches
+    collectives by issue order, so the ranks then wait on each other forever (seen on a
+    4-node lab with a 25M-parameter model). DDP calls the hook for bucket i+1 only after
+    bucket i on every rank, so waiting inside the hook keeps the order identical everywhere;
+    PowerSGD's traffic is small, so the lost overlap costs little.
+    """
+
+    def ordered(state: Any, bucket: Any) -> torch.futures.Future[Any]:
+        value = hook(state, bucket).wait()
+        done: torch.futures.Future[Any] = torch.futures.Future()
+        done.set_result(value)
+        return done
+
+    ordered.__name__ = f"{hook.__name__}_in_order"
+    ordered.__annotations__ = {}  # see low_precision_hook
+    return ordered
+
+
 def register_hook(ddp: Any, name: str, *, powersgd_rank: int, start_iter: int) -> HookPlan:
     """Register hook ``name`` on ``ddp`` (a DistributedDataParallel)."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -101,7 +124,12 @@ def register_hook(ddp: Any, name: str, *, powersgd_rank: int, start_iter: int) -
             process_group=None, matrix_approximation_rank=powersgd_rank,
             start_powerSGD_iter=start_iter, min_compression_rate=MIN_COMPRESSION_RATE,
             use_error_feedback=True, warm_start=True)
-        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        import torch.distributed as dist
+
+        if dist.get_backend() == "gloo":
+            ddp.register_comm_hook(state, _in_order(psgd.powerSGD_hook))
+        else:
+            ddp.register_comm_hook(state, psgd.powerSGD_hook)
     elif name != "none":
         raise ValueError(f"unknown comm hook {name!r}")
     notes = {

@@ -192,6 +192,9 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
                          start_iter=cfg.powersgd_start_iter)
 
     global_samples = cfg.batch_size * cfg.grad_accum * d.world_size
+    # untimed steps: the first builds DDP's buckets; PowerSGD runs plain all-reduce for
+    # start_iter steps, then allocates its factors on the first compressed one
+    warmup = cfg.powersgd_start_iter + 1 if cfg.comm_hook == "powersgd" else 1
     timed_steps, timed_wall, sum_compute, sum_comm = 0, 0.0, 0.0, 0.0
     last_loss, step = float("nan"), start_step
     interval_start, interval_steps = time.perf_counter(), 0
@@ -229,7 +232,7 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
                 compute_per_micro = no_sync_time / (cfg.grad_accum - 1)
             comm_wait = max(0.0, sync_time - compute_per_micro)
             compute = step_time - comm_wait
-            if step > start_step + 1:  # the first step builds buckets and warms caches
+            if step > start_step + warmup:  # not the steps that build buckets, warm caches
                 timed_steps += 1
                 timed_wall += step_time
                 sum_compute += compute
