@@ -62,6 +62,7 @@ def test_comm_hooks_train_and_cut_bytes(base: dict[str, Any], hook: str,
         assert got["bytes_per_step"] == int(base["bytes_per_step"] * ratio)
     else:
         assert got["bytes_per_step"] < base["bytes_per_step"] / 4
-    # compression changes the trajectory only a little on this easy problem
+    # the hook is really in the path: the trajectory changes, only a little
+    assert got["eval_loss"] != base["eval_loss"]
     assert abs(got["eval_loss"] - base["eval_loss"]) < 0.1 * base["eval_loss"]
     assert got["eval_loss"] < 2.3  # below chance-level cross-entropy ln(10): it learned

@@ -32,5 +32,5 @@ def test_models_scale_with_width(name: str) -> None:
 
 
 def test_the_benchmark_mlp_is_about_25m_parameters() -> None:
-    n = count_parameters(build_model("mlp", 2500, 5, 10))
+    n = count_parameters(build_model("mlp", 5000, 2, 10))
     assert 24e6 < n < 26e6
