@@ -77,5 +77,13 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
 
 
 def shutdown() -> None:
+    """Leave the group together: a barrier first, so no rank tears its connections down
+    while a peer's gloo thread still reads from them (that aborts the peer at exit with
+    "terminate called without an active exception", exit 134)."""
+    import ddpnet
+
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.barrier()
+        finally:
+            ddpnet.shutdown()

@@ -77,7 +77,6 @@ def render_summary(s: Summary) -> str:
     ]
     if s.resumed_from is not None:
         lines.append(f"resumed from step {s.resumed_from}")
-    lines.extend(f"note: {n}" for n in s.notes)
     return "\n".join(lines)
 
 
