@@ -12,7 +12,7 @@ Each node is a network namespace with one rank (``ddpnet.lab``); runs of a case 
 between hooks and repeat (``--repeats``), and the median samples/s is compared, because the
 machine is shared. Needs root. Writes one JSON to ``--out``.
 
-    sudo .venv/bin/python benchmarks/train_comm_hooks.py --out benchmarks/results/train_comm_hooks.json
+    sudo .venv/bin/python benchmarks/train_comm_hooks.py --repeats 3
 """
 
 from __future__ import annotations
