@@ -59,11 +59,14 @@ def command(local: int | None, as_json: bool, **flags: Any) -> int:
 
     Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
     """
-    import torch
-
     from ddpnet.train.config import TrainConfig, validate
 
-    cfg = validate(TrainConfig(**flags), cuda_available=torch.cuda.is_available())
+    def cuda_available() -> bool:
+        import torch
+
+        return bool(torch.cuda.is_available())
+
+    cfg = validate(TrainConfig(**flags), cuda_available=cuda_available)
     if local is not None:
         if local < 1:
             raise ConfigError(f"--local must be 1 or more, got {local}",

@@ -3,6 +3,7 @@ any process group exists, so a bad combination exits 2 with a hint on every rank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,7 +50,8 @@ class TrainConfig:
         return asdict(self)
 
 
-def validate(cfg: TrainConfig, *, cuda_available: bool) -> TrainConfig:
+def validate(cfg: TrainConfig, *,
+             cuda_available: bool | Callable[[], bool]) -> TrainConfig:
     """Reject combinations that would crash deep inside torch or silently train wrong."""
     if cfg.model not in MODELS:
         raise ConfigError(f"unknown --model {cfg.model!r}", f"choose one of {', '.join(MODELS)}")
@@ -70,12 +72,6 @@ def validate(cfg: TrainConfig, *, cuda_available: bool) -> TrainConfig:
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"--bucket-cap-mb must be positive, got {cfg.bucket_cap_mb}",
                           "DDP's default is 25 (MB); larger buckets mean fewer all-reduces")
-    device = resolve_device(cfg.device, cuda_available=cuda_available)
-    if cfg.amp == "fp16" and device != "cuda":
-        raise ConfigError(
-            "--amp fp16 needs a CUDA device (fp16 autocast with GradScaler); this run is on CPU",
-            "use --amp bf16 on CPU, or run on a node with a GPU",
-        )
     if cfg.amp not in AMP_MODES:
         raise ConfigError(f"unknown --amp {cfg.amp!r}", f"choose one of {', '.join(AMP_MODES)}")
     if cfg.comm_hook not in COMM_HOOKS:
@@ -110,6 +106,14 @@ def validate(cfg: TrainConfig, *, cuda_available: bool) -> TrainConfig:
         raise ConfigError(f"--log-every must be positive, got {cfg.log_every}", "try 10")
     if cfg.step_sleep_s < 0:
         raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
+    # last: asking torch about CUDA imports torch (seconds), so flag errors come first
+    has_cuda = cuda_available() if callable(cuda_available) else cuda_available
+    device = resolve_device(cfg.device, cuda_available=has_cuda)
+    if cfg.amp == "fp16" and device != "cuda":
+        raise ConfigError(
+            "--amp fp16 needs a CUDA device (fp16 autocast with GradScaler); this run is on CPU",
+            "use --amp bf16 on CPU, or run on a node with a GPU",
+        )
     return cfg
 
 
