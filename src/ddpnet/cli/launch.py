@@ -135,6 +135,15 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
             raise ConfigError(
                 f"--node-rank {node_rank} is outside 0..{nn.max - 1} for --nnodes {nn}",
                 "node ranks run from 0 to NNODES-1; give each node its own --node-rank")
+    from ddpnet.env.slurm import batch_nodes
+
+    job_nodes = batch_nodes(environ)
+    if job_nodes and job_nodes > 1 and nn is None:
+        raise ConfigError(
+            f"ddpnet launch runs in the batch script of a {job_nodes}-node SLURM job: only "
+            "this node would train",
+            "start it on every node: srun --ntasks-per-node=1 ddpnet launch ... "
+            "(ddpnet sbatch renders this)")
     dist = resolve_config(_without_torch_vars(environ), overrides,
                           port_range=read_port_range())
     nproc = parse_nproc(nproc_per_node, environ, _dev_entries())

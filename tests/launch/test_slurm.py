@@ -1,0 +1,107 @@
+"""A real SLURM (munged + slurmctld + slurmd started by the test): srun resolution, and a
+rendered ``ddpnet sbatch --submit`` job that trains."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpnet.env.ports import derive_port, read_port_range
+from ddpnet.launch.slurmcluster import SlurmCluster
+from tests.env.test_real_launchers import _json_objects
+from tests.slurm_util import requires_slurm, slurm_cluster  # noqa: F401  (fixture)
+
+pytestmark = requires_slurm
+SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
+
+
+def test_srun_two_tasks_resolve_as_slurm_ranks(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    p = slurm_cluster.client(["srun", "-n", "2", sys.executable, "-m", "ddpnet", "env",
+                              "--json"], timeout=120)
+    assert p.returncode == 0, p.stderr
+    objs = sorted(_json_objects(p.stdout), key=lambda o: int(str(o["rank"])))
+    assert [o["rank"] for o in objs] == [0, 1]
+    assert {o["launcher"] for o in objs} == {"slurm"}
+    assert {o["world_size"] for o in objs} == {2}
+    assert [o["local_rank"] for o in objs] == [0, 1]
+    job = str(objs[0]["job_id"])
+    # the port comes from the job id, the same on both ranks, outside the ephemeral range
+    assert {o["master_port"] for o in objs} == {derive_port(job, read_port_range())}
+    assert objs[0]["sources"]["rank"] == "SLURM_PROCID"  # type: ignore[index]
+
+
+def _submit_and_wait(cluster: SlurmCluster, tmp_path: Path, *args: str) -> tuple[str, str]:
+    out = tmp_path / "job-%j.out"
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "1", "--output", str(out),
+         "--script", str(tmp_path / "job.sh"), "--submit", *args],
+        env=cluster.client_env(), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    assert job.isdigit(), p.stdout
+    deadline = time.monotonic() + 150
+    state = ""
+    while time.monotonic() < deadline:
+        q = cluster.client(["scontrol", "show", "job", job, "-o"], timeout=20)
+        state = next((f.split("=", 1)[1] for f in q.stdout.split() if f.startswith("JobState=")),
+                     "")
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        time.sleep(0.5)
+    log = Path(str(out).replace("%j", job))
+    text = log.read_text() if log.exists() else ""
+    return state, text
+
+
+def test_sbatch_submit_trains_with_torchrun_in_a_step(slurm_cluster: SlurmCluster,  # noqa: F811
+                                                      tmp_path: Path) -> None:
+    state, text = _submit_and_wait(slurm_cluster, tmp_path, "--ntasks-per-node", "2",
+                                   "--ifname", "lo", "--", SCRIPT)
+    assert state == "COMPLETED", text
+    objs = sorted((json.loads(x) for x in text.splitlines() if x.startswith("{")),
+                  key=lambda o: int(o["rank"]))
+    assert [o["rank"] for o in objs] == [0, 1]
+    assert {o["sum"] for o in objs} == {3.0}
+    assert "MASTER_PORT=" in text
+
+
+def test_sbatch_engine_srun_one_task_per_rank(slurm_cluster: SlurmCluster,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    state, text = _submit_and_wait(slurm_cluster, tmp_path, "--ntasks-per-node", "2",
+                                   "--engine", "srun", "--ifname", "lo", "--", SCRIPT)
+    assert state == "COMPLETED", text
+    objs = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    assert sorted(o["rank"] for o in objs) == [0, 1]
+    assert {o["launcher"] for o in objs} == {"slurm"}
+    assert {o["sum"] for o in objs} == {3.0}
+
+
+def test_sbatch_preflight_runs_before_the_job(slurm_cluster: SlurmCluster,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    from ddpnet.cli.main import COMMANDS
+
+    if "check" not in COMMANDS:
+        pytest.skip("ddpnet check has not landed yet")
+    state, text = _submit_and_wait(slurm_cluster, tmp_path, "--ntasks-per-node", "1",
+                                   "--preflight", "--", "-m", "ddpnet", "env", "--json")
+    assert state == "COMPLETED", text
+    assert "pass" in text.lower(), text
+
+
+def test_batch_step_is_one_process_with_the_job_port(slurm_cluster: SlurmCluster,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "batch.out"
+    p = slurm_cluster.client(["sbatch", "--wait", "-N", "1", "-n", "2", "-o", str(out),
+                              "--wrap", f"{sys.executable} -m ddpnet env --json"], timeout=120)
+    assert p.returncode == 0, p.stderr + (out.read_text() if out.exists() else "")
+    obj = json.loads(out.read_text())
+    assert obj["launcher"] == "slurm"
+    assert obj["world_size"] == 1  # not SLURM_NTASKS=2: the batch script is one process
+    assert obj["master_port"] == derive_port(str(obj["job_id"]), read_port_range())
+    assert os.environ.get("SLURM_JOB_ID") is None  # the test process itself is not in a job
