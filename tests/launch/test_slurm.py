@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,11 @@ def test_srun_two_tasks_resolve_as_slurm_ranks(slurm_cluster: SlurmCluster) -> N
     assert objs[0]["sources"]["rank"] == "SLURM_PROCID"  # type: ignore[index]
 
 
+def _results(text: str) -> list[dict[str, Any]]:
+    """The script's JSON lines; ranks share the output file, so lines may run together."""
+    return [json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', text)]
+
+
 def _submit_and_wait(cluster: SlurmCluster, tmp_path: Path, *args: str) -> tuple[str, str]:
     out = tmp_path / "job-%j.out"
     p = subprocess.run(
@@ -45,7 +52,15 @@ def _submit_and_wait(cluster: SlurmCluster, tmp_path: Path, *args: str) -> tuple
     assert p.returncode == 0, p.stderr
     job = p.stdout.strip()
     assert job.isdigit(), p.stdout
-    deadline = time.monotonic() + 150
+    state = _wait(cluster, job)
+    log = Path(str(out).replace("%j", job))
+    text = log.read_text() if log.exists() else ""
+    return state, text
+
+
+def _wait(cluster: SlurmCluster, job: str, timeout: float = 150) -> str:
+    """The job's final state (polling scontrol; sbatch --wait polls only every 10 s)."""
+    deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
         q = cluster.client(["scontrol", "show", "job", job, "-o"], timeout=20)
@@ -53,10 +68,10 @@ def _submit_and_wait(cluster: SlurmCluster, tmp_path: Path, *args: str) -> tuple
                      "")
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             break
-        time.sleep(0.5)
-    log = Path(str(out).replace("%j", job))
-    text = log.read_text() if log.exists() else ""
-    return state, text
+        time.sleep(0.3)
+    times = {f.split("=", 1)[0]: f.split("=", 1)[1] for f in q.stdout.split() if "=" in f}
+    print(job, state, times.get("SubmitTime"), times.get("StartTime"), times.get("EndTime"))
+    return state
 
 
 def test_sbatch_submit_trains_with_torchrun_in_a_step(slurm_cluster: SlurmCluster,  # noqa: F811
@@ -64,8 +79,7 @@ def test_sbatch_submit_trains_with_torchrun_in_a_step(slurm_cluster: SlurmCluste
     state, text = _submit_and_wait(slurm_cluster, tmp_path, "--ntasks-per-node", "2",
                                    "--ifname", "lo", "--", SCRIPT)
     assert state == "COMPLETED", text
-    objs = sorted((json.loads(x) for x in text.splitlines() if x.startswith("{")),
-                  key=lambda o: int(o["rank"]))
+    objs = sorted(_results(text), key=lambda o: int(o["rank"]))
     assert [o["rank"] for o in objs] == [0, 1]
     assert {o["sum"] for o in objs} == {3.0}
     assert "MASTER_PORT=" in text
@@ -76,7 +90,7 @@ def test_sbatch_engine_srun_one_task_per_rank(slurm_cluster: SlurmCluster,  # no
     state, text = _submit_and_wait(slurm_cluster, tmp_path, "--ntasks-per-node", "2",
                                    "--engine", "srun", "--ifname", "lo", "--", SCRIPT)
     assert state == "COMPLETED", text
-    objs = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+    objs = _results(text)
     assert sorted(o["rank"] for o in objs) == [0, 1]
     assert {o["launcher"] for o in objs} == {"slurm"}
     assert {o["sum"] for o in objs} == {3.0}
@@ -97,9 +111,11 @@ def test_sbatch_preflight_runs_before_the_job(slurm_cluster: SlurmCluster,  # no
 def test_batch_step_is_one_process_with_the_job_port(slurm_cluster: SlurmCluster,  # noqa: F811
                                                      tmp_path: Path) -> None:
     out = tmp_path / "batch.out"
-    p = slurm_cluster.client(["sbatch", "--wait", "-N", "1", "-n", "2", "-o", str(out),
-                              "--wrap", f"{sys.executable} -m ddpnet env --json"], timeout=120)
-    assert p.returncode == 0, p.stderr + (out.read_text() if out.exists() else "")
+    p = slurm_cluster.client(["sbatch", "--parsable", "-N", "1", "-n", "2", "-o", str(out),
+                              "--wrap", f"{sys.executable} -m ddpnet env --json"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    state = _wait(slurm_cluster, p.stdout.strip().split(";")[0])
+    assert state == "COMPLETED", out.read_text() if out.exists() else state
     obj = json.loads(out.read_text())
     assert obj["launcher"] == "slurm"
     assert obj["world_size"] == 1  # not SLURM_NTASKS=2: the batch script is one process

@@ -211,10 +211,8 @@ class SlurmCluster:
                 os.killpg(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for p in reversed(self._procs):
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
