@@ -158,7 +158,7 @@ class SlurmCluster:
         # cgroup.conf next to slurm.conf: slurmd reads it even with proctrack/linuxproc
         (r / "cgroup.conf").write_text("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n")
         m = r / "munge"
-        self._spawn(["munged", "-F", "-f", f"--key-file={key}", f"--socket={m}/munge.socket",
+        self._spawn([*self.munged_wrap(), "munged", "-F", "-f", f"--key-file={key}", f"--socket={m}/munge.socket",
                      f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
                      f"--seed-file={m}/munged.seed"], "munged")
         self._wait(lambda: self.spec.munge_socket.exists(), 10, "munged socket")
@@ -182,12 +182,19 @@ class SlurmCluster:
             self.stop()
             raise
 
+    def munged_wrap(self) -> tuple[str, ...]:
+        """Where munged runs (this host; a lab puts it in node 0)."""
+        return ()
+
     def _spawn(self, argv: list[str], name: str) -> None:
         log = open(self.spec.root / "log" / f"{name}.out", "wb")  # noqa: SIM115
         with log:
-            self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL,
-                                                start_new_session=True))
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self._procs.append(proc)
+        # recorded so that another process (``ddpnet lab down``) can stop the daemons
+        with open(self.spec.root / "run" / "daemons.pids", "a") as f:
+            f.write(f"{proc.pid}\n")
 
     def _wait(self, ready: object, timeout: float, what: str) -> None:
         assert callable(ready)
@@ -204,6 +211,23 @@ class SlurmCluster:
         raise RequirementError(f"the SLURM test cluster did not come up ({what})",
                                f"see the daemon logs under {self.spec.root / 'log'}: {logs}")
 
+    @staticmethod
+    def stop_recorded(root: Path) -> None:
+        """Stop the daemons a cluster under ``root`` recorded, from any process: only pids
+        whose command line still names ``root`` (a recycled pid is left alone)."""
+        pids: list[int] = []
+        with contextlib.suppress(OSError):
+            pids = [int(x) for x in (root / "run" / "daemons.pids").read_text().split()]
+        live = [p for p in pids if _names(p, str(root))]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and any(_names(p, str(root)) for p in live):
+                time.sleep(0.1)
+        _kill_stepds(root)
+
     def stop(self) -> None:
         """Stop slurmd(s), slurmctld, munged: SIGTERM, then SIGKILL to each session."""
         for p in reversed(self._procs):
@@ -217,24 +241,33 @@ class SlurmCluster:
                 os.killpg(p.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
-        self._kill_stepds()
+        _kill_stepds(self.spec.root)
         self._procs.clear()
 
-    def _kill_stepds(self) -> None:
-        """slurmstepd processes of our cluster outlive slurmd when a step hangs: find them by
-        our config path in their environment-free command line? They do not carry it, so we
-        match on our spool directory, which every slurmstepd has open as its cwd."""
-        spool = str(self.spec.root / "spool")
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+
+def _names(pid: int, text: str) -> bool:
+    """True while ``pid`` lives and its command line mentions ``text``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return text.encode() in cmdline
+
+
+def _kill_stepds(root: Path) -> None:
+    """slurmstepd processes of our cluster can outlive slurmd when a step hangs; each keeps
+    our slurmd log file (under ``root``) open, which no other cluster's stepd does."""
+    prefix = str(root) + "/"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "slurmstepd":
                 continue
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                if comm != "slurmstepd":
-                    continue
-                cwd = os.readlink(f"/proc/{pid}/cwd")
-            except OSError:
-                continue
-            if cwd.startswith(spool):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            fds = os.listdir(f"/proc/{pid}/fd")
+            ours = any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix) for fd in fds)
+        except OSError:
+            continue
+        if ours:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
