@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpnet.launch.slurmcluster import ClusterSpec, SlurmCluster, SlurmNode
 from ddpnet.lab import state as statemod
+from ddpnet.launch.slurmcluster import ClusterSpec, SlurmCluster, SlurmNode
 
 if TYPE_CHECKING:
     from ddpnet.lab.lab import Lab

@@ -158,7 +158,8 @@ class SlurmCluster:
         # cgroup.conf next to slurm.conf: slurmd reads it even with proctrack/linuxproc
         (r / "cgroup.conf").write_text("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n")
         m = r / "munge"
-        self._spawn([*self.munged_wrap(), "munged", "-F", "-f", f"--key-file={key}", f"--socket={m}/munge.socket",
+        self._spawn([*self.munged_wrap(), "munged", "-F", "-f", f"--key-file={key}",
+                     f"--socket={m}/munge.socket",
                      f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
                      f"--seed-file={m}/munged.seed"], "munged")
         self._wait(lambda: self.spec.munge_socket.exists(), 10, "munged socket")
