@@ -188,7 +188,10 @@ class Lab:
         system.parallel([(system.ip_batch, node_batch(p, n), n.namespace) for n in p.nodes])
         system.ip_batch(switch_ports_batch(p), p.switch)
         shaping = p.spec.shaping
-        if not shaping.empty:
+        if shaping.delay_ms or shaping.loss_pct:
+            st = LabState(spec=p.spec)  # no faults yet: _apply builds the base shaping
+            system.parallel([(self._apply, n, st) for n in p.nodes])
+        elif not shaping.empty:
             calls: list[tuple[object, ...]] = [
                 (system.tc_batch, qdisc_lines(n.ifname, shaping), n.namespace) for n in p.nodes]
             if shaping.rate:
@@ -203,9 +206,7 @@ class Lab:
         (works on a half-built lab and on one that is already gone)."""
         for proc in self._popens:
             _kill_group(proc)
-        with statemod.locked(self.name):
-            _teardown(self.name, statemod.load(self.name))
-            statemod.remove(self.name)
+        remove_lab(self.name)
         for proc in self._popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
@@ -335,12 +336,16 @@ class Lab:
         system.ip_batch([f"link del {name}" for name in sorted(extra_names)], n.namespace,
                         force=True)
         if nf.extra_iface:
+            # a veth whose peer sits unattached in the switch namespace: up, with carrier and
+            # an address, but leading nowhere (no dummy driver needed)
             name, cidr = nf.extra_iface
-            lines += [f"link add {name} type dummy", f"addr add {cidr} dev {name}",
-                      f"link set {name} up"]
+            lines += [f"link add {name} type veth peer name x{n.index} netns {p.switch}",
+                      f"addr add {cidr} dev {name}", f"link set {name} up"]
         lines.append(f"link set {n.ifname} {'up' if nf.link_up else 'down'}")
         system.ip_batch(lines, n.namespace)
-        # shaping: the node's egress (rate, delay, loss) and its switch port (rate)
+        if nf.extra_iface:
+            system.ip_batch([f"link set x{n.index} up"], p.switch)
+        # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping), n.namespace)
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
         # hosts file
@@ -403,6 +408,15 @@ def _shape(spec: LabSpec) -> str:
     parts += [f"{k}={v}" for k, v in (("rate", spec.rate), ("delay", spec.delay),
                                       ("loss", spec.loss)) if v]
     return " ".join(parts)
+
+
+def remove_lab(name: str) -> None:
+    """Remove lab ``name`` whatever its state (up, half-built, gone): the engine of ``down``."""
+    system.require_root()
+    validate_name(name)
+    with statemod.locked(name):
+        _teardown(name, statemod.load(name))
+        statemod.remove(name)
 
 
 def _teardown(name: str, st: LabState | None) -> None:
