@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -346,8 +347,10 @@ class Lab:
         if nf.extra_iface:
             system.ip_batch([f"link set x{n.index} up"], p.switch)
         # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
-        system.tc_batch(qdisc_lines(n.ifname, nf.shaping), n.namespace)
+        netem = bool(nf.shaping.delay_ms) and system.netem_available()
+        system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
+        self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0))
         # hosts file
         system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback))
         # a timed link-down: a sleeper inside the node (so down kills it) brings the link back
@@ -360,6 +363,34 @@ class Lab:
                                _TIMER_TAG]),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _delayline(self, n: LabNode, delay_ms: float) -> None:
+        """Without netem: hold what node ``n`` receives for ``delay_ms`` in a userspace delay
+        line (NFQUEUE); 0 removes it. See :mod:`ddpnet.lab.delayline` for why ingress."""
+        had = _kill_tagged(n, _DELAY_TAG)
+        rule = ["-t", "mangle", "PREROUTING", "-i", n.ifname, "-j", "NFQUEUE",
+                "--queue-num", "0", "--queue-bypass"]
+        delete = ["iptables", *rule[:2], "-D", *rule[2:]]
+        if had:
+            system.run(node_argv(n.namespace, n.hostname, delete), check=False)
+        if not delay_ms:
+            return
+        system.require_root(("iptables",))
+        daemon = subprocess.Popen(
+            node_argv(n.namespace, n.hostname,
+                      [sys.executable, "-m", "ddpnet.lab.delayline", "--ms", f"{delay_ms:g}",
+                       "--tag", _DELAY_TAG]),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True)
+        ready = _read_line(daemon, timeout=15)
+        if ready != "ready":
+            _kill_group(daemon)
+            err = daemon.stderr.read() if daemon.stderr else ""
+            raise system.LabError(f"{n.name}: the delay line did not start: "
+                                  f"{(err or ready).strip()[-300:]}",
+                                  "the kernel needs NFQUEUE (CONFIG_NETFILTER_NETLINK_QUEUE) "
+                                  "or sch_netem for delay")
+        system.run(node_argv(n.namespace, n.hostname, ["iptables", *rule[:2], "-A", *rule[2:]]))
 
     # ---- status --------------------------------------------------------------------------------
 
@@ -385,21 +416,40 @@ class Lab:
 
 
 _TIMER_TAG = "ddpnet-lab-link-timer"
+_DELAY_TAG = "ddpnet-lab-delayline"
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The first stdout line of ``proc`` within ``timeout`` s ("" if none)."""
+    out: list[str] = []
+    reader = threading.Thread(
+        target=lambda: out.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return out[0].strip() if out else ""
 
 
 def _kill_timers(n: LabNode) -> None:
     """Stop a pending ``link-down --for`` timer of node ``n`` (a sleeper in its namespace)."""
+    _kill_tagged(n, _TIMER_TAG)
+
+
+def _kill_tagged(n: LabNode, tag: str) -> int:
+    """Kill the helper processes of node ``n`` whose command line carries ``tag``; how many."""
+    killed = 0
     for pid in system.pids_in([n.namespace]):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd = fh.read()
         except OSError:
             continue
-        if _TIMER_TAG.encode() in cmd.split(b"\0"):
+        if tag.encode() in cmd.split(b"\0"):
+            killed += 1
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # the sh and its sleep (own session)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    return killed
 
 
 def _shape(spec: LabSpec) -> str:

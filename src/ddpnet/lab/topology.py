@@ -326,8 +326,9 @@ def tbf_burst_bytes(rate: str) -> int:
 
 def qdisc_lines(dev: str, shaping: Shaping, *, egress_netem: bool = True) -> list[str]:
     """``tc -batch`` lines that (re)build ``dev``'s root qdisc: tbf for the rate, netem below it
-    for the delay (loss is done in nftables, see :func:`ddpnet.lab.faults.nft_ruleset`).
-    Starts by deleting the root (a missing one is fine)."""
+    for the delay (``egress_netem=False`` where the kernel lacks netem or on switch ports;
+    loss is done in nftables, see :func:`ddpnet.lab.faults.nft_ruleset`). Starts by deleting
+    the root (a missing one is fine)."""
     lines = [f"qdisc del dev {dev} root"]
     netem = f"netem delay {shaping.delay_ms:g}ms limit 100000" if (
         egress_netem and shaping.delay_ms) else ""
