@@ -60,7 +60,7 @@ def main() -> int:
         up, down = one(name, args.nodes, args.rate or None)
         ups.append(up)
         downs.append(down)
-    totals = [u + d for u, d in zip(ups, downs)]
+    totals = [u + d for u, d in zip(ups, downs, strict=True)]
     cli = cli_round_trip(name, args.nodes)
     result = {
         "benchmark": "lab_up_down",

@@ -218,6 +218,11 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
 
 
 def describe(f: Mapping[str, Any]) -> str:
-    """One short human line per fault (``lab status``)."""
-    opts = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("kind", "until"))
-    return f"{f['kind']}({opts})" if opts else str(f["kind"])
+    """One short human word group per fault (``lab status``): ``block-port 29500 reject``."""
+    parts = [str(f["kind"])]
+    for key, value in f.items():
+        if key in ("kind", "until") or value is False:
+            continue
+        parts.append(key if value is True else f"{key}={value:g}" if isinstance(value, float)
+                     else str(value) if key in ("port", "rate", "iface") else f"{key}={value}")
+    return " ".join(parts)
