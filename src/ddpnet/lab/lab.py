@@ -281,6 +281,7 @@ class Lab:
         Faults stay until :meth:`clear` (or ``down``)."""
         n = self.node(node)
         rec = faultmod.normalize(kind, opts)
+        system.require_root(("ip", "tc", "nft"))
         with statemod.locked(self.name):
             st = self._state()
             st.faults[n.index] = faultmod.add(st.faults.get(n.index, []), rec)
@@ -293,6 +294,8 @@ class Lab:
         targets = self.nodes if node is None else (self.node(node),)
         with statemod.locked(self.name):
             st = self._state()
+            # a node without faults is already in its base state: nothing to undo
+            targets = tuple(n for n in targets if st.faults.get(n.index))
             for n in targets:
                 st.faults.pop(n.index, None)
             system.parallel([(self._apply, n, st) for n in targets])
