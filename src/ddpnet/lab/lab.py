@@ -215,6 +215,12 @@ class Lab:
 
     # ---- running commands ----------------------------------------------------------------------
 
+    def node_command(self, node: int, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` as node ``node`` (its network namespace, /sys,
+        /etc/hosts and hostname); for launching through your own process machinery."""
+        n = self.node(node)
+        return node_argv(n.namespace, n.hostname, list(argv))
+
     def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
                **kwargs: Any) -> subprocess.Popen[Any]:
         full_env = dict(os.environ)
