@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rate", default="1gbit", help="tc shaping on every link ('' for none)")
+    ap.add_argument("--scale", default="32,128",
+                    help="also time these node counts once each ('' to skip)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "lab_up_down.json"))
     args = ap.parse_args()
     name = f"lbbench{os.getpid()}"
@@ -62,6 +64,10 @@ def main() -> int:
         downs.append(down)
     totals = [u + d for u, d in zip(ups, downs, strict=True)]
     cli = cli_round_trip(name, args.nodes)
+    scaling = {}
+    for count in (int(c) for c in args.scale.split(",") if c.strip()):
+        up, down = one(name, count, args.rate or None)
+        scaling[str(count)] = {"up_s": up, "down_s": down}
     result = {
         "benchmark": "lab_up_down",
         "nodes": args.nodes,
@@ -71,6 +77,7 @@ def main() -> int:
         "down_s": {"median": statistics.median(downs), "max": max(downs), "all": downs},
         "up_plus_down_s": {"median": statistics.median(totals), "max": max(totals)},
         "cli_up_plus_down_s": cli,
+        "scaling": scaling,
         "target_s": TARGET_S,
         "pass": max(totals) < TARGET_S and cli < TARGET_S,
         "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
@@ -83,6 +90,8 @@ def main() -> int:
           f"down: median {result['down_s']['median']:.3f} s, worst up+down "
           f"{result['up_plus_down_s']['max']:.3f} s; CLI up+down {cli:.3f} s "
           f"(target < {TARGET_S:g} s: {'pass' if result['pass'] else 'FAIL'}) -> {args.out}")
+    for count, t in scaling.items():
+        print(f"  {count} nodes: up {t['up_s']:.3f} s, down {t['down_s']:.3f} s")
     return 0 if result["pass"] else 1
 
 
