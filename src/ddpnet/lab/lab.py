@@ -134,11 +134,9 @@ class Lab:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Lab:
-        try:
-            self.up()
-        except BaseException:
-            self.down()
-            raise
+        # up() removes what it half-built itself; a lab of this name with another shape is
+        # someone else's and is left alone
+        self.up()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
