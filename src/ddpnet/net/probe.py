@@ -45,7 +45,7 @@ def outcome_of(exc: BaseException | None) -> Attempt:
     """Map a connect() exception to an outcome (pure)."""
     if exc is None:
         return Attempt(CONNECTED)
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # socket.timeout is an alias
         return Attempt(TIMEOUT, "timed out")
     code = getattr(exc, "errno", None)
     text = os.strerror(code) if isinstance(code, int) else str(exc)
