@@ -70,6 +70,17 @@ def test_classify_connect(outcomes: list[str], cause: str | None) -> None:
         assert "29500" in err.message and "--dport 29500" in err.hint
 
 
+@pytest.mark.parametrize(("neighbor", "cause"),
+                         [("FAILED", "master-no-route"), ("INCOMPLETE", "master-no-route"),
+                          ("REACHABLE", "master-port-filtered"), ("STALE", "master-port-filtered"),
+                          (None, "master-port-filtered")])
+def test_timeouts_with_a_dead_neighbour_mean_nobody_has_the_address(
+        neighbor: str | None, cause: str) -> None:
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.9", 29500, 3.0,
+                           neighbor=neighbor)
+    assert err is not None and err.cause == cause
+
+
 def test_classify_bind() -> None:
     err = classify_bind(OSError(errno.EADDRINUSE, "in use"), 29500, host="n0", rank=0)
     assert err.cause == "port-in-use" and "ss -ltnp 'sport = :29500'" in err.hint

@@ -7,7 +7,14 @@ import socket
 import pytest
 
 from ddpnet.net.names import from_addresses, resolve_host
-from ddpnet.net.routes import Route, _route_by_connect, parse_route_get, route_to
+from ddpnet.net.routes import (
+    Route,
+    _route_by_connect,
+    neighbor_state,
+    parse_neigh,
+    parse_route_get,
+    route_to,
+)
 
 
 def test_parse_unicast_with_gateway() -> None:
@@ -58,3 +65,18 @@ def test_real_resolution() -> None:
     assert me.name == socket.gethostname()
     bad = resolve_host("no-such-host.invalid", timeout=5)
     assert not bad.ok and bad.error
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [('[{"dst":"198.18.0.9","dev":"eth0","state":["FAILED"]}]', "FAILED"),
+     ('[{"dst":"198.18.0.1","dev":"eth0","lladdr":"aa:bb:cc:dd:ee:ff","state":["REACHABLE"]}]',
+      "REACHABLE"),
+     ("[]", None), ("", None)],
+)
+def test_parse_neigh(text: str, state: str | None) -> None:
+    assert parse_neigh(text) == state
+
+
+def test_real_neighbor_lookup_of_unknown_address_is_empty() -> None:
+    assert neighbor_state("198.18.255.254") is None  # a cache lookup: sends nothing
