@@ -4,7 +4,9 @@ node namespace (``srun -N 3`` runs one task per lab node)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,8 @@ import pytest
 
 from ddpnet.lab import Lab
 from ddpnet.lab import slurm as labslurm
-from tests.lab_util import fresh_lab, requires_netns
+from tests.conftest import RunCli
+from tests.lab_util import fresh_lab, requires_netns, unique_name
 from tests.slurm_util import slurm_missing
 
 pytestmark = requires_netns
@@ -86,3 +89,39 @@ def test_srun_exec_all_reduce_across_lab_nodes(slurm_lab: Lab) -> None:
     assert {o["sum"] for o in objs} == {6.0}
     assert {o["launcher"] for o in objs} == {"slurm"}
     assert {o["gloo_ifname"] for o in objs} == {lab.nodes[0].ifname}
+
+
+def test_lab_up_slurm_cli_and_down_stops_everything(run_cli: RunCli) -> None:
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    name = unique_name("ln")
+    up = run_cli("lab", "up", "--name", name, "--nodes", "3", "--slurm", timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        wrapper = labslurm.client_wrapper(name)
+        assert str(wrapper) in up.stdout
+        p = subprocess.run([str(wrapper), "srun", "-N", "3", "hostname"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        hostnames = sorted(p.stdout.split())
+        assert len(set(hostnames)) == 3, hostnames
+        root = str(labslurm.root_dir(name))
+        assert _processes_naming(root)  # the daemons run
+    finally:
+        down = run_cli("lab", "down", "--name", name, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not labslurm.root_dir(name).exists()
+    assert _processes_naming(root) == []
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpnet.lab import state as statemod
+from ddpnet.lab.topology import validate_name
 from ddpnet.launch.slurmcluster import ClusterSpec, SlurmCluster, SlurmNode
 
 if TYPE_CHECKING:
@@ -77,16 +78,42 @@ def client_env(lab: Lab) -> dict[str, str]:
 
 
 def start(lab: Lab, cpus: int = 2, timeout: float = 60) -> SlurmCluster:
-    """Start munged, slurmctld (node 0) and one slurmd per node; wait until all are idle."""
+    """Start munged, slurmctld (node 0) and one slurmd per node; wait until all are idle.
+    Writes ``<root>/slurm``: a wrapper that runs a SLURM client in node 0."""
     stop(lab.name)
     spec = spec_for(lab, cpus)
     cluster = _LabCluster(spec)
     cluster.start(timeout=timeout)
+    write_client_wrapper(spec)
     return cluster
+
+
+def client_wrapper(name: str) -> Path:
+    return root_dir(name) / "slurm"
+
+
+def write_client_wrapper(spec: ClusterSpec) -> Path:
+    """``<root>/slurm srun -N 3 hostname``: a client in node 0 with the lab's SLURM_CONF (and
+    none of ``lab run``'s RANK/WORLD_SIZE, which srun would pass on to every task)."""
+    import shlex
+
+    path = spec.root / "slurm"
+    enter = " ".join(shlex.quote(a) for a in spec.controller_wrap)
+    path.write_text("#!/bin/sh\n# a SLURM client on the lab's node 0: slurm srun|sbatch|sinfo ...\n"
+                    f"exec {enter} env SLURM_CONF={shlex.quote(str(spec.conf))} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+def describe(name: str) -> str:
+    """One line for ``lab up --slurm``."""
+    return (f"SLURM up on every node (partition lab); clients: {client_wrapper(name)} "
+            "srun -N <nodes> CMD")
 
 
 def stop(name: str) -> None:
     """Stop a lab's SLURM daemons (by the pids they wrote) and remove its directory."""
+    validate_name(name)  # the name becomes a path we remove
     root = root_dir(name)
     if not root.exists():
         return
