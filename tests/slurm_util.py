@@ -63,3 +63,17 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(cluster.spec.root, ignore_errors=True)
+
+
+def labeled_json(stdout: str) -> list[dict[str, object]]:
+    """``srun --label`` output of tasks printing (pretty) JSON: lines of different tasks
+    interleave, so group them by their ``N: `` label first. Sorted by task id."""
+    import json
+    import re
+
+    by_task: dict[int, list[str]] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"\s*(\d+): ?(.*)$", line)
+        if m:
+            by_task.setdefault(int(m.group(1)), []).append(m.group(2))
+    return [json.loads("\n".join(by_task[t])) for t in sorted(by_task)]

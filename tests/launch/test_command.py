@@ -75,6 +75,14 @@ def test_nnodes_bad(text: str, err: str) -> None:
         NNodes.parse(text)
 
 
+def test_restarts_need_a_fresh_store_per_round() -> None:
+    with pytest.raises(ConfigError, match="static rendezvous"):
+        cfg(max_restarts=1)
+    _, env = build_torchrun(cfg(rdzv="c10d", max_restarts=1))
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in build_torchrun(cfg(rdzv="c10d"))[1]
+
+
 def test_bad_launch_combinations() -> None:
     with pytest.raises(ConfigError, match=r"outside 0\.\.1"):
         cfg(node_rank=2)

@@ -18,7 +18,7 @@ from ddpnet.lab import Lab
 from ddpnet.lab import slurm as labslurm
 from tests.conftest import RunCli
 from tests.lab_util import fresh_lab, requires_netns, unique_name
-from tests.slurm_util import slurm_missing
+from tests.slurm_util import labeled_json, slurm_missing
 
 pytestmark = requires_netns
 SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
@@ -63,12 +63,10 @@ def slurm_lab(lab: Lab) -> Iterator[Lab]:
 
 def test_srun_runs_one_task_per_lab_node(slurm_lab: Lab) -> None:
     lab = slurm_lab
-    p = lab.exec(0, ["srun", "-N", "3", "-n", "3", sys.executable, "-m", "ddpnet", "env",
-                     "--json"], env=labslurm.client_env(lab), timeout=120)
+    p = lab.exec(0, ["srun", "-N", "3", "-n", "3", "--label", sys.executable, "-m", "ddpnet",
+                     "env", "--json"], env=labslurm.client_env(lab), timeout=120)
     assert p.returncode == 0, p.stderr
-    from tests.env.test_real_launchers import _json_objects
-
-    objs = sorted(_json_objects(p.stdout), key=lambda o: int(str(o["rank"])))
+    objs = labeled_json(p.stdout)
     assert [o["rank"] for o in objs] == [0, 1, 2]
     assert [o["node_rank"] for o in objs] == [0, 1, 2]
     assert {o["launcher"] for o in objs} == {"slurm"}

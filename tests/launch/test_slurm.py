@@ -16,18 +16,17 @@ import pytest
 
 from ddpnet.env.ports import derive_port, read_port_range
 from ddpnet.launch.slurmcluster import SlurmCluster
-from tests.env.test_real_launchers import _json_objects
-from tests.slurm_util import requires_slurm, slurm_cluster  # noqa: F401  (fixture)
+from tests.slurm_util import labeled_json, requires_slurm, slurm_cluster  # noqa: F401  (fixture)
 
 pytestmark = requires_slurm
 SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
 
 
 def test_srun_two_tasks_resolve_as_slurm_ranks(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
-    p = slurm_cluster.client(["srun", "-n", "2", sys.executable, "-m", "ddpnet", "env",
-                              "--json"], timeout=120)
+    p = slurm_cluster.client(["srun", "-n", "2", "--label", sys.executable, "-m", "ddpnet",
+                              "env", "--json"], timeout=120)
     assert p.returncode == 0, p.stderr
-    objs = sorted(_json_objects(p.stdout), key=lambda o: int(str(o["rank"])))
+    objs = labeled_json(p.stdout)
     assert [o["rank"] for o in objs] == [0, 1]
     assert {o["launcher"] for o in objs} == {"slurm"}
     assert {o["world_size"] for o in objs} == {2}

@@ -59,8 +59,9 @@ def _warn(message: str) -> None:
               "node list, MASTER_ADDR, else 127.0.0.1).")
 @click.option("--master-port", default=None, help="Default: MASTER_PORT, derived from the "
               "SLURM job id, else 29500.")
-@click.option("--rdzv", type=click.Choice(["static", "c10d"]), default="static",
-              show_default=True, help="static pins rank 0 to node rank 0 (MASTER_ADDR).")
+@click.option("--rdzv", type=click.Choice(["static", "c10d"]), default=None,
+              help="static (default) pins rank 0 to node rank 0 (MASTER_ADDR); c10d (default "
+              "with --max-restarts) gives a fresh store to every restart.")
 @click.option("--max-restarts", type=int, default=0, show_default=True,
               help="torchrun restarts of the worker group after a failure.")
 @click.option("--local", "local", type=int, default=None, metavar="N",
@@ -77,7 +78,8 @@ def _warn(message: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: one JSON object.")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | None,
-            master_addr: str | None, master_port: str | None, rdzv: str, max_restarts: int,
+            master_addr: str | None, master_port: str | None, rdzv: str | None,
+            max_restarts: int,
             local: int | None, via: str, hosts: str | None, ifname: str | None,
             allow_run_as_root: bool, oversubscribe: bool, dry_run: bool, as_json: bool,
             program: tuple[str, ...]) -> int:
@@ -115,7 +117,21 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
         raise ConfigError("--hosts is for --via mpirun",
                           "add --via mpirun, or launch torchrun on each node with --node-rank")
     nn = NNodes.parse(nnodes) if nnodes is not None else None
+    rdzv_note = []
+    if rdzv is None and via == "torchrun":
+        rdzv = "c10d" if max_restarts > 0 or (nn is not None and nn.elastic) else "static"
+        if rdzv == "c10d":
+            rdzv_note.append("rendezvous c10d: --max-restarts/elastic --nnodes need a fresh "
+                             "store per round (static reuses one)")
     if via == "mpirun":
+        for flag, value, why in (
+                ("--node-rank", node_rank, "mpirun starts every node's ranks from one host"),
+                ("--max-restarts", max_restarts or None, "mpirun does not restart failed ranks"),
+                ("--rdzv", rdzv,
+                 "mpirun ranks rendezvous at MASTER_ADDR (rank 0)")):
+            if value is not None:
+                raise ConfigError(f"{flag} does not apply to --via mpirun: {why}",
+                                  f"drop {flag}, or launch with torchrun (the default engine)")
         return _mpirun(target, environ, nproc_per_node, nn, hosts, master_addr, master_port,
                        ifname, allow_run_as_root, oversubscribe, dry_run, as_json)
 
@@ -148,10 +164,11 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
                           port_range=read_port_range())
     nproc = parse_nproc(nproc_per_node, environ, _dev_entries())
     choice = iface.choose(dist, environ, ifname)
+    assert rdzv is not None
     cfg = make_config(dist, target=target, nproc=nproc, nnodes=nn or NNodes(dist.num_nodes,
                       dist.num_nodes), rdzv=rdzv, max_restarts=max_restarts,
                       python=sys.executable, iface_env=choice.env,
-                      notes=[f"interface: {choice.reason}"])
+                      notes=[*rdzv_note, f"interface: {choice.reason}"])
     all_nodes = dry_run and dist.launcher in ("local", "manual") and node_rank is None
     # a dry run that shows every node's command is not about this host: no placement warning
     warnings = [] if all_nodes else rank0_warnings(cfg, _local_names(),

@@ -137,6 +137,12 @@ def validate(cfg: LaunchConfig) -> None:
         raise ConfigError(f"--max-restarts {cfg.max_restarts} is negative",
                           "use 0 (no restarts) or a positive count")
     if cfg.rdzv == "static":
+        if cfg.max_restarts > 0:
+            raise ConfigError(
+                f"--max-restarts {cfg.max_restarts} with static rendezvous: torchrun's static "
+                "handler keeps one store for every attempt, so a restarted worker can read the "
+                "previous attempt's addresses and fail to connect",
+                "use --rdzv c10d (the default with --max-restarts: a fresh store each round)")
         if cfg.nnodes.elastic:
             raise ConfigError(
                 f"--nnodes {cfg.nnodes} is elastic but the rendezvous is static",
@@ -157,7 +163,8 @@ def build_torchrun(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
 
     Static rendezvous passes ``--node-rank`` and ``--master-addr``: global rank 0 then runs on
     node rank 0, which is MASTER_ADDR. c10d assigns node ranks in arrival order, so rank 0 can
-    land on any node (``rank0_warnings`` says so).
+    land on any node (``rank0_warnings`` says so); it is required for restarts, because the
+    static handler reuses one store across attempts.
     """
     argv = [cfg.python, "-m", "torch.distributed.run",
             "--nnodes", str(cfg.nnodes), "--nproc-per-node", str(cfg.nproc_per_node)]
@@ -170,6 +177,10 @@ def build_torchrun(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
     argv += ["--max-restarts", str(cfg.max_restarts)]
     argv += cfg.target.torchrun_args()
     env = dict(cfg.iface_env)
+    if cfg.rdzv == "c10d" and cfg.max_restarts > 0:
+        # the workers' store is then created per rendezvous round, not shared with the agent:
+        # a shared store mixes keys of different attempts after a restart (pytorch#135712)
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # our own variables for the workers and for the wrapper: which engine and node this is
     env["DDPNET_LAUNCH_ENGINE"] = "torchrun"
     return argv, env
