@@ -122,3 +122,38 @@ def test_batch_step_is_one_process_with_the_job_port(slurm_cluster: SlurmCluster
     assert obj["world_size"] == 1  # not SLURM_NTASKS=2: the batch script is one process
     assert obj["master_port"] == derive_port(str(obj["job_id"]), read_port_range())
     assert os.environ.get("SLURM_JOB_ID") is None  # the test process itself is not in a job
+
+
+def test_sbatch_requeue_on_sigusr1(slurm_cluster: SlurmCluster,  # noqa: F811
+                                   tmp_path: Path) -> None:
+    """SLURM signals the batch shell (as --signal=B:USR1@120 does before the time limit; here
+    scancel sends it now): the rendered trap requeues the job."""
+    out = tmp_path / "job-%j.out"
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "1", "--output", str(out),
+         "--requeue", "--script", str(tmp_path / "job.sh"), "--submit", "--",
+         str(Path(__file__).with_name("sleep_script.py"))],
+        env=slurm_cluster.client_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    log = Path(str(out).replace("%j", job))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "ready" not in (
+                log.read_text() if log.exists() else ""):
+            time.sleep(0.3)
+        assert "ready" in log.read_text()
+        s = slurm_cluster.client(["scancel", "--batch", "--signal=USR1", job], timeout=20)
+        assert s.returncode == 0, s.stderr
+        restarts = ""
+        while time.monotonic() < deadline:
+            q = slurm_cluster.client(["scontrol", "show", "job", job, "-o"], timeout=20)
+            restarts = next((f.split("=", 1)[1] for f in q.stdout.split()
+                             if f.startswith("Restarts=")), "")
+            if restarts == "1":
+                break
+            time.sleep(0.3)
+        assert restarts == "1", q.stdout
+        assert f"time limit near, requeueing job {job}" in log.read_text()
+    finally:
+        slurm_cluster.client(["scancel", job], timeout=20)

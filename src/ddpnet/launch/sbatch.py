@@ -127,7 +127,8 @@ def render(cfg: SbatchConfig) -> str:
         lines.append(f"#SBATCH --time={cfg.time}")
     lines.append(f"#SBATCH --output={cfg.output}")
     if cfg.requeue:
-        lines += ["#SBATCH --requeue", "#SBATCH --signal=B:USR1@120"]
+        # append: a requeued run keeps the log of the runs before it
+        lines += ["#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append"]
     lines += [
         "",
         "set -euo pipefail",
