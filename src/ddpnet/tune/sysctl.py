@@ -1,0 +1,139 @@
+"""The sysctl drop-in: the guides' values as a floor, scaled up with the link speed.
+
+:func:`profile_for` is the one pure table of values (the doctor engineer keeps a
+``profile_for(link_speed_mbps)`` of their own; see the README for unifying them). Buffer sizes
+follow ESnet's fasterdata host tuning for 10/40/100 Gb/s hosts; every value carries a comment
+saying why, and a scope: ``netns`` keys exist per network namespace (and can be proven in a lab
+node), ``host`` keys only in the initial namespace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
+
+PATH = "/etc/sysctl.d/90-ddpnet.conf"
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    value: str
+    why: str
+    scope: str = "netns"  # "netns" or "host"
+
+
+def profile_for_speed(speed_mbps: int | None) -> tuple[str, str]:
+    """``(profile, reason)`` for a link speed: the smallest profile the link reaches."""
+    if speed_mbps is None or speed_mbps <= 0:
+        return "guide", "link speed unknown: the guides' values"
+    for floor, name in ((100_000, "100g"), (40_000, "40g"), (10_000, "10g")):
+        if speed_mbps >= floor:
+            return name, f"link speed {speed_mbps} Mb/s >= {floor // 1000} Gb/s"
+    return "guide", f"link speed {speed_mbps} Mb/s < 10 Gb/s: the guides' values"
+
+
+#: profile -> (rmem/wmem max, tcp_rmem, tcp_wmem); ESnet: 10G up to 100 ms RTT, 40G up to
+#: 50 ms (= 10G up to 200 ms), 100G hosts
+_BUFFERS: dict[str, tuple[int, str, str]] = {
+    "guide": (16 * MIB, f"4096 87380 {16 * MIB}", f"4096 65536 {16 * MIB}"),
+    "10g": (64 * MIB, f"4096 87380 {32 * MIB}", f"4096 65536 {32 * MIB}"),
+    "40g": (128 * MIB, f"4096 87380 {64 * MIB}", f"4096 65536 {64 * MIB}"),
+    "100g": (2147483647, f"4096 {64 * MIB} {1024 * MIB}", f"4096 {64 * MIB} {1024 * MIB}"),
+}
+
+
+def merge_reserved(current: str, ports: tuple[int, ...]) -> str:
+    """``ip_local_reserved_ports`` keeping what is reserved already (ranges like 8000-8010)."""
+    items = [x.strip() for x in current.replace("\n", ",").split(",") if x.strip()]
+
+    def covered(port: int) -> bool:
+        for item in items:
+            lo, _, hi = item.partition("-")
+            if lo.isdigit() and int(lo) <= port <= int(hi or lo):
+                return True
+        return False
+
+    items += [str(p) for p in ports if not covered(p)]
+    return ",".join(items)
+
+
+def profile_for(
+    profile: str,
+    master_port: int,
+    reserved_now: str = "",
+    port_range: tuple[int, int] | None = None,
+) -> tuple[Setting, ...]:
+    """Every sysctl value of a profile, each with why (pure)."""
+    bmax, rmem, wmem = _BUFFERS[profile]
+    fast = profile != "guide"
+    settings = [
+        Setting("net.core.rmem_max", str(bmax),
+                f"largest receive buffer a socket may ask for ({profile} profile)", "host"),
+        Setting("net.core.wmem_max", str(bmax),
+                f"largest send buffer a socket may ask for ({profile} profile)", "host"),
+        Setting("net.ipv4.tcp_rmem", rmem,
+                "TCP receive autotuning min/default/max: lets gradient streams fill the link"),
+        Setting("net.ipv4.tcp_wmem", wmem,
+                "TCP send autotuning min/default/max"),
+        Setting("net.ipv4.tcp_fin_timeout", "30",
+                "free sockets of finished ranks sooner (guides' value; default 60)"),
+        Setting("net.ipv4.tcp_max_syn_backlog", "4096",
+                "every rank connects to the master at once at rendezvous"),
+        Setting("net.core.somaxconn", "4096",
+                "TCPStore's listen backlog: world-size connections arrive together "
+                "(raise it above the number of ranks for 4096+ ranks)"),
+    ]
+    if fast:
+        settings += [
+            Setting("net.ipv4.tcp_mtu_probing", "1",
+                    "recover from black-hole paths when jumbo frames are in use (ESnet)"),
+            Setting("net.core.netdev_max_backlog", "250000",
+                    "queue more packets per CPU before dropping at 10+ Gb/s (ESnet)", "host"),
+        ]
+    reserved = merge_reserved(reserved_now, (master_port, RDZV_PORT))
+    settings.append(Setting(
+        "net.ipv4.ip_local_reserved_ports", reserved,
+        f"keep MASTER_PORT {master_port} and the rendezvous port {RDZV_PORT} out of the "
+        "ephemeral range so an outgoing socket cannot take them"))
+    if port_range is not None:
+        settings.append(Setting(
+            "net.ipv4.ip_local_port_range", f"{port_range[0]} {port_range[1]}",
+            "a small explicit ephemeral range, so the firewall opens only these ports to "
+            "gloo/NCCL"))
+    return tuple(settings)
+
+
+def render_file(settings: tuple[Setting, ...], profile: str, reason: str) -> str:
+    lines = [
+        "# Written by `ddpnet tune`; `ddpnet tune --revert` removes it and restores the",
+        "# values the kernel had before. Do not append to /etc/sysctl.conf: this drop-in",
+        "# is the one place these keys are set.",
+        f"# profile: {profile} ({reason})",
+    ]
+    for s in settings:
+        lines += ["", f"# {s.why}", f"{s.key} = {s.value}"]
+    return "\n".join(lines) + "\n"
+
+
+def render(req: TuneRequest, facts: HostFacts) -> Part:
+    reason = req.sources.get("profile", "")
+    settings = profile_for(req.profile, req.master_port, facts.reserved_ports, req.port_range)
+    content = render_file(settings, req.profile, reason)
+    revert = tuple(
+        Command(("sysctl", "-q", "-w", f"{s.key}={facts.sysctl_now[s.key]}"),
+                f"restore {s.key} to its value before ddpnet")
+        for s in settings if s.key in facts.sysctl_now
+    )
+    return Part(
+        name="sysctl",
+        files=(FileChange(PATH, content, 0o644, "sysctl drop-in"),),
+        apply=(Command(("sysctl", "-q", "-p", PATH), "load the drop-in now"),),
+        revert=revert,
+        keep_first_revert=True,
+        notes=(f"profile {req.profile}: {reason}",),
+    )
+
