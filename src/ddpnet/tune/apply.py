@@ -218,10 +218,12 @@ def _is_live(root: Path) -> bool:
     return root.resolve() == Path("/")
 
 
-def apply(plan: Plan, root: Path, runner: Runner = run_command) -> Outcome:
-    """Write every file, run every part's commands; a second run changes nothing."""
+def apply(plan: Plan, root: Path, runner: Runner = run_command,
+          live: bool | None = None) -> Outcome:
+    """Write every file, run every part's commands (only when ``live``: the root is ``/``);
+    a second run changes nothing."""
     journal = Journal.load(root) or Journal(root)
-    live = _is_live(root)
+    live = _is_live(root) if live is None else live
     out = Outcome()
     for part in plan.parts:
         changed_files = False
@@ -288,13 +290,13 @@ def apply(plan: Plan, root: Path, runner: Runner = run_command) -> Outcome:
     return out
 
 
-def revert(root: Path, runner: Runner = run_command) -> Outcome:
+def revert(root: Path, runner: Runner = run_command, live: bool | None = None) -> Outcome:
     """Undo every command and restore every file byte for byte; remove what we added."""
     out = Outcome()
     journal = Journal.load(root)
     if journal is None:
         return out
-    live = _is_live(root)
+    live = _is_live(root) if live is None else live
     for name in reversed(list(journal.parts)):
         entry = journal.parts[name]
         for c in entry["revert"]:

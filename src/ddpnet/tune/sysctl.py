@@ -9,6 +9,7 @@ node), ``host`` keys only in the initial namespace.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
@@ -115,7 +116,8 @@ def render_file(settings: tuple[Setting, ...], profile: str, reason: str) -> str
         f"# profile: {profile} ({reason})",
     ]
     for s in settings:
-        lines += ["", f"# {s.why}", f"{s.key} = {s.value}"]
+        lines += ["", *textwrap.wrap(s.why, 88, initial_indent="# ", subsequent_indent="# "),
+                  f"{s.key} = {s.value}"]
     return "\n".join(lines) + "\n"
 
 

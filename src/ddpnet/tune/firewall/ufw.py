@@ -18,7 +18,7 @@ def rules(spec: PortSpec) -> tuple[tuple[str, ...], ...]:
 def render(spec: PortSpec, req: TuneRequest, facts: HostFacts) -> Part:
     return Part(
         name="firewall",
-        apply=tuple(Command(("ufw", "allow", *r, "comment", "ddpnet"),
+        apply=tuple(Command(("ufw", "allow", *r),
                             "open from the cluster subnet only (ufw skips an existing rule)")
                     for r in rules(spec)),
         revert=tuple(Command(("ufw", "delete", "allow", *r), "close again")

@@ -1,0 +1,187 @@
+"""``ddpnet tune``: render the guides' system set-up for this node, show it as unified diffs
+and commands, apply it (``--apply``, root) with backups and a journal, undo it (``--revert``)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddpnet.errors import RequirementError
+from ddpnet.tune.model import DISTROS, FIREWALLS, PROFILES, Plan
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise RequirementError(
+            f"ddpnet tune {what} needs root: it writes under /etc and loads kernel and "
+            "firewall settings",
+            f"run `sudo ddpnet tune {what} ...`, or leave out {what} for a dry run")
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    req, facts = plan.request, plan.facts
+    return {
+        "request": {
+            "distro": req.distro, "firewall": req.firewall, "profile": req.profile,
+            "master_port": req.master_port,
+            "cluster_subnet": str(req.cluster_subnet) if req.cluster_subnet else None,
+            "port_range": list(req.port_range) if req.port_range else None,
+            "static_ip": str(req.static_ip) if req.static_ip else None,
+            "gateway": req.gateway, "dns": list(req.dns), "sources": dict(req.sources),
+        },
+        "facts": {
+            "hostname": facts.hostname, "iface": facts.iface, "iface_reason": facts.iface_reason,
+            "address": facts.address, "mtu": facts.mtu, "speed_mbps": facts.speed_mbps,
+            "port_range": list(facts.port_range),
+        },
+        "parts": [p.to_dict() for p in plan.parts],
+    }
+
+
+def _print_plan(plan: Plan, diffs: list[Any], root: Path) -> None:
+    from ddpnet.cli.output import console
+
+    out = console()
+    req, facts = plan.request, plan.facts
+    out.print(f"[bold]ddpnet tune[/] (dry run) for [bold]{facts.hostname}[/]"
+              + (f" under {root}" if str(root) != "/" else ""))
+    out.print(f"  distro   {req.distro}  [dim]({req.sources.get('distro')})[/]")
+    out.print(f"  firewall {req.firewall}  [dim]({req.sources.get('firewall')})[/]")
+    out.print(f"  profile  {req.profile}  [dim]({req.sources.get('profile')})[/]")
+    out.print(f"  iface    {facts.iface}  [dim]({facts.iface_reason})[/]")
+    by_path = {d.path: d for d in diffs}
+    for part in plan.parts:
+        out.print(f"\n[bold]== {part.name}[/]")
+        for fc in part.files:
+            d = by_path[fc.path]
+            if d.action == "unchanged":
+                out.print(f"{fc.path}: unchanged")
+            else:
+                out.print(d.diff, markup=False, end="")
+        for c in part.apply:
+            out.print("would run: " + shlex.join(c.argv), markup=False)
+        for n in part.notes:
+            out.print("note: " + n, markup=False)
+        for w in part.warnings:
+            out.print("[yellow]warning:[/] ", end="")
+            out.print(w, markup=False)
+    out.print("\nNothing was changed. Apply with --apply (root); undo later with --revert.")
+
+
+def _print_outcome(title: str, outcome: Any) -> None:
+    from ddpnet.cli.output import console
+
+    out = console()
+    out.print(f"[bold]{title}[/]")
+    for f in outcome.files:
+        out.print(f"  {f['action']:<10} {f['path']}", markup=False)
+    for c in outcome.commands:
+        out.print(f"  {c['status']:<10} {shlex.join(c['argv'])}", markup=False)
+    for f in outcome.failed:
+        out.print(f"  [red]problem:[/] {f}")
+    if not outcome.files and not outcome.commands:
+        out.print("  nothing to do")
+
+
+@click.command("tune")
+@click.option("--distro", type=click.Choice(["auto", *DISTROS]), default="auto",
+              show_default=True, help="Target distribution (auto: /etc/os-release).")
+@click.option("--cluster-subnet", default=None, metavar="CIDR",
+              help="The only network the training ports are opened to.")
+@click.option("--master-port", default="29500", show_default=True, help="MASTER_PORT.")
+@click.option("--iface", default=None, help="Cluster interface (auto: ddpnet.net selection).")
+@click.option("--firewall", type=click.Choice(["auto", *FIREWALLS]), default="auto",
+              show_default=True, help="Firewall to render rules for (auto: the active one).")
+@click.option("--zone", default="public", show_default=True, help="firewalld zone.")
+@click.option("--profile", type=click.Choice(["auto", *PROFILES]), default="auto",
+              show_default=True, help="sysctl profile (auto: from the NIC's speed).")
+@click.option("--port-range", default=None, metavar="LO-HI",
+              help="Narrow ip_local_port_range and open only these ephemeral ports.")
+@click.option("--static-ip", default=None, metavar="ADDR/PREFIX", help="Static address.")
+@click.option("--gateway", default=None, help="Default gateway for --static-ip.")
+@click.option("--dns", default=None, metavar="A,B", help="DNS servers for --static-ip.")
+@click.option("--root", "root_dir", default="/", show_default=True, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Render into an alternate root (images, tests); commands are not run.")
+@click.option("--apply", "do_apply", is_flag=True, help="Write and load it (root).")
+@click.option("--revert", "do_revert", is_flag=True,
+              help="Undo every --apply: restore files byte for byte, remove what was added.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(
+    distro: str, cluster_subnet: str | None, master_port: str, iface: str | None,
+    firewall: str, zone: str, profile: str, port_range: str | None, static_ip: str | None,
+    gateway: str | None, dns: str | None, root_dir: Path, do_apply: bool, do_revert: bool,
+    as_json: bool,
+) -> int:
+    """Tune this node for multi-node training: sysctl drop-in, firewall rules open only to
+    the cluster subnet, SELinux report, static IP, /etc/hosts fix, GLOO/NCCL env file.
+
+    Without --apply it is a dry run: a unified diff per file and the commands it would run.
+    """
+    from ddpnet.cli.output import emit_json
+    from ddpnet.errors import ConfigError
+    from ddpnet.tune import apply as ap
+
+    if do_apply and do_revert:
+        raise ConfigError("--apply and --revert together", "choose one")
+    if not root_dir.is_dir():
+        raise ConfigError(f"--root {root_dir} is not a directory", "create it first")
+    if do_revert:
+        _need_root("--revert")
+        outcome = ap.revert(root_dir)
+        if as_json:
+            emit_json({"mode": "revert", "outcome": outcome.to_dict()})
+        else:
+            _print_outcome("ddpnet tune --revert", outcome)
+        return 1 if outcome.failed else 0
+
+    from ddpnet.tune.facts import firewall_active, gather
+    from ddpnet.tune.plan import build_plan, build_request
+
+    os_release = None
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        p = root_dir / rel
+        if p.is_file():
+            os_release = p.read_text(errors="replace")
+            break
+    live = root_dir.resolve() == Path("/")
+    active = firewall_active(root_dir, live) if firewall == "auto" else {}
+    # first pass for distro/firewall/subnet (cheap, pure); then facts; then the full request
+    pre = build_request(distro=distro, firewall=firewall, profile="guide",
+                        master_port=master_port, cluster_subnet=cluster_subnet,
+                        port_range=port_range, static_ip=static_ip, gateway=gateway, dns=dns,
+                        zone=zone, os_release=os_release, firewall_active=active)
+    facts = gather(root_dir, iface=iface, subnet=pre.cluster_subnet, distro=pre.distro)
+    req = build_request(distro=pre.distro if distro == "auto" else distro,
+                        firewall=pre.firewall if firewall == "auto" else firewall,
+                        profile=profile, master_port=master_port,
+                        cluster_subnet=cluster_subnet, port_range=port_range,
+                        static_ip=static_ip, gateway=gateway, dns=dns, zone=zone,
+                        speed_mbps=facts.speed_mbps)
+    req = type(req)(**{**req.__dict__, "sources": {**req.sources,
+                                                   "distro": pre.sources["distro"],
+                                                   "firewall": pre.sources["firewall"]}})
+    plan = build_plan(req, facts)
+    if not do_apply:
+        diffs = ap.dry_run(plan, root_dir)
+        if as_json:
+            emit_json({"mode": "dry-run", **plan_dict(plan),
+                       "files": [d.to_dict() for d in diffs]})
+        else:
+            _print_plan(plan, diffs, root_dir)
+        return 0
+    _need_root("--apply")
+    outcome = ap.apply(plan, root_dir)
+    if as_json:
+        emit_json({"mode": "apply", **plan_dict(plan), "outcome": outcome.to_dict()})
+    else:
+        _print_outcome("ddpnet tune --apply" + ("" if outcome.changed else " (no changes)"),
+                       outcome)
+        for part in plan.parts:
+            for w in part.warnings:
+                click.echo(f"warning: {w}")
+    return 0
