@@ -128,10 +128,16 @@ def command(
 
     if do_apply and do_revert:
         raise ConfigError("--apply and --revert together", "choose one")
-    if not root_dir.is_dir():
-        raise ConfigError(f"--root {root_dir} is not a directory", "create it first")
+    if do_apply or do_revert:
+        _need_root("--apply" if do_apply else "--revert")
+    try:
+        if not root_dir.is_dir():
+            raise ConfigError(f"--root {root_dir} is not a directory", "create it first")
+        os.listdir(root_dir)
+    except PermissionError:
+        raise ConfigError(f"--root {root_dir} is not readable by this user",
+                          "run as a user who can read it (or as root)") from None
     if do_revert:
-        _need_root("--revert")
         outcome = ap.revert(root_dir)
         if as_json:
             emit_json({"mode": "revert", "outcome": outcome.to_dict()})
@@ -174,7 +180,6 @@ def command(
         else:
             _print_plan(plan, diffs, root_dir)
         return 0
-    _need_root("--apply")
     outcome = ap.apply(plan, root_dir)
     if as_json:
         emit_json({"mode": "apply", **plan_dict(plan), "outcome": outcome.to_dict()})

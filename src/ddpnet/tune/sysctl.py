@@ -59,7 +59,8 @@ def merge_reserved(current: str, ports: tuple[int, ...]) -> str:
         return False
 
     items += [str(p) for p in ports if not covered(p)]
-    return ",".join(items)
+    # sorted, as the kernel prints it back, so the file and `sysctl -n` agree
+    return ",".join(sorted(set(items), key=lambda x: int(x.partition("-")[0] or 0)))
 
 
 def profile_for(
