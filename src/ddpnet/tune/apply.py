@@ -9,6 +9,7 @@ root they are listed and skipped.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -210,7 +211,8 @@ def _run_cmd(cmd: Command, runner: Runner, out: Outcome, part: str) -> bool:
     out.commands.append({"part": part, "argv": list(cmd.argv),
                          "status": "ran" if rc == 0 else f"failed ({rc})", "output": text})
     if rc != 0:
-        out.failed.append(f"{' '.join(cmd.argv)}: exit {rc}: {text.splitlines()[-1] if text else ''}")
+        last = text.splitlines()[-1] if text else ""
+        out.failed.append(f"{' '.join(cmd.argv)}: exit {rc}: {last}")
     return rc == 0
 
 
@@ -323,8 +325,6 @@ def revert(root: Path, runner: Runner = run_command, live: bool | None = None) -
     shutil.rmtree(under(root, BACKUPS), ignore_errors=True)
     under(root, JOURNAL).unlink(missing_ok=True)
     for d in reversed(journal.dirs):
-        try:
+        with contextlib.suppress(OSError):  # not empty: something else lives there now
             under(root, d).rmdir()
-        except OSError:
-            pass  # not empty: something else lives there now
     return out

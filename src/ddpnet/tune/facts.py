@@ -93,7 +93,7 @@ def firewall_active(root: Path, live: bool) -> dict[str, bool]:
     active["nftables"] = rc == 0 and _nft_filters_input(ruleset)
     rc, rules = _quiet(("iptables", "-S", "INPUT"))
     active["iptables"] = rc == 0 and any(
-        line.startswith("-A INPUT") and "DDPNET" not in line or line == "-P INPUT DROP"
+        (line.startswith("-A INPUT") and "DDPNET" not in line) or line == "-P INPUT DROP"
         for line in rules.splitlines())
     return active
 

@@ -54,9 +54,9 @@ def parse_static_ip(text: str, gateway: str | None) -> IPInterface:
         raise ConfigError(f"--static-ip {text} has no prefix", f"e.g. --static-ip {text}/24")
     net = iface.network
     if net.num_addresses > 2 and iface.ip in (net.network_address, net.broadcast_address):
-        raise ConfigError(
-            f"--static-ip {text} is the {'network' if iface.ip == net.network_address else 'broadcast'}"
-            f" address of {net}, not a host in it", f"pick a host address inside {net}")
+        which = "network" if iface.ip == net.network_address else "broadcast"
+        raise ConfigError(f"--static-ip {text} is the {which} address of {net}, not a host in it",
+                          f"pick a host address inside {net}")
     if gateway is not None:
         try:
             gw = ipaddress.ip_address(gateway)

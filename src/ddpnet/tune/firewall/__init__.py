@@ -32,14 +32,18 @@ class PortSpec:
         return self.subnet.version
 
     def ranges(self) -> tuple[tuple[int, int, str], ...]:
-        """(lo, hi, what) without duplicates, in a stable order."""
-        out: list[tuple[int, int, str]] = []
-        for lo, hi, what in (
+        """(lo, hi, what), leaving out a port another item already covers, stable order."""
+        items = (
             (self.master_port, self.master_port, "MASTER_PORT (TCPStore)"),
             (self.rdzv_port, self.rdzv_port, "torchrun c10d rendezvous"),
             (self.ephemeral[0], self.ephemeral[1], "ephemeral range gloo/NCCL listen on"),
-        ):
-            if not any(a <= lo and hi <= b for a, b, _ in out):
+        )
+        out: list[tuple[int, int, str]] = []
+        for i, (lo, hi, what) in enumerate(items):
+            covered = any((a <= lo and hi <= b and (a, b) != (lo, hi)) or
+                          ((a, b) == (lo, hi) and j < i)
+                          for j, (a, b, _) in enumerate(items) if j != i)
+            if not covered:
                 out.append((lo, hi, what))
         return tuple(out)
 

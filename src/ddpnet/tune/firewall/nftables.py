@@ -17,7 +17,9 @@ TABLE = ("inet", "ddpnet")
 
 
 def main_conf(distro: str) -> str:
-    return "/etc/nftables.conf" if distro in ("ubuntu", "debian") else "/etc/sysconfig/nftables.conf"
+    if distro in ("ubuntu", "debian"):
+        return "/etc/nftables.conf"
+    return "/etc/sysconfig/nftables.conf"
 
 
 def port_set(spec: PortSpec) -> str:
