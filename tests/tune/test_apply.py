@@ -135,7 +135,7 @@ def test_commands_run_once_and_revert_in_reverse(tmp_path: Path) -> None:
     run = FakeRunner()
     run.checks[("iptables", "-C", "INPUT", "-j", "DDPNET")] = 1  # not jumped to yet
     ap.apply(plan, tmp_path, run, live=True)
-    assert run.ran == [("sysctl", "-q", "-p", "/etc/sysctl.d/90-ddpnet.conf"),
+    assert run.ran == [("sysctl", "-q", "-e", "-p", "/etc/sysctl.d/90-ddpnet.conf"),
                        ("iptables-restore", "--noflush", "/etc/ddpnet/firewall.iptables"),
                        ("iptables", "-I", "INPUT", "1", "-j", "DDPNET")]
     run.ran.clear()
@@ -146,7 +146,7 @@ def test_commands_run_once_and_revert_in_reverse(tmp_path: Path) -> None:
     # the firewall reloads its file
     plan2 = build_plan(request("rhel9", "iptables", master_port=29600), FACTS)
     ap.apply(plan2, tmp_path, run, live=True)
-    assert ("sysctl", "-q", "-p", "/etc/sysctl.d/90-ddpnet.conf") in run.ran
+    assert ("sysctl", "-q", "-e", "-p", "/etc/sysctl.d/90-ddpnet.conf") in run.ran
     assert ("iptables-restore", "--noflush", "/etc/ddpnet/firewall.iptables") in run.ran
     run.ran.clear()
 

@@ -162,3 +162,15 @@ def test_validation_edges() -> None:
         parse_static_ip("10.0.0.255/24", None)
     with pytest.raises(ConfigError, match="itself"):
         parse_static_ip("10.0.0.5/24", "10.0.0.5")
+
+
+def test_sysctl_mismatches_name_what_the_kernel_did_not_take() -> None:
+    content = sysctl.render_file(sysctl.profile_for("guide", 29500), "guide", "test")
+    live: dict[str, str | None] = {k: v for k, v in sysctl.settings_in(content).items()}
+    assert sysctl.mismatches(content, live) == ()
+    live["net.ipv4.tcp_rmem"] = "4096\t87380\t16777216\n"  # the kernel prints tabs
+    assert sysctl.mismatches(content, live) == ()
+    live["net.core.rmem_max"] = "4194304\n"
+    live["net.core.wmem_max"] = None
+    found = sysctl.mismatches(content, live)
+    assert len(found) == 2 and "refused" in found[0] and "not in this kernel" in found[1]

@@ -181,12 +181,33 @@ def command(
             _print_plan(plan, diffs, root_dir)
         return 0
     outcome = ap.apply(plan, root_dir)
+    not_taken = _sysctl_not_taken(plan) if live else ()
     if as_json:
-        emit_json({"mode": "apply", **plan_dict(plan), "outcome": outcome.to_dict()})
+        emit_json({"mode": "apply", **plan_dict(plan), "outcome": outcome.to_dict(),
+                   "sysctl_not_taken": list(not_taken)})
     else:
         _print_outcome("ddpnet tune --apply" + ("" if outcome.changed else " (no changes)"),
                        outcome)
         for part in plan.parts:
             for w in part.warnings:
                 click.echo(f"warning: {w}")
+        for m in not_taken:
+            click.echo(f"warning: sysctl {m}")
     return 0
+
+
+def _sysctl_not_taken(plan: Plan) -> tuple[str, ...]:
+    """Read back every key of the drop-in from /proc/sys after it was loaded."""
+    from ddpnet.tune import sysctl
+
+    part = plan.part("sysctl")
+    if part is None or not part.files:
+        return ()
+    content = part.files[0].content
+    live: dict[str, str | None] = {}
+    for key in sysctl.settings_in(content):
+        try:
+            live[key] = Path("/proc/sys", *key.split(".")).read_text()
+        except OSError:
+            live[key] = None
+    return sysctl.mismatches(content, live)

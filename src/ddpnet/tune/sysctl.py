@@ -10,6 +10,7 @@ node), ``host`` keys only in the initial namespace.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
@@ -134,9 +135,34 @@ def render(req: TuneRequest, facts: HostFacts) -> Part:
     return Part(
         name="sysctl",
         files=(FileChange(PATH, content, 0o644, "sysctl drop-in"),),
-        apply=(Command(("sysctl", "-q", "-p", PATH), "load the drop-in now"),),
+        apply=(Command(("sysctl", "-q", "-e", "-p", PATH),
+                       "load the drop-in now (-e: a container lacks the host-wide keys)"),),
         revert=revert,
         keep_first_revert=True,
         notes=(f"profile {req.profile}: {reason}",),
     )
 
+
+
+def settings_in(content: str) -> dict[str, str]:
+    """``key -> value`` of a drop-in (comments and blank lines skipped)."""
+    out: dict[str, str] = {}
+    for line in content.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.strip().startswith(("#", ";")):
+            out[key.strip()] = " ".join(value.split())
+    return out
+
+
+def mismatches(content: str, live: Mapping[str, str | None]) -> tuple[str, ...]:
+    """Keys the kernel did not take after ``sysctl -p`` (``sysctl -e`` does not fail on
+    them): absent in this namespace, or refused (a host-wide key from inside a container)."""
+    out = []
+    for key, want in settings_in(content).items():
+        got = live.get(key)
+        if got is None:
+            out.append(f"{key}: not in this kernel/namespace (host-wide key in a container?)")
+        elif " ".join(got.split()) != want:
+            out.append(f"{key} = {' '.join(got.split())}, not {want}: the kernel refused it "
+                       "(set it on the host, outside the container)")
+    return tuple(out)
