@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import sys
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -141,3 +142,17 @@ def test_sysctl_file_loads_in_a_namespace(lab: Lab, tmp_path: Path) -> None:
         got = lab.exec(1, ["sysctl", "-n", s.key]).stdout.split()
         assert got == s.value.split(), s.key
     assert Path("/proc/sys/net/ipv4/tcp_fin_timeout").read_text() == host_before
+
+
+def test_env_file_follows_the_net_selection(lab: Lab, tmp_path: Path) -> None:
+    """Without --iface or a subnet, the interface is ddpnet.net's route toward MASTER_ADDR."""
+    env = {"MASTER_ADDR": lab.master_addr, "MASTER_PORT": "29500", "WORLD_SIZE": "3",
+           "RANK": "1"}
+    proc = lab.exec(1, [sys.executable, "-m", "ddpnet", "tune", "--root", str(tmp_path),
+                        "--distro", "debian", "--firewall", "none", "--json"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["facts"]["iface"] == lab.nodes[1].ifname
+    assert f"MASTER_ADDR {lab.master_addr}" in data["facts"]["iface_reason"]
+    env_file = next(f for f in data["files"] if f["path"] == "/etc/profile.d/ddpnet.sh")
+    assert f'GLOO_SOCKET_IFNAME:={lab.nodes[1].ifname}' in env_file["diff"]

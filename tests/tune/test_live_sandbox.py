@@ -53,6 +53,8 @@ SCRIPT = textwrap.dedent("""
     state applied
     {py} -m ddpnet tune {args} --apply --json > $T/out/apply2.json
     getent hosts tnnode > $T/out/resolved || true
+    {py} -m ddpnet tune --distro debian --cluster-subnet 198.18.5.0/24 --master-port 29511 \\
+        --profile 10g --iface tn0 --json > $T/out/auto.json
     {py} -m ddpnet tune --revert --json > $T/out/revert.json
     state reverted
 """)
@@ -90,6 +92,14 @@ def test_live_apply_and_revert_in_a_sandbox(tmp_path: Path) -> None:
     assert not any("tcp_rmem" in m or "somaxconn" in m for m in not_taken), not_taken
     second = json.loads(read("apply2.json"))["outcome"]
     assert second["changed"] is False and not second["failed"]
+
+    # --firewall auto after an apply: our own table is not "an active firewall", but the
+    # journal says what was applied, so a re-run renders the same (no diff)
+    auto = json.loads(read("auto.json"))
+    assert auto["request"]["firewall"] == "nftables", auto["request"]
+    assert "journal" in auto["request"]["sources"]["firewall"]
+    changed = {f["path"]: f["diff"] for f in auto["files"] if f["action"] != "unchanged"}
+    assert changed == {}, changed
 
     revert = json.loads(read("revert.json"))["outcome"]
     assert not revert["failed"]

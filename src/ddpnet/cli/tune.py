@@ -156,6 +156,13 @@ def command(
             break
     live = root_dir.resolve() == Path("/")
     active = firewall_active(root_dir, live) if firewall == "auto" else {}
+    fw_source = ""
+    if firewall == "auto":
+        # our own table/chain does not count as "a firewall is active", but what we applied
+        # before is what a re-run must render again
+        previous = _previous_firewall(ap.Journal.load(root_dir))
+        if previous and not any(active.values()):
+            firewall, fw_source = previous, "applied by an earlier --apply (journal)"
     # first pass for distro/firewall/subnet (cheap, pure); then facts; then the full request
     pre = build_request(distro=distro, firewall=firewall, profile="guide",
                         master_port=master_port, cluster_subnet=cluster_subnet,
@@ -170,7 +177,8 @@ def command(
                         speed_mbps=facts.speed_mbps)
     req = type(req)(**{**req.__dict__, "sources": {**req.sources,
                                                    "distro": pre.sources["distro"],
-                                                   "firewall": pre.sources["firewall"]}})
+                                                   "firewall": fw_source
+                                                   or pre.sources["firewall"]}})
     plan = build_plan(req, facts)
     if not do_apply:
         diffs = ap.dry_run(plan, root_dir)
@@ -194,6 +202,15 @@ def command(
         for m in not_taken:
             click.echo(f"warning: sysctl {m}")
     return 0
+
+
+def _previous_firewall(journal: Any) -> str | None:
+    """The firewall an earlier --apply loaded, from its journal."""
+    if journal is None or "firewall" not in journal.parts:
+        return None
+    tool = journal.parts["firewall"]["apply"][0]["argv"][0]
+    return {"nft": "nftables", "iptables-restore": "iptables", "ip6tables-restore": "iptables",
+            "firewall-cmd": "firewalld", "ufw": "ufw"}.get(tool)
 
 
 def _sysctl_not_taken(plan: Plan) -> tuple[str, ...]:
