@@ -29,6 +29,8 @@ BASE = ("tune", "--distro", "debian", "--firewall", "nftables")
     (("--cluster-subnet", "10.0.0.0/24", "--gateway", "10.0.0.1"), "without --static-ip"),
     (("--cluster-subnet", "10.0.0.0/24", "--port-range", "60000-50000"), "LO < HI"),
     ((), "--cluster-subnet is required"),
+    (("--cluster-subnet", "fd00::/64", "--static-ip", "fd00::5/64", "--dns", "10.0.0.2"),
+     "not IPv6"),
 ])
 def test_bad_input_exits_2(run_cli: RunCli, args: tuple[str, ...], needle: str) -> None:
     assert_user_error(run_cli(*BASE, *args), 2, needle)

@@ -4,6 +4,7 @@ and ``firewall-offline-cmd`` (firewalld's own parser), when installed
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.tune.fixtures import FACTS, request
 @pytest.mark.parametrize("static_ip,gateway,dns", [
     ("10.0.0.11/24", "10.0.0.1", "10.0.0.2,10.0.0.3"),
     ("10.0.0.11/24", None, None),
-    ("fd00::11/64", "fd00::1", "fd00::2"),
+    ("fd00::11/64", "fd00::1", "fd00::2,fd00::3"),
 ])
 def test_netplan_generate_accepts_the_yaml(tmp_path: Path, static_ip: str, gateway: str | None,
                                            dns: str | None) -> None:
@@ -74,3 +75,54 @@ def test_firewalld_commands_parse_and_round_trip(tmp_path: Path) -> None:
         if "--permanent" in c.argv:
             assert _offline(c.argv, tmp_path).returncode == 0
     assert "10.0.0.0/24" not in (tmp_path / "zones/public.xml").read_text()
+
+
+def _keyfile(text: str) -> dict[str, dict[str, str]]:
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    out = {s: dict(parser[s]) for s in parser.sections()}
+    out["connection"].pop("uuid", None)
+    out.get("ipv6", {}).pop("addr-gen-mode", None)  # nmcli prints the default
+    return out
+
+
+@pytest.mark.skipif(shutil.which("nmcli") is None, reason="needs nmcli (network-manager)")
+@pytest.mark.parametrize("static_ip,gateway,subnet,dns", [
+    ("10.0.0.11/24", "10.0.0.1", "10.0.0.0/24", "10.0.0.2,10.0.0.3"),
+    ("fd00::11/64", "fd00::1", "fd00::/64", "fd00::2"),
+])
+def test_nm_keyfile_parses_and_equals_the_nmcli_equivalent(
+        static_ip: str, gateway: str, subnet: str, dns: str) -> None:
+    """``nmcli --offline`` (no daemon) reads our keyfile and builds one from the printed
+    nmcli command: both describe the same connection."""
+    from ddpnet.tune.netconf.nm import nmcli_argv
+
+    req = request("rhel9", "none", static_ip=static_ip, gateway=gateway, cluster_subnet=subnet,
+                  dns=dns)
+    part = build_plan(req, FACTS).part("static-ip")
+    assert part is not None
+    ours = subprocess.run(["nmcli", "--offline", "connection", "modify"],
+                          input=part.files[0].content, capture_output=True, text=True,
+                          timeout=30)
+    assert ours.returncode == 0, ours.stderr
+    theirs = subprocess.run(["nmcli", "--offline", *nmcli_argv(req, FACTS)[1:]],
+                            capture_output=True, text=True, timeout=30)
+    assert theirs.returncode == 0, theirs.stderr
+    assert _keyfile(ours.stdout) == _keyfile(theirs.stdout)
+    assert _keyfile(ours.stdout)["ethernet"]["mtu"] == "9000"
+
+
+@pytest.mark.skipif(shutil.which("ufw") is None or os.geteuid() != 0,
+                    reason="needs ufw and root")
+def test_ufw_commands_parse(tmp_path: Path) -> None:
+    """``ufw --dry-run`` parses each rule and prints the iptables rule it would add."""
+    part = build_plan(request("ubuntu", "ufw"), FACTS).part("firewall")
+    assert part is not None and len(part.apply) == 3
+    for c, port in zip(part.apply, ("29500", "29400", "32768:60999"), strict=True):
+        proc = subprocess.run(["ufw", "--dry-run", *c.argv[1:]], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"-A ufw-user-input -p tcp --dport {port} -s 10.0.0.0/24 -j ACCEPT" in \
+            proc.stdout.replace("-m multiport --dports", "--dport")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 
 from ddpnet.errors import ConfigError
@@ -61,11 +62,17 @@ def build_request(
     if ip is not None and subnet is not None and ip.version != subnet.version:
         raise ConfigError(f"--static-ip {ip} and --cluster-subnet {subnet} are different "
                           "IP versions", "use one family for both")
+    servers = parse_dns(dns)
+    if ip is not None:
+        wrong = [d for d in servers if ipaddress.ip_address(d).version != ip.version]
+        if wrong:
+            raise ConfigError(f"--dns {','.join(wrong)}: not IPv{ip.version} like --static-ip "
+                              f"{ip}", f"give IPv{ip.version} DNS servers for this address")
     return TuneRequest(
         distro=distro, firewall=firewall, profile=profile, master_port=port,
         cluster_subnet=subnet,
         port_range=parse_port_range(port_range) if port_range else None,
-        static_ip=ip, gateway=gateway, dns=parse_dns(dns), zone=zone, sources=sources,
+        static_ip=ip, gateway=gateway, dns=servers, zone=zone, sources=sources,
     )
 
 

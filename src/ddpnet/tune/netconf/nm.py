@@ -48,15 +48,17 @@ def render_keyfile(req: TuneRequest, facts: HostFacts) -> str:
 def nmcli_argv(req: TuneRequest, facts: HostFacts) -> tuple[str, ...]:
     assert req.static_ip is not None
     fam = f"ipv{req.static_ip.version}"
+    other = ("ipv6", "ignore") if fam == "ipv4" else ("ipv4", "disabled")
     argv = ["nmcli", "connection", "add", "type", "ethernet", "con-name",
-            con_name(facts.iface), "ifname", facts.iface, f"{fam}.method", "manual",
-            f"{fam}.addresses", str(req.static_ip)]
+            con_name(facts.iface), "ifname", facts.iface, "connection.autoconnect-priority",
+            "10", f"{fam}.method", "manual", f"{fam}.addresses", str(req.static_ip)]
     if req.gateway:
         argv += [f"{fam}.gateway", req.gateway]
     if req.dns:
         argv += [f"{fam}.dns", ",".join(req.dns)]
     if facts.mtu:
         argv += ["802-3-ethernet.mtu", str(facts.mtu)]
+    argv += [f"{other[0]}.method", other[1]]
     return tuple(argv)
 
 
