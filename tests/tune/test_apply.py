@@ -186,3 +186,18 @@ def test_failed_command_leaves_a_journal_that_reverts(tmp_path: Path) -> None:
     ap.revert(root, run, live=True)
     assert ("nft", "delete", "table", "inet", "ddpnet") in run.ran
     assert snapshot(root) == before
+
+
+def test_a_second_apply_at_the_same_time_is_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    from ddpnet.errors import ConfigError
+
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="another ddpnet tune"):
+            ap.apply(build_plan(request("debian", "none"), FACTS), tmp_path, FakeRunner())
+    finally:
+        os.close(fd)
+    assert list(tmp_path.iterdir()) == []

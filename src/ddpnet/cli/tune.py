@@ -96,7 +96,8 @@ def _print_outcome(title: str, outcome: Any) -> None:
 @click.option("--iface", default=None, help="Cluster interface (auto: ddpnet.net selection).")
 @click.option("--firewall", type=click.Choice(["auto", *FIREWALLS]), default="auto",
               show_default=True, help="Firewall to render rules for (auto: the active one).")
-@click.option("--zone", default="public", show_default=True, help="firewalld zone.")
+@click.option("--zone", default=None,
+              help="firewalld zone for the rules (default: firewalld's default zone).")
 @click.option("--profile", type=click.Choice(["auto", *PROFILES]), default="auto",
               show_default=True, help="sysctl profile (auto: from the NIC's speed).")
 @click.option("--port-range", default=None, metavar="LO-HI",
@@ -113,7 +114,7 @@ def _print_outcome(title: str, outcome: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     distro: str, cluster_subnet: str | None, master_port: str, iface: str | None,
-    firewall: str, zone: str, profile: str, port_range: str | None, static_ip: str | None,
+    firewall: str, zone: str | None, profile: str, port_range: str | None, static_ip: str | None,
     gateway: str | None, dns: str | None, root_dir: Path, do_apply: bool, do_revert: bool,
     as_json: bool,
 ) -> int:
@@ -167,18 +168,21 @@ def command(
     pre = build_request(distro=distro, firewall=firewall, profile="guide",
                         master_port=master_port, cluster_subnet=cluster_subnet,
                         port_range=port_range, static_ip=static_ip, gateway=gateway, dns=dns,
-                        zone=zone, os_release=os_release, firewall_active=active)
+                        zone=zone or "public", os_release=os_release,
+                        firewall_active=active)
     facts = gather(root_dir, iface=iface, subnet=pre.cluster_subnet, distro=pre.distro)
     req = build_request(distro=pre.distro if distro == "auto" else distro,
                         firewall=pre.firewall if firewall == "auto" else firewall,
                         profile=profile, master_port=master_port,
                         cluster_subnet=cluster_subnet, port_range=port_range,
-                        static_ip=static_ip, gateway=gateway, dns=dns, zone=zone,
+                        static_ip=static_ip, gateway=gateway, dns=dns, zone=zone or "public",
                         speed_mbps=facts.speed_mbps)
     req = type(req)(**{**req.__dict__, "sources": {**req.sources,
                                                    "distro": pre.sources["distro"],
                                                    "firewall": fw_source
                                                    or pre.sources["firewall"]}})
+    if req.firewall == "firewalld" and zone is None and live:
+        req = type(req)(**{**req.__dict__, "zone": _firewalld_default_zone()})
     plan = build_plan(req, facts)
     if not do_apply:
         diffs = ap.dry_run(plan, root_dir)
@@ -202,6 +206,13 @@ def command(
         for m in not_taken:
             click.echo(f"warning: sysctl {m}")
     return 0
+
+
+def _firewalld_default_zone() -> str:
+    from ddpnet.tune.facts import _quiet
+
+    rc, out = _quiet(("firewall-cmd", "--get-default-zone"))
+    return out.strip() if rc == 0 and out.strip() else "public"
 
 
 def _previous_firewall(journal: Any) -> str | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,22 @@ def _run_cmd(cmd: Command, runner: Runner, out: Outcome, part: str) -> bool:
     return rc == 0
 
 
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One apply/revert per root at a time (flock on the root directory itself, so the lock
+    leaves nothing behind)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another ddpnet tune --apply/--revert is running on {root}",
+                              "wait for it to finish, then run again") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def _is_live(root: Path) -> bool:
     return root.resolve() == Path("/")
 
@@ -224,6 +241,11 @@ def apply(plan: Plan, root: Path, runner: Runner = run_command,
           live: bool | None = None) -> Outcome:
     """Write every file, run every part's commands (only when ``live``: the root is ``/``);
     a second run changes nothing."""
+    with _locked(root):
+        return _apply(plan, root, runner, live)
+
+
+def _apply(plan: Plan, root: Path, runner: Runner, live: bool | None) -> Outcome:
     journal = Journal.load(root) or Journal(root)
     live = _is_live(root) if live is None else live
     out = Outcome()
@@ -294,6 +316,11 @@ def apply(plan: Plan, root: Path, runner: Runner = run_command,
 
 def revert(root: Path, runner: Runner = run_command, live: bool | None = None) -> Outcome:
     """Undo every command and restore every file byte for byte; remove what we added."""
+    with _locked(root):
+        return _revert(root, runner, live)
+
+
+def _revert(root: Path, runner: Runner, live: bool | None) -> Outcome:
     out = Outcome()
     journal = Journal.load(root)
     if journal is None:
