@@ -4,6 +4,7 @@ choice, SELinux report, port spec, input validation."""
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 import pytest
 
@@ -174,3 +175,30 @@ def test_sysctl_mismatches_name_what_the_kernel_did_not_take() -> None:
     live["net.core.wmem_max"] = None
     found = sysctl.mismatches(content, live)
     assert len(found) == 2 and "refused" in found[0] and "not in this kernel" in found[1]
+
+
+AUDIT = (
+    'type=AVC msg=audit(1700000000.1:10): avc:  denied  { name_bind } for  pid=812 '
+    'comm="python3" src=29500 scontext=system_u:system_r:trainer_t:s0 '
+    'tcontext=system_u:object_r:unreserved_port_t:s0 tclass=tcp_socket permissive=0\n'
+    'type=AVC msg=audit(1700000000.2:11): avc:  denied  { name_connect } for  pid=813 '
+    'comm="python3" dest=40001 scontext=system_u:system_r:trainer_t:s0 '
+    'tcontext=system_u:object_r:ephemeral_port_t:s0 tclass=tcp_socket permissive=0\n'
+    'type=AVC msg=audit(1700000000.3:12): avc:  denied  { name_bind } for  pid=9 '
+    'comm="nginx" src=8080 scontext=system_u:system_r:httpd_t:s0 '
+    'tcontext=system_u:object_r:http_cache_port_t:s0 tclass=tcp_socket permissive=0\n'
+    'type=AVC msg=audit(1700000000.4:13): avc:  denied  { read } for  pid=9 comm="python3" '
+    'name="x" scontext=a:b:trainer_t:s0 tcontext=a:b:etc_t:s0 tclass=file permissive=0\n'
+)
+
+
+def test_selinux_names_the_denials_of_training_ports_and_their_fix() -> None:
+    denials = selinux.port_denials(AUDIT, lambda p: p == 29500 or 32768 <= p <= 60999)
+    assert [(d.perm, d.comm, d.port, d.domain, d.port_type) for d in denials] == [
+        ("name_bind", "python3", 29500, "trainer_t", "unreserved_port_t"),
+        ("name_connect", "python3", 40001, "trainer_t", "ephemeral_port_t")]
+    facts = replace(FACTS, audit_log=AUDIT)
+    part = build_plan(request("rhel9", "firewalld"), facts).part("selinux")
+    assert part is not None and len(part.warnings) == 2
+    assert "audit2allow -M ddpnet_python3" in part.warnings[0]
+    assert "setenforce" not in " ".join(part.warnings)

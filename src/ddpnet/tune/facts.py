@@ -60,6 +60,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _tail(path: Path, size: int = 1 << 20) -> str | None:
+    """The last ``size`` bytes of a log (recent denials), or None."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - size))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return None
+
+
 def _quiet(argv: Sequence[str]) -> tuple[int, str]:
     if shutil.which(argv[0]) is None:
         return 127, ""
@@ -163,4 +173,5 @@ def gather(
                         if live else ""),
         sysctl_now=sysctl_now, selinux_enforce=enforce,
         selinux_config=_read(root / "etc/selinux/config"), files=files,
+        audit_log=_tail(root / "var/log/audit/audit.log"),
     )

@@ -50,6 +50,7 @@ class HostFacts:
     sysctl_now: Mapping[str, str] = field(default_factory=dict)  # key -> live value
     selinux_enforce: str | None = None  # contents of /sys/fs/selinux/enforce, None if absent
     selinux_config: str | None = None  # /etc/selinux/config
+    audit_log: str | None = None  # the tail of /var/log/audit/audit.log (AVC denials)
     files: Mapping[str, str] = field(default_factory=dict)  # path -> current text we edit
 
 
