@@ -63,7 +63,7 @@ def render(spec: PortSpec, req: TuneRequest, facts: HostFacts) -> Part:
     conf = main_conf(req.distro)
     current = facts.files.get(conf)
     if current is None:
-        warnings.append(f"{conf} not found: the table is loaded now but not at boot; "
+        warnings.append(f"{conf} not found: --apply loads the table, but nothing loads it at boot; "
                         f"add `{include_line()}` to your nftables configuration")
     elif RULES not in current:
         sep = "" if current.endswith("\n") or not current else "\n"
