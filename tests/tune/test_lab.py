@@ -156,3 +156,71 @@ def test_env_file_follows_the_net_selection(lab: Lab, tmp_path: Path) -> None:
     assert f"MASTER_ADDR {lab.master_addr}" in data["facts"]["iface_reason"]
     env_file = next(f for f in data["files"] if f["path"] == "/etc/profile.d/ddpnet.sh")
     assert f'GLOO_SOCKET_IFNAME:={lab.nodes[1].ifname}' in env_file["diff"]
+
+
+TRAIN = textwrap.dedent("""
+    import datetime, torch, torch.distributed as dist
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    print("sum", int(t.item()), flush=True)
+    dist.destroy_process_group()
+""")
+
+BASELINE = [  # a host firewall that drops everything new it does not know (like firewalld)
+    ["iptables", "-P", "INPUT", "DROP"],
+    ["iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+     "-j", "ACCEPT"],
+    ["iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],
+]
+
+
+@pytest.mark.slow
+def test_gloo_training_runs_through_the_opened_ports_only(lab: Lab, tmp_path: Path) -> None:
+    """Behind a default-drop firewall, the ports tune opens (MASTER_PORT and the narrowed
+    ephemeral range, loaded with the rendered sysctl) are all a real gloo job needs."""
+    req = build_request(distro="debian", firewall="iptables", profile="guide",
+                        master_port=MASTER_PORT + 1, cluster_subnet=cluster_subnet(lab),
+                        port_range=f"{EPHEMERAL[0]}-{EPHEMERAL[1]}")
+    plan = build_plan(req, FACTS)
+    netns_sysctl = tmp_path / "netns.conf"
+    netns_sysctl.write_text(render_file(tuple(
+        s for s in profile_for("guide", req.master_port, "", EPHEMERAL) if s.scope == "netns"),
+        "guide", "lab"))
+    fw = firewall_only(plan)
+    roots = [tmp_path / f"n{i}" for i in range(len(lab.nodes))]
+    try:
+        for i, root in enumerate(roots):
+            root.mkdir()
+            for argv in BASELINE:
+                assert lab.exec(i, argv).returncode == 0
+            assert lab.exec(i, ["sysctl", "-q", "-p", str(netns_sysctl)]).returncode == 0
+        # the baseline really drops: even inside the subnet, an unopened port is closed
+        assert not reach(lab, 1, lab.nodes[1].address, UNCOVERED)
+        assert not reach(lab, 1, lab.nodes[1].address, IN_RANGE)
+        for i, root in enumerate(roots):
+            out = ap.apply(fw, root, node_runner_for(lab, i, root), live=True)
+            assert not out.failed, out.failed
+        assert reach(lab, 1, lab.nodes[1].address, IN_RANGE)
+        assert not reach(lab, 2, OUTSIDE, IN_RANGE)
+        env = {"GLOO_SOCKET_IFNAME": lab.nodes[0].ifname}
+        results = lab.run([sys.executable, "-c", TRAIN], env=env, timeout=180,
+                          master_port=req.master_port)
+        for r in results:
+            assert r.returncode == 0, (r.node, r.stderr[-2000:])
+            assert "sum 6" in r.stdout, r.stdout
+    finally:
+        for i, root in enumerate(roots):
+            if root.exists():
+                ap.revert(root, node_runner_for(lab, i, root), live=True)
+            lab.exec(i, ["iptables", "-P", "INPUT", "ACCEPT"])
+            lab.exec(i, ["iptables", "-F", "INPUT"])
+
+
+def node_runner_for(lab: Lab, node: int, root: Path) -> ap.Runner:
+    def run(argv: Sequence[str]) -> tuple[int, str]:
+        argv = [str(root / a.lstrip("/")) if a.startswith("/etc/") else a for a in argv]
+        proc = lab.exec(node, argv, timeout=30)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    return run
