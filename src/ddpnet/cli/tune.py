@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -177,12 +178,10 @@ def command(
                         cluster_subnet=cluster_subnet, port_range=port_range,
                         static_ip=static_ip, gateway=gateway, dns=dns, zone=zone or "public",
                         speed_mbps=facts.speed_mbps)
-    req = type(req)(**{**req.__dict__, "sources": {**req.sources,
-                                                   "distro": pre.sources["distro"],
-                                                   "firewall": fw_source
-                                                   or pre.sources["firewall"]}})
+    req = replace(req, sources={**req.sources, "distro": pre.sources["distro"],
+                                "firewall": fw_source or pre.sources["firewall"]})
     if req.firewall == "firewalld" and zone is None and live:
-        req = type(req)(**{**req.__dict__, "zone": _firewalld_default_zone()})
+        req = replace(req, zone=_firewalld_default_zone())
     plan = build_plan(req, facts)
     if not do_apply:
         diffs = ap.dry_run(plan, root_dir)

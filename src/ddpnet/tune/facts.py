@@ -15,7 +15,7 @@ from pathlib import Path
 from ddpnet.errors import ConfigError
 from ddpnet.net.interfaces import Interface
 from ddpnet.tune.model import HostFacts, IPNetwork
-from ddpnet.tune.sysctl import profile_for
+from ddpnet.tune.sysctl import all_keys
 
 PROBE_TIMEOUT_S = 5
 
@@ -158,10 +158,10 @@ def gather(
                                          if live else None) or "32768 60999").split())
     sysctl_now: dict[str, str] = {}
     if live:
-        for s in profile_for("guide", 1, "", (1024, 65535)) + profile_for("100g", 1):
-            text = _read(proc_sys / s.key.replace(".", "/"))
+        for key in all_keys():
+            text = _read(proc_sys / key.replace(".", "/"))
             if text is not None:
-                sysctl_now[s.key] = " ".join(text.split())
+                sysctl_now[key] = " ".join(text.split())
     enforce = _read(Path("/sys/fs/selinux/enforce")) if live else None
     files = {p: t for p in files_to_read(distro, chosen.name)
              if (t := _read(root / p.lstrip("/"))) is not None}

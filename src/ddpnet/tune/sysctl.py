@@ -25,7 +25,9 @@ class Setting:
     key: str
     value: str
     why: str
-    scope: str = "netns"  # "netns" or "host"
+    #: "netns": the key exists in every network namespace (containers, lab nodes); "host":
+    #: host-wide on most kernels (recent ones, e.g. 6.18, namespace rmem_max/wmem_max too)
+    scope: str = "netns"
 
 
 def profile_for_speed(speed_mbps: int | None) -> tuple[str, str]:
@@ -166,3 +168,9 @@ def mismatches(content: str, live: Mapping[str, str | None]) -> tuple[str, ...]:
             out.append(f"{key} = {' '.join(got.split())}, not {want}: the kernel refused it "
                        "(set it on the host, outside the container)")
     return tuple(out)
+
+
+def all_keys() -> tuple[str, ...]:
+    """Every key any profile may set (their values are captured before an apply)."""
+    keys = [s.key for p in _BUFFERS for s in profile_for(p, 1, "", (1024, 65535))]
+    return tuple(dict.fromkeys(keys))
