@@ -83,7 +83,7 @@ def test_live_apply_and_revert_in_a_sandbox(tmp_path: Path) -> None:
     assert ("ip saddr 198.18.5.0/24 tcp dport { 29400, 29511, 32768-60999 } accept"
             in read("applied.nft"))
     fin, reserved, rmem = read("applied.sysctl").splitlines()
-    assert fin == "30" and reserved == "29400,29511" and rmem.split()[2] == str(32 * 2**20)
+    assert fin == "30" and reserved == "29400,29511" and rmem.split()[2] == str(64 * 2**20)
     assert "198.18.5.2" in read("resolved")  # the hosts fix: gloo now resolves a real address
 
     # host-wide keys cannot be set from a namespace: reported, not hidden by `sysctl -e`

@@ -37,7 +37,7 @@ def test_buffers_never_go_below_the_guides_and_grow_with_speed() -> None:
     for p in ("guide", "100g"):
         keys = {s.key: s for s in sysctl.profile_for(p, 29500)}
         assert keys["net.ipv4.tcp_fin_timeout"].value == "30"
-        assert keys["net.ipv4.tcp_max_syn_backlog"].value == "4096"
+        assert int(keys["net.ipv4.tcp_max_syn_backlog"].value) >= 4096
         assert all(s.why for s in keys.values())
 
 
@@ -202,3 +202,14 @@ def test_selinux_names_the_denials_of_training_ports_and_their_fix() -> None:
     assert part is not None and len(part.warnings) == 2
     assert "audit2allow -M ddpnet_python3" in part.warnings[0]
     assert "setenforce" not in " ".join(part.warnings)
+
+
+@pytest.mark.parametrize("speed", [None, 1000, 10_000, 25_000, 40_000, 100_000, 400_000])
+def test_tuned_values_satisfy_doctors_targets(speed: int | None) -> None:
+    """After `tune`, `doctor` must not complain about the sysctls tune wrote (its targets live
+    in ``ddpnet.sysctl_profile``, the doctor engineer's module; skipped until it lands)."""
+    doctor = pytest.importorskip("ddpnet.sysctl_profile")
+    profile = sysctl.profile_for_speed(speed)[0]
+    ours = {s.key: s.value for s in sysctl.profile_for(profile, 29500)}
+    for key, target in doctor.profile_for(speed).targets.items():
+        assert target.satisfied_by(ours[key]), (profile, key, ours[key], target)
