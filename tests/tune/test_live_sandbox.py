@@ -24,7 +24,7 @@ pytestmark = [requires_netns, pytest.mark.root]
 ARGS = ("--distro debian --firewall nftables --cluster-subnet 198.18.5.0/24 "
         "--master-port 29511 --iface tn0 --profile 10g")
 
-SCRIPT = textwrap.dedent("""
+PRELUDE = textwrap.dedent("""
     set -eu
     T={tmp}
     mkdir -p $T/upper $T/work $T/varlib $T/out
@@ -48,6 +48,9 @@ SCRIPT = textwrap.dedent("""
         nft list ruleset > $T/out/$1.nft
         find /var/lib > $T/out/$1.varlib
     }}
+""")
+
+SCRIPT = PRELUDE + textwrap.dedent("""
     state before
     {py} -m ddpnet tune {args} --apply --json > $T/out/apply1.json
     state applied
@@ -59,16 +62,32 @@ SCRIPT = textwrap.dedent("""
     state reverted
 """)
 
+UFW_SCRIPT = PRELUDE + textwrap.dedent("""
+    ufw --force enable > /dev/null
+    state before
+    {py} -m ddpnet tune --distro ubuntu --firewall ufw --cluster-subnet 198.18.5.0/24 \\
+        --iface tn0 --apply --json > $T/out/apply.json
+    iptables -S ufw-user-input > $T/out/applied.rules
+    state applied
+    {py} -m ddpnet tune --revert --json > $T/out/revert.json
+    iptables -S ufw-user-input > $T/out/reverted.rules
+    state reverted
+""")
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
-def test_live_apply_and_revert_in_a_sandbox(tmp_path: Path) -> None:
-    script = SCRIPT.format(tmp=tmp_path, py=sys.executable, args=ARGS)
+
+def sandbox(script: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["unshare", "--mount", "--net", "--uts", "--propagation", "private",
                            "bash", "-c", script], capture_output=True, text=True, timeout=240,
                           env=clean_environ(), cwd=os.getcwd())
     if proc.returncode != 0 and "overlay" in proc.stderr:
         pytest.skip(f"no overlayfs here: {proc.stderr.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+def test_live_apply_and_revert_in_a_sandbox(tmp_path: Path) -> None:
+    sandbox(SCRIPT.format(tmp=tmp_path, py=sys.executable, args=ARGS))
     out = tmp_path / "out"
 
     def read(name: str) -> str:
@@ -106,3 +125,20 @@ def test_live_apply_and_revert_in_a_sandbox(tmp_path: Path) -> None:
     for name in ("etc", "meta", "sysctl", "nft", "varlib"):
         assert read(f"reverted.{name}") == read(f"before.{name}"), name
     assert read("applied.etc") != read("before.etc")  # the comparison can fail
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ufw") is None,
+                    reason="needs unshare and ufw")
+def test_live_ufw_rules_added_and_deleted_in_a_sandbox(tmp_path: Path) -> None:
+    """ufw's own `allow`/`delete allow` really run; the rules ufw writes are removed and its
+    user.rules files come back byte for byte."""
+    sandbox(UFW_SCRIPT.format(tmp=tmp_path, py=sys.executable))
+    out = tmp_path / "out"
+    applied = (out / "applied.rules").read_text()
+    for port in ("--dport 29500", "--dport 29400", "--dports 32768:60999"):
+        assert any(port in line and "-s 198.18.5.0/24" in line and "ACCEPT" in line
+                   for line in applied.splitlines()), (port, applied)
+    assert "198.18.5.0/24" not in (out / "reverted.rules").read_text()
+    assert not json.loads((out / "revert.json").read_text())["outcome"]["failed"]
+    for name in ("etc", "meta", "sysctl", "varlib"):
+        assert (out / f"reverted.{name}").read_text() == (out / f"before.{name}").read_text()
