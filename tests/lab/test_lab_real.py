@@ -181,3 +181,19 @@ def test_gloo_all_reduce_across_lab_nodes_with_plain_env(make_lab: MakeLab) -> N
     # the node's /etc/hosts), and every rank sees 1 + 2
     assert [r.stdout.split() for r in results] == [
         [f"{lab.name}-n{i}", str(i), "2", "3"] for i in range(2)]
+
+
+def test_node_command_variants_give_the_node_view(make_lab: MakeLab) -> None:
+    lab = make_lab("lb", nodes=2)
+    script = ('hostname; ls /sys/class/net | tr "\\n" " "; echo; ls /sys/fs/cgroup | wc -l; '
+              f"getent hosts {lab.nodes[0].hostname}; cat /etc/hostname")
+    for keep in (False, True):
+        cp = subprocess.run(lab.node_command(1, ["sh", "-c", script], keep_cgroup=keep),
+                            capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 0, cp.stderr
+        lines = cp.stdout.splitlines()
+        assert lines[0] == lines[4] == f"{lab.name}-n1"
+        assert lines[1].split() == ["eth0", "lo"]
+        assert lines[3].split() == ["198.18.0.1", f"{lab.name}-n0"]
+        if keep:    # the daemon variant keeps the cgroup tree (slurmd needs it)
+            assert int(lines[2]) > 0

@@ -213,11 +213,13 @@ class Lab:
 
     # ---- running commands ----------------------------------------------------------------------
 
-    def node_command(self, node: int, argv: Sequence[str]) -> list[str]:
+    def node_command(self, node: int, argv: Sequence[str], *,
+                     keep_cgroup: bool = False) -> list[str]:
         """The command line that runs ``argv`` as node ``node`` (its network namespace, /sys,
-        /etc/hosts and hostname); for launching through your own process machinery."""
+        /etc/hosts and hostname); for launching through your own process machinery.
+        ``keep_cgroup=True`` keeps /sys/fs/cgroup visible (daemons such as slurmd)."""
         n = self.node(node)
-        return node_argv(n.namespace, n.hostname, list(argv))
+        return node_argv(n.namespace, n.hostname, list(argv), keep_cgroup=keep_cgroup)
 
     def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
                **kwargs: Any) -> subprocess.Popen[Any]:
