@@ -1,0 +1,110 @@
+"""names family: this host's name and MASTER_ADDR resolve to addresses other nodes can reach.
+
+The classic Debian/Ubuntu ``127.0.1.1 <hostname>`` line in /etc/hosts makes gloo (which binds
+to what the hostname resolves to when GLOO_SOCKET_IFNAME is unset) advertise a loopback
+address: every other node then hangs connecting to it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+
+
+def is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def hosts_lines(host: Host, name: str) -> list[str]:
+    """The /etc/hosts lines that mention ``name`` (for the detail and the fix)."""
+    found = []
+    short = name.split(".")[0]
+    for raw in (host.read(host.etc / "hosts") or "").splitlines():
+        line = raw.split("#", 1)[0].split()
+        if len(line) > 1 and (name in line[1:] or short in line[1:]):
+            found.append(" ".join(line))
+    return found
+
+
+def resolve(host: Host, name: str) -> tuple[list[str], str | None]:
+    """Addresses (unique, in order) or the error text."""
+    try:
+        addrs = list(dict.fromkeys(host.resolve(name)))
+    except OSError as exc:
+        return [], str(exc) or type(exc).__name__
+    return addrs, None
+
+
+class HostnameResolves(Check):
+    id = "names.hostname"
+    family = "names"
+    title = "hostname resolves"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        name = host.hostname
+        addrs, error = resolve(host, name)
+        facts: dict[str, object] = {"hostname": name, "hostname_addresses": addrs}
+        lines = hosts_lines(host, name)
+        where = f" (/etc/hosts: {'; '.join(lines)})" if lines else ""
+        if error is not None or not addrs:
+            return self.fail(
+                f"hostname {name} does not resolve", f"{error or 'no addresses'}",
+                f"add '<this node's cluster address> {name}' to /etc/hosts on every node",
+                hostname_loopback=False, **facts)
+        loop = [a for a in addrs if is_loopback(a)]
+        facts["hostname_loopback"] = bool(loop) and len(loop) == len(addrs)
+        ifname = host.environ.get("GLOO_SOCKET_IFNAME", "")
+        if loop and len(loop) == len(addrs):
+            detail = f"{name} -> {', '.join(addrs)}{where}"
+            if ifname:
+                return self.ok(f"{name} resolves only to loopback, but GLOO_SOCKET_IFNAME="
+                               f"{ifname} pins gloo's interface", detail, **facts)
+            addr = inputs.selected.address or "<this node's cluster address>"
+            return self.fail(
+                f"hostname {name} resolves only to loopback ({', '.join(loop)})", detail,
+                f"in /etc/hosts replace the line mapping {name} to {loop[0]} with "
+                f"'{addr} {name}' (or export GLOO_SOCKET_IFNAME=<training interface>)",
+                **facts)
+        if loop:
+            return self.warn(
+                f"hostname {name} resolves to loopback and non-loopback addresses",
+                f"{name} -> {', '.join(addrs)}{where}; the first answer wins",
+                f"remove the loopback line for {name} from /etc/hosts", **facts)
+        return self.ok(f"{name} -> {', '.join(addrs)}", where.strip(" ()"), **facts)
+
+
+class MasterResolves(Check):
+    id = "names.master"
+    family = "names"
+    title = "MASTER_ADDR resolves"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        name = inputs.master_addr
+        addrs, error = resolve(host, name)
+        if error is not None or not addrs:
+            return self.fail(
+                f"MASTER_ADDR {name} does not resolve on this node", error or "no addresses",
+                f"use the rank-0 host's IP address as MASTER_ADDR, or add '<ip> {name}' to "
+                "/etc/hosts on every node")
+        families = {4 if ":" not in a else 6 for a in addrs}
+        detail = f"{name} -> {', '.join(addrs)}"
+        if inputs.num_nodes > 1 and all(is_loopback(a) for a in addrs):
+            return self.fail(
+                f"MASTER_ADDR {name} is loopback on a {inputs.num_nodes}-node job", detail,
+                "set MASTER_ADDR to the rank-0 host's cluster address on every node")
+        if len(families) > 1:
+            return self.warn(
+                f"MASTER_ADDR {name} resolves to both IPv4 and IPv6", detail,
+                "use an IP address for MASTER_ADDR so every node connects the same way")
+        if len(addrs) > 1:
+            return self.warn(
+                f"MASTER_ADDR {name} resolves to {len(addrs)} addresses", detail,
+                "use one IP address for MASTER_ADDR; nodes may pick different ones")
+        return self.ok(detail, master_addresses=addrs)
+
+
+CHECKS: tuple[Check, ...] = (HostnameResolves(), MasterResolves())
