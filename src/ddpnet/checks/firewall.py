@@ -14,6 +14,7 @@ from ddpnet.checks.rendezvous import is_master_host
 from ddpnet.env.ports import C10D_PORT, parse_port_range
 
 _TIMEOUT = 1.0
+_PAST = {"drop": "dropped", "reject": "rejected", "accept": "accepted"}
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ class PortAccepted(Check):
             status = self.severity(host, inputs)
             return self.result(
                 status,  # type: ignore[arg-type]
-                f"{spec}/tcp {origin} is {d.verdict}ed by {manager}",
+                f"{spec}/tcp {origin} is {_PAST[d.verdict]} by {manager}",
                 f"port {port}: {d.by}",
                 fix_for(manager, d, spec, str(net) if net else None),
             )
