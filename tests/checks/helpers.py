@@ -4,30 +4,24 @@ command runner and resolver, and interfaces shaped like ``ddpnet.net.interfaces.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpnet.checks.base import CommandOutput, Host, Inputs, SelectedInterface
+from ddpnet.net.interfaces import Address, Interface
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@dataclass(frozen=True)
-class Addr:
-    ip: str
-    prefix: int
-    family: int = 4
+def Addr(ip: str, prefix: int, family: int = 4) -> Address:
+    return Address(ip, prefix, family)
 
 
-@dataclass(frozen=True)
-class Iface:
-    name: str
-    up: bool = True
-    addresses: tuple[Addr, ...] = ()
-    mtu: int = 1500
-    speed_mbps: int | None = 10000
-    kind: str = "physical"
+def Iface(name: str, up: bool = True, addresses: tuple[Address, ...] = (),
+          mtu: int = 1500, speed_mbps: int | None = 10000, kind: str = "physical"
+          ) -> Interface:
+    """A ``ddpnet.net.interfaces.Interface`` with test defaults."""
+    return Interface(name, up, addresses, mtu, speed_mbps, kind)
 
 
 LO = Iface("lo", addresses=(Addr("127.0.0.1", 8),), mtu=65536, speed_mbps=None, kind="loopback")

@@ -30,9 +30,13 @@ def test_loopback_hostname_with_gloo_ifname_passes(tmp_path: Path) -> None:
     assert r.facts["hostname_loopback"] is True
 
 
-def test_mixed_loopback_warns_and_clean_passes(tmp_path: Path) -> None:
+def test_loopback_first_fails_loopback_later_warns(tmp_path: Path) -> None:
     host = Tree(tmp_path).host(names={"node1": ["127.0.1.1", "198.18.0.3"]})
-    assert names.HostnameResolves().run(host, inputs()).status == "warn"
+    r = names.HostnameResolves().run(host, inputs())
+    assert r.status == "fail" and "resolves first to loopback (127.0.1.1)" in r.summary
+    host = Tree(tmp_path).host(names={"node1": ["198.18.0.3", "127.0.1.1"]})
+    r = names.HostnameResolves().run(host, inputs())
+    assert r.status == "warn" and r.facts["hostname_loopback"] is False
     host = Tree(tmp_path / "b").host(names={"node1": ["198.18.0.3"]})
     r = names.HostnameResolves().run(host, inputs())
     assert r.status == "pass" and r.facts["hostname_loopback"] is False

@@ -163,20 +163,15 @@ def real_host(environ: Mapping[str, str] | None = None) -> Host:
 
 
 def _interfaces() -> tuple[InterfaceLike, ...]:
-    try:
-        from ddpnet.net.interfaces import list_interfaces
-    except ImportError:  # until ddpnet.net lands
-        return ()
+    from ddpnet.net.interfaces import list_interfaces
+
     return tuple(list_interfaces())
 
 
 def _selection(cfg: DistConfig | None, environ: Mapping[str, str]) -> SelectedInterface:
     if cfg is None:
         return SelectedInterface(None, None, "configuration invalid: no selection")
-    try:
-        from ddpnet.net.select import select_for_host
-    except ImportError:  # until ddpnet.net lands
-        return SelectedInterface(None, None, "ddpnet.net is not installed")
+    from ddpnet.net.select import select_for_host
 
     try:
         sel = select_for_host(cfg, environ)

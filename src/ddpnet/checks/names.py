@@ -1,8 +1,9 @@
 """names family: this host's name and MASTER_ADDR resolve to addresses other nodes can reach.
 
-The classic Debian/Ubuntu ``127.0.1.1 <hostname>`` line in /etc/hosts makes gloo (which binds
-to what the hostname resolves to when GLOO_SOCKET_IFNAME is unset) advertise a loopback
-address: every other node then hangs connecting to it.
+The classic Debian/Ubuntu ``127.0.1.1 <hostname>`` line in /etc/hosts makes gloo (which, when
+GLOO_SOCKET_IFNAME is unset, binds the first address the hostname resolves to that it can
+bind) advertise a loopback address: every other node then hangs connecting to it. The first
+answer is what counts, not whether a cluster address follows it.
 """
 
 from __future__ import annotations
@@ -56,23 +57,27 @@ class HostnameResolves(Check):
                 f"add '<this node's cluster address> {name}' to /etc/hosts on every node",
                 hostname_loopback=False, **facts)
         loop = [a for a in addrs if is_loopback(a)]
-        facts["hostname_loopback"] = bool(loop) and len(loop) == len(addrs)
+        # gloo binds the first answer it can bind: a loopback first answer is what it uses
+        first_loop = is_loopback(addrs[0])
+        facts["hostname_loopback"] = first_loop
         ifname = host.environ.get("GLOO_SOCKET_IFNAME", "")
-        if loop and len(loop) == len(addrs):
-            detail = f"{name} -> {', '.join(addrs)}{where}"
+        detail = f"{name} -> {', '.join(addrs)}{where}"
+        if first_loop:
             if ifname:
-                return self.ok(f"{name} resolves only to loopback, but GLOO_SOCKET_IFNAME="
+                return self.ok(f"{name} resolves first to loopback, but GLOO_SOCKET_IFNAME="
                                f"{ifname} pins gloo's interface", detail, **facts)
             addr = inputs.selected.address or "<this node's cluster address>"
+            only = "only " if len(loop) == len(addrs) else "first "
             return self.fail(
-                f"hostname {name} resolves only to loopback ({', '.join(loop)})", detail,
-                f"in /etc/hosts replace the line mapping {name} to {loop[0]} with "
+                f"hostname {name} resolves {only}to loopback ({addrs[0]})",
+                detail + "; gloo without GLOO_SOCKET_IFNAME binds the first answer and "
+                "advertises it to every peer",
+                f"in /etc/hosts replace the line mapping {name} to {addrs[0]} with "
                 f"'{addr} {name}' (or export GLOO_SOCKET_IFNAME=<training interface>)",
                 **facts)
         if loop:
             return self.warn(
-                f"hostname {name} resolves to loopback and non-loopback addresses",
-                f"{name} -> {', '.join(addrs)}{where}; the first answer wins",
+                f"hostname {name} also resolves to loopback ({', '.join(loop)})", detail,
                 f"remove the loopback line for {name} from /etc/hosts", **facts)
         return self.ok(f"{name} -> {', '.join(addrs)}", where.strip(" ()"), **facts)
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from ddpnet.checks.base import Check, CheckResult, Host, Inputs
 
-_PROBE_TIMEOUT = 8.0
+#: importing torch the first time on a loaded node can take many seconds (cached after)
+_PROBE_TIMEOUT = 30.0
 
 #: prints one JSON object about torch; every part guarded so a missing piece is a value
 TORCH_PROBE = r"""
