@@ -49,7 +49,7 @@ def test_defaults_warn_with_exact_fix(tmp_path: Path) -> None:
     r = results(tmp_path, values)
     assert r["net.core.rmem_max"].status == "warn"
     assert r["net.core.rmem_max"].summary == "net.core.rmem_max = 212992, want at least 67108864"
-    assert "sysctl -w net.core.rmem_max='67108864'" in r["net.core.rmem_max"].fix
+    assert r["net.core.rmem_max"].fix.startswith("sysctl -w net.core.rmem_max=67108864 ;")
     assert "/etc/sysctl.d/90-ddpnet.conf" in r["net.core.rmem_max"].fix
     assert "sysctl -w net.ipv4.tcp_wmem='4096 65536 67108864'" in r["net.ipv4.tcp_wmem"].fix
     assert r["net.ipv4.tcp_fin_timeout"].summary.endswith("want at most 30")

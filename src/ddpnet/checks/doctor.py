@@ -168,17 +168,27 @@ def _interfaces() -> tuple[InterfaceLike, ...]:
     return tuple(list_interfaces())
 
 
-def _selection(cfg: DistConfig | None, environ: Mapping[str, str]) -> SelectedInterface:
+def _selection(cfg: DistConfig | None, host: Host,
+               ifaces: Sequence[InterfaceLike]) -> SelectedInterface:
+    """``ddpnet.net.select.select`` fed with this host's interfaces, MASTER_ADDR resolved with
+    the doctor's 1 s bound, and the kernel's route to it."""
     if cfg is None:
         return SelectedInterface(None, None, "configuration invalid: no selection")
-    from ddpnet.net.select import select_for_host
+    from ddpnet.net.routes import route_to
+    from ddpnet.net.select import select
 
+    route = None
     try:
-        sel = select_for_host(cfg, environ)
+        addrs = names.resolve(host, cfg.master_addr)[0]
+        if addrs:
+            route = route_to(addrs[0], timeout=RESOLVE_TIMEOUT)
+    except (OSError, ValueError):
+        route = None
+    try:
+        sel = select(cfg, ifaces, route, host.environ)  # type: ignore[arg-type]
     except DdpnetError as exc:
         return SelectedInterface(None, None, f"{exc.message} (hint: {exc.hint})")
-    reason = sel.gloo.reason if sel.gloo is not None else ""
-    return SelectedInterface(sel.interface, sel.address, reason)
+    return SelectedInterface(sel.interface, sel.address, sel.gloo.reason)
 
 
 def _c10d(environ: Mapping[str, str]) -> bool:
@@ -186,13 +196,14 @@ def _c10d(environ: Mapping[str, str]) -> bool:
     return backend.strip() == "c10d"
 
 
-def build_inputs(environ: Mapping[str, str], master_addr: str | None,
-                 master_port: int | None, cluster_subnet: str | None,
-                 cfg: DistConfig | None = None) -> tuple[Inputs, DistConfig | None]:
+def build_inputs(host: Host, master_addr: str | None, master_port: int | None,
+                 cluster_subnet: str | None, cfg: DistConfig | None = None
+                 ) -> tuple[Inputs, DistConfig | None]:
     """Resolve the config (an invalid one is a failed check, not an error), then the
     interfaces and the selection (edge)."""
     from ddpnet.env.resolve import resolve
 
+    environ = host.environ
     error: tuple[str, str] | None = None
     if cfg is None:
         try:
@@ -206,7 +217,7 @@ def build_inputs(environ: Mapping[str, str], master_addr: str | None,
             raise ConfigError(f"--cluster-subnet {cluster_subnet!r} is not a CIDR subnet",
                               "give it as address/prefix, e.g. 10.0.0.0/24") from None
     ifaces = _interfaces()
-    selected = _selection(cfg, environ)
+    selected = _selection(cfg, host, ifaces)
     summary = ""
     if cfg is not None:
         summary = (f"{cfg.launcher}: master {cfg.master_addr}:{cfg.master_port}, "
@@ -239,7 +250,7 @@ def run_doctor(cfg: DistConfig | None = None, master_addr: str | None = None,
         # the torch probe takes longest: start it while interfaces and routes are read
         early.submit(software.probe, host)
         early.submit(firewall.state_of, host)
-        inputs, _ = build_inputs(host.environ, master_addr, master_port, cluster_subnet, cfg)
+        inputs, _ = build_inputs(host, master_addr, master_port, cluster_subnet, cfg)
         report = run_checks(host, inputs, prefetch=False)
     return DoctorReport(report.verdict, report.checks, report.facts,
                         time.monotonic() - started)

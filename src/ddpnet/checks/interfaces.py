@@ -43,7 +43,8 @@ class Selected(Check):
             return self.fail(f"selected interface {sel.name} does not exist", sel.reason,
                              "check GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME against `ip -br "
                              "addr`", interface=sel.name)
-        addrs = [f"{a.ip}/{a.prefix}" for a in iface.addresses]
+        addrs = [f"{a.ip}/{a.prefix}" for a in iface.addresses
+                 if not a.ip.lower().startswith("fe80:")]
         nets = v4_networks(iface)
         address = sel.address or (iface.addresses[0].ip if iface.addresses else None)
         subnet = next((str(n) for n in nets if address and ipaddress.ip_address(address) in n),

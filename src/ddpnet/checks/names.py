@@ -32,12 +32,15 @@ def hosts_lines(host: Host, name: str) -> list[str]:
 
 
 def resolve(host: Host, name: str) -> tuple[list[str], str | None]:
-    """Addresses (unique, in order) or the error text."""
-    try:
-        addrs = list(dict.fromkeys(host.resolve(name)))
-    except OSError as exc:
-        return [], str(exc) or type(exc).__name__
-    return addrs, None
+    """Addresses (unique, in order) or the error text; one lookup per name per run."""
+
+    def lookup() -> tuple[list[str], str | None]:
+        try:
+            return list(dict.fromkeys(host.resolve(name))), None
+        except OSError as exc:
+            return [], str(exc) or type(exc).__name__
+
+    return host.memo.get(f"resolve:{name}", lookup)
 
 
 class HostnameResolves(Check):

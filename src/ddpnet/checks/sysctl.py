@@ -39,9 +39,9 @@ class SysctlCheck(Check):
         if ok:
             return self.ok(f"{self.key} = {current}", f"profile ({where}): {word} "
                            f"{target.value}", **facts)
-        fix = (f"sysctl -w {self.key}='{target.recommended}'  # now; to persist: echo "
-               f"'{self.key} = {target.recommended}' >> /etc/sysctl.d/90-ddpnet.conf "
-               "(or: ddpnet tune)")
+        value = f"'{target.recommended}'" if " " in target.recommended else target.recommended
+        fix = (f"sysctl -w {self.key}={value} ; persist: '{self.key} = {target.recommended}' "
+               "in /etc/sysctl.d/90-ddpnet.conf (ddpnet tune does both)")
         return self.warn(
             f"{self.key} = {current}, want {word} {target.value}",
             f"{target.why}; profile for {where}", fix, **facts,
