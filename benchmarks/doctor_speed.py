@@ -5,7 +5,7 @@ Runs the real CLI (``python -m ddpnet doctor --json``, process start included) i
 first run of each place uses an empty cache (so it imports torch once, the cost a node pays
 after installing torch); the others are the steady state the target is about.
 
-    .venv/bin/python benchmarks/doctor_speed.py [--runs 7] [--out benchmarks/results/doctor_speed.json]
+    .venv/bin/python benchmarks/doctor_speed.py [--runs 7] [--out PATH]
 """
 
 from __future__ import annotations

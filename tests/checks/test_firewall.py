@@ -119,9 +119,11 @@ def test_firewalld_and_ufw(tmp_path: Path) -> None:
     from tests.checks.test_firewall_rules import UFW, ZONES
 
     tree = Tree(tmp_path)
-    host = tree.host(commands={("firewall-cmd", "--state"): ok("running\n"),
-                               ("firewall-cmd", "--list-all-zones"): ok(ZONES),
-                               NFT: ok(EMPTY_NFT)})
+    commands = {("firewall-cmd", "--list-all-zones"): ok(ZONES), NFT: ok(EMPTY_NFT)}
+    r = run_all(tree.host(commands=commands))  # installed but not running: not asked
+    assert r["firewall.manager"].status == "warn"
+    tree.write("proc/812/comm", "firewalld\n")
+    host = tree.host(commands=commands)
     r = run_all(host)
     assert r["firewall.manager"].summary == "active: firewalld"  # type: ignore[attr-defined]
     assert r["firewall.ephemeral"].status == "fail"  # type: ignore[attr-defined]

@@ -63,3 +63,11 @@ def test_master_addr(tmp_path: Path) -> None:
     r = run(host, inputs(master_addr="localhost", num_nodes=4))
     assert r.status == "fail" and "loopback on a 4-node job" in r.summary
     assert run(host, inputs(master_addr="localhost", num_nodes=1)).status == "pass"
+
+
+def test_loopback_hostname_on_a_single_host_run_only_warns(tmp_path: Path) -> None:
+    host = Tree(tmp_path).host(names={"node1": ["127.0.1.1"]})
+    r = names.HostnameResolves().run(host, inputs(master_addr="127.0.0.1", num_nodes=1))
+    assert r.status == "warn" and "multi-node job would hang" in r.summary
+    r = names.HostnameResolves().run(host, inputs(master_addr="198.18.0.1", num_nodes=1))
+    assert r.status == "fail"

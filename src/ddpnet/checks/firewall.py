@@ -6,6 +6,7 @@ and NCCL listen on for their peer connections."""
 from __future__ import annotations
 
 import ipaddress
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ddpnet.checks import firewall_rules as fr
@@ -34,51 +35,63 @@ class FirewallState:
                 "unreadable": list(self.unreadable)}
 
 
+def process_running(host: Host, name: str) -> bool:
+    """Whether a process called ``name`` runs (``<proc>/<pid>/comm``): cheaper than asking
+    ``firewall-cmd``, a Python program that takes a few hundred ms just to start."""
+    try:
+        pids = [p for p in host.proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return False
+    return any((host.read(p / "comm") or "").strip() == name for p in pids)
+
+
 def read_state(host: Host) -> FirewallState:
-    """Ask each manager for its rules (edge through ``host.run``), once per run."""
+    """Ask each manager for its rules (edge through ``host.run``, concurrently), once."""
     unreadable: list[str] = []
-    firewalld = ufw_status = None
     managers: list[str] = []
-    if host.which("firewall-cmd"):
-        state = host.run(["firewall-cmd", "--state"], _TIMEOUT)
-        if state is not None and state.stdout.strip() == "running":
-            zones = host.run(["firewall-cmd", "--list-all-zones"], _TIMEOUT * 2)
-            if zones is not None and zones.returncode == 0:
-                firewalld = zones.stdout
-                managers.append("firewalld")
-            else:
-                unreadable.append("firewalld")
-    conf = host.read(host.etc / "ufw" / "ufw.conf") or ""
-    if "ENABLED=yes" in conf.replace(" ", "") and host.which("ufw"):
-        out = host.run(["ufw", "status"], _TIMEOUT)
-        if out is not None and "Status: active" in out.stdout:
-            ufw_status = out.stdout
-            managers.append("ufw")
-        elif out is None or out.returncode != 0:
-            unreadable.append("ufw")
+    ufw_on = "ENABLED=yes" in (host.read(host.etc / "ufw" / "ufw.conf") or "").replace(" ", "")
+    jobs: dict[str, list[str]] = {}
+    if host.which("firewall-cmd") and process_running(host, "firewalld"):
+        jobs["firewalld"] = ["firewall-cmd", "--list-all-zones"]
+    if ufw_on and host.which("ufw"):
+        jobs["ufw"] = ["ufw", "status"]
+    if host.which("iptables-save"):
+        jobs["iptables"] = ["iptables-save", "-t", "filter"]
+    if host.which("nft"):
+        jobs["nftables"] = ["nft", "-j", "list", "ruleset"]
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        futures = {k: pool.submit(host.run, argv, _TIMEOUT * 2) for k, argv in jobs.items()}
+        outs = {k: f.result() for k, f in futures.items()}
+
+    def text(key: str, needle: str = "") -> str | None:
+        out = outs.get(key)
+        if key not in jobs:
+            return None
+        if out is None or out.returncode != 0 or needle not in out.stdout:
+            if out is None or out.returncode != 0:
+                unreadable.append(key)
+            return None
+        return out.stdout
+
+    firewalld = text("firewalld")
+    if firewalld:
+        managers.append("firewalld")
+    ufw_status = text("ufw", "Status: active")
+    if ufw_status:
+        managers.append("ufw")
     policy = ""
     for line in (host.read(host.etc / "default" / "ufw") or "").splitlines():
         if line.startswith("DEFAULT_INPUT_POLICY="):
             policy = line.split("=", 1)[1]
-    ipt = nft = None
-    if host.which("iptables-save"):
-        out = host.run(["iptables-save", "-t", "filter"], _TIMEOUT)
-        if out is not None and out.returncode == 0:
-            ipt = out.stdout
-            if not ufw_status and fr.has_ipt_rules(fr.parse_iptables_save(ipt)):
-                managers.append("iptables")
-        else:
-            unreadable.append("iptables")
-    if host.which("nft"):
-        out = host.run(["nft", "-j", "list", "ruleset"], _TIMEOUT)
-        if out is not None and out.returncode == 0:
-            nft = out.stdout
-            try:
-                if not firewalld and fr.has_nft_rules(fr.parse_nft(nft), ipt is not None):
-                    managers.append("nftables")
-            except (ValueError, KeyError):
-                unreadable.append("nftables")
-        else:
+    ipt = text("iptables")
+    if ipt is not None and not ufw_status and fr.has_ipt_rules(fr.parse_iptables_save(ipt)):
+        managers.append("iptables")
+    nft = text("nftables")
+    if nft is not None:
+        try:
+            if not firewalld and fr.has_nft_rules(fr.parse_nft(nft), ipt is not None):
+                managers.append("nftables")
+        except (ValueError, KeyError):
             unreadable.append("nftables")
     return FirewallState(tuple(managers), nft, ipt, firewalld, ufw_status, policy,
                          tuple(unreadable))

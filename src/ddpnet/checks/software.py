@@ -9,7 +9,6 @@ the importer. A child process imports it once per torch install and the answer i
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import platform
@@ -60,7 +59,9 @@ def torch_key() -> str | None:
             parts.append(f"{path.name}:{path.stat().st_mtime_ns}")
         except OSError:
             parts.append(f"{path.name}:-")
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+    import zlib
+
+    return f"{zlib.crc32('|'.join(parts).encode()):08x}"
 
 
 def torch_facts(host: Host) -> dict[str, Any]:
