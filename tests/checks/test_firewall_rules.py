@@ -47,6 +47,21 @@ def test_nft_explicit_drop_rule_is_shown() -> None:
     assert nft("nft_block_master.json", 29501).verdict == "accept"  # type: ignore
 
 
+@pytest.mark.parametrize(("port", "src", "iif", "verdict", "by"), [
+    (29500, PEER, "eth0", "accept", "tcp dport 29500"),      # accepted inside the jump
+    (29400, PEER, "eth0", "accept", "tcp dport 29400"),
+    (40000, PEER, "eth0", "drop", "policy drop"),            # return, then the policy
+    (29500, OUTSIDER, "eth0", "drop", "policy drop"),        # no jump from outside
+    (29500, PEER, "eth1", "drop", "vmap"),                   # the verdict map drops eth1
+    (29500, PEER, "lo", "accept", "vmap"),
+])
+def test_nft_jump_return_and_vmap(port: int, src: str, iif: str, verdict: str,
+                                  by: str) -> None:
+    d = fr.evaluate_nft(fixture("firewall/nft_jump_vmap.json"), fr.Packet(port, src, None, iif))
+    assert d is not None and d.verdict == verdict and by in d.by, d
+    assert not d.uncertain
+
+
 def test_nft_named_set_is_reported_uncertain() -> None:
     d = nft("nft_named_set.json", 29500)
     assert d is not None and d.verdict == "drop"
@@ -146,3 +161,17 @@ def test_ufw_first_match_and_default() -> None:
     d = fr.evaluate_ufw(UFW, "DROP", fr.Packet(40000, PEER))
     assert d is not None and d.verdict == "drop" and "32768:60999" in d.by
     assert fr.evaluate_ufw("Status: inactive\n", "DROP", fr.Packet(1)) is None
+
+
+def test_iptables_goto_and_return() -> None:
+    text = ("*filter\n:INPUT ACCEPT [0:0]\n:CL - [0:0]\n:RJ - [0:0]\n"
+            "-A INPUT -s 198.18.0.0/24 -g CL\n-A INPUT -j RJ\n"
+            "-A CL -p tcp --dport 29500 -j ACCEPT\n-A CL -p tcp --dport 40000 -j RETURN\n"
+            "-A RJ -j DROP\nCOMMIT\n")
+    evaluate = fr.evaluate_iptables
+    assert evaluate(text, fr.Packet(29500, PEER)).verdict == "accept"  # type: ignore[union-attr]
+    # goto: falling off CL (or RETURN in it) ends INPUT too: the policy decides, not RJ
+    d = evaluate(text, fr.Packet(40000, PEER))
+    assert d is not None and d.verdict == "accept" and "policy" in d.by
+    d = evaluate(text, fr.Packet(29500, OUTSIDER))
+    assert d is not None and d.verdict == "drop" and d.by == "-A RJ -j DROP"

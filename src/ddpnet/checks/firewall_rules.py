@@ -208,20 +208,25 @@ def _nft_chain(state: _NftState, key: tuple[str, str, str], pkt: Packet
     if state.depth > 32:
         raise _Unknown("jump depth")
     for rule in state.rules.get(key, []):
-        matched = True
+        # expressions in order: a failed match ends the rule, a verdict ends the chain
         for expr in rule.get("expr", []):
             if "match" in expr:
                 try:
                     if not _nft_match(expr, pkt):
-                        matched = False
                         break
                 except (_Unknown, ValueError, TypeError, KeyError) as exc:
-                    verdict = _nft_terminal(rule)
-                    if verdict is not None:
+                    if _nft_terminal(rule) is not None:
                         state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
-                    matched = False
                     break
                 continue
+            if "vmap" in expr:  # a verdict map (firewalld uses them to dispatch to zones)
+                try:
+                    expr = _nft_vmap(expr["vmap"], pkt)
+                except (_Unknown, ValueError, TypeError, KeyError) as exc:
+                    state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
+                    break
+                if expr is None:
+                    break
             if "accept" in expr:
                 return "accept", _nft_rule_text(rule), " ".join(key)
             if "drop" in expr:
@@ -243,15 +248,27 @@ def _nft_chain(state: _NftState, key: tuple[str, str, str], pkt: Packet
                 if not any(k in _NFT_NONTERMINAL for k in expr):
                     state.uncertain.append(f"{_nft_rule_text(rule)} (statement "
                                            f"{next(iter(expr))})")
-                    matched = False
                     break
-        del matched
+    return None
+
+
+def _nft_vmap(vmap: Mapping[str, Any], pkt: Packet) -> dict[str, Any] | None:
+    """The verdict a verdict map gives the packet, or None when no element matches."""
+    value = _nft_left(vmap["key"], pkt)
+    if value is _NOT_THIS_FAMILY:
+        return None
+    data = vmap["data"]
+    if isinstance(data, str):
+        raise _Unknown(f"named map {data}")
+    for element, verdict in data["set"]:
+        if _nft_value_match(value, element):
+            return dict(verdict)
     return None
 
 
 def _nft_terminal(rule: Mapping[str, Any]) -> str | None:
     for expr in rule.get("expr", []):
-        for key in ("accept", "drop", "reject", "jump", "goto"):
+        for key in ("accept", "drop", "reject", "jump", "goto", "vmap"):
             if key in expr:
                 return key
     return None
