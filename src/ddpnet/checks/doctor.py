@@ -243,7 +243,10 @@ def build_inputs(host: Host, master_addr: str | None, master_port: int | None,
 def run_doctor(cfg: DistConfig | None = None, master_addr: str | None = None,
                master_port: int | None = None, cluster_subnet: str | None = None,
                *, environ: Mapping[str, str] | None = None) -> DoctorReport:
-    """Check this node (edge). Values default to ``ddpnet.resolve()``."""
+    """Check this node (edge). ``cfg`` is an already resolved config (then ``master_addr`` and
+    ``master_port`` are not used); without it they override ``ddpnet.resolve()``. A config
+    that does not resolve is the failed ``rendezvous.config`` check, not an exception; a bad
+    ``cluster_subnet`` raises ConfigError."""
     started = time.monotonic()
     host = real_host(environ)
     with ThreadPoolExecutor(max_workers=2) as early:
