@@ -74,6 +74,8 @@ def test_json_schema(tmp_path: Path) -> None:
         assert all(isinstance(c[k], str) for k in ("summary", "detail", "fix"))
     assert len({c["id"] for c in data["checks"]}) == len(data["checks"])
     json.dumps(data)  # serialisable without default=
+    back = doctor.DoctorReport.from_dict(json.loads(json.dumps(data)))
+    assert back.to_dict() == data
 
 
 class Sleepy(Check):

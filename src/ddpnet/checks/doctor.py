@@ -81,6 +81,18 @@ class DoctorReport:
             "elapsed_s": round(self.elapsed_s, 3),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DoctorReport:
+        """A report back from ``ddpnet doctor --json`` output (what ``ddpnet check`` collects
+        from other nodes); per-check facts are not in the JSON, ``facts`` holds them all."""
+        checks = tuple(
+            CheckResult(c["id"], c["family"], c["status"], c["summary"], c.get("detail", ""),
+                        c.get("fix", ""))
+            for c in data["checks"]
+        )
+        return cls(data["verdict"], checks, dict(data["facts"]),
+                   float(data.get("elapsed_s", 0.0)))
+
     @property
     def failed(self) -> tuple[CheckResult, ...]:
         return tuple(c for c in self.checks if c.status == "fail")
