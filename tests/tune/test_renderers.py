@@ -213,3 +213,16 @@ def test_tuned_values_satisfy_doctors_targets(speed: int | None) -> None:
     ours = {s.key: s.value for s in sysctl.profile_for(profile, 29500)}
     for key, target in doctor.profile_for(speed).targets.items():
         assert target.satisfied_by(ours[key]), (profile, key, ours[key], target)
+
+
+def test_cloud_init_is_named_when_it_would_undo_the_change() -> None:
+    cloud = "manage_etc_hosts: true\n"
+    facts = replace(FACTS, files={**FACTS.files, "/etc/cloud/cloud.cfg": cloud})
+    plan = build_plan(request("ubuntu", "none"), facts)
+    names, static = plan.part("names"), plan.part("static-ip")
+    assert names is not None and any("manage_etc_hosts" in w for w in names.warnings)
+    assert static is not None and any("config: disabled" in w for w in static.warnings)
+    quiet = replace(FACTS, files={**FACTS.files, "/etc/cloud/cloud.cfg":
+                                  "manage_etc_hosts: false\nnetwork: {config: disabled}\n"})
+    plan = build_plan(request("ubuntu", "none"), quiet)
+    assert not plan.part("names").warnings and not plan.part("static-ip").warnings  # type: ignore[union-attr]

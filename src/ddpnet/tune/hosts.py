@@ -5,6 +5,7 @@ instead; other names on the loopback line stay."""
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
 
@@ -61,4 +62,11 @@ def render(req: TuneRequest, facts: HostFacts) -> Part:
     if not what:
         return Part(name="names", notes=(f"{facts.hostname} does not resolve to loopback in "
                                          f"{PATH}: nothing to fix",))
-    return Part(name="names", files=(FileChange(PATH, new, 0o644, what),), notes=(what,))
+    warnings: tuple[str, ...] = ()
+    cloud = facts.files.get("/etc/cloud/cloud.cfg", "")
+    if re.search(r"^\s*manage_etc_hosts:\s*(true|yes|localhost)", cloud, re.M | re.I):
+        warnings = ("cloud-init rewrites /etc/hosts at every boot (manage_etc_hosts in "
+                    "/etc/cloud/cloud.cfg): set it to false, or put this line in "
+                    "/etc/cloud/templates/hosts.<distro>.tmpl",)
+    return Part(name="names", files=(FileChange(PATH, new, 0o644, what),), notes=(what,),
+                warnings=warnings)

@@ -89,9 +89,14 @@ def build_plan(req: TuneRequest, facts: HostFacts) -> Plan:
     return Plan(request=req, facts=facts, parts=parts)
 
 
+#: cloud-init's configuration: it may rewrite /etc/hosts and the network config at boot
+CLOUD_CFG = "/etc/cloud/cloud.cfg"
+
+
 def files_to_read(distro: str, iface: str) -> tuple[str, ...]:
     """Existing files the renderers edit or look at, for :mod:`ddpnet.tune.facts`."""
     from ddpnet.tune.firewall import nftables
     from ddpnet.tune.netconf import ifcfg, ifupdown
 
-    return (hosts.PATH, nftables.main_conf(distro), ifcfg.path_for(iface), ifupdown.MAIN)
+    return (hosts.PATH, nftables.main_conf(distro), ifcfg.path_for(iface), ifupdown.MAIN,
+            CLOUD_CFG)

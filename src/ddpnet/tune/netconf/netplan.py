@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
 from ddpnet.tune.netconf import common_warnings
 
@@ -41,5 +43,14 @@ def render(req: TuneRequest, facts: HostFacts) -> Part:
                "then `netplan apply`",
                f"other files in /etc/netplan that configure {facts.iface} merge with this one "
                "(later files win for scalars, lists such as addresses add up)"),
-        warnings=common_warnings(req, facts),
+        warnings=common_warnings(req, facts) + cloud_init_warning(facts),
     )
+
+
+def cloud_init_warning(facts: HostFacts) -> tuple[str, ...]:
+    """cloud-init regenerates /etc/netplan/50-cloud-init.yaml (DHCP) unless told not to."""
+    cloud = facts.files.get("/etc/cloud/cloud.cfg")
+    if cloud is None or re.search(r"config:\s*disabled", cloud):
+        return ()
+    return ("cloud-init manages this node's network: add `network: {config: disabled}` to "
+            "/etc/cloud/cloud.cfg.d/99-disable-network-config.cfg so it keeps this address",)
