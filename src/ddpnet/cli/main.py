@@ -20,6 +20,8 @@ from ddpnet.exitcodes import ExitCode
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
+    "lab": ("ddpnet.cli.lab", "A virtual multi-node cluster in network namespaces, with faults."),
+    "monitor": ("ddpnet.cli.monitor", "Live network, TCP and GPU telemetry on this node."),
 }
 
 
