@@ -34,9 +34,10 @@ CONNECTED, REFUSED, TIMEOUT, UNREACHABLE, RESET, OTHER = (
 
 #: the longest single attempt: long enough for SYN retransmits, short enough to retry
 ATTEMPT_TIMEOUT = 3.0
-#: retry pause after a fast failure: 0.1 s doubling to 2 s, with +-50 % jitter, so 1000 ranks
-#: waiting for rank 0 send ~500 SYNs/s at worst, not a synchronized storm
-RETRY_FIRST, RETRY_MAX = 0.1, 2.0
+#: retry pause after a fast failure: 0.1 s doubling to 1 s, with +-50 % jitter: 1000 ranks
+#: waiting for rank 0 send ~1000 SYNs/s (each answered by one RST), not a synchronized storm,
+#: and a rank notices rank 0 at most ~1.5 s after it listens
+RETRY_FIRST, RETRY_MAX = 0.1, 1.0
 
 
 def retry_delay(attempt: int, jitter: float) -> float:
