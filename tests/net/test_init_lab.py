@@ -103,6 +103,7 @@ def test_hostname_loopback_plain_gloo_fails_ddpnet_init_works_env_tcp_file(
 
 def test_extra_interface_is_not_selected(lab: Lab) -> None:
     lab.fault("extra-iface", 1, iface="aa0")
+    lab.fault("hostname-loopback", 1)
     proc = lab.exec(1, [sys.executable, "-m", "ddpnet", "env", "--json"],
                     env=_rank_env(lab, 1))
     names = lab.exec(1, ["ip", "-br", "addr"]).stdout
@@ -111,6 +112,7 @@ def test_extra_interface_is_not_selected(lab: Lab) -> None:
     assert any(line.startswith("aa0") and "UP" in line for line in names.splitlines()), names
     assert net["interface"] == "eth0" and net["address"] == lab.nodes[1].address
     assert net["variables"]["GLOO_SOCKET_IFNAME"]["value"] == "eth0"
+    assert any("resolves first to loopback (127.0.1.1" in n for n in net["notes"]), net
 
 
 def test_filtered_master_port_fails_within_connect_timeout(lab: Lab) -> None:
