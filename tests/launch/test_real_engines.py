@@ -4,6 +4,7 @@ unmodified env:// gloo script that all-reduces."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,8 @@ SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
 
 
 def _lines(stdout: str) -> list[dict[str, object]]:
-    return sorted((json.loads(line) for line in stdout.splitlines() if line.startswith("{")),
+    """The script's JSON results; ranks share stdout, so two may run together on a line."""
+    return sorted((json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', stdout)),
                   key=lambda o: int(str(o["rank"])))
 
 
