@@ -200,6 +200,10 @@ def test_sbatch_torchrun_layout() -> None:
     assert ('srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
             "--nproc-per-node 4 --max-restarts 0 -- train.py --lr 1e-3") in text
     assert "ddpnet check" not in text and "trap requeue" not in text
+    assert "--cpus-per-task" in text  # the advice: one task runs all the node's ranks
+    text = render(sb(cpus_per_task=16))
+    assert "#SBATCH --cpus-per-task=16" in text
+    assert "srun --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1" in text
 
 
 def test_sbatch_srun_layout_preflight_requeue() -> None:

@@ -156,11 +156,17 @@ def render(cfg: SbatchConfig) -> str:
             "",
         ]
     target = " ".join(q(a) for a in cfg.target.raw())
+    # srun >= 22.05 does not inherit --cpus-per-task from the allocation: pass it on
+    cpus = f" --cpus-per-task={cfg.cpus_per_task}" if cfg.cpus_per_task else ""
     if cfg.engine == "torchrun":
-        step = (f'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
+        if not cfg.cpus_per_task:
+            lines += [f"# One srun task per node starts {tpn} rank(s): with CPU binding "
+                      "(task/affinity, cgroups)",
+                      "# give it the node's cores with --cpus-per-task, or they share one."]
+        step = (f'srun --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
                 f"--nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
     else:
-        step = f'srun --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
+        step = f'srun{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
     if cfg.requeue:
         lines += [
             "# Requeue: SLURM sends SIGUSR1 to this script 120 s before the time limit; we",
