@@ -154,7 +154,7 @@ def run(
             dist.all_gather_object(out, obj)
             return out
 
-        master = env.get("MASTER_ADDR", "127.0.0.1")
+        master = env.get("MASTER_ADDR") or _resolved_master(env)
         link = measure_link(config.baseline, config.baseline_seconds, driver.rank, allgather,
                             backend=backend, environ=env, master_addr=master)
     todo, skipped = driver.work()
@@ -167,6 +167,12 @@ def run(
         progress(len(todo), len(todo), "done")
     return BenchResult(backend, driver.world, plan.device, link, tuple(rows), tuple(skipped),
                        config=_config_dict(config))
+
+
+def _resolved_master(environ: Mapping[str, str]) -> str:
+    from ddpnet.env.resolve import resolve
+
+    return resolve(environ).master_addr
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
