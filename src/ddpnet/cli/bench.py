@@ -42,13 +42,12 @@ def build_config(*, collectives: str, min_bytes: str, max_bytes: str, factor: in
 
 def child_argv(params: dict[str, Any]) -> list[str]:
     """The ``ddpnet bench`` argv every local rank runs (the same flags, without --local)."""
+    renamed = {"as_json": "--json", "csv_path": "--csv", "plot_path": "--plot"}
     argv = [sys.executable, "-m", "ddpnet", "bench"]
     for key, value in params.items():
         if key == "local" or value is None or value is False:
             continue
-        flag = "--" + key.replace("_", "-")
-        if key == "as_json":
-            flag = "--json"
+        flag = renamed.get(key, "--" + key.replace("_", "-"))
         if value is True:
             argv.append(flag)
         else:
@@ -67,8 +66,6 @@ def run_local(n: int, params: dict[str, Any], timeout: float) -> int:
     if n < 1:
         raise ConfigError(f"--local {n}: need at least 1 rank", "e.g. --local 4")
     port = _free_port()
-    from ddpnet.env.detect import detect_launcher  # noqa: F401 - keeps env import cheap
-
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "LSB_", "JSM_",
                                  "TORCHELASTIC_"))}
