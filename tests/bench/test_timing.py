@@ -3,7 +3,7 @@ only where a GPU is visible; the event logic is tested with a fake ``torch.cuda`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -34,7 +34,7 @@ def test_wall_timer() -> None:
 
 
 class FakeEvent:
-    log: list[str] = []
+    log: ClassVar[list[str]] = []
 
     def __init__(self, enable_timing: bool = False) -> None:
         assert enable_timing
