@@ -77,3 +77,22 @@ def test_run_without_group_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="initialised process group") as err:
         run(BenchConfig())
     assert "--local" in err.value.hint
+
+
+def test_local_ranks_stop_once_one_fails() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from ddpnet.cli.bench import wait_ranks
+
+    def spawn(code: str, rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], text=True,
+                                stderr=None if rank == 0 else subprocess.PIPE)
+
+    procs = [spawn("import time; time.sleep(60)", 0),
+             spawn("import sys; sys.stderr.write('boom\\n'); sys.exit(2)", 1)]
+    started = time.monotonic()
+    assert wait_ranks(procs, 2, timeout=60, grace=0.5) == 2
+    assert time.monotonic() - started < 20
+    assert all(p.poll() is not None for p in procs)

@@ -81,19 +81,53 @@ def run_local(n: int, params: dict[str, Any], timeout: float) -> int:
             stdout=None if rank == 0 else subprocess.DEVNULL,
             stderr=None if rank == 0 else subprocess.PIPE, text=True,
         ))
-    codes = []
-    for rank, proc in enumerate(procs):
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+    return wait_ranks(procs, n, timeout)
+
+
+def wait_ranks(procs: list[subprocess.Popen[str]], n: int, timeout: float,
+               grace: float = 15.0) -> int:
+    """Wait for every rank; once one fails, the others get ``grace`` seconds (they are
+    usually blocked on the dead rank) before they are killed. Returns the first failure's
+    code, else 0."""
+    import threading
+    import time
+
+    errs: dict[int, str] = {}
+
+    def drain(rank: int, proc: subprocess.Popen[str]) -> None:
+        if proc.stderr is not None:
+            errs[rank] = proc.stderr.read()
+
+    readers = [threading.Thread(target=drain, args=(r, p), daemon=True)
+               for r, p in enumerate(procs) if p.stderr is not None]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    failed_at: float | None = None
+    while [p.poll() for p in procs].count(None):  # poll every rank, each round
+        now = time.monotonic()
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = now
+        if now > deadline or (failed_at is not None and now - failed_at > grace):
             for p in procs:
-                p.kill()
-            raise CheckFailed(f"--local {n}: rank {rank} did not finish within {timeout:g}s",
-                              "raise --timeout, or shrink --max-bytes/--iters") from None
-        codes.append(proc.returncode)
-        if rank and proc.returncode and err and codes[0] == 0:
-            sys.stderr.write(f"rank {rank}: " + err.strip().splitlines()[0] + "\n")
-    return max(codes, key=lambda c: (c != 0, c))
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+            if failed_at is None:
+                raise CheckFailed(f"--local {n}: ranks did not finish within {timeout:g}s",
+                                  "raise --timeout, or shrink --max-bytes/--iters")
+            break
+        time.sleep(0.05)
+    for t in readers:
+        t.join(5)
+    codes = [p.returncode for p in procs]
+    if codes[0] == 0:  # rank 0 printed its own error otherwise
+        for rank in range(1, n):
+            if codes[rank] and errs.get(rank, "").strip():
+                sys.stderr.write(f"rank {rank}: " + errs[rank].strip().splitlines()[0] + "\n")
+    natural = [c for c in codes if c and c > 0]  # killed ranks have negative codes
+    return natural[0] if natural else (int(ExitCode.CHECK_FAILED) if any(codes) else 0)
 
 
 def _progress_callback() -> tuple[Any, Any]:
