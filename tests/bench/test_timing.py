@@ -93,3 +93,72 @@ def test_cuda_event_timer_real_gpu() -> None:
     for _ in range(10):
         x.mul_(1.0001)
     assert timer.stop() > 0
+
+
+class RecordingDist:
+    """The parts of torch.distributed the driver's sync touches, recording calls."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.calls: list[tuple[str, Any]] = []
+
+    def get_rank(self) -> int:
+        return 1
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def get_backend(self) -> str:
+        return self.backend
+
+    def barrier(self, **kwargs: Any) -> None:
+        self.calls.append(("barrier", kwargs))
+
+
+def test_driver_sync_on_nccl_waits_for_the_gpu_then_barriers_on_its_device() -> None:
+    import torch
+
+    from ddpnet.bench.config import BenchConfig
+    from ddpnet.bench.driver import Driver
+    from ddpnet.bench.timing import DevicePlan
+
+    dist = RecordingDist("nccl")
+    synced: list[Any] = []
+
+    class TorchWithFakeCuda:
+        device = torch.device
+        cuda = type("cuda", (), {"synchronize": staticmethod(synced.append)})
+
+    driver = Driver(BenchConfig(), TorchWithFakeCuda(), dist, DevicePlan("cuda:1", "test"),
+                    timer=WallTimer())
+    driver.sync()
+    assert synced == [torch.device("cuda:1")]
+    assert dist.calls == [("barrier", {"device_ids": [1]})]
+    assert driver.ctx.device == torch.device("cuda:1")  # buffers are allocated there
+
+    gloo = RecordingDist("gloo")
+    Driver(BenchConfig(), torch, gloo, DevicePlan("cpu", "test")).sync()
+    assert gloo.calls == [("barrier", {})]
+
+
+@pytest.mark.skipif(_cuda() is None or not _cuda().distributed.is_nccl_available(),
+                    reason="no CUDA GPU / NCCL (CPU-only torch)")
+def test_nccl_one_rank_real_gpu(tmp_path: Any) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from ddpnet.bench import BenchConfig, run
+
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1, timeout=timedelta(seconds=60))
+    try:
+        result = run(BenchConfig(collectives=("all_reduce", "broadcast"), min_bytes=1 << 20,
+                                 max_bytes=1 << 20, iters=3, warmup=1, check=True,
+                                 baseline="none"), environ={"LOCAL_RANK": "0"})
+    finally:
+        dist.destroy_process_group()
+    assert result.device.startswith("cuda") and torch.cuda.is_available()
+    assert all(r.wrong == 0 and r.time_us > 0 for r in result.rows)
+    assert {s.collective for s in result.skipped} == set()
