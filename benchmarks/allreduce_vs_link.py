@@ -73,10 +73,12 @@ for rnd in range(rounds):
             dist.all_reduce(t)
         # 2. bare: all_reduce back to back, one clock around the loop
         dist.barrier()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(t)
         bare = slowest([(time.perf_counter() - t0) / iters])[0]
+        cpu = slowest([(time.process_time() - c0) / iters])[0]
         # 3. bare with a barrier before each all_reduce, the barrier's time included
         dist.barrier()
         t0 = time.perf_counter()
@@ -89,6 +91,7 @@ for rnd in range(rounds):
             "bench_time_us": row.time_us, "bench_min_us": row.min_us, "bench_max_us": row.max_us,
             "bench_busbw_gbps": row.busbw_gbps,
             "bare_time_us": bare * 1e6, "bare_busbw_gbps": size * 8 / bare / 1e9 * factor,
+            "bare_cpu_s_per_op": cpu,
             "bare_barrier_time_us": synced * 1e6,
             "bare_barrier_busbw_gbps": size * 8 / synced / 1e9 * factor,
         })
@@ -130,6 +133,10 @@ def one_run(label: str, nodes: int, rate: str, sizes: list[int], iters: int, war
             "bare_time_us": round(bare, 1),
             "bare_busbw_gbps": round(statistics.median(r["bare_busbw_gbps"] for r in rounds_), 4),
             "bare_barrier_time_us": round(synced, 1),
+            # CPU seconds one rank's process spends per all_reduce (all lab nodes share the
+            # host's cores)
+            "cpu_s_per_all_reduce": round(statistics.median(r["bare_cpu_s_per_op"]
+                                                             for r in rounds_), 3),
             "busbw_over_link": round(busbw / link, 4),
             # >0: bench reports a longer time than the bare loop takes per all_reduce
             "harness_overhead_vs_bare": round(bench / bare - 1, 4),
@@ -171,7 +178,8 @@ def main() -> int:
     doc = {
         "benchmark": "allreduce_vs_link",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "kernel": platform.release(),
+        "host": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
+                 "kernel": platform.release(),
                  "python": platform.python_version(), "torch": torch.__version__},
         "lab": {"nodes": args.nodes, "rate": args.rate, "ranks_per_node": 1},
         "iters": iters, "warmup": args.warmup, "rounds": rounds,
