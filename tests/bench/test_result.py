@@ -96,3 +96,10 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     write_plot(sample(), path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_one_rank_verdict_says_why_busbw_is_empty() -> None:
+    row = make_row("all_reduce", 1024, 256, "float32", "sum", True, [1e-5], 0.0, None, None)
+    result = BenchResult("gloo", 1, "cpu", LinkRate(None, "none"), (row,))
+    [line] = result.verdicts()
+    assert line.startswith("one rank: nothing crosses a link")

@@ -137,6 +137,9 @@ class BenchResult:
 
     def verdicts(self) -> list[str]:
         """One line per collective: its best busbw against the link."""
+        if self.world_size == 1:
+            return ["one rank: nothing crosses a link, so busbw says nothing about the "
+                    "network; run on 2 or more ranks (--local N, or one per node)"]
         lines = []
         for name, row in self.peak().items():
             size = _size(row.bytes)
