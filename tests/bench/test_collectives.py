@@ -53,3 +53,19 @@ def test_unsupported_reasons() -> None:
     assert reason is not None and "NCCL" in reason
     assert REGISTRY["all_reduce"].unsupported("nccl", "avg", 4) is None
     assert REGISTRY["broadcast"].unsupported("gloo", "avg", 4) is None  # no reduction
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "prod", "max", "min"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 15, 64])
+def test_closed_form_expected_matches_brute_force(op: str, n: int) -> None:
+    """The expected reduction is computed in O(count) for any world size; it must equal the
+    explicit reduction of every rank's data."""
+    import torch
+    import torch.distributed as dist
+
+    from ddpnet.bench.collectives.base import Ctx, rank_values, reduce_values, reduced_values
+
+    ctx = Ctx(torch, dist, 0, n, torch.device("cpu"), "float32", op)
+    for start, count in ((0, 50), (37, 23)):
+        brute = reduce_values(ctx, [rank_values(ctx, r, count, start) for r in range(n)])
+        assert torch.equal(reduced_values(ctx, count, start), brute)

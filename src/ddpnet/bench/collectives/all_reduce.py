@@ -9,7 +9,7 @@ from ddpnet.bench.collectives.base import (
     Collective,
     Ctx,
     rank_values,
-    reduce_values,
+    reduced_values,
 )
 
 
@@ -32,7 +32,7 @@ class AllReduce(Collective):
         ctx.dist.all_reduce(bufs.send, op=ctx.reduce_op())
 
     def expected(self, ctx: Ctx, count: int) -> Any:
-        return reduce_values(ctx, [rank_values(ctx, r, count) for r in range(ctx.world_size)])
+        return reduced_values(ctx, count)
 
 
 COLLECTIVE = AllReduce()

@@ -31,8 +31,8 @@ class AllToAll(Collective):
 
     def expected(self, ctx: Ctx, count: int) -> Any:
         per = split(count, ctx.world_size)
-        lo, hi = ctx.rank * per, (ctx.rank + 1) * per
-        return ctx.torch.cat([rank_values(ctx, r, count)[lo:hi] for r in range(ctx.world_size)])
+        return ctx.torch.cat([rank_values(ctx, r, per, start=ctx.rank * per)
+                              for r in range(ctx.world_size)])
 
 
 COLLECTIVE = AllToAll()

@@ -44,17 +44,47 @@ class Ctx:
         return getattr(self.dist.ReduceOp, REDUCE_OPS[self.op])
 
 
-def rank_values(ctx: Ctx, rank: int, count: int) -> Any:
-    """Rank ``rank``'s data as float64 on the device: 1..7 shifted by rank (``prod``: +-1)."""
+#: rank r's data at element i: ((i + 3r) mod 7) + 1, a pattern with period 7 in r
+_PERIOD = 7
+
+
+def rank_values(ctx: Ctx, rank: int, count: int, start: int = 0) -> Any:
+    """Rank ``rank``'s data for elements ``start .. start+count`` as float64 on the device:
+    1..7 shifted by rank (``prod``: +-1, -1 where (i + rank) mod 3 == 0)."""
     torch = ctx.torch
-    idx = torch.arange(count, dtype=torch.float64, device=ctx.device)
+    idx = torch.arange(start, start + count, dtype=torch.float64, device=ctx.device)
     if ctx.op == "prod":
         return torch.where(torch.remainder(idx + rank, 3) == 0, -1.0, 1.0).to(torch.float64)
-    return torch.remainder(idx + 3 * rank, 7) + 1
+    return torch.remainder(idx + 3 * rank, _PERIOD) + 1
+
+
+def _ranks_in_class(n: int, k: Any, m: int) -> Any:
+    """How many r in [0, n) have r mod m == k (k an int or a tensor of residues)."""
+    return (n - k + m - 1) // m if isinstance(k, int) else ((n - k + m - 1) // m).clamp(min=0)
+
+
+def reduced_values(ctx: Ctx, count: int, start: int = 0) -> Any:
+    """The reduction over all ``ctx.world_size`` ranks' data for elements ``start ..
+    start+count``, in closed form: O(count) time and memory whatever the world size (the data
+    repeat with period 7 in the rank, so each residue class of ranks is counted once)."""
+    torch, n = ctx.torch, ctx.world_size
+    idx = torch.arange(start, start + count, dtype=torch.float64, device=ctx.device)
+    if ctx.op == "prod":
+        residue = torch.remainder(-idx, 3)  # ranks r = residue (mod 3) contribute -1
+        negatives = _ranks_in_class(n, residue, 3)
+        return torch.where(torch.remainder(negatives, 2) == 1, -1.0, 1.0).to(torch.float64)
+    classes = [(k, _ranks_in_class(n, k, _PERIOD)) for k in range(min(n, _PERIOD))]
+    values = [(torch.remainder(idx + 3 * k, _PERIOD) + 1, c) for k, c in classes]
+    if ctx.op in ("sum", "avg"):
+        total = sum((v * c for v, c in values), torch.zeros_like(idx))
+        return total / n if ctx.op == "avg" else total
+    stacked = torch.stack([v for v, _ in values])
+    return stacked.amax(0) if ctx.op == "max" else stacked.amin(0)
 
 
 def reduce_values(ctx: Ctx, parts: list[Any]) -> Any:
-    """Reference reduction of float64 tensors across ranks for ``ctx.op``."""
+    """Reference reduction of explicit float64 tensors (tests compare the closed form with
+    it)."""
     torch = ctx.torch
     stacked = torch.stack(parts)
     if ctx.op == "sum":

@@ -9,7 +9,7 @@ from ddpnet.bench.collectives.base import (
     Collective,
     Ctx,
     rank_values,
-    reduce_values,
+    reduced_values,
 )
 
 
@@ -35,7 +35,7 @@ class Reduce(Collective):
     def expected(self, ctx: Ctx, count: int) -> Any:
         if ctx.rank != self.root:
             return None  # non-root buffers are scratch space
-        return reduce_values(ctx, [rank_values(ctx, r, count) for r in range(ctx.world_size)])
+        return reduced_values(ctx, count)
 
 
 COLLECTIVE = Reduce()

@@ -10,7 +10,7 @@ from ddpnet.bench.collectives.base import (
     Collective,
     Ctx,
     rank_values,
-    reduce_values,
+    reduced_values,
     split,
 )
 
@@ -44,8 +44,7 @@ class ReduceScatter(Collective):
 
     def expected(self, ctx: Ctx, count: int) -> Any:
         per = split(count, ctx.world_size)
-        full = reduce_values(ctx, [rank_values(ctx, r, count) for r in range(ctx.world_size)])
-        return full[ctx.rank * per:(ctx.rank + 1) * per]
+        return reduced_values(ctx, per, start=ctx.rank * per)
 
 
 COLLECTIVE = ReduceScatter()
