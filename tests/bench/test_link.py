@@ -150,6 +150,7 @@ def test_measure_link_over_loopback(method: str) -> None:
     assert link.method == method and link.interface == "lo"
     assert [(p.src, p.dst) for p in link.pairs] == [(0, 1)]
     assert link.pairs[0].error == ""
+    assert "loopback" in link.note
     # loopback carries gigabits per second even on a loaded 2-core machine
     assert link.gbps is not None and link.gbps > 0.5, link
 

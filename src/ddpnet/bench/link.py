@@ -294,6 +294,9 @@ def measure_link(
     if not pairs:
         return LinkRate(None, "none", nominal, interface, note="one rank: no link to measure")
     method, note = choose_method(requested, endpoints)
+    if len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1")):
+        note = "; ".join(filter(None, [note, "loopback: all ranks on one host, so this "
+                                       "measures memory copies, not a network"]))
     by_rank = {ep.rank: ep for ep in endpoints}
     receiving = [(s, d) for s, d in pairs if d == rank]
     sending = [(s, d) for s, d in pairs if s == rank]
