@@ -75,10 +75,14 @@ for rnd in range(rounds):
         dist.barrier()
         c0 = time.process_time()
         t0 = time.perf_counter()
+        stamps = []
         for _ in range(iters):
             dist.all_reduce(t)
-        bare = slowest([(time.perf_counter() - t0) / iters])[0]
+            stamps.append(time.perf_counter())
+        bare = slowest([(stamps[-1] - t0) / iters])[0]
         cpu = slowest([(time.process_time() - c0) / iters])[0]
+        # each iteration's length on each rank (end to end, back to back), slowest rank
+        each = slowest([b - a for a, b in zip([t0] + stamps[:-1], stamps)])
         # 3. bare with a barrier before each all_reduce, the barrier's time included
         dist.barrier()
         t0 = time.perf_counter()
@@ -92,6 +96,7 @@ for rnd in range(rounds):
             "bench_busbw_gbps": row.busbw_gbps,
             "bare_time_us": bare * 1e6, "bare_busbw_gbps": size * 8 / bare / 1e9 * factor,
             "bare_cpu_s_per_op": cpu,
+            "bare_iter_us": [round(x * 1e6) for x in each],
             "bare_barrier_time_us": synced * 1e6,
             "bare_barrier_busbw_gbps": size * 8 / synced / 1e9 * factor,
         })
