@@ -107,6 +107,41 @@ if h.rank == 0:
 """
 
 
+def summarize(rounds: list[dict[str, Any]], sizes: list[int], link: float) -> list[dict[str, Any]]:
+    """Per size, medians over rounds. The bench's headline is the median iteration; the bare
+    loop's is a mean (one clock around the loop), so its median iteration is given too: the
+    two differ by the outlier iterations a loaded host produces."""
+    summary = []
+    for size in sizes:
+        rounds_ = [r for r in rounds if r["bytes"] == size]
+        bench = statistics.median(r["bench_time_us"] for r in rounds_)
+        bare = statistics.median(r["bare_time_us"] for r in rounds_)
+        synced = statistics.median(r["bare_barrier_time_us"] for r in rounds_)
+        busbw = statistics.median(r["bench_busbw_gbps"] for r in rounds_)
+        row: dict[str, Any] = {
+            "bytes": size,
+            "bench_time_us": round(bench, 1),
+            "bench_busbw_gbps": round(busbw, 4),
+            "bare_time_us": round(bare, 1),
+            "bare_busbw_gbps": round(statistics.median(r["bare_busbw_gbps"] for r in rounds_), 4),
+            "bare_barrier_time_us": round(synced, 1),
+            # CPU seconds one rank's process spends per all_reduce (all lab nodes share the
+            # host's cores)
+            "cpu_s_per_all_reduce": round(statistics.median(r["bare_cpu_s_per_op"]
+                                                             for r in rounds_), 3),
+            "busbw_over_link": round(busbw / link, 4),
+            # >0: bench reports a longer time than the bare loop takes per all_reduce
+            "harness_overhead_vs_bare": round(bench / bare - 1, 4),
+            "harness_overhead_vs_bare_barrier": round(bench / synced - 1, 4),
+        }
+        if all("bare_iter_us" in r for r in rounds_):
+            per_iter = statistics.median(statistics.median(r["bare_iter_us"]) for r in rounds_)
+            row["bare_iter_median_us"] = round(per_iter, 1)
+            row["harness_overhead_vs_bare_median_iter"] = round(bench / per_iter - 1, 4)
+        summary.append(row)
+    return summary
+
+
 def one_run(label: str, nodes: int, rate: str, sizes: list[int], iters: int, warmup: int,
             rounds: int, env: dict[str, str], prefix: str = "bnb") -> dict[str, Any]:
     from ddpnet.lab import Lab
@@ -123,30 +158,7 @@ def one_run(label: str, nodes: int, rate: str, sizes: list[int], iters: int, war
         raise SystemExit(f"{label}: node {bad[0].node} failed: {bad[0].stderr[-2000:]}")
     line = next(ln for r in results for ln in r.stdout.splitlines() if ln.startswith("RESULT "))
     data: dict[str, Any] = json.loads(line[len("RESULT "):])
-    link = data["link"]["gbps"]
-    summary = []
-    for size in sizes:
-        rounds_ = [r for r in data["rounds"] if r["bytes"] == size]
-        bench = statistics.median(r["bench_time_us"] for r in rounds_)
-        bare = statistics.median(r["bare_time_us"] for r in rounds_)
-        synced = statistics.median(r["bare_barrier_time_us"] for r in rounds_)
-        busbw = statistics.median(r["bench_busbw_gbps"] for r in rounds_)
-        summary.append({
-            "bytes": size,
-            "bench_time_us": round(bench, 1),
-            "bench_busbw_gbps": round(busbw, 4),
-            "bare_time_us": round(bare, 1),
-            "bare_busbw_gbps": round(statistics.median(r["bare_busbw_gbps"] for r in rounds_), 4),
-            "bare_barrier_time_us": round(synced, 1),
-            # CPU seconds one rank's process spends per all_reduce (all lab nodes share the
-            # host's cores)
-            "cpu_s_per_all_reduce": round(statistics.median(r["bare_cpu_s_per_op"]
-                                                             for r in rounds_), 3),
-            "busbw_over_link": round(busbw / link, 4),
-            # >0: bench reports a longer time than the bare loop takes per all_reduce
-            "harness_overhead_vs_bare": round(bench / bare - 1, 4),
-            "harness_overhead_vs_bare_barrier": round(bench / synced - 1, 4),
-        })
+    summary = summarize(data["rounds"], sizes, data["link"]["gbps"])
     return {"label": label, "env": env, "link": data["link"], "summary": summary,
             "rounds": data["rounds"], "interface": data["interface"],
             "gloo_socket_ifname": data["GLOO_SOCKET_IFNAME"]}
