@@ -1,0 +1,77 @@
+"""The CLI's error boundary and start-up cost, run for real."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpnet.cli.main import _os_error
+from ddpnet.exitcodes import ExitCode
+from tests.conftest import RunCli, assert_user_error, clean_environ
+
+
+def _modules_after(*args: str) -> set[str]:
+    code = ("import sys\nfrom ddpnet.cli.main import main\ntry:\n"
+            f"    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=clean_environ(), timeout=60)
+    return set(proc.stderr.strip().splitlines()[-1].split())
+
+
+def test_help_imports_neither_torch_nor_rich() -> None:
+    loaded = _modules_after("--help")
+    assert "torch" not in loaded
+    assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
+
+
+def test_human_env_stays_torch_free() -> None:
+    assert "torch" not in _modules_after("env")
+
+
+def test_os_error_on_a_user_path_is_one_line(run_cli: RunCli, tmp_path: Path) -> None:
+    # a directory where tune's sysctl drop-in goes: the dry run cannot read it
+    (tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf").mkdir(parents=True)
+    proc = run_cli("tune", "--root", str(tmp_path), "--distro", "ubuntu", "--json")
+    assert_user_error(proc, ExitCode.USAGE, "90-ddpnet.conf", "Is a directory")
+    assert proc.stdout == ""
+
+
+def test_os_error_debug_keeps_the_traceback(run_cli: RunCli, tmp_path: Path) -> None:
+    (tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf").mkdir(parents=True)
+    proc = run_cli("--debug", "tune", "--root", str(tmp_path), "--distro", "ubuntu")
+    assert proc.returncode == ExitCode.USAGE
+    assert "Traceback" in proc.stderr and "ddpnet: error: " in proc.stderr
+
+
+def test_permission_error_is_a_missing_requirement() -> None:
+    err = _os_error(PermissionError(errno.EACCES, "Permission denied", "/etc/sysctl.d/x"))
+    assert err.exit_code == ExitCode.MISSING_REQUIREMENT
+    assert "/etc/sysctl.d/x" in err.message and err.hint
+
+
+def test_other_os_error_is_bad_input() -> None:
+    err = _os_error(FileNotFoundError(errno.ENOENT, "No such file or directory", "/nope"))
+    assert err.exit_code == ExitCode.USAGE
+    assert err.message == "cannot use /nope: No such file or directory"
+
+
+def test_unknown_command_is_a_usage_error(run_cli: RunCli) -> None:
+    proc = run_cli("nosuchcommand")
+    assert_user_error(proc, ExitCode.USAGE, "nosuchcommand")
+
+
+def test_bare_ddpnet_shows_help(run_cli: RunCli) -> None:
+    proc = run_cli()
+    assert proc.returncode == 0 and "Commands" in proc.stdout
+
+
+def test_json_error_leaves_stdout_empty(run_cli: RunCli) -> None:
+    proc = run_cli("env", "--json", env={"RANK": "1"})
+    assert_user_error(proc, ExitCode.USAGE, "WORLD_SIZE")
+    assert proc.stdout == ""
+    ok = run_cli("env", "--json")
+    assert isinstance(json.loads(ok.stdout), dict)
