@@ -115,9 +115,12 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     from ddpnet.net.probe import preflight
     from ddpnet.net.select import select_for_host
 
-    if connect_timeout <= 0:
+    if not 0 < connect_timeout < float("inf"):  # nan fails too
         raise ConfigError(f"connect_timeout={connect_timeout} must be positive",
                           "use a few seconds to a minute, e.g. connect_timeout=60")
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise ConfigError(f"timeout={timeout} must be a positive number of seconds",
+                          "leave it out for torch's default, or e.g. timeout=1800")
     cfg = resolve(init_method=init_method, **overrides)
     if backend not in BACKENDS:
         pick_backend(backend, 0, False)  # raises the ConfigError

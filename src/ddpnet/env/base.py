@@ -46,9 +46,10 @@ def parse_int(value: str, source: str, *, minimum: int = 0) -> int:
     try:
         number = int(text, 10)
     except ValueError:
+        example = 29500 if "port" in source.lower() else minimum
         raise ConfigError(
             f"{source}={value!r} is not an integer",
-            f"set {source} to a whole number (e.g. {source}=0) or unset it",
+            f"set {source} to a whole number (e.g. {source}={example}) or unset it",
         ) from None
     if number < minimum:
         raise ConfigError(
