@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from ddpnet.cli.main import _os_error
 from ddpnet.exitcodes import ExitCode
@@ -75,3 +80,31 @@ def test_json_error_leaves_stdout_empty(run_cli: RunCli) -> None:
     assert proc.stdout == ""
     ok = run_cli("env", "--json")
     assert isinstance(json.loads(ok.stdout), dict)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run the CLI as an unprivileged user")
+def test_permission_denied_on_a_user_path_is_exit_3() -> None:
+    # pytest's tmp_path sits under a 0700 directory: use one nobody can traverse
+    tmp_path = Path(tempfile.mkdtemp(prefix="qa-perm-", dir="/tmp"))
+    try:
+        _permission_denied_case(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _permission_denied_case(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    (tmp_path / "etc" / "sysctl.d").mkdir(parents=True)
+    (tmp_path / "etc" / "os-release").write_text("ID=ubuntu\nVERSION_ID=22.04\n")
+    secret = tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf"
+    secret.write_text("")
+    secret.chmod(0o600)
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+         "ddpnet", "tune", "--root", str(tmp_path), "--cluster-subnet", "10.0.0.0/24"],
+        env=clean_environ(), capture_output=True, text=True, timeout=60, cwd="/")
+    if "ddpnet: error" not in proc.stderr and "Permission denied" in proc.stderr:
+        pytest.skip("the checkout is not readable by an unprivileged user")
+    assert_user_error(proc, ExitCode.MISSING_REQUIREMENT, "permission denied",
+                      "90-ddpnet.conf")

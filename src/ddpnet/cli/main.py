@@ -80,8 +80,8 @@ def _os_error(exc: OSError) -> DdpnetError:
     what = exc.strerror or type(exc).__name__
     if isinstance(exc, PermissionError):
         return RequirementError(f"permission denied:{where} ({what})",
-                                "run as a user allowed to write there (root for system "
-                                "paths), or choose another path")
+                                "run as a user allowed to read and write it (root for "
+                                "system paths), or choose another path")
     return ConfigError(f"cannot use{where}: {what}",
                        "check the path named in the command; --debug shows where it failed")
 
