@@ -83,3 +83,11 @@ def put(out: dict[str, Sourced], key: str, found: Sourced | None) -> None:
     """Store ``found`` under ``key`` when the launcher knows it."""
     if found is not None:
         out[key] = found
+
+
+def put_master(out: dict[str, Sourced], environ: Mapping[str, str]) -> None:
+    """An exported MASTER_ADDR / MASTER_PORT, which every launcher honours (an empty
+    MASTER_ADDR counts as unset)."""
+    if environ.get("MASTER_ADDR"):
+        out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
+    put(out, "master_port", env_int(environ, "MASTER_PORT"))
