@@ -181,8 +181,9 @@ def test_under_torchrun_rank0_uses_the_agent_store() -> None:
 
 @pytest.mark.parametrize("kwargs", [{"connect_timeout": float("nan")},
                                     {"connect_timeout": -1}, {"timeout": -5},
-                                    {"timeout": float("nan")}])
-def test_bad_timeouts_are_config_errors(kwargs: dict[str, float]) -> None:
+                                    {"timeout": float("nan")}, {"timeout": "soon"},
+                                    {"connect_timeout": None}])
+def test_bad_timeouts_are_config_errors(kwargs: dict[str, object]) -> None:
     # nan passed the old ``<= 0`` check; a negative timeout went on to torch
     with pytest.raises(ConfigError, match="timeout"):
         ddpnet.init(**kwargs)

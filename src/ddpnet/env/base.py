@@ -47,10 +47,12 @@ def parse_int(value: str, source: str, *, minimum: int = 0) -> int:
         number = int(text, 10)
     except ValueError:
         example = 29500 if "port" in source.lower() else minimum
-        raise ConfigError(
-            f"{source}={value!r} is not an integer",
-            f"set {source} to a whole number (e.g. {source}={example}) or unset it",
-        ) from None
+        if source.startswith("argument "):  # ddpnet.init(rank=...) / ddpnet.resolve(...)
+            name = source.removeprefix("argument ")
+            hint = f"pass {name} as a whole number (e.g. {name}={example}) or leave it out"
+        else:
+            hint = f"set {source} to a whole number (e.g. {source}={example}) or unset it"
+        raise ConfigError(f"{source}={value!r} is not an integer", hint) from None
     if number < minimum:
         raise ConfigError(
             f"{source}={number} is below {minimum}",
