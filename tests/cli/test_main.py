@@ -108,3 +108,41 @@ def _permission_denied_case(tmp_path: Path) -> None:
         pytest.skip("the checkout is not readable by an unprivileged user")
     assert_user_error(proc, ExitCode.MISSING_REQUIREMENT, "permission denied",
                       "90-ddpnet.conf")
+
+
+def _fake_command(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    import types
+
+    import click
+
+    from ddpnet.cli import main as climain
+
+    @click.command("qa-boom")
+    def command() -> int:
+        raise exc
+
+    module = types.ModuleType("qa_fake_command")
+    module.command = command  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "qa_fake_command", module)
+    monkeypatch.setitem(climain.COMMANDS, "qa-boom", ("qa_fake_command", "test only"))
+
+
+def test_permission_error_in_a_command_exits_3(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from ddpnet.cli.main import main
+
+    _fake_command(monkeypatch, PermissionError(errno.EACCES, "Permission denied", "/x/y"))
+    with pytest.raises(SystemExit) as info:
+        main(["qa-boom"])
+    assert info.value.code == ExitCode.MISSING_REQUIREMENT
+    err = capsys.readouterr().err
+    assert err.startswith("ddpnet: error: permission denied: /x/y") and "\nhint: " in err
+
+
+def test_os_error_without_a_path_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # not a user's path: a bug, so the traceback stays
+    from ddpnet.cli.main import main
+
+    _fake_command(monkeypatch, ConnectionResetError(errno.ECONNRESET, "reset"))
+    with pytest.raises(ConnectionResetError):
+        main(["qa-boom"])

@@ -76,7 +76,7 @@ def _os_error(exc: OSError) -> DdpnetError:
     permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
     from ddpnet.errors import ConfigError, RequirementError
 
-    where = f" {exc.filename}" if exc.filename else ""
+    where = f" {exc.filename}" if exc.filename is not None else ""
     what = exc.strerror or type(exc).__name__
     if isinstance(exc, PermissionError):
         return RequirementError(f"permission denied:{where} ({what})",
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(int(ExitCode.OK))
     except OSError as exc:  # a path the user gave that cannot be read or written
+        if exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
+            raise
         if _debug_requested(args):
             traceback.print_exc()
         error = _os_error(exc)
