@@ -7,12 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpnet.sysctl_profile import TIER_NAMES
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 DISTROS = ("rhel7", "rhel8", "rhel9", "ubuntu", "debian")
 FIREWALLS = ("firewalld", "nftables", "iptables", "ufw", "none")
-PROFILES = ("guide", "10g", "40g", "100g")
+#: the sysctl profiles, slowest first: the speed tiers of ``ddpnet.sysctl_profile``
+PROFILES = tuple(reversed(TIER_NAMES))
 
 #: torchrun's default c10d rendezvous port, reserved and opened next to MASTER_PORT
 RDZV_PORT = 29400

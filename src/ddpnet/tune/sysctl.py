@@ -1,10 +1,8 @@
-"""The sysctl drop-in: the guides' values as a floor, scaled up with the link speed.
-
-:func:`profile_for` is the one pure table of values (the doctor engineer keeps a
-``profile_for(link_speed_mbps)`` of their own; see the README for unifying them). Buffer sizes
-follow ESnet's fasterdata host tuning for 10/40/100 Gb/s hosts; every value carries a comment
-saying why, and a scope: ``netns`` keys exist per network namespace (and can be proven in a lab
-node), ``host`` keys only in the initial namespace.
+"""The sysctl drop-in: the values of ``ddpnet.sysctl_profile`` (the one table of values,
+reasons and speed tiers that ``ddpnet doctor`` checks against) plus the port keys only tune
+sets. Every value is written with its reason as a comment, and a scope: ``netns`` keys exist
+per network namespace (and can be proven in a lab node), ``host`` keys only in the initial
+namespace.
 """
 
 from __future__ import annotations
@@ -13,11 +11,10 @@ import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ddpnet.sysctl_profile import TIER_NAMES, profile_of, tier_for, tier_named
 from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
 
 PATH = "/etc/sysctl.d/90-ddpnet.conf"
-
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -31,24 +28,9 @@ class Setting:
 
 
 def profile_for_speed(speed_mbps: int | None) -> tuple[str, str]:
-    """``(profile, reason)`` for a link speed: the smallest profile the link reaches."""
-    if speed_mbps is None or speed_mbps <= 0:
-        return "guide", "link speed unknown: the guides' values"
-    for floor, name in ((100_000, "100g"), (40_000, "40g"), (10_000, "10g")):
-        if speed_mbps >= floor:
-            return name, f"link speed {speed_mbps} Mb/s >= {floor // 1000} Gb/s"
-    return "guide", f"link speed {speed_mbps} Mb/s < 10 Gb/s: the guides' values"
-
-
-#: profile -> (rmem/wmem max, tcp_rmem, tcp_wmem). Maxima from ESnet's host tuning (64 MiB
-#: for 10G, 128 MiB for 40G, 2 GiB with 1 GiB autotuning for 100G); autotuning reaches the
-#: socket maximum so ``ddpnet doctor``'s targets (``ddpnet.sysctl_profile``) hold after tune.
-_BUFFERS: dict[str, tuple[int, str, str]] = {
-    "guide": (16 * MIB, f"4096 87380 {16 * MIB}", f"4096 65536 {16 * MIB}"),
-    "10g": (64 * MIB, f"4096 87380 {64 * MIB}", f"4096 65536 {64 * MIB}"),
-    "40g": (128 * MIB, f"4096 87380 {128 * MIB}", f"4096 65536 {128 * MIB}"),
-    "100g": (2147483647, f"4096 {64 * MIB} {1024 * MIB}", f"4096 {64 * MIB} {1024 * MIB}"),
-}
+    """``(profile, reason)`` for a link speed: the largest tier the link reaches."""
+    tier, reason = tier_for(speed_mbps)
+    return tier.name, reason
 
 
 def merge_reserved(current: str, ports: tuple[int, ...]) -> str:
@@ -73,33 +55,10 @@ def profile_for(
     reserved_now: str = "",
     port_range: tuple[int, int] | None = None,
 ) -> tuple[Setting, ...]:
-    """Every sysctl value of a profile, each with why (pure)."""
-    bmax, rmem, wmem = _BUFFERS[profile]
-    fast = profile != "guide"
-    settings = [
-        Setting("net.core.rmem_max", str(bmax),
-                f"largest receive buffer a socket may ask for ({profile} profile)", "host"),
-        Setting("net.core.wmem_max", str(bmax),
-                f"largest send buffer a socket may ask for ({profile} profile)", "host"),
-        Setting("net.ipv4.tcp_rmem", rmem,
-                "TCP receive autotuning min/default/max: lets gradient streams fill the link"),
-        Setting("net.ipv4.tcp_wmem", wmem,
-                "TCP send autotuning min/default/max"),
-        Setting("net.ipv4.tcp_fin_timeout", "30",
-                "free sockets of finished ranks sooner (guides' value; default 60)"),
-        Setting("net.ipv4.tcp_max_syn_backlog", "8192",
-                "every rank connects to the master at once at rendezvous (guides: 4096)"),
-        Setting("net.core.somaxconn", "4096",
-                "TCPStore's listen backlog: world-size connections arrive together "
-                "(raise it above the number of ranks for 4096+ ranks)"),
-    ]
-    if fast:
-        settings += [
-            Setting("net.ipv4.tcp_mtu_probing", "1",
-                    "recover from black-hole paths when jumbo frames are in use (ESnet)"),
-            Setting("net.core.netdev_max_backlog", "250000",
-                    "queue more packets per CPU before dropping at 10+ Gb/s (ESnet)", "host"),
-        ]
+    """Every sysctl value of a profile, each with why (pure): the shared table's targets,
+    then the port reservations."""
+    settings = [Setting(t.name, t.recommended, t.why, t.scope)
+                for t in profile_of(tier_named(profile)).targets.values()]
     reserved = merge_reserved(reserved_now, (master_port, RDZV_PORT))
     settings.append(Setting(
         "net.ipv4.ip_local_reserved_ports", reserved,
@@ -173,5 +132,5 @@ def mismatches(content: str, live: Mapping[str, str | None]) -> tuple[str, ...]:
 
 def all_keys() -> tuple[str, ...]:
     """Every key any profile may set (their values are captured before an apply)."""
-    keys = [s.key for p in _BUFFERS for s in profile_for(p, 1, "", (1024, 65535))]
+    keys = [s.key for p in TIER_NAMES for s in profile_for(p, 1, "", (1024, 65535))]
     return tuple(dict.fromkeys(keys))
