@@ -126,10 +126,10 @@ def test_detection_reason_names_the_inner_launcher() -> None:
     assert "wins over slurm" in reason
 
 
-def test_batch_shell_says_it_is_not_an_srun_step() -> None:
+def test_salloc_shell_says_it_is_not_an_srun_step() -> None:
     # "no launcher variables set" was wrong there: SLURM_* are set, the process is no task
-    cls, reason = detect_launcher({"SLURM_PROCID": "0", "SLURM_NTASKS": "8",
-                                   "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "batch"})
+    cls, reason = detect_launcher({"SLURM_JOB_ID": "5", "SLURM_NNODES": "2",
+                                   "SLURM_JOB_NODELIST": "n[1-2]"})
     assert cls.name == "local"
     assert "SLURM job 5" in reason and "srun" in reason
     assert detect_launcher({})[1] == "no launcher variables set: one local process"

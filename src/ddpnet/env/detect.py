@@ -43,7 +43,7 @@ def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
     winner = found[0]
     if winner is LocalLauncher:
         if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
-            # an sbatch/salloc shell: SLURM_* set, but this process is not one of the tasks
+            # a salloc shell: SLURM_* set, but this process is not one of the tasks
             return winner, ("inside SLURM job " + (environ.get("SLURM_JOB_ID")
                                                   or environ.get("SLURM_JOBID", ""))
                             + " but not in an srun step: one local process (start the "
