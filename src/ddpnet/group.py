@@ -98,6 +98,17 @@ def _restore_env() -> None:
     _saved.clear()
 
 
+def _seconds(name: str, value: Any, hint: str) -> float:
+    """A positive, finite number of seconds (numeric strings too), or ConfigError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):  # nan fails too
+        raise ConfigError(f"{name}={value!r} must be a positive number of seconds", hint)
+    return seconds
+
+
 def init(backend: str = "auto", init_method: str | None = None, timeout: float | None = None,
          connect_timeout: float = 60, *, ifname: str | None = None,
          **overrides: Any) -> Handle:
@@ -115,9 +126,11 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     from ddpnet.net.probe import preflight
     from ddpnet.net.select import select_for_host
 
-    if connect_timeout <= 0:
-        raise ConfigError(f"connect_timeout={connect_timeout} must be positive",
-                          "use a few seconds to a minute, e.g. connect_timeout=60")
+    connect_timeout = _seconds("connect_timeout", connect_timeout,
+                               "use a few seconds to a minute, e.g. connect_timeout=60")
+    if timeout is not None:
+        timeout = _seconds("timeout", timeout,
+                           "leave it out for torch's default, or e.g. timeout=1800")
     cfg = resolve(init_method=init_method, **overrides)
     if backend not in BACKENDS:
         pick_backend(backend, 0, False)  # raises the ConfigError

@@ -126,6 +126,15 @@ def test_detection_reason_names_the_inner_launcher() -> None:
     assert "wins over slurm" in reason
 
 
+def test_salloc_shell_says_it_is_not_an_srun_step() -> None:
+    # "no launcher variables set" was wrong there: SLURM_* are set, the process is no task
+    cls, reason = detect_launcher({"SLURM_JOB_ID": "5", "SLURM_NNODES": "2",
+                                   "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert cls.name == "local"
+    assert "SLURM job 5" in reason and "srun" in reason
+    assert detect_launcher({})[1] == "no launcher variables set: one local process"
+
+
 def test_slurm_port_is_derived_outside_ephemeral_range_and_stable() -> None:
     env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0",
            "SLURM_JOB_ID": "918273", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2",

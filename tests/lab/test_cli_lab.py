@@ -116,6 +116,11 @@ def test_bad_input_is_exit_2_with_a_hint(run_cli: RunCli) -> None:
     assert_user_error(run_cli("lab", "fault", "--name", "lbbad", "meteor", "--node", "0"), 2,
                       "unknown fault kind")
     assert_user_error(run_cli("lab", "status", "--name", "lbnothere"), 2, "no lab named")
+    # checked before the lab is looked up: a timeout <= 0 killed every node at once (exit 124)
+    assert_user_error(run_cli("lab", "run", "--name", "lbnothere", "--timeout", "-1", "--",
+                              "true"), 2, "--timeout")
+    assert_user_error(run_cli("lab", "run", "--name", "lbnothere", "--master-port", "0", "--",
+                              "true"), 2, "--master-port")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,

@@ -27,6 +27,11 @@ def test_normalize_validates_each_kind() -> None:
         ("loss", {"percent": 150}, "between 0 and 100"),
         ("hostname-loopback", {"port": 1}, "takes no option"),
         ("link-down", {"for_s": -1}, "must be positive"),
+        ("link-down", {"for_s": float("nan")}, "must be positive"),
+        ("delay", {"ms": float("nan")}, "bad delay"),
+        ("delay", {"ms": -5.0}, "bad delay"),
+        ("extra-iface", {"iface": "bad name"}, "bad interface name"),
+        ("extra-iface", {"iface": "br0"}, "bad interface name"),
     ):
         with pytest.raises(ConfigError, match=needle) as info:
             faults.normalize(kind, opts)
@@ -83,3 +88,14 @@ def test_describe() -> None:
     assert faults.describe({"kind": "block-port", "port": 1, "reject": True}) == \
         "block-port 1 reject"
     assert faults.describe({"kind": "delay", "ms": 20.0}) == "delay ms=20"
+
+
+def test_extra_iface_may_not_take_the_nodes_own_name() -> None:
+    # it used to delete the node's lab NIC (eth0) and leave the node cut off; no root needed:
+    # the name is checked before anything is touched
+    from ddpnet.lab import Lab
+
+    lab = Lab(name="qaunit", nodes=2)
+    with pytest.raises(ConfigError, match="lab interface") as info:
+        lab.fault("extra-iface", 0, iface="eth0")
+    assert "docker0" in info.value.hint

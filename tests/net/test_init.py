@@ -177,3 +177,26 @@ def test_under_torchrun_rank0_uses_the_agent_store() -> None:
     rounds = sorted((json.loads(line) for line in proc.stdout.splitlines()
                      if line.startswith("{")), key=lambda o: o["rank"])
     assert [(o["rank"], o["sum"]) for o in rounds] == [(0, 3.0), (1, 3.0)]
+
+
+@pytest.mark.parametrize("kwargs", [{"connect_timeout": float("nan")},
+                                    {"connect_timeout": -1}, {"timeout": -5},
+                                    {"timeout": float("nan")}, {"timeout": "soon"},
+                                    {"connect_timeout": None}])
+def test_bad_timeouts_are_config_errors(kwargs: dict[str, object]) -> None:
+    # nan passed the old ``<= 0`` check; a negative timeout went on to torch
+    with pytest.raises(ConfigError, match="timeout"):
+        ddpnet.init(**kwargs)
+
+
+def test_a_script_traceback_shows_the_hint() -> None:
+    # a user's script that calls init() gets Python's traceback, not the CLI's report: the
+    # hint rides along as an exception note
+    proc = subprocess.run([sys.executable, "-c", "import ddpnet; ddpnet.init()"],
+                          env=clean_environ({"RANK": "1"}), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    if sys.version_info >= (3, 11):
+        assert lines[-2].endswith("RANK is set but WORLD_SIZE is not")
+        assert lines[-1].startswith("hint: export both")

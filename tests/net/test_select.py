@@ -158,6 +158,18 @@ def test_ifname_argument_forces_all_three() -> None:
     assert {c.source for c in sel.choices().values()} == {"argument ifname"}
 
 
+@pytest.mark.parametrize("bad", ["nosuch0", "^lo"])
+def test_bad_ifname_argument_is_named_as_the_argument(bad: str) -> None:
+    # the user exported nothing: the problem and its fix name ifname=, not GLOO_SOCKET_IFNAME
+    sel = select(cfg(), (ETH0, LO), ROUTE, {}, ifname=bad)
+    problems = sel.problems()
+    assert problems
+    for choice in problems.values():
+        assert choice.reason.startswith(f"ifname={bad!r}"), choice.reason
+        assert "pass ifname=" in choice.hint and "eth0" in choice.hint
+        assert "SOCKET_IFNAME" not in choice.hint
+
+
 def test_no_route() -> None:
     sel = select(cfg(), TABLE, None, {})
     assert sel.gloo.value is None and sel.gloo.source == "unset"

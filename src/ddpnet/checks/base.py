@@ -7,7 +7,6 @@ runner, a resolver, the environment), so tests feed fixture trees and canned com
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
+
+# the real runner (edge), shared with net, tune and monitor; re-exported for the checks
+from ddpnet.runner import CommandOutput, run_command
 
 Status = Literal["pass", "warn", "fail", "skip"]
 #: worst first: the verdict is the worst status among the checks (skip counts as pass)
@@ -51,27 +53,8 @@ class CheckResult:
         }
 
 
-@dataclass(frozen=True)
-class CommandOutput:
-    returncode: int
-    stdout: str
-    stderr: str = ""
-
-
 #: runs argv with a timeout in seconds; None when the program is absent or timed out
 Runner = Callable[[Sequence[str], float], "CommandOutput | None"]
-
-
-def run_command(argv: Sequence[str], timeout: float) -> CommandOutput | None:
-    """The real runner (edge): no shell, bounded, never raises for a missing tool."""
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return CommandOutput(proc.returncode, proc.stdout, proc.stderr)
 
 
 class AddressLike(Protocol):

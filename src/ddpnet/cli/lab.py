@@ -126,10 +126,10 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @_NAME
 @click.option("--nodes", "nodes", default="all", show_default=True,
               help="Nodes to run on: all, or a list such as 0,2-3.")
-@click.option("--timeout", type=float, default=None,
+@click.option("--timeout", type=click.FloatRange(0, 1e9, min_open=True), default=None,
               help="Kill the command after S seconds (exit 124); default: no limit.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Extra variable (repeatable).")
-@click.option("--master-port", default=29500, show_default=True, type=int,
+@click.option("--master-port", default=29500, show_default=True, type=click.IntRange(1, 65535),
               help="MASTER_PORT exported to every node.")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],

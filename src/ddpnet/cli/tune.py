@@ -208,10 +208,12 @@ def command(
 
 
 def _firewalld_default_zone() -> str:
-    from ddpnet.tune.facts import _quiet
+    from ddpnet.runner import run_command
+    from ddpnet.tune.facts import PROBE_TIMEOUT_S
 
-    rc, out = _quiet(("firewall-cmd", "--get-default-zone"))
-    return out.strip() if rc == 0 and out.strip() else "public"
+    proc = run_command(("firewall-cmd", "--get-default-zone"), PROBE_TIMEOUT_S)
+    zone = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    return zone or "public"
 
 
 def _previous_firewall(journal: Any) -> str | None:

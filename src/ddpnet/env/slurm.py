@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put, put_master
 from ddpnet.env.hostlist import expand
 from ddpnet.errors import ConfigError
 
@@ -65,9 +65,7 @@ def _read_batch(environ: Mapping[str, str]) -> dict[str, Sourced]:
         "rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
         "local_world_size": (1, source), "node_rank": (0, source), "num_nodes": (1, source),
     }
-    if environ.get("MASTER_ADDR"):
-        out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-    put(out, "master_port", env_int(environ, "MASTER_PORT"))
+    put_master(out, environ)
     if environ.get("SLURM_JOB_ID"):
         out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
     return out
@@ -105,9 +103,7 @@ class SlurmLauncher(Launcher):
                 if node < len(counts):
                     out["local_world_size"] = (counts[node], var)
                 break
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         if environ.get("SLURM_JOB_ID"):
             out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
         return out

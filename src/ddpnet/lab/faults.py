@@ -20,6 +20,7 @@ from ddpnet.lab.topology import (
     LAB_RANGE,
     Plan,
     Shaping,
+    check_ifname,
     delay_ms,
     loss_percent,
     rate_bits,
@@ -80,7 +81,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
     elif kind == "link-down":
         if o.get("for_s") is not None:
             for_s = float(o["for_s"])
-            if for_s <= 0:
+            if not 0 < for_s < float("inf"):  # nan fails too
                 raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
             rec["for_s"] = for_s
             rec["until"] = (time.time() if now is None else now) + for_s
@@ -103,7 +104,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
             raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
         rec["mtu"] = mtu
     elif kind == "extra-iface":
-        rec["iface"] = str(o.get("iface", EXTRA_IFACE))
+        rec["iface"] = check_ifname(str(o.get("iface", EXTRA_IFACE)), "--iface docker0")
         if "address" in o:
             rec["address"] = str(o["address"])
     return rec

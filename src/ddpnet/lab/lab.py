@@ -288,6 +288,9 @@ class Lab:
         Faults stay until :meth:`clear` (or ``down``)."""
         n = self.node(node)
         rec = faultmod.normalize(kind, opts)
+        if rec.get("iface") == n.ifname:
+            raise ConfigError(f"extra-iface {n.ifname!r} is {n.name}'s lab interface",
+                              "name the extra interface differently, e.g. --iface docker0")
         system.require_root(("ip", "tc", "nft"))
         with statemod.locked(self.name):
             st = self._state()

@@ -59,6 +59,14 @@ def rate_bits(rate: str) -> float:
     return value
 
 
+def check_ifname(name: str, example: str) -> str:
+    """A Linux interface name we may create (not lo nor the lab bridge), or ConfigError."""
+    if not _IFNAME_RE.match(name) or name in ("lo", BRIDGE):
+        raise ConfigError(f"bad interface name {name!r}: 1-15 letters, digits, _ . -",
+                          f"for example {example}")
+    return name
+
+
 def delay_ms(delay: str | float) -> float:
     """``"0.1ms"``, ``"100us"``, ``0.5`` (ms) -> milliseconds."""
     if isinstance(delay, (int, float)):
@@ -69,8 +77,8 @@ def delay_ms(delay: str | float) -> float:
             raise ConfigError(f"bad delay {delay!r}: expected a number with us, ms or s",
                               "for example --delay 0.1ms")
         value = float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[m.group(2)]
-    if value < 0:
-        raise ConfigError(f"bad delay {delay!r}: must not be negative", "for example 0.1ms")
+    if not 0 <= value < float("inf"):  # nan fails too
+        raise ConfigError(f"bad delay {delay!r}: must be a number >= 0", "for example 0.1ms")
     return value
 
 
@@ -228,9 +236,7 @@ def plan(spec: LabSpec) -> Plan:
             f"subnet {spec.subnet} has room for {hosts} nodes, {spec.nodes} asked",
             "use a larger subnet, e.g. --subnet 198.18.0.0/16",
         )
-    if not _IFNAME_RE.match(spec.ifname) or spec.ifname in ("lo", BRIDGE):
-        raise ConfigError(f"bad interface name {spec.ifname!r}: 1-15 letters, digits, _ . -",
-                          "for example --ifname eth0")
+    check_ifname(spec.ifname, "--ifname eth0")
     if not 68 <= int(spec.mtu) <= 65535:
         raise ConfigError(f"bad MTU {spec.mtu}: must be between 68 and 65535",
                           "for example --mtu 1500 or --mtu 9000")

@@ -12,8 +12,9 @@ import ipaddress
 import json
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
+
+from ddpnet.runner import run_command
 
 _UNUSABLE = {"unreachable", "blackhole", "prohibit", "throw"}
 
@@ -75,10 +76,8 @@ def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     ip = shutil.which("ip")
     if ip is None:
         return _route_by_connect(addr)
-    try:
-        proc = subprocess.run([ip, "-j", "route", "get", addr], capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    proc = run_command([ip, "-j", "route", "get", addr], timeout)
+    if proc is None:
         return _route_by_connect(addr)
     if proc.returncode != 0:
         return None  # "Network is unreachable" and friends
@@ -112,9 +111,5 @@ def neighbor_state(addr: str, timeout: float = 5.0) -> str | None:
     ip = shutil.which("ip")
     if ip is None:
         return None
-    try:
-        proc = subprocess.run([ip, "-j", "neigh", "show", "to", addr], capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_neigh(proc.stdout) if proc.returncode == 0 else None
+    proc = run_command([ip, "-j", "neigh", "show", "to", addr], timeout)
+    return parse_neigh(proc.stdout) if proc is not None and proc.returncode == 0 else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ddpnet.config import DistConfig
@@ -236,6 +236,23 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     return Choice(value, source, reason)
 
 
+def _as_argument(choice: Choice, var: str, ifname: str,
+                 by_name: Mapping[str, Interface]) -> Choice:
+    """A problem with ``init(ifname=...)`` named as that argument: the user exported no
+    ``*_SOCKET_IFNAME``, so "unset GLOO_SOCKET_IFNAME" would send them looking for one."""
+    if choice.ok:
+        return choice
+    reason = choice.reason
+    for prefix in (f"{var}={choice.value!r}", f"{var}:"):
+        if reason.startswith(prefix):
+            reason = f"ifname={ifname!r}" + reason[len(prefix):]
+            break
+    up = ", ".join(n for n, i in by_name.items() if i.up) or "none"
+    hint = (f"pass ifname= an interface that is up here ({up}), or leave ifname out and let "
+            "ddpnet.init() pick per host")
+    return replace(choice, reason=reason, hint=hint)
+
+
 def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
                 family: int | None, single_host: bool, auto: _Auto) -> Choice:
     fix = _suggest(auto, by_name, NCCL, nccl=True)
@@ -287,10 +304,12 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
         if (var == GLOO and len(given.strip()) > 1) or (var != GLOO and given.strip()):
             # torch ignores GLOO_SOCKET_IFNAME of 0 or 1 characters
             if var == NCCL:
-                return _check_nccl(f"={given}" if source == "argument ifname" else given,
-                                   source, by_name, family, single_host, auto)
-            return _check_plain(var, given, source, by_name, family, single_host, auto,
-                                many=var == GLOO)
+                choice = _check_nccl(f"={given}" if source == "argument ifname" else given,
+                                     source, by_name, family, single_host, auto)
+            else:
+                choice = _check_plain(var, given, source, by_name, family, single_host, auto,
+                                      many=var == GLOO)
+            return _as_argument(choice, var, given, by_name) if ifname else choice
         if auto.iface is None:
             return Choice(None, "unset", auto.reason + "; the library picks on its own",
                           auto.cause, auto.hint)

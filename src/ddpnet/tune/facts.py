@@ -8,12 +8,12 @@ import ipaddress
 import os
 import shutil
 import socket
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddpnet.errors import ConfigError
 from ddpnet.net.interfaces import Interface
+from ddpnet.runner import run_command
 from ddpnet.tune.model import HostFacts, IPNetwork
 from ddpnet.tune.sysctl import all_keys
 
@@ -73,12 +73,8 @@ def _tail(path: Path, size: int = 1 << 20) -> str | None:
 def _quiet(argv: Sequence[str]) -> tuple[int, str]:
     if shutil.which(argv[0]) is None:
         return 127, ""
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 124, ""
-    return proc.returncode, proc.stdout
+    proc = run_command(argv, PROBE_TIMEOUT_S)
+    return (124, "") if proc is None else (proc.returncode, proc.stdout)
 
 
 def default_route_iface(proc: Path = Path("/proc")) -> str | None:

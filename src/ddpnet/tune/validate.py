@@ -23,13 +23,15 @@ def parse_subnet(text: str) -> IPNetwork:
     return net
 
 
-def parse_port(text: str | int, flag: str = "--master-port") -> int:
+def parse_port(text: str | int, flag: str = "--master-port",
+               example: str = "--master-port 29500") -> int:
     try:
         port = int(text)
     except (TypeError, ValueError):
-        raise ConfigError(f"{flag} {text!r} is not a number", "a TCP port 1-65535") from None
+        raise ConfigError(f"{flag} {text!r} is not a number",
+                          f"a TCP port 1-65535, e.g. {example}") from None
     if not 1 <= port <= 65535:
-        raise ConfigError(f"{flag} {port} is out of range", "a TCP port 1-65535, e.g. 29500")
+        raise ConfigError(f"{flag} {port} is out of range", f"a TCP port 1-65535, e.g. {example}")
     return port
 
 
@@ -37,7 +39,8 @@ def parse_port_range(text: str) -> tuple[int, int]:
     lo_s, sep, hi_s = text.replace(":", "-").partition("-")
     if not sep:
         raise ConfigError(f"--port-range {text!r} is not LO-HI", "e.g. --port-range 50000-51000")
-    lo, hi = parse_port(lo_s, "--port-range"), parse_port(hi_s, "--port-range")
+    example = "--port-range 50000-51000"
+    lo, hi = parse_port(lo_s, "--port-range", example), parse_port(hi_s, "--port-range", example)
     if lo >= hi or lo < 1024:
         raise ConfigError(f"--port-range {text}: need 1024 <= LO < HI",
                           "e.g. --port-range 50000-51000")
