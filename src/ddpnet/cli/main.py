@@ -20,6 +20,7 @@ from ddpnet.exitcodes import ExitCode
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
+    "check": ("ddpnet.cli.check", "Check the whole cluster at once; root cause first."),
 }
 
 
