@@ -15,9 +15,11 @@ _LAZY = {
     "resolve": "ddpnet.env.resolve:resolve",
     "DistConfig": "ddpnet.config:DistConfig",
     "errors": "ddpnet.errors:",
+    "init": "ddpnet.group:init",
+    "shutdown": "ddpnet.group:shutdown",
 }
 
-__all__ = ["DistConfig", "__version__", "errors", "resolve"]
+__all__ = ["DistConfig", "__version__", "errors", "init", "resolve", "shutdown"]
 
 
 def __getattr__(name: str) -> Any:

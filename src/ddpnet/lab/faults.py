@@ -1,0 +1,212 @@
+"""Fault kinds, as pure data: validating a request and rendering, for one node, what its
+faults mean (tc shaping, an nftables ruleset, an MTU, a hosts file flag, an extra interface).
+
+A node's faults are a list of ``{"kind": ..., **options}``; applying them always rebuilds the
+node's whole fault state from the list (so ``clear`` is "apply the empty list" and two faults
+of different kinds combine). :mod:`ddpnet.lab.lab` does the applying.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddpnet.errors import ConfigError
+from ddpnet.lab.topology import (
+    DEFAULT_MASTER_PORT,
+    LAB_RANGE,
+    Plan,
+    Shaping,
+    delay_ms,
+    loss_percent,
+    rate_bits,
+)
+
+#: kind -> one-line description (CLI help and docs)
+KINDS: dict[str, str] = {
+    "block-port": "drop (or --reject) inbound TCP to --port",
+    "block-ephemeral": "allow inbound TCP only to MASTER_PORT (--port) and 29400, drop the rest",
+    "link-down": "take the node's lab interface down (back up after --for S)",
+    "rate": "limit the node's link to --rate (both directions)",
+    "loss": "drop --percent of the packets the node sends",
+    "delay": "add --ms of delay to the packets the node sends",
+    "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
+    "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
+    "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
+}
+RENDEZVOUS_PORT = 29400
+NFT_TABLE = "ddpnet_lab"
+EXTRA_IFACE = "docker0"
+#: nft rule that rejects with a TCP reset, so the peer sees ECONNREFUSED at once
+_REJECT = "reject with tcp reset"
+
+
+def _port(value: Any) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"bad port {value!r}: must be 1-65535", "for example --port 29500")
+    return port
+
+
+def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -> dict[str, Any]:
+    """A validated fault record; ConfigError naming the kind and option otherwise."""
+    o = {k.replace("-", "_"): v for k, v in opts.items() if v is not None}
+    if kind not in KINDS:
+        raise ConfigError(f"unknown fault kind {kind!r}",
+                          "kinds: " + ", ".join(KINDS) + " (or clear)")
+    allowed: dict[str, set[str]] = {
+        "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
+        "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
+        "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
+    }
+    unknown = sorted(set(o) - allowed[kind])
+    if unknown:
+        raise ConfigError(f"fault {kind} takes no option {unknown[0]!r}",
+                          f"options of {kind}: {', '.join(sorted(allowed[kind])) or 'none'}")
+    rec: dict[str, Any] = {"kind": kind}
+    if kind == "block-port":
+        if "port" not in o:
+            raise ConfigError("fault block-port needs a port", "for example --port 29500")
+        rec["port"] = _port(o["port"])
+        rec["reject"] = bool(o.get("reject", False))
+    elif kind == "block-ephemeral":
+        rec["port"] = _port(o.get("port", DEFAULT_MASTER_PORT))
+    elif kind == "link-down":
+        if o.get("for_s") is not None:
+            for_s = float(o["for_s"])
+            if for_s <= 0:
+                raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
+            rec["for_s"] = for_s
+            rec["until"] = (time.time() if now is None else now) + for_s
+    elif kind == "rate":
+        if "rate" not in o:
+            raise ConfigError("fault rate needs a rate", "for example --rate 100mbit")
+        rate_bits(str(o["rate"]))
+        rec["rate"] = str(o["rate"])
+    elif kind == "loss":
+        if "percent" not in o:
+            raise ConfigError("fault loss needs a percentage", "for example --percent 5")
+        rec["percent"] = loss_percent(o["percent"])
+    elif kind == "delay":
+        if "ms" not in o:
+            raise ConfigError("fault delay needs a delay", "for example --ms 20")
+        rec["ms"] = delay_ms(o["ms"])
+    elif kind == "mtu":
+        mtu = int(o.get("mtu", 0))
+        if not 68 <= mtu <= 65535:
+            raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
+        rec["mtu"] = mtu
+    elif kind == "extra-iface":
+        rec["iface"] = str(o.get("iface", EXTRA_IFACE))
+        if "address" in o:
+            rec["address"] = str(o["address"])
+    return rec
+
+
+def active(faults: Sequence[Mapping[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
+    """Faults still in effect (a ``link-down --for S`` ends by itself)."""
+    t = time.time() if now is None else now
+    return [dict(f) for f in faults
+            if not (f["kind"] == "link-down" and f.get("until", t + 1) <= t)]
+
+
+def add(faults: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The list with ``rec`` added; a fault of a kind that holds one value (rate, mtu, ...)
+    replaces the previous one of that kind, block-port accumulates one per port."""
+    out = []
+    for f in active(faults):
+        same_kind = f["kind"] == rec["kind"]
+        if same_kind and (rec["kind"] != "block-port" or f["port"] == rec["port"]):
+            continue
+        out.append(f)
+    out.append(dict(rec))
+    return out
+
+
+@dataclass(frozen=True)
+class NodeFaults:
+    """What a node's faults add up to (pure: the applier turns it into commands)."""
+
+    shaping: Shaping
+    mtu: int
+    link_up: bool
+    hostname_loopback: bool
+    nft: str | None
+    extra_iface: tuple[str, str] | None  # (name, cidr)
+
+
+def extra_iface_cidr(p: Plan, index: int) -> str:
+    """A /24 for the decoy interface that does not overlap the lab subnet (so it never
+    routes to the master): 198.19.254.0/24, or 198.18.254.0/24 when the lab uses that."""
+    lab = ipaddress.ip_network(p.spec.subnet, strict=False)
+    for candidate in ("198.19.254.0/24", "198.18.254.0/24", "198.19.253.0/24"):
+        net = ipaddress.ip_network(candidate)
+        if not net.overlaps(lab):
+            return f"{net.network_address + 1 + index}/24"
+    raise ConfigError("no free /24 for the extra interface inside 198.18.0.0/15",
+                      "use a smaller lab subnet")
+
+
+def nft_ruleset(faults: Sequence[Mapping[str, Any]]) -> str | None:
+    """The node's ``inet ddpnet_lab`` table for its firewall faults, or None for no table."""
+    rules: list[str] = []
+    for f in faults:
+        if f["kind"] == "block-port":
+            rules.append(f"tcp dport {f['port']} {_REJECT if f['reject'] else 'drop'}")
+    strict = [f for f in faults if f["kind"] == "block-ephemeral"]
+    if strict:
+        ports = sorted({int(f["port"]) for f in strict} | {RENDEZVOUS_PORT})
+        rules += [
+            "ct state established,related accept",
+            "meta l4proto { icmp, ipv6-icmp } accept",
+            f"tcp dport {{ {', '.join(map(str, ports))} }} accept",
+            "drop",
+        ]
+    if not rules:
+        return None
+    body = "\n".join(f"    {r}" for r in ['iif "lo" accept', *rules])
+    return (f"table inet {NFT_TABLE} {{\n  chain input {{\n"
+            f"    type filter hook input priority 0; policy accept;\n{body}\n  }}\n}}\n")
+
+
+def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
+            now: float | None = None) -> NodeFaults:
+    """The node's shaping, MTU, link state, hosts flag, ruleset and decoy from its faults."""
+    fs = active(faults, now)
+    shaping = p.spec.shaping
+    mtu = p.spec.mtu
+    link_up, loopback, extra = True, False, None
+    for f in fs:
+        kind = f["kind"]
+        if kind == "rate":
+            shaping = replace(shaping, rate=f["rate"])
+        elif kind == "loss":
+            shaping = replace(shaping, loss_pct=f["percent"])
+        elif kind == "delay":
+            shaping = replace(shaping, delay_ms=f["ms"])
+        elif kind == "mtu":
+            mtu = f["mtu"]
+        elif kind == "link-down":
+            link_up = False
+        elif kind == "hostname-loopback":
+            loopback = True
+        elif kind == "extra-iface":
+            cidr = f.get("address") or extra_iface_cidr(p, index)
+            if ipaddress.ip_interface(cidr).ip not in LAB_RANGE:
+                raise ConfigError(f"address {cidr} is outside 198.18.0.0/15",
+                                  "lab addresses stay inside 198.18.0.0/15")
+            extra = (f["iface"], cidr)
+    return NodeFaults(shaping=shaping, mtu=mtu, link_up=link_up, hostname_loopback=loopback,
+                      nft=nft_ruleset(fs), extra_iface=extra)
+
+
+def describe(f: Mapping[str, Any]) -> str:
+    """One short human line per fault (``lab status``)."""
+    opts = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("kind", "until"))
+    return f"{f['kind']}({opts})" if opts else str(f["kind"])

@@ -1,0 +1,473 @@
+"""The lab engine: build and remove a lab, run commands in its nodes, inject faults.
+
+``Lab`` is the Python API (a context manager); the CLI uses the same object, re-attached from
+the state file by name (:meth:`Lab.attach`), so every command works from a fresh process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from ddpnet.errors import ConfigError
+from ddpnet.lab import faults as faultmod
+from ddpnet.lab import state as statemod
+from ddpnet.lab import system
+from ddpnet.lab.state import LabState
+from ddpnet.lab.topology import (
+    DEFAULT_IFNAME,
+    DEFAULT_MASTER_PORT,
+    DEFAULT_NAME,
+    DEFAULT_SUBNET,
+    LabNode,
+    LabSpec,
+    Plan,
+    check_lab_cidr,
+    hosts_file,
+    namespace_pattern,
+    netns_add_batch,
+    netns_del_batch,
+    node_argv,
+    node_batch,
+    parse_nodes,
+    plan,
+    qdisc_lines,
+    run_environ,
+    switch_batch,
+    switch_ports_batch,
+    validate_name,
+)
+
+#: exit status reported for a command killed at its timeout (as coreutils ``timeout`` does)
+TIMEOUT_EXIT = 124
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node's outcome of :meth:`Lab.run`."""
+
+    node: LabNode
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+LineSink = Callable[[LabNode, str, str], None]  # (node, "stdout"|"stderr", line)
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _hosts_path(node: LabNode) -> Any:
+    return system.ETC_NETNS / node.namespace / "hosts"
+
+
+class Lab:
+    """A virtual cluster of ``nodes`` network namespaces on a bridge (see
+    :mod:`ddpnet.lab.topology` for the layout). ``with Lab(...) as lab:`` builds it and always
+    removes it, even when the body raises."""
+
+    def __init__(self, name: str = DEFAULT_NAME, nodes: int = 2, subnet: str = DEFAULT_SUBNET,
+                 rate: str | None = None, delay: str | float | None = None,
+                 loss: str | float | None = None, mtu: int = 1500,
+                 ifname: str = DEFAULT_IFNAME) -> None:
+        if isinstance(delay, (int, float)):
+            delay = f"{delay:g}ms"
+        if isinstance(loss, (int, float)):
+            loss = f"{loss:g}" if loss else None
+        self.spec = LabSpec(name=name, nodes=nodes, subnet=subnet, rate=rate or None,
+                            delay=delay or None, loss=loss or None, mtu=int(mtu), ifname=ifname)
+        self.plan: Plan = plan(self.spec)
+        self._popens: list[subprocess.Popen[Any]] = []
+
+    # ---- identity --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def nodes(self) -> tuple[LabNode, ...]:
+        return self.plan.nodes
+
+    @property
+    def master_addr(self) -> str:
+        return self.plan.nodes[0].address
+
+    def node(self, index: int) -> LabNode:
+        if not isinstance(index, int) or not 0 <= index < len(self.nodes):
+            raise ConfigError(f"node {index!r} does not exist in lab {self.name}: it has nodes "
+                              f"0-{len(self.nodes) - 1}", "see: ddpnet lab status")
+        return self.nodes[index]
+
+    @classmethod
+    def attach(cls, name: str = DEFAULT_NAME) -> Lab:
+        """The lab ``name`` that ``up`` built (from its state file); ConfigError if none."""
+        validate_name(name)
+        st = statemod.load(name)
+        if st is None:
+            raise ConfigError(f"no lab named {name!r} is up",
+                              f"start one: ddpnet lab up --name {name} --nodes N")
+        s = st.spec
+        return cls(name=s.name, nodes=s.nodes, subnet=s.subnet, rate=s.rate, delay=s.delay,
+                   loss=s.loss, mtu=s.mtu, ifname=s.ifname)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Lab:
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()
+
+    def is_up(self) -> bool:
+        st = statemod.load(self.name)
+        return bool(st and st.complete and st.spec == self.spec
+                    and set(self.plan.namespaces) <= system.existing_namespaces())
+
+    def up(self) -> bool:
+        """Build the lab; returns False when it was already up with this shape (a no-op).
+        ConfigError when a lab of this name exists with another shape."""
+        system.require_root(("ip", "tc", "unshare"))
+        with statemod.locked(self.name):
+            st = statemod.load(self.name)
+            if st is not None and st.spec != self.spec:
+                raise ConfigError(
+                    f"lab {self.name} is already up with another shape "
+                    f"({_shape(st.spec)}; asked {_shape(self.spec)})",
+                    f"remove it first (ddpnet lab down --name {self.name}) or pick another "
+                    "--name",
+                )
+            if self.is_up():
+                return False
+            # leftovers of a half-built or crashed lab of this name: remove, then rebuild
+            _teardown(self.name, st)
+            st = LabState(spec=self.spec)
+            statemod.save(st)
+            try:
+                self._build()
+            except BaseException:
+                _teardown(self.name, st)
+                statemod.remove(self.name)
+                raise
+            st.complete = True
+            statemod.save(st)
+        return True
+
+    def _build(self) -> None:
+        p = self.plan
+        system.ip_batch(netns_add_batch(p))
+        system.ip_batch(switch_batch(p), p.switch)
+        for node in p.nodes:
+            system.write_file(_hosts_path(node), hosts_file(p, node))
+            system.write_file(system.ETC_NETNS / node.namespace / "hostname", node.hostname + "\n")
+        system.parallel([(system.ip_batch, node_batch(p, n), n.namespace) for n in p.nodes])
+        system.ip_batch(switch_ports_batch(p), p.switch)
+        shaping = p.spec.shaping
+        if not shaping.empty:
+            calls: list[tuple[object, ...]] = [
+                (system.tc_batch, qdisc_lines(n.ifname, shaping), n.namespace) for n in p.nodes]
+            if shaping.rate:
+                sw_lines: list[str] = []
+                for n in p.nodes:
+                    sw_lines += qdisc_lines(n.port, shaping, egress_netem=False)
+                calls.append((system.tc_batch, sw_lines, p.switch))
+            system.parallel(calls)
+
+    def down(self) -> None:
+        """Remove every namespace, veth, /etc/netns entry, process and state file of this lab
+        (works on a half-built lab and on one that is already gone)."""
+        for proc in self._popens:
+            _kill_group(proc)
+        with statemod.locked(self.name):
+            _teardown(self.name, statemod.load(self.name))
+            statemod.remove(self.name)
+        for proc in self._popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self._popens.clear()
+
+    # ---- running commands ----------------------------------------------------------------------
+
+    def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
+               **kwargs: Any) -> subprocess.Popen[Any]:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        kwargs.setdefault("start_new_session", True)
+        return subprocess.Popen(node_argv(node.namespace, node.hostname, list(argv)),
+                                env=full_env, **kwargs)
+
+    def exec(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
+             timeout: float | None = 60, input: str | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in one node and wait (no lab variables beyond ``env``). Raises
+        ``subprocess.TimeoutExpired`` after killing it at ``timeout``."""
+        n = self.node(node)
+        argv = list(argv)
+        proc = self._spawn(n, argv, env, stdin=subprocess.PIPE if input is not None else
+                           subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        try:
+            out, err = proc.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout or 0, out, err) from None
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def popen(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` in one node in the background (in its own session); ``down`` kills
+        it and everything else left in the node."""
+        proc = self._spawn(self.node(node), argv, env, **popen_kwargs)
+        self._popens.append(proc)
+        return proc
+
+    def run(self, argv: Sequence[str], nodes: str | Sequence[int] | None = None,
+            env: Mapping[str, str] | None = None, timeout: float | None = 60,
+            master_port: int = DEFAULT_MASTER_PORT,
+            on_line: LineSink | None = None) -> list[NodeResult]:
+        """Run ``argv`` concurrently in the chosen nodes (None = all) with NNODES, NODE_RANK,
+        MASTER_ADDR (the first chosen node, node 0 when all run), MASTER_PORT, RANK and
+        WORLD_SIZE exported (``env`` wins over them). A node still running at ``timeout`` is
+        killed and reports exit 124. ``on_line`` streams output lines as they come."""
+        chosen = parse_nodes(nodes, len(self.nodes))
+        argv = list(argv)
+        starts = time.monotonic()
+        procs: list[tuple[LabNode, subprocess.Popen[str]]] = []
+        try:
+            for pos, idx in enumerate(chosen):
+                node_env = run_environ(self.plan, chosen, pos, master_port)
+                node_env.update(env or {})
+                procs.append((self.nodes[idx], self._spawn(
+                    self.nodes[idx], argv, node_env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)))
+            return _collect(procs, starts, timeout, on_line)
+        finally:
+            for _, proc in procs:
+                if proc.poll() is None:
+                    _kill_group(proc)
+
+    # ---- faults -----------------------------------------------------------------------------
+
+    def fault(self, kind: str, node: int, **opts: Any) -> dict[str, Any]:
+        """Inject a fault on one node (see :data:`ddpnet.lab.faults.KINDS`); returns its record.
+        Faults stay until :meth:`clear` (or ``down``)."""
+        n = self.node(node)
+        rec = faultmod.normalize(kind, opts)
+        with statemod.locked(self.name):
+            st = self._state()
+            st.faults[n.index] = faultmod.add(st.faults.get(n.index, []), rec)
+            self._apply(n, st)
+            statemod.save(st)
+        return rec
+
+    def clear(self, node: int | None = None) -> None:
+        """Undo every fault of one node (None = all nodes)."""
+        targets = self.nodes if node is None else (self.node(node),)
+        with statemod.locked(self.name):
+            st = self._state()
+            for n in targets:
+                st.faults.pop(n.index, None)
+            system.parallel([(self._apply, n, st) for n in targets])
+            statemod.save(st)
+
+    def add_address(self, node: int, cidr: str) -> None:
+        """Add ``cidr`` (inside 198.18.0.0/15) on the node's lab interface."""
+        n = self.node(node)
+        iface = check_lab_cidr(cidr)
+        with statemod.locked(self.name):
+            st = self._state()
+            system.ip_batch([f"addr replace {iface.with_prefixlen} dev {n.ifname}"], n.namespace)
+            have = st.addresses.setdefault(n.index, [])
+            if iface.with_prefixlen not in have:
+                have.append(iface.with_prefixlen)
+            statemod.save(st)
+
+    def faults(self, node: int) -> list[dict[str, Any]]:
+        st = statemod.load(self.name)
+        return faultmod.active(st.faults.get(node, [])) if st else []
+
+    def _state(self) -> LabState:
+        st = statemod.load(self.name)
+        if st is None or not st.complete:
+            raise ConfigError(f"lab {self.name} is not up", f"ddpnet lab up --name {self.name}")
+        return st
+
+    def _apply(self, n: LabNode, st: LabState) -> None:
+        """Rebuild node ``n``'s fault state from its fault list (idempotent)."""
+        p = self.plan
+        recs = st.faults.get(n.index, [])
+        nf = faultmod.combine(p, n.index, recs)
+        _kill_timers(n)
+        # firewall
+        table = f"inet {faultmod.NFT_TABLE}"
+        script = f"table {table}\ndelete table {table}\n" + (nf.nft or "")
+        system.run(node_argv(n.namespace, n.hostname, ["nft", "-f", "-"]), input=script)
+        # links: mtu, decoy interface, up/down
+        lines = [f"link set {n.ifname} mtu {nf.mtu}"]
+        extra_names = {f.get("iface", faultmod.EXTRA_IFACE) for f in recs
+                       if f["kind"] == "extra-iface"} | {faultmod.EXTRA_IFACE}
+        system.ip_batch([f"link del {name}" for name in sorted(extra_names)], n.namespace,
+                        force=True)
+        if nf.extra_iface:
+            name, cidr = nf.extra_iface
+            lines += [f"link add {name} type dummy", f"addr add {cidr} dev {name}",
+                      f"link set {name} up"]
+        lines.append(f"link set {n.ifname} {'up' if nf.link_up else 'down'}")
+        system.ip_batch(lines, n.namespace)
+        # shaping: the node's egress (rate, delay, loss) and its switch port (rate)
+        system.tc_batch(qdisc_lines(n.ifname, nf.shaping), n.namespace)
+        system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
+        # hosts file
+        system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback))
+        # a timed link-down: a sleeper inside the node (so down kills it) brings the link back
+        for f in faultmod.active(recs):
+            if f["kind"] == "link-down" and "until" in f and not nf.link_up:
+                wait = max(0.0, float(f["until"]) - time.time())
+                subprocess.Popen(
+                    node_argv(n.namespace, n.hostname,
+                              ["sh", "-c", f"sleep {wait:.3f}; ip link set {n.ifname} up",
+                               _TIMER_TAG]),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True)
+
+    # ---- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The ``ddpnet lab status --json`` object."""
+        st = statemod.load(self.name)
+        recs = st.faults if st else {}
+        nodes = []
+        for n in self.nodes:
+            fs = faultmod.active(recs.get(n.index, []))
+            shaping = faultmod.combine(self.plan, n.index, fs).shaping
+            nodes.append({
+                "name": n.name, "namespace": n.namespace, "hostname": n.hostname,
+                "ifname": n.ifname, "address": n.address,
+                "extra_addresses": list(st.addresses.get(n.index, [])) if st else [],
+                "shaping": shaping.to_dict(), "faults": fs,
+            })
+        return {
+            "name": self.name, "subnet": self.spec.subnet, "up": bool(st and st.complete),
+            "master_addr": self.master_addr, "switch": self.plan.switch,
+            "spec": self.spec.to_dict(), "nodes": nodes,
+        }
+
+
+_TIMER_TAG = "ddpnet-lab-link-timer"
+
+
+def _kill_timers(n: LabNode) -> None:
+    """Stop a pending ``link-down --for`` timer of node ``n`` (a sleeper in its namespace)."""
+    for pid in system.pids_in([n.namespace]):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except OSError:
+            continue
+        if _TIMER_TAG.encode() in cmd.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the sh and its sleep (own session)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _shape(spec: LabSpec) -> str:
+    parts = [f"nodes={spec.nodes}", f"subnet={spec.subnet}", f"mtu={spec.mtu}",
+             f"ifname={spec.ifname}"]
+    parts += [f"{k}={v}" for k, v in (("rate", spec.rate), ("delay", spec.delay),
+                                      ("loss", spec.loss)) if v]
+    return " ".join(parts)
+
+
+def _teardown(name: str, st: LabState | None) -> None:
+    """Remove everything lab ``name`` may have created: its processes, namespaces (found by
+    the state's plan and by name pattern, so a half-built lab goes too) and /etc/netns dirs."""
+    pattern = namespace_pattern(name)
+    namespaces = {ns for ns in system.existing_namespaces() if pattern.match(ns)}
+    if st is not None:
+        with contextlib.suppress(ConfigError):
+            namespaces |= set(plan(st.spec).namespaces) & system.existing_namespaces()
+    if namespaces:
+        system.kill_namespaces(sorted(namespaces))
+        system.ip_batch(netns_del_batch(sorted(namespaces)), force=True)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in system.ETC_NETNS.iterdir():
+            if pattern.match(entry.name):
+                system.remove_tree(entry)
+    system.remove_empty_dir(system.ETC_NETNS)
+    left = {ns for ns in system.existing_namespaces() if pattern.match(ns)}
+    if left:
+        raise system.LabError(f"lab {name}: could not remove namespaces {sorted(left)}",
+                              "a process may still hold them; see: ip netns pids NS")
+
+
+def _collect(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]], started: float,
+             timeout: float | None, on_line: LineSink | None) -> list[NodeResult]:
+    """Read every node's stdout/stderr concurrently (line by line when streaming) and wait,
+    killing whatever still runs at the deadline."""
+    bufs: dict[tuple[int, str], list[str]] = {}
+    threads = []
+
+    def reader(node: LabNode, stream: str, pipe: Any) -> None:
+        buf = bufs[(node.index, stream)]
+        for line in pipe:
+            buf.append(line)
+            if on_line is not None:
+                on_line(node, stream, line.rstrip("\n"))
+        pipe.close()
+
+    for node, proc in procs:
+        for stream, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            bufs[(node.index, stream)] = []
+            t = threading.Thread(target=reader, args=(node, stream, pipe), daemon=True)
+            t.start()
+            threads.append(t)
+    deadline = None if timeout is None else started + timeout
+    results = []
+    for node, proc in procs:
+        timed_out = False
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            proc.wait()
+        results.append((node, proc, timed_out, time.monotonic() - started))
+    for t in threads:
+        t.join(timeout=5)
+    out = []
+    for node, proc, timed_out, took in results:
+        stderr = "".join(bufs[(node.index, "stderr")])
+        if timed_out:
+            stderr += f"ddpnet lab: killed on {node.name} after the {timeout:g} s timeout\n"
+        out.append(NodeResult(node=node, returncode=TIMEOUT_EXIT if timed_out else proc.returncode,
+                              stdout="".join(bufs[(node.index, "stdout")]), stderr=stderr,
+                              duration_s=took, timed_out=timed_out))
+    return out

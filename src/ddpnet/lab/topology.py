@@ -1,0 +1,407 @@
+"""The shape of a lab and everything derived from it, as pure data: names, addresses, the
+hosts file, the ``ip -batch`` lines that build it and the ``tc`` lines that shape it.
+
+Nothing here touches the system; :mod:`ddpnet.lab.system` runs what this module plans, so the
+plan is unit-tested without root.
+
+Layout of a lab named ``L`` with N nodes (every name derives from ``L``, so labs coexist and a
+half-built lab can be found and removed from its name alone):
+
+- network namespace ``L-sw`` holds the bridge ``br0`` and one port ``p<i>`` per node;
+- network namespace ``L-n<i>`` is node i: loopback, and one veth (the lab interface, ``eth0``
+  by default) whose peer is ``p<i>``; address = the (i+1)-th host of the subnet;
+- ``/etc/netns/L-n<i>/hosts`` (bind-mounted by ``ip netns exec``) maps every hostname
+  ``L-n<j>`` to its lab address; the hostname is set in a per-process UTS namespace.
+
+The host's own network namespace is never changed. What grows with N: one namespace, one veth
+pair and one hosts line per node (so the hosts file is O(N) per node, O(N^2) in all; fine to a
+few thousand nodes, the /24 default caps a lab at 254 nodes, a /16 at 65534).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddpnet.errors import ConfigError
+
+#: the benchmarking range (RFC 2544); labs never use any other address
+LAB_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
+DEFAULT_SUBNET = "198.18.0.0/24"
+DEFAULT_NAME = "lab"
+DEFAULT_IFNAME = "eth0"
+DEFAULT_MASTER_PORT = 29500
+SWITCH_SUFFIX = "-sw"
+BRIDGE = "br0"
+
+_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?$")
+_IFNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
+#: tc rate: a number and a unit tc understands (bit/kbit/mbit/gbit/tbit, or bps variants)
+_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$",
+                      re.IGNORECASE)
+_RATE_FACTORS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_DELAY_RE = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)?$")
+
+
+def rate_bits(rate: str) -> float:
+    """``"200mbit"`` -> 2e8 bits per second; ConfigError with the accepted forms otherwise."""
+    m = _RATE_RE.match(rate.strip())
+    if not m:
+        raise ConfigError(f"bad rate {rate!r}: expected a number and a unit, such as 200mbit",
+                          "use tc units: kbit, mbit, gbit (bits/s) or kbps, mbps (bytes/s)")
+    value = float(m.group(1)) * _RATE_FACTORS[m.group(2).lower()]
+    if value <= 0:
+        raise ConfigError(f"bad rate {rate!r}: must be positive", "for example --rate 1gbit")
+    return value
+
+
+def delay_ms(delay: str | float) -> float:
+    """``"0.1ms"``, ``"100us"``, ``0.5`` (ms) -> milliseconds."""
+    if isinstance(delay, (int, float)):
+        value = float(delay)
+    else:
+        m = _DELAY_RE.match(delay.strip())
+        if not m:
+            raise ConfigError(f"bad delay {delay!r}: expected a number with us, ms or s",
+                              "for example --delay 0.1ms")
+        value = float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[m.group(2)]
+    if value < 0:
+        raise ConfigError(f"bad delay {delay!r}: must not be negative", "for example 0.1ms")
+    return value
+
+
+def loss_percent(loss: str | float) -> float:
+    """``"1%"``, ``"1"``, ``1.0`` -> 1.0 (percent)."""
+    try:
+        value = float(str(loss).strip().rstrip("%"))
+    except ValueError:
+        raise ConfigError(f"bad loss {loss!r}: expected a percentage",
+                          "for example --loss 1 (1%)") from None
+    if not 0 <= value <= 100:
+        raise ConfigError(f"bad loss {loss!r}: must be between 0 and 100", "for example 0.5")
+    return value
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What ``tc`` does on one node's link: ``rate`` limits both directions, ``delay_ms`` and
+    ``loss_pct`` apply to what the node sends (so a ping between two shaped nodes sees a
+    round trip of twice the delay)."""
+
+    rate: str | None = None
+    delay_ms: float | None = None
+    loss_pct: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.rate is None and not self.delay_ms and not self.loss_pct
+
+    def describe(self) -> str:
+        parts = []
+        if self.rate:
+            parts.append(f"rate {self.rate}")
+        if self.delay_ms:
+            parts.append(f"delay {self.delay_ms:g}ms")
+        if self.loss_pct:
+            parts.append(f"loss {self.loss_pct:g}%")
+        return ", ".join(parts) or "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """The shape of a lab: everything ``lab up`` was asked for (compared for idempotence)."""
+
+    name: str = DEFAULT_NAME
+    nodes: int = 2
+    subnet: str = DEFAULT_SUBNET
+    rate: str | None = None
+    delay: str | None = None
+    loss: str | None = None
+    mtu: int = 1500
+    ifname: str = DEFAULT_IFNAME
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LabSpec:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @property
+    def shaping(self) -> Shaping:
+        return Shaping(
+            rate=self.rate or None,
+            delay_ms=delay_ms(self.delay) if self.delay else None,
+            loss_pct=loss_percent(self.loss) if self.loss else None,
+        )
+
+
+@dataclass(frozen=True)
+class LabNode:
+    """One node of a lab: its namespace, hostname and address on the lab interface."""
+
+    index: int
+    name: str
+    namespace: str
+    hostname: str
+    ifname: str
+    address: str
+    prefix: int = 24
+    port: str = ""  # the bridge port (in the switch namespace) its veth is paired with
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated spec and every name and address it implies."""
+
+    spec: LabSpec
+    switch: str
+    nodes: tuple[LabNode, ...] = field(default_factory=tuple)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.switch, *(n.namespace for n in self.nodes))
+
+
+def validate_name(name: str) -> str:
+    if not _NAME_RE.match(name or ""):
+        raise ConfigError(
+            f"bad lab name {name!r}: lowercase letters, digits and '-', starting with a letter, "
+            "at most 24 characters",
+            "for example --name lab or --name exp1",
+        )
+    return name
+
+
+def lab_network(subnet: str) -> ipaddress.IPv4Network:
+    """The subnet, checked to lie inside 198.18.0.0/15 (a lab never uses other addresses)."""
+    try:
+        net = ipaddress.ip_network(subnet, strict=False)
+    except ValueError:
+        raise ConfigError(f"bad subnet {subnet!r}: not an IPv4 network",
+                          f"for example --subnet {DEFAULT_SUBNET}") from None
+    if not isinstance(net, ipaddress.IPv4Network) or not net.subnet_of(LAB_RANGE):
+        raise ConfigError(
+            f"subnet {subnet} is outside 198.18.0.0/15, the benchmarking range labs use",
+            f"pick a subnet inside 198.18.0.0/15, for example --subnet {DEFAULT_SUBNET}",
+        )
+    return net
+
+
+def check_lab_cidr(cidr: str) -> ipaddress.IPv4Interface:
+    """An extra address for a node: must also stay inside 198.18.0.0/15."""
+    try:
+        iface = ipaddress.ip_interface(cidr)
+    except ValueError:
+        raise ConfigError(f"bad address {cidr!r}: expected ADDRESS/PREFIX",
+                          "for example 198.18.1.10/24") from None
+    if not isinstance(iface, ipaddress.IPv4Interface) or iface.ip not in LAB_RANGE:
+        raise ConfigError(f"address {cidr} is outside 198.18.0.0/15",
+                          "lab addresses stay inside 198.18.0.0/15, e.g. 198.18.1.10/24")
+    return iface
+
+
+def plan(spec: LabSpec) -> Plan:
+    """Validate ``spec`` and derive every name and address (pure)."""
+    validate_name(spec.name)
+    if not isinstance(spec.nodes, int) or spec.nodes < 1:
+        raise ConfigError(f"bad node count {spec.nodes!r}: need at least 1",
+                          "for example --nodes 4")
+    net = lab_network(spec.subnet)
+    hosts = net.num_addresses - 2 if net.prefixlen < 31 else net.num_addresses
+    if spec.nodes > hosts:
+        raise ConfigError(
+            f"subnet {spec.subnet} has room for {hosts} nodes, {spec.nodes} asked",
+            "use a larger subnet, e.g. --subnet 198.18.0.0/16",
+        )
+    if not _IFNAME_RE.match(spec.ifname) or spec.ifname in ("lo", BRIDGE):
+        raise ConfigError(f"bad interface name {spec.ifname!r}: 1-15 letters, digits, _ . -",
+                          "for example --ifname eth0")
+    if not 68 <= int(spec.mtu) <= 65535:
+        raise ConfigError(f"bad MTU {spec.mtu}: must be between 68 and 65535",
+                          "for example --mtu 1500 or --mtu 9000")
+    if spec.rate:
+        rate_bits(spec.rate)
+    spec.shaping  # noqa: B018  (validates delay and loss)
+    first = int(net.network_address) + (1 if net.prefixlen < 31 else 0)
+    nodes = tuple(
+        LabNode(
+            index=i,
+            name=f"{spec.name}-n{i}",
+            namespace=f"{spec.name}-n{i}",
+            hostname=f"{spec.name}-n{i}",
+            ifname=spec.ifname,
+            address=str(ipaddress.IPv4Address(first + i)),
+            prefix=net.prefixlen,
+            port=f"p{i}",
+        )
+        for i in range(spec.nodes)
+    )
+    return Plan(spec=spec, switch=spec.name + SWITCH_SUFFIX, nodes=nodes)
+
+
+def namespace_pattern(name: str) -> re.Pattern[str]:
+    """Matches exactly the namespaces lab ``name`` creates (for ``down`` without state)."""
+    return re.compile(rf"^{re.escape(name)}-(?:sw|n\d+)$")
+
+
+# ---- /etc/hosts --------------------------------------------------------------------------
+
+LOOPBACK_ALIAS = "127.0.1.1"
+
+
+def hosts_file(p: Plan, node: LabNode, *, hostname_loopback: bool = False) -> str:
+    """The node's /etc/hosts: localhost, then every lab node. ``hostname_loopback`` adds the
+    Debian default ``127.0.1.1 <hostname>`` line first (what makes gloo bind loopback)."""
+    lines = ["# written by ddpnet lab " + p.spec.name, "127.0.0.1\tlocalhost"]
+    if hostname_loopback:
+        lines.append(f"{LOOPBACK_ALIAS}\t{node.hostname}")
+    lines.append("::1\tlocalhost ip6-localhost ip6-loopback")
+    lines += [f"{n.address}\t{n.hostname}" for n in p.nodes]
+    return "\n".join(lines) + "\n"
+
+
+# ---- ip -batch -----------------------------------------------------------------------------
+
+def netns_add_batch(p: Plan) -> list[str]:
+    """Lines for one ``ip -batch``: create every namespace (switch first)."""
+    return [f"netns add {ns}" for ns in p.namespaces]
+
+
+def switch_batch(p: Plan) -> list[str]:
+    """Lines for ``ip -n <switch> -batch``: the bridge (run before the nodes' batches)."""
+    return [
+        "link set lo up",
+        f"link add {BRIDGE} mtu {p.spec.mtu} type bridge stp_state 0 forward_delay 0",
+        f"link set {BRIDGE} up",
+    ]
+
+
+def node_batch(p: Plan, node: LabNode) -> list[str]:
+    """Lines for ``ip -n <node> -batch``: the veth pair created straight into the node and the
+    switch namespaces (never the host's), its address, and the bridge port."""
+    mtu = p.spec.mtu
+    return [
+        "link set lo up",
+        f"link add {node.ifname} mtu {mtu} type veth peer name {node.port} mtu {mtu} "
+        f"netns {p.switch}",
+        f"addr add {node.cidr} dev {node.ifname}",
+        f"link set {node.ifname} up",
+    ]
+
+
+def switch_ports_batch(p: Plan) -> list[str]:
+    """Lines for ``ip -n <switch> -batch`` after the nodes': attach and raise every port."""
+    lines: list[str] = []
+    for node in p.nodes:
+        lines += [f"link set {node.port} master {BRIDGE}", f"link set {node.port} up"]
+    return lines
+
+
+def netns_del_batch(namespaces: Sequence[str]) -> list[str]:
+    return [f"netns del {ns}" for ns in namespaces]
+
+
+# ---- tc ------------------------------------------------------------------------------------
+
+def tbf_burst_bytes(rate: str) -> int:
+    """A token bucket that holds ~4 ms at the rate (and at least 64 KiB, one GSO segment), so
+    the limit holds at 1 kHz timer resolution without starving a fast TCP flow."""
+    return max(65536, int(rate_bits(rate) / 8 * 0.004))
+
+
+def qdisc_lines(dev: str, shaping: Shaping, *, egress_netem: bool = True) -> list[str]:
+    """``tc -batch`` lines that (re)build ``dev``'s root qdisc: tbf for the rate, netem below it
+    for delay and loss. Starts by deleting the root (``tc -force`` ignores a missing one)."""
+    lines = [f"qdisc del dev {dev} root"]
+    netem = []
+    if egress_netem and shaping.delay_ms:
+        netem.append(f"delay {shaping.delay_ms:g}ms")
+    if egress_netem and shaping.loss_pct:
+        netem.append(f"loss {shaping.loss_pct:g}%")
+    netem_args = " ".join(netem)
+    if shaping.rate:
+        burst = tbf_burst_bytes(shaping.rate)
+        lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {shaping.rate} "
+                     f"burst {burst} latency 50ms")
+        if netem_args:
+            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: netem {netem_args} "
+                         "limit 100000")
+    elif netem_args:
+        lines.append(f"qdisc add dev {dev} root handle 1: netem {netem_args} limit 100000")
+    return lines
+
+
+# ---- node selection --------------------------------------------------------------------------
+
+def parse_nodes(text: str | Sequence[int] | None, count: int) -> tuple[int, ...]:
+    """``None``/``"all"`` -> every node; ``"0,2-3"`` or ``[0, 2]`` -> those indices, sorted."""
+    if text is None or (isinstance(text, str) and text.strip() in ("", "all")):
+        return tuple(range(count))
+    chosen: set[int] = set()
+    if isinstance(text, str):
+        for part in text.split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m:
+                raise ConfigError(f"bad node list {text!r}: expected all, 0,2 or 1-3",
+                                  "for example --nodes all or --nodes 0,2-3")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                raise ConfigError(f"bad node range {part!r} in {text!r}", "for example 1-3")
+            chosen.update(range(lo, hi + 1))
+    else:
+        chosen.update(int(i) for i in text)
+    bad = sorted(i for i in chosen if not 0 <= i < count)
+    if bad:
+        raise ConfigError(f"node {bad[0]} does not exist: the lab has nodes 0-{count - 1}",
+                          "see: ddpnet lab status")
+    if not chosen:
+        raise ConfigError(f"no nodes chosen in {text!r}", "for example --nodes all")
+    return tuple(sorted(chosen))
+
+
+def run_environ(p: Plan, chosen: Sequence[int], position: int,
+                master_port: int = DEFAULT_MASTER_PORT) -> dict[str, str]:
+    """The variables ``lab run`` exports to the ``position``-th chosen node: the chosen nodes
+    form the cluster, the first chosen one (node 0 when all run) is the master."""
+    master = p.nodes[chosen[0]]
+    return {
+        "NNODES": str(len(chosen)),
+        "NODE_RANK": str(position),
+        "MASTER_ADDR": master.address,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(len(chosen)),
+        "RANK": str(position),
+    }
+
+
+# ---- running a command inside a node -----------------------------------------------------
+
+#: sets the hostname of the fresh UTS namespace, then becomes the command (no extra process)
+_SET_HOSTNAME = 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"'
+
+
+def node_argv(namespace: str, hostname: str, argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``argv`` as node ``namespace``: its network namespace, its
+    /sys and /etc/netns files (``ip netns exec`` mounts them in a private mount namespace) and
+    its hostname (a private UTS namespace). Every step execs, so the returned process's pid is
+    the command's own pid."""
+    if not argv:
+        raise ConfigError("no command given", "for example: ddpnet lab run -- hostname")
+    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
+            "sh", "-c", _SET_HOSTNAME, hostname, *argv]

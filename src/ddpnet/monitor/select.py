@@ -1,0 +1,55 @@
+"""Which interfaces the monitor shows: ``auto`` (what ``ddpnet.init()`` would pick), ``all``,
+or one name. Returns the names with the reason, like every other choice ddpnet makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ddpnet.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class IfaceChoice:
+    names: tuple[str, ...]
+    source: str  # auto | all | --iface
+    reason: str
+
+
+def _init_selection() -> tuple[str, str]:
+    """The interface init() would select on this host (edge: reads routes and environment)."""
+    from ddpnet.net.select import select_for_host
+
+    sel = select_for_host()
+    if sel.interface is None:
+        raise LookupError(sel.gloo.reason)
+    return sel.interface, sel.gloo.reason
+
+
+def choose(
+    spec: str,
+    available: Iterable[str],
+    auto: Callable[[], tuple[str, str]] = _init_selection,
+) -> IfaceChoice:
+    names = sorted(available)
+    if spec == "all":
+        return IfaceChoice(tuple(names), "all", "every interface in /proc/net/dev")
+    if spec == "auto":
+        try:
+            name, why = auto()
+        except Exception as exc:  # no launcher config, no route: show the busy candidates
+            fallback = tuple(n for n in names if n != "lo") or tuple(names)
+            return IfaceChoice(fallback, "auto",
+                               f"no interface selection ({exc}); showing all but lo")
+        if name in names:
+            return IfaceChoice((name,), "auto", f"selected as ddpnet.init() would: {why}")
+        fallback = tuple(n for n in names if n != "lo") or tuple(names)
+        return IfaceChoice(fallback, "auto", f"selected {name} is not visible here")
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    missing = [w for w in wanted if w not in names]
+    if missing or not wanted:
+        raise ConfigError(
+            f"interface {', '.join(missing) or spec!r} does not exist on this host",
+            f"use one of: {', '.join(names)} (or --iface auto / all)",
+        )
+    return IfaceChoice(tuple(wanted), "--iface", "given")

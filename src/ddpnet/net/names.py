@@ -1,0 +1,66 @@
+"""Host name resolution as torch sees it (getaddrinfo), and whether it lands on loopback.
+
+Debian and Ubuntu map the hostname to 127.0.1.1 in /etc/hosts; gloo binds what the hostname
+resolves to, so on such hosts a multi-node gloo group without GLOO_SOCKET_IFNAME fails.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HostResolution:
+    name: str
+    addresses: tuple[str, ...]
+    any_loopback: bool
+    only_loopback: bool
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.addresses)
+
+
+def from_addresses(name: str, addresses: list[str], error: str = "") -> HostResolution:
+    """Pure: de-duplicate in resolver order and mark loopback."""
+    seen: list[str] = []
+    for a in addresses:
+        a = a.split("%")[0]
+        if a not in seen:
+            seen.append(a)
+    loop = [ipaddress.ip_address(a).is_loopback for a in seen]
+    return HostResolution(name, tuple(seen), any(loop), bool(loop) and all(loop), error)
+
+
+def resolve_host(name: str | None = None, timeout: float = 5.0) -> HostResolution:
+    """All addresses ``name`` (default: this host's name) resolves to (edge, bounded).
+
+    getaddrinfo has no timeout of its own; a thread bounds it so a dead DNS server costs
+    ``timeout`` seconds, not the resolver's retries.
+    """
+    host = name if name is not None else socket.gethostname()
+    try:
+        ipaddress.ip_address(host)
+        return from_addresses(host, [host])
+    except ValueError:
+        pass
+    out: list[str] = []
+    err: list[str] = []
+
+    def work() -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            out.extend(str(info[4][0]) for info in infos)
+        except (socket.gaierror, UnicodeError) as exc:
+            err.append(str(exc))
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return from_addresses(host, [], f"resolver did not answer within {timeout:g} s")
+    return from_addresses(host, out, err[0] if err else "")

@@ -1,0 +1,254 @@
+"""The rendezvous preflight: prove MASTER_ADDR:MASTER_PORT is reachable (or free, on rank 0)
+in ``connect_timeout`` seconds, and name the cause when it is not, instead of letting
+``init_process_group`` wait for torch's 30-minute default.
+
+Why a separate probe: torch's TCPStore client retries every failure (refused, reset, timed
+out) with backoff until the process-group timeout and then reports only "timed out", which
+hides the difference between "rank 0 not up yet", "nothing listens" and "a firewall drops
+SYNs". A plain TCP connect sees that difference, so ranks > 0 connect, retrying "refused"
+(rank 0 may start later) until the deadline, and classify the last outcome.
+
+:func:`classify_connect` and :func:`classify_bind` are pure; :func:`preflight` is the edge.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+from ddpnet.net.select import Selection
+
+#: outcomes of one connect attempt
+CONNECTED, REFUSED, TIMEOUT, UNREACHABLE, RESET, OTHER = (
+    "connected", "refused", "timeout", "unreachable", "reset", "other")
+
+#: the longest single attempt: long enough for SYN retransmits, short enough to retry
+ATTEMPT_TIMEOUT = 3.0
+RETRY_SLEEP = 0.25
+
+
+@dataclass(frozen=True)
+class Attempt:
+    outcome: str
+    error: str = ""
+
+
+def outcome_of(exc: BaseException | None) -> Attempt:
+    """Map a connect() exception to an outcome (pure)."""
+    if exc is None:
+        return Attempt(CONNECTED)
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return Attempt(TIMEOUT, "timed out")
+    code = getattr(exc, "errno", None)
+    text = os.strerror(code) if isinstance(code, int) else str(exc)
+    if code == errno.ECONNREFUSED:
+        return Attempt(REFUSED, text)
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+        return Attempt(UNREACHABLE, text)
+    if code in (errno.ECONNRESET, errno.ECONNABORTED):
+        return Attempt(RESET, text)
+    if code == errno.ETIMEDOUT:
+        return Attempt(TIMEOUT, text)
+    return Attempt(OTHER, text)
+
+
+def _endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def _where(host: str, rank: int | None) -> str:
+    parts = [p for p in (f"on {host}" if host else "",
+                         f"rank {rank}" if rank is not None else "") if p]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _open_port_hint(addr: str, port: int) -> str:
+    return (f"open TCP {port} on the master {addr}: `firewall-cmd --add-port={port}/tcp` "
+            f"(firewalld), `nft insert rule inet filter input tcp dport {port} accept` or "
+            f"`iptables -I INPUT -p tcp --dport {port} -j ACCEPT` (gloo/NCCL also need the "
+            f"nodes' ephemeral ports; `ddpnet tune` does both)")
+
+
+def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: float, *,
+                     master: str = "", host: str = "", rank: int | None = None
+                     ) -> RendezvousError | None:
+    """The error for a connect loop that ended with ``attempts`` (pure); None if it got in."""
+    if not attempts or attempts[-1].outcome in (CONNECTED, RESET):
+        # reset: something accepted then dropped us (a busy TCPStore backlog): reachable
+        return None
+    last = attempts[-1]
+    counts = Counter(a.outcome for a in attempts)
+    detail = (f"{len(attempts)} attempt(s) in {elapsed:.1f} s: "
+              + ", ".join(f"{n} {o}" for o, n in counts.most_common()) + f"; last: {last.error}")
+    ep = _endpoint(addr, port)
+    named = f"MASTER_ADDR {master} ({addr})" if master and master != addr else addr
+    where = _where(host, rank)
+    if last.outcome == TIMEOUT:
+        return RendezvousError(
+            "master-port-filtered",
+            f"connections to {ep} time out after {elapsed:.1f} s: SYNs to {named} port {port} "
+            f"are dropped, a firewall is in the way{where}",
+            _open_port_hint(addr, port), host=host, rank=rank, detail=detail)
+    if last.outcome == REFUSED:
+        return RendezvousError(
+            "master-port-refused",
+            f"{ep} refuses connections: the host {named} is up but nothing listened on port "
+            f"{port} within {elapsed:.1f} s{where}",
+            f"start rank 0 on {addr} (it must run ddpnet.init() with MASTER_PORT={port}); use "
+            f"the same MASTER_PORT on every node; if rank 0 crashed, read its log",
+            host=host, rank=rank, detail=detail)
+    if last.outcome == UNREACHABLE:
+        return RendezvousError(
+            "master-no-route",
+            f"no host answers at {named}: {last.error.lower()}{where}",
+            f"set MASTER_ADDR to the rank-0 node's address (check `ip -br addr` there), then "
+            f"`ip route get {addr}` and `ping -c1 {addr}` from this node",
+            host=host, rank=rank, detail=detail)
+    return RendezvousError(
+        "master-no-route", f"cannot connect to {ep}: {last.error}{where}",
+        f"check MASTER_ADDR={master or addr} and MASTER_PORT={port}: `ip route get {addr}`",
+        host=host, rank=rank, detail=detail)
+
+
+def classify_bind(exc: OSError, port: int, *, host: str = "", rank: int | None = None
+                  ) -> RendezvousError:
+    """The error for rank 0 failing to bind MASTER_PORT (pure)."""
+    where = _where(host, rank)
+    if exc.errno == errno.EACCES:
+        return RendezvousError(
+            "port-in-use", f"MASTER_PORT {port} needs root to bind{where}",
+            "use a port above 1024 on every node, e.g. MASTER_PORT=29500",
+            host=host, rank=rank, detail=str(exc))
+    return RendezvousError(
+        "port-in-use",
+        f"MASTER_PORT {port} is already in use on the rank-0 host{where}",
+        f"see who holds it: `ss -ltnp 'sport = :{port}'`; stop that process (an earlier run?) "
+        f"or export MASTER_PORT=<free port> on every node",
+        host=host, rank=rank, detail=str(exc))
+
+
+# ---- edge ---------------------------------------------------------------------------------
+
+Connector = Callable[[str, int, float], None]
+
+
+def _tcp_connect(addr: str, port: int, timeout: float) -> None:
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect((addr, port))
+
+
+def connect_loop(addr: str, port: int, connect_timeout: float, *,
+                 connect: Connector = _tcp_connect,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> tuple[list[Attempt], float]:
+    """Connect until it works or the deadline passes; retries every failure (rank 0 may come
+    up late, ARP may need a second try) and returns the attempts and the time spent."""
+    start = clock()
+    deadline = start + connect_timeout
+    attempts: list[Attempt] = []
+    while True:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        try:
+            connect(addr, port, min(ATTEMPT_TIMEOUT, remaining))
+        except OSError as exc:
+            attempts.append(outcome_of(exc))
+        else:
+            attempts.append(Attempt(CONNECTED))
+            break
+        if attempts[-1].outcome != TIMEOUT:
+            sleep(min(RETRY_SLEEP, max(0.0, deadline - clock())))
+    return attempts, clock() - start
+
+
+def check_bind(addr: str, port: int) -> None:
+    """Bind and listen where TCPStore will (the wildcard address, SO_REUSEADDR like it)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        s.listen(1)
+
+
+def _agent_store(environ: Mapping[str, str]) -> bool:
+    """torchrun's agent already hosts the store on MASTER_PORT; rank 0 does not bind it."""
+    return environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+
+
+def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: float, *,
+              backend: str = "gloo", environ: Mapping[str, str] | None = None,
+              host: str | None = None, connect: Connector = _tcp_connect) -> None:
+    """Raise RendezvousError with a cause when the rendezvous cannot work (edge).
+
+    Bounded by ``connect_timeout`` seconds (name resolution included). ``file://`` needs
+    no port; rank 0 (the TCPStore host, unless torchrun's agent is) checks MASTER_PORT is
+    free and that MASTER_ADDR is its own; every other rank connects to it.
+    """
+    from ddpnet.net.names import resolve_host
+    from ddpnet.net.routes import route_to
+
+    env = os.environ if environ is None else environ
+    me = socket.gethostname() if host is None else host
+    rank = cfg.rank
+    if selection is not None:
+        problem = selection.error(host=me, rank=rank, backend=backend)
+        if problem is not None:
+            raise problem
+    if cfg.init_method.startswith("file://"):
+        return  # the file is the rendezvous; interface problems were checked above
+    started = time.monotonic()
+    if rank == 0 and not _agent_store(env) and cfg.world_size == 1:
+        _bind_or_raise(cfg, me)  # torch still hosts a TCPStore for a group of one
+        return
+    res = resolve_host(cfg.master_addr, timeout=max(0.5, min(5.0, connect_timeout)))
+    if not res.ok:
+        raise RendezvousError(
+            "master-unresolvable",
+            f"MASTER_ADDR {cfg.master_addr} does not resolve{_where(me, rank)}: {res.error}",
+            f"use rank 0's IP address, or add `<ip> {cfg.master_addr}` to /etc/hosts on every "
+            f"node (check with `getent hosts {cfg.master_addr}`)",
+            host=me, rank=rank, detail=res.error)
+    addr = res.addresses[0]
+    route = route_to(addr)
+    if route is None:
+        raise RendezvousError(
+            "master-no-route",
+            f"this host has no route to MASTER_ADDR {cfg.master_addr} ({addr})"
+            f"{_where(me, rank)}",
+            f"check MASTER_ADDR is rank 0's address on a network this node shares: "
+            f"`ip route get {addr}`, `ip -br addr`", host=me, rank=rank)
+    if rank == 0 and not _agent_store(env):
+        is_local = route.local or ipaddress.ip_address(addr).is_loopback
+        if not is_local:
+            raise RendezvousError(
+                "master-no-route",
+                f"MASTER_ADDR {cfg.master_addr} ({addr}) is not an address of this host, but "
+                f"rank 0 hosts the rendezvous here{_where(me, rank)}",
+                f"set MASTER_ADDR to this host's address (`ip -br addr`), the same on every "
+                f"node, or start rank 0 on {addr}", host=me, rank=rank)
+        _bind_or_raise(cfg, me)
+        return
+    left = connect_timeout - (time.monotonic() - started)
+    attempts, elapsed = connect_loop(addr, cfg.master_port, max(left, 0.1), connect=connect)
+    error = classify_connect(attempts, addr, cfg.master_port, elapsed,
+                             master=cfg.master_addr, host=me, rank=rank)
+    if error is not None:
+        raise error
+
+
+def _bind_or_raise(cfg: DistConfig, me: str) -> None:
+    try:
+        check_bind("::" if ":" in cfg.master_addr else "0.0.0.0", cfg.master_port)
+    except OSError as exc:
+        raise classify_bind(exc, cfg.master_port, host=me, rank=cfg.rank) from None

@@ -1,0 +1,329 @@
+"""Which interface gloo, NCCL and TensorPipe should use on this host, and why.
+
+Rule: the interface the kernel routes MASTER_ADDR through (interface names may differ per
+host, so every host decides for itself); loopback only when the whole job is on this host.
+A user-set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME / TP_SOCKET_IFNAME wins but is checked:
+it exists, is up, has an address of MASTER_ADDR's family, and speaks its library's syntax
+(gloo and TensorPipe take plain names, gloo a comma list of them; NCCL its own syntax).
+
+:func:`select` is pure; :func:`select_for_host` reads this host and calls it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+from ddpnet.net.interfaces import Interface
+from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
+from ddpnet.net.routes import Route
+
+GLOO = "GLOO_SOCKET_IFNAME"
+NCCL = "NCCL_SOCKET_IFNAME"
+TP = "TP_SOCKET_IFNAME"
+VARIABLES = (GLOO, NCCL, TP)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One variable's value, where it came from (``auto``, the variable's name, an argument,
+    ``unset``) and why. A non-empty ``cause`` means the value cannot work (a
+    :class:`RendezvousError` cause) and ``hint`` says how to fix it."""
+
+    value: str | None
+    source: str
+    reason: str
+    cause: str = ""
+    hint: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.cause
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source, "reason": self.reason,
+                "cause": self.cause or None, "hint": self.hint or None}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The interface toward MASTER_ADDR and the three variables derived from it."""
+
+    interface: str | None
+    address: str | None
+    gloo: Choice
+    nccl: Choice
+    tp: Choice
+    master: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def choices(self) -> dict[str, Choice]:
+        return {GLOO: self.gloo, NCCL: self.nccl, TP: self.tp}
+
+    def env(self) -> dict[str, str]:
+        """The variables ``init()`` sets: the automatic choices (user-set ones stay as they
+        are and are not touched)."""
+        return {var: c.value for var, c in self.choices().items()
+                if c.source == "auto" and c.value is not None and c.ok}
+
+    def problems(self) -> dict[str, Choice]:
+        return {var: c for var, c in self.choices().items() if not c.ok}
+
+    def error(self, *, host: str = "", rank: int | None = None,
+              backend: str = "gloo") -> RendezvousError | None:
+        """The first problem relevant to ``backend`` as an exception, or None."""
+        relevant = (GLOO, NCCL) if backend == "nccl" else (GLOO,)
+        for var in relevant:
+            c = self.choices()[var]
+            if not c.ok:
+                where = f" on {host}" if host else ""
+                where += f" (rank {rank})" if rank is not None else ""
+                return RendezvousError(c.cause, f"{c.reason}{where}", c.hint, host=host,
+                                       rank=rank, detail=f"{var}={c.value}")
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interface": self.interface, "address": self.address, "master": self.master,
+                "variables": {var: c.to_dict() for var, c in self.choices().items()},
+                "notes": list(self.notes)}
+
+
+def _family(ip: str) -> int | None:
+    try:
+        return ipaddress.ip_address(ip).version
+    except ValueError:
+        return None
+
+
+def _is_loopback_ip(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class _Auto:
+    iface: Interface | None
+    address: str | None
+    reason: str
+    cause: str = ""
+    hint: str = ""
+
+
+def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None,
+          single_host: bool) -> _Auto:
+    master = cfg.master_addr
+    if route is None:
+        if cfg.sources.get("master_addr") == "default" and not single_host:
+            return _first_usable(by_name, "MASTER_ADDR is not set")
+        return _Auto(None, None, f"no route to MASTER_ADDR {master} on this host")
+    dst = route.dst or master
+    shown = dst if dst == master else f"{master} ({dst})"
+    if _is_loopback_ip(dst):
+        lo = next((i for i in by_name.values() if i.kind == "loopback"), None)
+        if single_host:
+            return _Auto(lo, dst, f"the whole job is on this host (MASTER_ADDR {shown} is "
+                         f"loopback)")
+        return _Auto(lo, dst, f"MASTER_ADDR {shown} is a loopback address but the job spans "
+                     f"{cfg.num_nodes} nodes", "master-loopback",
+                     "set MASTER_ADDR to the rank-0 host's address on the cluster network "
+                     "(the same value on every node)")
+    if route.local or by_name.get(route.iface, _LO).kind == "loopback":
+        owner = next((i for i in by_name.values() if i.owns(dst) and i.kind != "loopback"),
+                     None)
+        if owner is not None:
+            return _Auto(owner, dst, f"MASTER_ADDR {shown} is this host's address on "
+                         f"{owner.name}")
+        return _Auto(None, dst, f"MASTER_ADDR {shown} is local but on no non-loopback "
+                     f"interface")
+    iface = by_name.get(route.iface)
+    if iface is None:  # the table was read before the route: still trust the kernel
+        iface = Interface(route.iface, True, (), 0, None, "virtual")
+    via = f" via gateway {route.via}" if route.via else ""
+    reason = f"routes to MASTER_ADDR {shown}{via} from src {route.src or '?'}"
+    family = _family(dst)
+    twins = [i.name for i in by_name.values() if i.name != iface.name and
+             _same_subnet(i, route.src, family)]
+    if twins:
+        reason += f" (also on that subnet: {', '.join(twins)}; the kernel prefers {iface.name})"
+    return _Auto(iface, route.src or None, reason)
+
+
+_LO = Interface("lo", True, (), 0, None, "loopback")
+
+
+def _same_subnet(iface: Interface, src: str, family: int | None) -> bool:
+    if not src:
+        return False
+    try:
+        ip = ipaddress.ip_address(src)
+    except ValueError:
+        return False
+    return any(a.family == family and not a.is_link_local and ip in a.network()
+               for a in iface.addresses)
+
+
+def _first_usable(by_name: Mapping[str, Interface], why: str) -> _Auto:
+    """No MASTER_ADDR to route to (file:// without it): the first up, addressed interface,
+    preferring infiniband/physical over virtual and bridges, never loopback or docker."""
+    order = {"infiniband": 0, "physical": 1, "virtual": 2, "bridge": 3}
+    usable = [i for i in by_name.values()
+              if i.up and i.kind in order and any(not a.is_link_local for a in i.addresses)]
+    if not usable:
+        return _Auto(None, None, f"{why} and no non-loopback interface is up")
+    best = min(usable, key=lambda i: (order[i.kind], i.name))
+    addr = next(a.ip for a in best.addresses if not a.is_link_local)
+    return _Auto(best, addr, f"{why}: first up {best.kind} interface with an address")
+
+
+def _suggest(auto: _Auto, by_name: Mapping[str, Interface], var: str, nccl: bool = False) -> str:
+    if auto.iface is not None and not auto.cause:
+        value = f"={auto.iface.name}" if nccl else auto.iface.name
+        return f"unset {var} (ddpnet.init() picks {auto.iface.name}) or export {var}={value}"
+    names = ", ".join(n for n, i in by_name.items() if i.up) or "none"
+    return f"export {var}=<interface that reaches MASTER_ADDR> (up here: {names})"
+
+
+def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interface],
+                 family: int | None, single_host: bool, auto: _Auto,
+                 many: bool) -> Choice:
+    """gloo (comma list) / TensorPipe (one name): plain names, each present and usable."""
+    lib = "gloo" if var == GLOO else "TensorPipe"
+    names = [n.strip() for n in value.split(",")] if many else [value.strip()]
+    fix = _suggest(auto, by_name, var)
+    if not many and "," in value:
+        return Choice(value, source, f"{var}={value!r}: {lib} takes one interface name",
+                      "ifname-syntax", fix)
+    for name in names:
+        if name[:1] in ("^", "="):
+            return Choice(value, source, f"{var}={value!r} uses NCCL syntax ('^' / '='); "
+                          f"{lib} takes plain interface names", "ifname-syntax", fix)
+        if _family(name) is not None:
+            owner = next((i.name for i in by_name.values() if i.owns(name)), None)
+            hint = f"export {var}={owner}" if owner else fix
+            return Choice(value, source, f"{var}={value!r} is an IP address; {lib} takes an "
+                          f"interface name", "ifname-syntax", hint)
+        if not name:
+            return Choice(value, source, f"{var}={value!r} has an empty entry",
+                          "ifname-syntax", fix)
+    for name in names:
+        iface = by_name.get(name)
+        if iface is None:
+            return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
+                          "ifname-missing", fix)
+        if not iface.up:
+            return Choice(value, source, f"{var}={value!r}: interface {name} is down",
+                          "ifname-down", f"ip link set {name} up, or {fix}")
+        if family is not None and not iface.has_family(family):
+            return Choice(value, source, f"{var}={value!r}: {name} has no IPv{family} address "
+                          f"(MASTER_ADDR is IPv{family})", "ifname-no-address", fix)
+        if iface.kind == "loopback" and not single_host:
+            return Choice(value, source, f"{var}={value!r} binds loopback in a multi-node job: "
+                          f"other nodes would be told to connect to 127.0.0.1",
+                          "hostname-loopback", fix)
+    reason = f"set by {source}"
+    if auto.iface is not None and not auto.cause and auto.iface.name not in names:
+        reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
+    return Choice(value, source, reason)
+
+
+def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
+                family: int | None, single_host: bool, auto: _Auto) -> Choice:
+    fix = _suggest(auto, by_name, NCCL, nccl=True)
+    try:
+        spec = parse_nccl_ifname(value)
+    except IfnameSyntaxError as exc:
+        return Choice(value, source, f"{NCCL}: {exc}", "ifname-syntax", fix)
+    hits = [by_name[n] for n in match(spec, by_name)]
+    usable = [i for i in hits if i.up and (family is None or i.has_family(family))]
+    if not hits:
+        return Choice(value, source, f"{NCCL}={value!r} matches no interface on this host",
+                      "ifname-missing", fix)
+    if not usable:
+        names = ", ".join(i.name for i in hits)
+        return Choice(value, source, f"{NCCL}={value!r} matches only {names}, none up with an "
+                      f"IPv{family or 4} address", "ifname-no-address", fix)
+    if not single_host and all(i.kind == "loopback" for i in usable):
+        return Choice(value, source, f"{NCCL}={value!r} selects only loopback in a multi-node "
+                      f"job", "hostname-loopback", fix)
+    reason = f"set by {source}; matches {', '.join(i.name for i in usable)}"
+    if auto.iface is not None and not auto.cause and auto.iface not in usable:
+        reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
+    return Choice(value, source, reason)
+
+
+def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None,
+           environ: Mapping[str, str], *, ifname: str | None = None) -> Selection:
+    """Choose the interface and the three variables for this host (pure).
+
+    ``route`` is the kernel's route to MASTER_ADDR (already resolved to an address), or
+    None. ``ifname`` (an ``init(ifname=...)`` argument) forces one interface for all three.
+    """
+    by_name = {i.name: i for i in interfaces}
+    single_host = cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size
+    if route is not None and _is_loopback_ip(route.dst) and \
+            cfg.sources.get("num_nodes") in ("derived", "default"):
+        # RANK/WORLD_SIZE alone do not say how many nodes; a loopback MASTER_ADDR does
+        single_host = True
+    auto = _auto(cfg, by_name, route, single_host)
+    family = _family(route.dst) if route is not None and route.dst else _family(
+        cfg.master_addr)
+
+    def pick(var: str) -> Choice:
+        given, source = (ifname, "argument ifname") if ifname else (environ.get(var, ""),
+                                                                      var)
+        if (var == GLOO and len(given.strip()) > 1) or (var != GLOO and given.strip()):
+            # torch ignores GLOO_SOCKET_IFNAME of 0 or 1 characters
+            if var == NCCL:
+                return _check_nccl(f"={given}" if source == "argument ifname" else given,
+                                   source, by_name, family, single_host, auto)
+            return _check_plain(var, given, source, by_name, family, single_host, auto,
+                                many=var == GLOO)
+        if auto.iface is None:
+            return Choice(None, "unset", auto.reason + "; the library picks on its own",
+                          auto.cause, auto.hint)
+        value = f"={auto.iface.name}" if var == NCCL else auto.iface.name
+        return Choice(value, "auto", auto.reason, auto.cause, auto.hint)
+
+    gloo, nccl, tp = pick(GLOO), pick(NCCL), pick(TP)
+    chosen = gloo.value if gloo.source != "auto" and gloo.ok and gloo.value else None
+    name = chosen.split(",")[0].strip() if chosen else (
+        auto.iface.name if auto.iface else None)
+    address = auto.address
+    if chosen and name in by_name and (auto.iface is None or name != auto.iface.name):
+        address = next((a.ip for a in by_name[name].addresses if a.family == family), None)
+    notes = []
+    if auto.iface is not None and auto.iface.kind == "docker":
+        notes.append(f"MASTER_ADDR routes through docker interface {auto.iface.name}")
+    return Selection(name, address, gloo, nccl, tp, master=cfg.master_addr,
+                     notes=tuple(notes))
+
+
+def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | None = None,
+                    *, ifname: str | None = None) -> Selection:
+    """Read this host (interfaces, MASTER_ADDR resolution, the route to it) and select."""
+    import os
+
+    from ddpnet.env.resolve import resolve
+    from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.names import resolve_host
+    from ddpnet.net.routes import route_to
+
+    env = os.environ if environ is None else environ
+    if cfg is None:
+        cfg = resolve(env)
+    resolution = resolve_host(cfg.master_addr)
+    route = None
+    if resolution.ok:
+        route = route_to(resolution.addresses[0])
+    sel = select(cfg, list_interfaces(), route, env, ifname=ifname)
+    if not resolution.ok:
+        sel = Selection(sel.interface, sel.address, sel.gloo, sel.nccl, sel.tp, sel.master,
+                        (*sel.notes, f"MASTER_ADDR {cfg.master_addr} does not resolve: "
+                         f"{resolution.error}"))
+    return sel

@@ -1,0 +1,117 @@
+"""The pure plan of a lab: names, addresses, hosts file, batch lines, node selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpnet.errors import ConfigError
+from ddpnet.lab.topology import (
+    LabSpec,
+    Shaping,
+    hosts_file,
+    namespace_pattern,
+    node_argv,
+    node_batch,
+    parse_nodes,
+    plan,
+    qdisc_lines,
+    rate_bits,
+    run_environ,
+    switch_ports_batch,
+)
+
+
+def test_plan_names_and_addresses() -> None:
+    p = plan(LabSpec(name="x1", nodes=3, subnet="198.18.4.0/24", ifname="ens5"))
+    assert p.switch == "x1-sw"
+    assert [(n.name, n.namespace, n.hostname, n.address, n.ifname, n.port) for n in p.nodes] == [
+        ("x1-n0", "x1-n0", "x1-n0", "198.18.4.1", "ens5", "p0"),
+        ("x1-n1", "x1-n1", "x1-n1", "198.18.4.2", "ens5", "p1"),
+        ("x1-n2", "x1-n2", "x1-n2", "198.18.4.3", "ens5", "p2"),
+    ]
+    assert p.namespaces == ("x1-sw", "x1-n0", "x1-n1", "x1-n2")
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    (LabSpec(subnet="10.0.0.0/24"), "outside 198.18.0.0/15"),
+    (LabSpec(subnet="198.20.0.0/24"), "outside 198.18.0.0/15"),
+    (LabSpec(subnet="nonsense"), "not an IPv4 network"),
+    (LabSpec(nodes=7, subnet="198.18.0.0/29"), "room for 6 nodes"),
+    (LabSpec(nodes=0), "at least 1"),
+    (LabSpec(name="Bad_Name"), "bad lab name"),
+    (LabSpec(name="a" * 30), "bad lab name"),
+    (LabSpec(ifname="lo"), "bad interface name"),
+    (LabSpec(ifname="a-very-long-name0"), "bad interface name"),
+    (LabSpec(mtu=20), "bad MTU"),
+    (LabSpec(rate="fast"), "bad rate"),
+    (LabSpec(delay="1 hour"), "bad delay"),
+    (LabSpec(loss="120"), "between 0 and 100"),
+])
+def test_bad_specs_are_config_errors_with_hints(spec: LabSpec, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as info:
+        plan(spec)
+    assert info.value.hint
+
+
+def test_hosts_file_maps_every_node_and_loopback_fault_comes_first() -> None:
+    p = plan(LabSpec(name="x1", nodes=2))
+    text = hosts_file(p, p.nodes[1])
+    assert "198.18.0.1\tx1-n0\n" in text and "198.18.0.2\tx1-n1\n" in text
+    assert "127.0.1.1" not in text
+    bad = hosts_file(p, p.nodes[1], hostname_loopback=True)
+    assert bad.index("127.0.1.1\tx1-n1") < bad.index("198.18.0.2\tx1-n1")
+
+
+def test_batches_create_veths_straight_into_namespaces() -> None:
+    p = plan(LabSpec(name="x1", nodes=2, mtu=9000))
+    lines = node_batch(p, p.nodes[1])
+    assert "link add eth0 mtu 9000 type veth peer name p1 mtu 9000 netns x1-sw" in lines
+    assert "addr add 198.18.0.2/24 dev eth0" in lines
+    assert switch_ports_batch(p) == ["link set p0 master br0", "link set p0 up",
+                                     "link set p1 master br0", "link set p1 up"]
+
+
+def test_qdisc_lines() -> None:
+    assert qdisc_lines("eth0", Shaping()) == ["qdisc del dev eth0 root"]
+    full = qdisc_lines("eth0", Shaping(rate="200mbit", delay_ms=0.1, loss_pct=1))
+    assert full[1].startswith("qdisc add dev eth0 root handle 1: tbf rate 200mbit burst 100000")
+    assert full[2] == ("qdisc add dev eth0 parent 1:1 handle 10: netem delay 0.1ms loss 1% "
+                       "limit 100000")
+    port = qdisc_lines("p0", Shaping(rate="1gbit", delay_ms=5), egress_netem=False)
+    assert len(port) == 2 and "netem" not in port[1]
+    assert qdisc_lines("eth0", Shaping(delay_ms=5))[1] == (
+        "qdisc add dev eth0 root handle 1: netem delay 5ms limit 100000")
+    assert rate_bits("200mbit") == 2e8 and rate_bits("1gbit") == 1e9 and rate_bits("10mbps") == 8e7
+
+
+def test_parse_nodes() -> None:
+    assert parse_nodes(None, 4) == (0, 1, 2, 3)
+    assert parse_nodes("all", 4) == (0, 1, 2, 3)
+    assert parse_nodes("0,2-3", 4) == (0, 2, 3)
+    assert parse_nodes([3, 1], 4) == (1, 3)
+    for bad, needle in (("5", "does not exist"), ("1-x", "bad node list"),
+                        ("3-1", "bad node range")):
+        with pytest.raises(ConfigError, match=needle):
+            parse_nodes(bad, 4)
+
+
+def test_run_environ_master_is_first_chosen_node() -> None:
+    p = plan(LabSpec(name="x1", nodes=4))
+    assert run_environ(p, (0, 1, 2, 3), 2) == {
+        "NNODES": "4", "NODE_RANK": "2", "MASTER_ADDR": "198.18.0.1", "MASTER_PORT": "29500",
+        "WORLD_SIZE": "4", "RANK": "2"}
+    assert run_environ(p, (2, 3), 1, 1234)["MASTER_ADDR"] == "198.18.0.3"
+
+
+def test_namespace_pattern_matches_only_this_lab() -> None:
+    pat = namespace_pattern("x1")
+    assert pat.match("x1-sw") and pat.match("x1-n12")
+    assert not pat.match("x1-n0-sw") and not pat.match("x10-n0") and not pat.match("x1-nx")
+
+
+def test_node_argv_execs_in_netns_with_hostname() -> None:
+    argv = node_argv("x1-n0", "x1-n0", ["python", "-c", "pass"])
+    assert argv[:5] == ["ip", "netns", "exec", "x1-n0", "unshare"]
+    assert argv[-4:] == ["x1-n0", "python", "-c", "pass"]
+    with pytest.raises(ConfigError):
+        node_argv("x1-n0", "x1-n0", [])
