@@ -215,8 +215,32 @@ def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
     return causes
 
 
+def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """Interface variables a rank set that cannot work across nodes (``ddpnet.net`` names
+    them, e.g. GLOO_SOCKET_IFNAME=lo is ``hostname-loopback``), grouped by cause."""
+    by_cause: dict[str, list[tuple[NodeFacts, str, str]]] = defaultdict(list)
+    for n in nodes:
+        for problem in n.facts.get("selection_problems") or ():
+            cause, what, fix = [*list(problem), "", "", ""][:3]
+            by_cause[str(cause)].append((n, str(what), str(fix)))
+    causes = []
+    for cause, items in by_cause.items():
+        causes.append(Cause(
+            id=cause or "interface-mismatch",
+            stage="facts",
+            hosts=tuple(dict.fromkeys(n.label for n, _, _ in items)),
+            ranks=tuple(dict.fromkeys(n.rank for n, _, _ in items)),
+            detail="; ".join(f"rank {n.rank} on {n.label}: {what}" for n, what, _ in items),
+            fix=items[0][2] or "unset the interface variable or name the cluster interface",
+        ))
+    return causes
+
+
 def compare_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """Every facts comparison, in report order."""
     nodes = sorted(nodes, key=lambda n: n.rank)
-    return [*compare_network(nodes), *compare_versions(nodes), *compare_mtu(nodes),
+    selection = compare_selection(nodes)
+    network = [c for c in compare_network(nodes)
+               if not any(s.id == c.id for s in selection)]
+    return [*selection, *network, *compare_versions(nodes), *compare_mtu(nodes),
             *compare_clock(nodes)]

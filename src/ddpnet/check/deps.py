@@ -74,9 +74,15 @@ def _net_select() -> SelectFn | None:
     def select(cfg: DistConfig, environ: Mapping[str, str]) -> Selected:
         s = select_for_host(cfg, dict(environ))
         env = dict(s.env())
-        pinned = s.gloo.source not in ("auto", "default", "derived") if s.gloo else False
-        return Selected(str(s.interface), str(s.address),
-                        getattr(s.gloo, "reason", "") if s.gloo else "", pinned, env)
+        pinned = s.gloo.source != "auto" and s.gloo.ok
+        problems = tuple((c.cause, f"{var}={c.value}: {c.reason}", c.hint)
+                         for var, c in s.problems().items() if var != "TP_SOCKET_IFNAME")
+        if s.address is None:
+            fallback = select_simple(cfg, environ)
+            return Selected(fallback.interface, fallback.address, fallback.reason, pinned,
+                            env, problems)
+        return Selected(str(s.interface), str(s.address), s.gloo.reason, pinned, env,
+                        problems)
 
     return select
 
@@ -84,12 +90,13 @@ def _net_select() -> SelectFn | None:
 def _net_preflight() -> PreflightFn | None:
     try:
         from ddpnet.net.probe import preflight  # type: ignore[import-not-found,unused-ignore]
-        from ddpnet.net.select import select_for_host  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
 
     def run(cfg: DistConfig, sel: Selected, connect_timeout: float) -> None:
-        preflight(cfg, select_for_host(cfg), connect_timeout)
+        # interface problems are not fatal here: they travel in the facts, so rank 0
+        # names them with the host instead of seeing a missing rank
+        preflight(cfg, None, connect_timeout)
 
     return run
 

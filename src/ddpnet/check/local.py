@@ -24,6 +24,9 @@ class Selected:
     reason: str
     pinned: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    #: (cause, what, fix) for each variable that cannot work (e.g. GLOO_SOCKET_IFNAME=lo
+    #: across nodes); reported through facts so rank 0 names it with the host
+    problems: tuple[tuple[str, str, str], ...] = ()
 
 
 def _iface_addresses() -> dict[str, list[tuple[str, str]]]:
@@ -74,6 +77,7 @@ def basic_facts(sel: Selected) -> dict[str, Any]:
         "interface": sel.interface,
         "address": sel.address,
         "interface_pinned": sel.pinned,
+        "selection_problems": [list(p) for p in sel.problems],
         "time": time.time(),
     }
     try:

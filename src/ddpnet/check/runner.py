@@ -128,6 +128,7 @@ def _open_store(cfg: DistConfig, deps: Deps, sel: Selected, opts: CheckOptions) 
 
     host = socket.gethostname()
     if cfg.rank == 0:
+        deps.preflight(cfg, sel, opts.connect_timeout)
         try:
             return dist.TCPStore(  # type: ignore[attr-defined]
                 cfg.master_addr, cfg.master_port, None, True,
@@ -404,6 +405,7 @@ def _facts_record(ctx: _Ctx, fut: Future[dict[str, Any]], listener: mesh.Listene
     facts["interface"] = ctx.sel.interface
     facts["mesh_port"] = listener.port
     facts["clock_offset_s"] = clock_offset
+    facts["selection_problems"] = [list(p) for p in ctx.sel.problems]
     return facts
 
 
