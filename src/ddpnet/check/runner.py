@@ -176,7 +176,8 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
 
     sel = deps.select(cfg, environ)
     for k, v in sel.env.items():
-        os.environ.setdefault(k, v)
+        if not os.environ.get(k):  # the automatic choice; a user's own value stays
+            os.environ[k] = v
     facts_pool = ThreadPoolExecutor(max_workers=1)
     facts_future: Future[dict[str, Any]] = facts_pool.submit(deps.facts, cfg, sel)
     listener = mesh.Listener(sel.address)
@@ -206,7 +207,7 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
                  f"{cfg.master_port} (up to {opts.join_timeout:g} s)")
     n = int(ctx.store.add(ctx.key("reg/n"), 1))
     ctx.set(f"reg/{n}", json.loads(own.to_json()))
-    deadline = started + opts.join_timeout
+    deadline = t + opts.join_timeout  # from the moment the store is up
     while time.monotonic() < deadline:
         n = int(ctx.store.add(ctx.key("reg/n"), 0))
         if n >= world:

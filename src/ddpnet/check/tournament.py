@@ -108,7 +108,7 @@ def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> li
             causes.append(Cause(
                 id="slow-node",
                 stage="bandwidth",
-                severity="warn",
+                severity="fail",
                 hosts=(labels[r],),
                 ranks=(r,),
                 detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
@@ -124,7 +124,7 @@ def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> li
         causes.append(Cause(
             id="slow-link",
             stage="bandwidth",
-            severity="warn",
+            severity="fail",
             hosts=tuple(labels[r] for r in ranks),
             ranks=tuple(ranks),
             detail="links below "
