@@ -14,7 +14,7 @@ from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
 
-FAST = ["--join-timeout", "6", "--timeout", "20"]
+FAST = ["--join-timeout", "10", "--timeout", "20"]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_world_size_mismatch_named(clean: Lab) -> None:
 
 def test_master_port_blocked_named_by_every_rank(clean: Lab) -> None:
     clean.fault("block-port", 0, port=29510)
-    runs = run_check(clean, [*FAST, "--join-timeout", "8"])
+    runs = run_check(clean, FAST)
     for node in (1, 2, 3):
         own = runs[node].json()
         assert runs[node].returncode == 1, _diag(runs)

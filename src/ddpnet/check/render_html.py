@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +33,11 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _heat(value: float, lo: float, hi: float) -> str:
-    """Red (low) to green (high), as an rgb() string."""
-    frac = 0.0 if hi <= lo else max(0.0, min(1.0, (value - lo) / (hi - lo)))
+def _heat(value: float, median: float) -> str:
+    """Green at or above the median, through amber at the slow limit (0.7 x median), to red
+    below it, as an rgb() string: a uniform cluster looks uniformly green."""
+    ratio = value / median if median > 0 else 1.0
+    frac = max(0.0, min(1.0, (ratio - 0.5) / 0.5))
     r = int(207 + (45 - 207) * frac)
     g = int(34 + (164 - 34) * frac)
     b = int(46 + (78 - 46) * frac)
@@ -56,7 +59,7 @@ def _mesh_table(matrix: Sequence[Sequence[str]]) -> str:
 
 def _bw_table(matrix: Sequence[Sequence[float | None]]) -> str:
     vals = [v for row in matrix for v in row if v is not None]
-    lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+    median = statistics.median(vals) if vals else 1.0
     n = len(matrix)
     rows = ["<table class='hm' id='bandwidth'><tr><th>from \\ to</th>"
             + "".join(f"<th>{j}</th>" for j in range(n)) + "</tr>"]
@@ -67,7 +70,7 @@ def _bw_table(matrix: Sequence[Sequence[float | None]]) -> str:
                 cells.append("<td style='background:#eaeef2'>" + ("-" if i == j else "?")
                              + "</td>")
             else:
-                cells.append(f"<td style='background:{_heat(v, lo * 0.95, hi)};color:#fff' "
+                cells.append(f"<td style='background:{_heat(v, median)};color:#fff' "
                              f"title='{i}->{j}: {v:.3f} Gb/s'>{v:.2f}</td>")
         rows.append(f"<tr><th>{i}</th>{''.join(cells)}</tr>")
     return "".join(rows) + "</table>"
@@ -81,6 +84,7 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
         return "<p class='muted'>no bandwidth measured</p>"
     shown = links[:64]
     hi = max(v for v, _, _ in links) or 1.0
+    median = statistics.median(v for v, _, _ in links)
     bar_h, left, width = 16, 70, 520
     height = bar_h * len(shown) + 30
     parts = [f"<svg id='bandwidth-chart' xmlns='http://www.w3.org/2000/svg' "
@@ -92,7 +96,7 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
         parts.append(f"<text x='{left - 6}' y='{y + 12}' font-size='11' text-anchor='end'>"
                      f"{i}&#8594;{j}</text>")
         parts.append(f"<rect x='{left}' y='{y}' width='{w:.1f}' height='{bar_h - 3}' "
-                     f"fill='{_heat(v, links[0][0] * 0.95, hi)}'><title>{i}->{j} {v:.3f} Gb/s"
+                     f"fill='{_heat(v, median)}'><title>{i}->{j} {v:.3f} Gb/s"
                      "</title></rect>")
         parts.append(f"<text x='{left + w + 4:.1f}' y='{y + 12}' font-size='11'>{v:.2f} Gb/s"
                      "</text>")
@@ -101,6 +105,10 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
                  + (f" ({len(links) - len(shown)} faster links not shown)"
                     if len(links) > len(shown) else "") + "</text></svg>")
     return "".join(parts)
+
+
+def _cell(value: Any) -> Any:
+    return f"{value:+.3f}" if isinstance(value, float) else value
 
 
 def _cause(c: Any, cls: str) -> str:
@@ -143,8 +151,8 @@ def render_html(report: CheckReport) -> str:
         out.append("<h2>Nodes</h2><table id='nodes'><tr>"
                    + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
         for n in report.nodes:
-            out.append("<tr>" + "".join(f"<td class='l'>{_e(n.get(c))}</td>" for c in cols)
-                       + "</tr>")
+            out.append("<tr>" + "".join(f"<td class='l'>{_e(_cell(n.get(c)))}</td>"
+                                        for c in cols) + "</tr>")
         out.append("</table>")
     if report.reachability:
         out.append("<h2>Reachability (row connects to column)</h2>"
