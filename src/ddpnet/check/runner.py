@@ -123,34 +123,77 @@ def _me(ctx: _Ctx, host: str) -> Registration:
     )
 
 
-def _open_store(cfg: DistConfig, deps: Deps, sel: Selected, opts: CheckOptions) -> Any:
-    """Rank 0 hosts the store on MASTER_PORT; others preflight, then connect."""
+def _bind_error(cfg: DistConfig, host: str) -> RendezvousError:
+    return RendezvousError(
+        "port-in-use",
+        f"rank 0 cannot listen on MASTER_PORT {cfg.master_port} on {host}: "
+        "the port is already in use (another job or a stale rank 0)",
+        f"pick a free port (export MASTER_PORT=...) on every node or stop the process "
+        f"holding it: ss -ltnp 'sport = :{cfg.master_port}'",
+        host=host, rank=0)
+
+
+def _listen_early(cfg: DistConfig, host: str) -> int | None:
+    """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
+    being refused; returns the listening fd for TCPStore(master_listen_fd=...)."""
+    import errno
+
+    if cfg.world_size <= 1:
+        return None
+    family = socket.AF_INET6 if ":" in cfg.master_addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", cfg.master_port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise _bind_error(cfg, host) from None
+        return None
+    return int(sock.detach())  # the store owns it from now on
+
+
+def _preflight_patiently(cfg: DistConfig, deps: Deps, sel: Selected,
+                         opts: CheckOptions) -> None:
+    """A dropped SYN is named after ``connect_timeout``; a refusal is retried up to the join
+    timeout, since rank 0 may simply start later than this rank."""
+    deadline = time.monotonic() + opts.join_timeout
+    while True:
+        try:
+            deps.preflight(cfg, sel, opts.connect_timeout)
+            return
+        except RendezvousError as exc:
+            if exc.cause != "master-port-refused" or time.monotonic() >= deadline:
+                raise
+
+
+def _open_store(cfg: DistConfig, deps: Deps, sel: Selected, opts: CheckOptions,
+                listen_fd: int | None = None) -> Any:
+    """Rank 0 hosts the store on MASTER_PORT (on the early socket); others connect."""
     import torch.distributed as dist
 
     host = socket.gethostname()
     if cfg.rank == 0:
-        deps.preflight(cfg, sel, opts.connect_timeout)
         try:
+            if listen_fd is not None:
+                return dist.TCPStore(  # type: ignore[attr-defined]
+                    cfg.master_addr, cfg.master_port, None, True,
+                    timedelta(seconds=opts.stage_timeout), wait_for_workers=False,
+                    master_listen_fd=listen_fd)
             return dist.TCPStore(  # type: ignore[attr-defined]
                 cfg.master_addr, cfg.master_port, None, True,
                                  timedelta(seconds=opts.stage_timeout), wait_for_workers=False)
         except Exception as exc:
             text = str(exc)
             if "in use" in text or "EADDRINUSE" in text or "errno: 98" in text:
-                raise RendezvousError(
-                    "port-in-use",
-                    f"rank 0 cannot listen on MASTER_PORT {cfg.master_port} on {host}: "
-                    "the port is already in use (another job or a stale rank 0)",
-                    f"pick a free port (export MASTER_PORT=...) or stop the process holding it:"
-                    f" ss -ltnp 'sport = :{cfg.master_port}'",
-                    host=host, rank=0) from None
+                raise _bind_error(cfg, host) from None
             raise RendezvousError(
                 "master-no-route",
                 f"rank 0 cannot host the store on {cfg.master_addr}:{cfg.master_port}: "
                 f"{text.splitlines()[0] if text else type(exc).__name__}",
                 "MASTER_ADDR must be an address of rank 0's node",
                 host=host, rank=0) from None
-    deps.preflight(cfg, sel, opts.connect_timeout)
     try:
         return dist.TCPStore(  # type: ignore[attr-defined]
                 cfg.master_addr, cfg.master_port, None, False,
@@ -169,13 +212,21 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
     """Run every stage on this rank. Raises RendezvousError when this rank cannot even join."""
     host = socket.gethostname()
     started = time.monotonic()
+    sel = deps.select(cfg, environ)
+    # plain sockets before torch's (slow) import: an unreachable master is named at once,
+    # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
+    listen_fd = None
+    if cfg.rank == 0:
+        deps.preflight(cfg, sel, opts.connect_timeout)  # MASTER_ADDR is ours, port free
+        listen_fd = _listen_early(cfg, host)
+    else:
+        _preflight_patiently(cfg, deps, sel, opts)
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch.distributed  # noqa: F401  (here, before the facts thread: torch's import
     # is not thread-safe)
 
-    sel = deps.select(cfg, environ)
     for k, v in sel.env.items():
         if not os.environ.get(k):  # the automatic choice; a user's own value stays
             os.environ[k] = v
@@ -183,7 +234,7 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
     facts_future: Future[dict[str, Any]] = facts_pool.submit(deps.facts, cfg, sel)
     listener = mesh.Listener(sel.address)
     try:
-        store = _open_store(cfg, deps, sel, opts)
+        store = _open_store(cfg, deps, sel, opts, listen_fd)
         ctx = _Ctx(cfg, opts, deps, sel, store, progress)
         ctx.timings["connect"] = time.monotonic() - started
         if cfg.rank == 0:
