@@ -110,6 +110,9 @@ def test_up_is_idempotent_and_another_shape_is_refused(make_lab: MakeLab) -> Non
     with pytest.raises(ConfigError, match="another shape") as info:
         Lab(name=lab.name, nodes=3).up()
     assert "lab down" in info.value.hint
+    with pytest.raises(ConfigError, match="another shape"), Lab(name=lab.name, nodes=3):
+        pass
+    assert lab.is_up()                             # the refused attempt left the lab alone
     assert lab.exec(1, ["ping", "-c1", "-W2", lab.master_addr]).returncode == 0
 
 

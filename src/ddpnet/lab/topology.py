@@ -326,23 +326,20 @@ def tbf_burst_bytes(rate: str) -> int:
 
 def qdisc_lines(dev: str, shaping: Shaping, *, egress_netem: bool = True) -> list[str]:
     """``tc -batch`` lines that (re)build ``dev``'s root qdisc: tbf for the rate, netem below it
-    for delay and loss. Starts by deleting the root (``tc -force`` ignores a missing one)."""
+    for the delay (``egress_netem=False`` where the kernel lacks netem or on switch ports;
+    loss is done in nftables, see :func:`ddpnet.lab.faults.nft_ruleset`). Starts by deleting
+    the root (a missing one is fine)."""
     lines = [f"qdisc del dev {dev} root"]
-    netem = []
-    if egress_netem and shaping.delay_ms:
-        netem.append(f"delay {shaping.delay_ms:g}ms")
-    if egress_netem and shaping.loss_pct:
-        netem.append(f"loss {shaping.loss_pct:g}%")
-    netem_args = " ".join(netem)
+    netem = f"netem delay {shaping.delay_ms:g}ms limit 100000" if (
+        egress_netem and shaping.delay_ms) else ""
     if shaping.rate:
         burst = tbf_burst_bytes(shaping.rate)
         lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {shaping.rate} "
                      f"burst {burst} latency 50ms")
-        if netem_args:
-            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: netem {netem_args} "
-                         "limit 100000")
-    elif netem_args:
-        lines.append(f"qdisc add dev {dev} root handle 1: netem {netem_args} limit 100000")
+        if netem:
+            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: {netem}")
+    elif netem:
+        lines.append(f"qdisc add dev {dev} root handle 1: {netem}")
     return lines
 
 

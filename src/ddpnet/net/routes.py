@@ -83,3 +83,38 @@ def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     if proc.returncode != 0:
         return None  # "Network is unreachable" and friends
     return parse_route_get(proc.stdout, addr)
+
+
+#: neighbour states meaning "nobody answered ARP / neighbour discovery"
+NEIGH_DEAD = ("FAILED", "INCOMPLETE")
+
+
+def parse_neigh(text: str) -> str | None:
+    """The state of the first entry of ``ip -j neigh show to ADDR`` (pure), e.g. REACHABLE."""
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(entries, list) or not entries:
+        return None
+    state = entries[0].get("state")
+    if isinstance(state, list) and state:
+        return str(state[0])
+    return str(state) if state else None
+
+
+def neighbor_state(addr: str, timeout: float = 5.0) -> str | None:
+    """The kernel's neighbour-cache state for an on-link address (edge; sends nothing).
+
+    After connects that timed out, FAILED/INCOMPLETE means no host has the address, while
+    REACHABLE/STALE/DELAY means the host answered ARP and only the port is dropped.
+    """
+    ip = shutil.which("ip")
+    if ip is None:
+        return None
+    try:
+        proc = subprocess.run([ip, "-j", "neigh", "show", "to", addr], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_neigh(proc.stdout) if proc.returncode == 0 else None

@@ -202,7 +202,8 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     for name in names:
         if name[:1] in ("^", "="):
             return Choice(value, source, f"{var}={value!r} uses NCCL syntax ('^' / '='); "
-                          f"{lib} takes plain interface names", "ifname-syntax", fix)
+                          f"{lib} takes plain interface names", "ifname-syntax",
+                          f"{fix}; exclusions like ^lo belong in {NCCL} only")
         if _family(name) is not None:
             owner = next((i.name for i in by_name.values() if i.owns(name)), None)
             hint = f"export {var}={owner}" if owner else fix
@@ -214,8 +215,10 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     for name in names:
         iface = by_name.get(name)
         if iface is None:
+            up = ", ".join(n for n, i in by_name.items() if i.up)
             return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
-                          "ifname-missing", fix)
+                          "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
+                          f"so leave it unset and let ddpnet.init() pick per host)")
         if not iface.up:
             return Choice(value, source, f"{var}={value!r}: interface {name} is down",
                           "ifname-down", f"ip link set {name} up, or {fix}")
