@@ -65,7 +65,7 @@ def test_master_port_refused_for_a_worker(run_cli: RunCli) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = run_cli("check", "--json", env={"RANK": "1", "WORLD_SIZE": "2",
+    proc = run_cli("check", "--json", "--join-timeout", "2", env={"RANK": "1", "WORLD_SIZE": "2",
                                            "MASTER_ADDR": "127.0.0.1",
                                            "MASTER_PORT": str(port)}, timeout=60)
     assert proc.returncode == 1, proc.stderr

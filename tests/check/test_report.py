@@ -113,3 +113,18 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert 'id="bandwidth-chart"' in dom and 'id="nodes"' in dom
     assert dom.count(">filtered</td>") == 3 and ">0.09</td>" in dom
     assert "Root cause" in dom and "peer-port-blocked" in dom
+
+
+def test_large_clusters_get_summaries_not_n_by_n_tables() -> None:
+    from rich.console import Console
+
+    n = 200
+    mesh = tuple(tuple("self" if i == j else ("refused" if (i, j) == (5, 7) else "ok")
+                       for j in range(n)) for i in range(n))
+    report = CheckReport(world_size=n, master="m:1", causes=(), reachability=mesh)
+    page = render_html(report)
+    assert "<table class='hm' id='reachability'>" not in page
+    assert f"{n * (n - 1) - 1} of {n * (n - 1)} links ok" in page and "5 &#8594; 7" in page
+    console = Console(record=True, width=120)
+    render(report, console)
+    assert f"{n * (n - 1) - 1} of {n * (n - 1)} links ok" in console.export_text()

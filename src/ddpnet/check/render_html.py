@@ -44,8 +44,17 @@ def _heat(value: float, median: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
+#: above this many ranks the heatmaps give way to lists of the failing pairs / slowest links
+HEATMAP_MAX = 64
+
+
 def _mesh_table(matrix: Sequence[Sequence[str]]) -> str:
     n = len(matrix)
+    if n > HEATMAP_MAX:
+        bad = [(i, j, s) for i, row in enumerate(matrix) for j, s in enumerate(row)
+               if s not in ("ok", "self")]
+        return (f"<p id='reachability'>{n * (n - 1) - len(bad)} of {n * (n - 1)} links ok."
+                + "".join(f"<br>{i} &#8594; {j}: {_e(s)}" for i, j, s in bad[:500]) + "</p>")
     rows = ["<table class='hm' id='reachability'><tr><th>from \\ to</th>"
             + "".join(f"<th>{j}</th>" for j in range(n)) + "</tr>"]
     for i, row in enumerate(matrix):
@@ -61,6 +70,9 @@ def _bw_table(matrix: Sequence[Sequence[float | None]]) -> str:
     vals = [v for row in matrix for v in row if v is not None]
     median = statistics.median(vals) if vals else 1.0
     n = len(matrix)
+    if n > HEATMAP_MAX:
+        return (f"<p id='bandwidth'>{len(vals)} links, median {median:.2f} Gb/s; the chart "
+                "below lists the slowest.</p>")
     rows = ["<table class='hm' id='bandwidth'><tr><th>from \\ to</th>"
             + "".join(f"<th>{j}</th>" for j in range(n)) + "</tr>"]
     for i, row in enumerate(matrix):

@@ -6,6 +6,8 @@ from typing import Any
 
 from ddpnet.check.report import CheckReport
 
+#: above this many ranks the terminal shows summaries, not N x N tables
+TABLE_MAX = 32
 _MESH_STYLE = {"ok": "green", "self": "dim", "refused": "red", "filtered": "red",
                "no-route": "red", "?": "yellow"}
 
@@ -63,7 +65,12 @@ def render(report: CheckReport, console: Any) -> None:
                           str(n.get("torch", "")), str(n.get("python", "")),
                           f"{off:+.3f} s" if isinstance(off, (int, float)) else "")
         console.print(table)
-    if report.reachability:
+    if len(report.reachability) > TABLE_MAX or len(report.bandwidth_gbps) > TABLE_MAX:
+        size = report.world_size
+        bad = sum(s not in ("ok", "self") for row in report.reachability for s in row)
+        console.print(f"reachability: {size * (size - 1) - bad} of {size * (size - 1)} links ok "
+                      f"(matrices above {TABLE_MAX} ranks: --json or --report)")
+    elif report.reachability:
         table = Table(title="reachability (row connects to column)", header_style="bold")
         table.add_column("from\\to")
         for j in range(len(report.reachability)):
@@ -71,7 +78,7 @@ def render(report: CheckReport, console: Any) -> None:
         for i, row in enumerate(report.reachability):
             table.add_row(str(i), *[f"[{_MESH_STYLE.get(s, 'default')}]{s}[/]" for s in row])
         console.print(table)
-    if report.bandwidth_gbps:
+    if report.bandwidth_gbps and len(report.bandwidth_gbps) <= TABLE_MAX:
         table = Table(title="bandwidth Gb/s (row sends to column)", header_style="bold")
         table.add_column("from\\to")
         for j in range(len(report.bandwidth_gbps)):
