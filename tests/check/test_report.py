@@ -69,7 +69,7 @@ def test_text_report_leads_with_the_root_cause() -> None:
     console = Console(record=True, width=140)
     render(_failing_report(), console)
     text = console.export_text()
-    assert text.index("FAIL") < text.index("root cause") < text.index("peer-port-blocked")
+    assert text.index("FAIL") < text.index("ROOT CAUSE: peer-port-blocked")
     assert text.index("peer-port-blocked") < text.index("slow-node")
     assert "filtered" in text and "0.09" in text
 

@@ -13,7 +13,6 @@ _MESH_STYLE = {"ok": "green", "self": "dim", "refused": "red", "filtered": "red"
 
 
 def render(report: CheckReport, console: Any) -> None:
-    from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
@@ -31,15 +30,14 @@ def render(report: CheckReport, console: Any) -> None:
             where.append("hosts " + ", ".join(root.hosts))
         if root.ranks:
             where.append("ranks " + ", ".join(map(str, root.ranks)))
+        title = "ROOT CAUSE" if root.severity == "fail" else "WARNING"
+        style = color if root.severity == "fail" else "yellow"
         body = Text()
-        body.append(f"{root.id}", style="bold")
-        body.append(f"  [{root.stage}] " + "; ".join(where) + "\n")
-        body.append(root.detail + "\n")
-        body.append("fix: ", style="bold")
-        body.append(root.fix)
-        title = "root cause" if root.severity == "fail" else "warning"
-        console.print(Panel(body, title=title, border_style=color if root.severity == "fail"
-                            else "yellow", expand=False))
+        body.append(f"{title}: {root.id}", style=f"bold {style}")
+        body.append(f"  [{root.stage}] " + "; ".join(where))
+        console.print(body)
+        console.print(Text("  seen: ", style="bold") + Text(root.detail))
+        console.print(Text("  fix:  ", style="bold") + Text(root.fix))
     others = [c for c in report.sorted_causes if c is not root]
     if others:
         console.print("[bold]Other findings[/]")

@@ -224,6 +224,8 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    # c10d's C++ warnings (a peer's reverse DNS) are noise on every rank's stderr
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     import torch.distributed  # noqa: F401  (here, before the facts thread: torch's import
     # is not thread-safe)
 
@@ -398,7 +400,8 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
                 "not the network)") for c in bw_causes]
         causes.extend(bw_causes)
         ctx.timings["bandwidth"] = time.monotonic() - t
-        stages["bandwidth"] = "warn" if bw_causes else "pass"
+        stages["bandwidth"] = "pass" if not bw_causes else (
+            "fail" if any(c.severity == "fail" for c in bw_causes) else "warn")
         ctx.progress(f"bandwidth: done in {ctx.timings['bandwidth']:.1f} s")
     if plan["bench"] and (bad or ctx.deps.bench is None):
         ctx.set("stage/bench", {"go": False, "link": 0.0})

@@ -102,6 +102,8 @@ def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> li
                 continue
             mine = [p for p in (out_links + in_links) if p in slow]
             rates = [float(gbps[i][j] or 0) for i, j in mine]
+            others = [float(v) for i, j, v in links if v is not None and r not in (i, j)]
+            ref = statistics.median(others) if others else median
             explained.update(mine)
             way = "sending and receiving" if out_slow and in_slow else (
                 "sending" if out_slow else "receiving")
@@ -112,8 +114,8 @@ def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> li
                 hosts=(labels[r],),
                 ranks=(r,),
                 detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
-                       f"{max(rates):.2f} Gb/s against a median link of {median:.2f} Gb/s "
-                       f"(limit {SLOW_FRACTION:g} x median)",
+                       f"{max(rates):.2f} Gb/s while the other links run at {ref:.2f} Gb/s "
+                       f"(median; limit {SLOW_FRACTION:g} x the median of all links)",
                 fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
                     "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
                 data={"median_gbps": median},
