@@ -63,7 +63,8 @@ def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: floa
 
 
 def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
-            ports: Sequence[int | None], master_port: int) -> list[Cause]:
+            ports: Sequence[int | None], master_port: int,
+            subnet: str = "<cluster-subnet>") -> list[Cause]:
     """Name the broken pairs; when every connection *into* a rank fails while the master
     port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked)."""
     n = len(matrix)
@@ -89,9 +90,9 @@ def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
                        f"{master_port}: its firewall allows only fixed ports, but gloo/NCCL "
                        "listen on ephemeral ones",
                 fix=f"on {labels[j]}: allow TCP from the cluster subnet, e.g. "
-                    "firewall-cmd --permanent --zone=trusted --add-source=<cluster-subnet> && "
-                    "firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
-                    "<cluster-subnet> accept",
+                    f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
+                    f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
+                    f"{subnet} accept",
             ))
     # sources that reach nobody: egress filter or routing on that rank
     for i in range(n):
@@ -122,7 +123,7 @@ def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
                    + ", ".join(f"{i}->{j} {s}" for i, j, s in rest[:20])
                    + (f" (+{len(rest) - 20} more)" if len(rest) > 20 else ""),
             fix="allow TCP between all cluster nodes on all ports (gloo/NCCL use ephemeral "
-                "ports), e.g. firewall-cmd --zone=trusted --add-source=<cluster-subnet>",
+                f"ports), e.g. firewall-cmd --zone=trusted --add-source={subnet}",
         ))
     return causes
 

@@ -345,7 +345,7 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
     if lost:
         causes.append(_timeout_cause("reachability", lost, labels, roster))
     mesh_causes = mesh.analyze(matrix, labels, [p[1] if p else None for p in peers],
-                               cfg.master_port)
+                               cfg.master_port, str(got[0].get("subnet") or "<cluster-subnet>"))
     causes.extend(mesh_causes)
     report_kw["reachability"] = matrix
     ctx.timings["reachability"] = time.monotonic() - t
