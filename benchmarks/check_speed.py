@@ -23,8 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddpnet.lab import Lab  # noqa: E402
 from tests.check.labcheck import run_check  # noqa: E402
+
+from ddpnet.lab import Lab  # noqa: E402
 
 PORT = 29510
 Setup = Callable[[Lab], None]
@@ -79,6 +80,12 @@ def run_one(lab: Lab, sc: dict[str, Any]) -> dict[str, Any]:
     rec["seconds"] = round(runs[on].seconds, 2)
     rec["exit_code"] = runs[on].returncode
     rec["causes"] = ids
+    t = data.get("timings") or {}
+    if "total" in t and "connect" in t:
+        # rank 0's own time after its store is up (what ddpnet's stages cost); the rest is
+        # python + torch start-up, which grows with the machine's load
+        rec["after_store_up_s"] = round(t["total"] - t["connect"], 2)
+        rec["rank0_startup_s"] = round(t["connect"], 2)
     if sc["expect"] is None:
         rec["named"] = data.get("verdict") == "pass"
         rec["stage_timings"] = data.get("timings")
@@ -108,6 +115,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 3
+    load_before = os.getloadavg()[0]
     chosen = [s for s in SCENARIOS if not args.only or s["name"] in args.only.split(",")]
     results = []
     with Lab(name=f"ckb{os.getpid()}", nodes=4, rate="1gbit") as lab:
@@ -122,7 +130,8 @@ def main() -> int:
         "lab": {"nodes": 4, "rate": "1gbit"},
         "measured": "seconds from the last rank starting to the verdict (rank 0's exit; for "
                     "master-port-filtered the blocked rank's own verdict)",
-        "host": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+        "host": {"cpus": os.cpu_count(), "load_avg_1m_before": load_before,
+                 "load_avg_1m_after": os.getloadavg()[0],
                  "python": platform.python_version(),
                  "torch_import_s": torch_import_s()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

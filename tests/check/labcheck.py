@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,12 +60,18 @@ def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = No
                                text=True)
     started = time.monotonic()
     out: dict[int, RankRun] = {}
-    deadline = started + timeout
-    for idx, proc in procs.items():
+
+    def wait(idx: int, proc: subprocess.Popen[str]) -> None:
         try:
-            so, se = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            so, se = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             so, se = proc.communicate()
         out[idx] = RankRun(idx, proc.returncode, so, se, time.monotonic() - started)
-    return out
+
+    threads = [threading.Thread(target=wait, args=item) for item in procs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return dict(sorted(out.items()))
