@@ -99,7 +99,7 @@ def test_link_down_unreachable_then_back_by_clear_and_by_timer(lab: Lab) -> None
     assert ping(lab, 1) != 0 and ping(lab, 0, target=lab.nodes[1].address) != 0
     lab.clear(1)
     assert ping(lab, 1) == 0
-    lab.fault("link-down", 1, for_s=1.5)
+    lab.fault("link-down", 1, for_s=3)
     assert ping(lab, 1) != 0
     deadline = time.monotonic() + 10
     while ping(lab, 1) != 0:
@@ -191,10 +191,11 @@ def _connect_ms(lab: Lab, node: int) -> float:
 
 
 def test_delay_adds_latency_then_clear(lab: Lab) -> None:
-    assert _connect_ms(lab, 1) < 15
-    lab.fault("delay", 1, ms=40)
-    assert _connect_ms(lab, 1) >= 40      # one direction of node 1's link holds 40 ms
-    assert _connect_ms(lab, 2) < 15       # other nodes unaffected
-    assert lab.status()["nodes"][1]["shaping"]["delay_ms"] == 40
+    # (generous bounds: a shared 2-core machine under load adds milliseconds of scheduling)
+    assert _connect_ms(lab, 1) < 40
+    lab.fault("delay", 1, ms=80)
+    assert _connect_ms(lab, 1) >= 80      # one direction of node 1's link holds 80 ms
+    assert _connect_ms(lab, 2) < 40       # other nodes unaffected
+    assert lab.status()["nodes"][1]["shaping"]["delay_ms"] == 80
     lab.clear(1)
-    assert _connect_ms(lab, 1) < 15
+    assert _connect_ms(lab, 1) < 40

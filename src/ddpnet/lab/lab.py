@@ -213,19 +213,22 @@ class Lab:
 
     # ---- running commands ----------------------------------------------------------------------
 
-    def node_command(self, node: int, argv: Sequence[str]) -> list[str]:
+    def node_command(self, node: int, argv: Sequence[str], *,
+                     keep_cgroup: bool = False) -> list[str]:
         """The command line that runs ``argv`` as node ``node`` (its network namespace, /sys,
-        /etc/hosts and hostname); for launching through your own process machinery."""
+        /etc/hosts and hostname); for launching through your own process machinery.
+        ``keep_cgroup=True`` keeps /sys/fs/cgroup visible (daemons such as slurmd)."""
         n = self.node(node)
-        return node_argv(n.namespace, n.hostname, list(argv))
+        return node_argv(n.namespace, n.hostname, list(argv), keep_cgroup=keep_cgroup)
 
     def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
-               **kwargs: Any) -> subprocess.Popen[Any]:
+               keep_cgroup: bool = False, **kwargs: Any) -> subprocess.Popen[Any]:
         full_env = dict(os.environ)
         full_env.update(env or {})
         kwargs.setdefault("start_new_session", True)
-        return subprocess.Popen(node_argv(node.namespace, node.hostname, list(argv)),
-                                env=full_env, **kwargs)
+        return subprocess.Popen(
+            node_argv(node.namespace, node.hostname, list(argv), keep_cgroup=keep_cgroup),
+            env=full_env, **kwargs)
 
     def exec(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = 60, input: str | None = None,
@@ -246,10 +249,10 @@ class Lab:
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def popen(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              **popen_kwargs: Any) -> subprocess.Popen[Any]:
+              *, keep_cgroup: bool = False, **popen_kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in one node in the background (in its own session); ``down`` kills
-        it and everything else left in the node."""
-        proc = self._spawn(self.node(node), argv, env, **popen_kwargs)
+        it and everything else left in the node. ``keep_cgroup`` as in :meth:`node_command`."""
+        proc = self._spawn(self.node(node), argv, env, keep_cgroup, **popen_kwargs)
         self._popens.append(proc)
         return proc
 

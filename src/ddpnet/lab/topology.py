@@ -393,12 +393,33 @@ def run_environ(p: Plan, chosen: Sequence[int], position: int,
 _SET_HOSTNAME = 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"'
 
 
-def node_argv(namespace: str, hostname: str, argv: Sequence[str]) -> list[str]:
+def node_argv(namespace: str, hostname: str, argv: Sequence[str], *,
+              keep_cgroup: bool = False) -> list[str]:
     """The command line that runs ``argv`` as node ``namespace``: its network namespace, its
     /sys and /etc/netns files (``ip netns exec`` mounts them in a private mount namespace) and
     its hostname (a private UTS namespace). Every step execs, so the returned process's pid is
-    the command's own pid."""
+    the command's own pid.
+
+    ``keep_cgroup=True`` is for daemons that need ``/sys/fs/cgroup`` (slurmd): ``ip netns
+    exec`` remounts /sys and hides it, so this variant enters the network namespace with
+    ``nsenter``, mounts the node's sysfs and hosts file itself and re-attaches the host's cgroup
+    tree, all in a private mount namespace (the recipe in shared/notes/slurm-in-namespaces.sh).
+    """
     if not argv:
         raise ConfigError("no command given", "for example: ddpnet lab run -- hostname")
-    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
-            "sh", "-c", _SET_HOSTNAME, hostname, *argv]
+    if not keep_cgroup:
+        return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
+                "sh", "-c", _SET_HOSTNAME, hostname, *argv]
+    return ["nsenter", f"--net=/run/netns/{namespace}", "unshare", "--uts", "--mount",
+            "--propagation", "private", "--", "sh", "-ec", _FULL_NODE, namespace, hostname,
+            *argv]
+
+
+#: $0 = namespace, $1 = hostname; mounts as ``ip netns exec`` would, but keeps the cgroup tree
+_FULL_NODE = (
+    'ns=$0; hn=$1; shift; '
+    'for f in /etc/netns/"$ns"/*; do [ -e "$f" ] && mount --bind "$f" /etc/"${f##*/}"; done; '
+    'cg=$(mktemp -d /tmp/ddpnet-cg.XXXXXX); mount --rbind /sys/fs/cgroup "$cg"; '
+    'mount -t sysfs sysfs /sys; mount --rbind "$cg" /sys/fs/cgroup; umount -l "$cg"; '
+    'rmdir "$cg"; printf %s "$hn" > /proc/sys/kernel/hostname; exec "$@"'
+)
