@@ -80,14 +80,13 @@ def basic_facts(sel: Selected) -> dict[str, Any]:
         "selection_problems": [list(p) for p in sel.problems],
         "time": time.time(),
     }
-    try:
-        import torch
+    # the installed version without importing torch (this runs in a thread while the main
+    # thread imports it; the doctor's probe adds CUDA and NCCL)
+    from importlib import metadata
 
-        facts["torch"] = torch.__version__
-        facts["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
-    except Exception:  # torch missing or broken: the comparison shows it
+    try:
+        facts["torch"] = metadata.version("torch")
+    except metadata.PackageNotFoundError:
         facts["torch"] = None
     stats = psutil.net_if_stats().get(sel.interface)
     facts["mtu"] = stats.mtu if stats else None

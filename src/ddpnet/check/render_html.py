@@ -120,6 +120,9 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
 
 
 def _cell(value: Any) -> Any:
+    if isinstance(value, dict) and "verdict" in value:  # the doctor's summary
+        failed = value.get("failed") or []
+        return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
     return f"{value:+.3f}" if isinstance(value, float) else value
 
 
@@ -159,7 +162,7 @@ def render_html(report: CheckReport) -> str:
                              for k, s in report.stages.items()) + "</table>")
     if report.nodes:
         cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
-                "cuda", "clock_offset_s")
+                "cuda", "clock_offset_s", "doctor")
         out.append("<h2>Nodes</h2><table id='nodes'><tr>"
                    + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
         for n in report.nodes:

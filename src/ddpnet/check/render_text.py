@@ -12,6 +12,13 @@ _MESH_STYLE = {"ok": "green", "self": "dim", "refused": "red", "filtered": "red"
                "no-route": "red", "?": "yellow"}
 
 
+def _doctor(summary: Any) -> str:
+    if not isinstance(summary, dict):
+        return ""
+    failed = summary.get("failed") or []
+    return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
+
+
 def render(report: CheckReport, console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -54,14 +61,15 @@ def render(report: CheckReport, console: Any) -> None:
     if report.nodes:
         table = Table(title="nodes", header_style="bold")
         for col in ("rank", "host", "address", "interface", "mtu", "torch", "python",
-                    "clock"):
+                    "clock", "doctor"):
             table.add_column(col)
         for n in report.nodes:
             off = n.get("clock_offset_s")
             table.add_row(str(n.get("rank")), str(n.get("host")), str(n.get("address")),
                           str(n.get("interface")), str(n.get("mtu", "")),
                           str(n.get("torch", "")), str(n.get("python", "")),
-                          f"{off:+.3f} s" if isinstance(off, (int, float)) else "")
+                          f"{off:+.3f} s" if isinstance(off, (int, float)) else "",
+                          _doctor(n.get("doctor")))
         console.print(table)
     if len(report.reachability) > TABLE_MAX or len(report.bandwidth_gbps) > TABLE_MAX:
         size = report.world_size

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -213,6 +213,16 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
     host = socket.gethostname()
     started = time.monotonic()
     sel = deps.select(cfg, environ)
+    # the facts (the doctor: 1-4 s) are gathered while this rank joins
+    facts_future: Future[dict[str, Any]] = Future()
+
+    def collect() -> None:
+        try:
+            facts_future.set_result(deps.facts(cfg, sel))
+        except BaseException as exc:  # reported as this rank's facts error
+            facts_future.set_exception(exc)
+
+    threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
     listen_fd = None
@@ -232,8 +242,6 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
     for k, v in sel.env.items():
         if not os.environ.get(k):  # the automatic choice; a user's own value stays
             os.environ[k] = v
-    facts_pool = ThreadPoolExecutor(max_workers=1)
-    facts_future: Future[dict[str, Any]] = facts_pool.submit(deps.facts, cfg, sel)
     listener = mesh.Listener(sel.address)
     try:
         store = _open_store(cfg, deps, sel, opts, listen_fd)
@@ -244,7 +252,6 @@ def run_check(cfg: DistConfig, opts: CheckOptions, deps: Deps,
         return _worker(ctx, host, facts_future, listener)
     finally:
         listener.close()
-        facts_pool.shutdown(wait=False)
 
 
 # ----------------------------------------------------------------------------- rank 0
@@ -622,6 +629,3 @@ def _finish_worker(ctx: _Ctx, host: str, timeout: float) -> RankOutcome:
     return RankOutcome(me, host, verdict == "pass",
                        _line(me, host, ctx.sel.address, verdict, result.get("root")))
 
-
-# keep threading imported for type checkers that follow Listener's threads
-_ = threading
