@@ -132,7 +132,9 @@ def _bench() -> BenchFn | None:
         return None
 
     def bench(link_gbps: float) -> dict[str, Any]:
-        result = run(BenchConfig(collectives=("all_reduce",)))
+        # short: 1 MiB .. 64 MiB, a few iterations; the full sweep is `ddpnet bench`
+        result = run(BenchConfig(collectives=("all_reduce",), min_bytes=1 << 20,
+                                 max_bytes=64 << 20, iters=5))
         out: dict[str, Any] = dict(result.to_dict())
         out["measured_link_gbps"] = link_gbps
         return out
