@@ -307,7 +307,9 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
         root = report.root
         ctx.set("result", {"verdict": report.verdict,
                            "root": root.to_dict() if root else None})
+        t_ack = time.monotonic()
         _wait_acks(ctx, len(roster) - 1, 3.0)
+        ctx.timings["acks"] = time.monotonic() - t_ack
         return RankOutcome(0, host, report.verdict == "pass",
                            _line(0, host, ctx.sel.address, report.verdict, root), report)
 
@@ -417,7 +419,9 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
         report_kw["bench"] = _bench(ctx, report_kw.get("bandwidth_gbps", ()))
         ctx.timings["bench"] = time.monotonic() - t
         stages["bench"] = "pass" if "error" not in report_kw["bench"] else "fail"
+    t = time.monotonic()
     _destroy_pg()
+    ctx.timings["teardown"] = time.monotonic() - t
     return finish()
 
 
