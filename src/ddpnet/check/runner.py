@@ -588,10 +588,15 @@ def _worker(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
     try:
         plan = ctx.get("plan", budget)
         clock = time.time() - float(plan["t0"]) if fresh else None
-        if plan["uids"].get(str(me)) != ctx.uid:
-            return RankOutcome(me, host, False,
-                               f"rank {me} {host_label(host, ctx.sel.address)}: duplicate-rank: "
-                               f"another process already holds RANK={me}")
+        holder = plan["uids"].get(str(me))
+        if holder != ctx.uid:
+            who = f"rank {me} {host_label(host, ctx.sel.address)}"
+            if holder is not None:
+                return RankOutcome(me, host, False, f"{who}: duplicate-rank: another process "
+                                   f"already holds RANK={me}")
+            why = (f"RANK={me} is outside rank 0's WORLD_SIZE" if me >= len(plan["uids"]) and
+                   not plan["ok"] else "arrived after rank 0's join deadline")
+            return RankOutcome(me, host, False, f"{who}: not checked: {why}")
         if not plan["ok"]:
             return _finish_worker(ctx, host, budget)
         ctx.publish("facts", me, _facts_record(ctx, facts_future, listener, clock))
