@@ -291,7 +291,7 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
                  + (f" - {', '.join(c.id for c in verdict.causes)}" if verdict.causes else ""))
     labels = [r.label for r in roster]
     ranks = [r.rank for r in roster]
-    plan = {"ok": verdict.ok, "t0": time.time(), "uids": {str(r.rank): r.uid for r in roster},
+    plan = {"ok": verdict.ok, "t0": time.time(), "world": world, "uids": {str(r.rank): r.uid for r in roster},
             "matrix": opts.matrix_on(world), "bench": opts.bench and ctx.deps.bench is not None,
             "causes": [c.to_dict() for c in verdict.causes]}
     ctx.set("plan", plan)
@@ -594,8 +594,8 @@ def _worker(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
             if holder is not None:
                 return RankOutcome(me, host, False, f"{who}: duplicate-rank: another process "
                                    f"already holds RANK={me}")
-            why = (f"RANK={me} is outside rank 0's WORLD_SIZE" if me >= len(plan["uids"]) and
-                   not plan["ok"] else "arrived after rank 0's join deadline")
+            why = (f"RANK={me} is outside rank 0's WORLD_SIZE={plan['world']}"
+                   if me >= int(plan["world"]) else "arrived after rank 0's join deadline")
             return RankOutcome(me, host, False, f"{who}: not checked: {why}")
         if not plan["ok"]:
             return _finish_worker(ctx, host, budget)
