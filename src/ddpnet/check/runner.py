@@ -291,7 +291,8 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
                  + (f" - {', '.join(c.id for c in verdict.causes)}" if verdict.causes else ""))
     labels = [r.label for r in roster]
     ranks = [r.rank for r in roster]
-    plan = {"ok": verdict.ok, "t0": time.time(), "world": world, "uids": {str(r.rank): r.uid for r in roster},
+    plan = {"ok": verdict.ok, "t0": time.time(), "world": world,
+            "uids": {str(r.rank): r.uid for r in roster},
             "matrix": opts.matrix_on(world), "bench": opts.bench and ctx.deps.bench is not None,
             "causes": [c.to_dict() for c in verdict.causes]}
     ctx.set("plan", plan)
