@@ -7,20 +7,35 @@ from pathlib import Path
 import pytest
 
 from ddpnet.checks import sysctl
-from ddpnet.sysctl_profile import MiB, profile_for
+from ddpnet.sysctl_profile import INT_MAX, TIERS, GiB, MiB, profile_for, profile_of
 from tests.checks.helpers import ETH0, GOOD_SYSCTLS, LO, Iface, Tree, inputs
 
 
-@pytest.mark.parametrize(("speed", "mib"), [
-    (None, 16), (1000, 16), (9999, 16), (10000, 64), (25000, 64), (40000, 128),
-    (100000, 256), (400000, 256),
+@pytest.mark.parametrize(("speed", "tier", "core", "auto"), [
+    (None, "guide", 16 * MiB, 16 * MiB), (1000, "guide", 16 * MiB, 16 * MiB),
+    (9999, "guide", 16 * MiB, 16 * MiB), (10000, "10g", 64 * MiB, 64 * MiB),
+    (25000, "10g", 64 * MiB, 64 * MiB), (40000, "40g", 128 * MiB, 128 * MiB),
+    (100000, "100g", INT_MAX, GiB), (400000, "100g", INT_MAX, GiB),
 ])
-def test_profile_scales_with_link_speed(speed: int | None, mib: int) -> None:
+def test_profile_scales_with_link_speed(speed: int | None, tier: str, core: int,
+                                        auto: int) -> None:
     p = profile_for(speed)
-    assert p.buffer_max == mib * MiB
-    assert p.targets["net.core.rmem_max"].value == mib * MiB
-    assert p.targets["net.ipv4.tcp_rmem"].recommended.endswith(str(mib * MiB))
-    assert f"net.core.wmem_max = {mib * MiB}" in p.sysctl_d()
+    assert p.tier == tier and p.buffer_max == core
+    assert p.targets["net.core.rmem_max"].value == core
+    assert p.targets["net.ipv4.tcp_rmem"].value == auto
+    assert p.targets["net.ipv4.tcp_rmem"].recommended == f"4096 131072 {auto}"
+    assert f"net.core.wmem_max = {core}" in p.sysctl_d()
+
+
+def test_every_tier_has_the_checked_keys_and_a_reason_for_each_value() -> None:
+    """doctor builds one check per key once, so the checked keys must not vary by tier."""
+    for tier in TIERS:
+        p = profile_of(tier)
+        assert tuple(p.checked) == sysctl.KEYS, tier.name
+        assert all(t.why and t.satisfied_by(t.recommended) for t in p.targets.values())
+    assert tuple(profile_for(10000).targets)[-2:] == ("net.ipv4.tcp_mtu_probing",
+                                                      "net.core.netdev_max_backlog")
+    assert "net.ipv4.tcp_mtu_probing" not in profile_for(1000).targets
 
 
 def test_profile_fin_timeout_is_a_maximum() -> None:

@@ -23,7 +23,7 @@ def plain() -> int:
         dist.all_reduce(t)
     except Exception as exc:
         print(json.dumps({"plain": "failed", "error": str(exc)[:500]}), flush=True)
-        return 1
+        os._exit(1)  # a half-built gloo group can hang the interpreter's exit
     print(json.dumps({"plain": "ok", "sum": t.item()}), flush=True)
     return 0
 

@@ -163,3 +163,17 @@ def test_import_ddpnet_stays_torch_free() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=clean_environ({"PYTHONPATH": ROOT}))
     assert out.stdout.strip() == "False"
+
+
+def test_under_torchrun_rank0_uses_the_agent_store() -> None:
+    """torchrun's agent already holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): rank 0 must
+    connect to it like the others instead of reporting port-in-use."""
+    port = _free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(port), WORKER, "env"],
+        env=clean_environ({"PYTHONPATH": ROOT}), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rounds = sorted((json.loads(line) for line in proc.stdout.splitlines()
+                     if line.startswith("{")), key=lambda o: o["rank"])
+    assert [(o["rank"], o["sum"]) for o in rounds] == [(0, 3.0), (1, 3.0)]

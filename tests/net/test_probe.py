@@ -23,6 +23,7 @@ from ddpnet.net.probe import (
     connect_loop,
     outcome_of,
     preflight,
+    retry_delay,
 )
 from tests.net.fixtures import cfg
 
@@ -108,7 +109,14 @@ def test_loop_retries_refused_until_rank0_listens() -> None:
     attempts, elapsed = connect_loop("a", 1, 10, connect=connect, clock=clock,
                                      sleep=clock.sleep)
     assert attempts[-1].outcome == CONNECTED and attempts[0].outcome == REFUSED
-    assert 2.0 <= elapsed < 2.5
+    assert 2.0 <= elapsed <= 2.0 + 1.0 * 1.5  # at most one (capped, jittered) pause late
+
+
+def test_retry_delay_backs_off_with_a_cap() -> None:
+    assert retry_delay(0, 0.5) == pytest.approx(0.1)
+    assert retry_delay(3, 0.5) == pytest.approx(0.8)
+    assert retry_delay(50, 0.5) == pytest.approx(1.0)
+    assert retry_delay(50, 0.999) < 1.5 and retry_delay(0, 0.0) == pytest.approx(0.05)
 
 
 def test_loop_on_dropped_syns_stops_at_the_deadline() -> None:

@@ -181,3 +181,17 @@ def test_to_dict_is_json_ready() -> None:
     json.dumps(data)
     assert data["variables"][GLOO]["cause"] == "ifname-syntax"
     assert data["variables"][NCCL]["source"] == "auto"
+
+
+def test_hostname_on_loopback_is_noted_for_multi_node_jobs() -> None:
+    from ddpnet.net.names import from_addresses
+
+    me = from_addresses("n2", ["127.0.1.1", "198.18.0.3"])  # Debian's /etc/hosts order
+    sel = select(cfg(), TABLE, ROUTE, {}, hostname=me)
+    assert sel.notes == ("hostname n2 resolves first to loopback (127.0.1.1, 198.18.0.3): "
+                         "without GLOO_SOCKET_IFNAME gloo binds 127.0.1.1 and peers cannot "
+                         "connect; ddpnet.init() sets it",)
+    fine = from_addresses("n2", ["198.18.0.3", "127.0.1.1"])
+    assert select(cfg(), TABLE, ROUTE, {}, hostname=fine).notes == ()
+    route = Route("lo", "127.0.0.1", None, dst="127.0.0.1", local=True)
+    assert select(cfg("127.0.0.1", nodes=1), TABLE, route, {}, hostname=me).notes == ()

@@ -1,10 +1,11 @@
 """sysctl family: TCP buffer and backlog settings against the profile for the training
-link's speed (``ddpnet.sysctl_profile``), with the exact ``sysctl -w`` and sysctl.d fix."""
+link's speed (``ddpnet.sysctl_profile``, the table ``tune`` writes from), with the exact
+``sysctl -w`` and sysctl.d fix."""
 
 from __future__ import annotations
 
 from ddpnet.checks.base import Check, CheckResult, Host, Inputs
-from ddpnet.sysctl_profile import SysctlTarget, profile_for
+from ddpnet.sysctl_profile import SysctlTarget, checked_keys, profile_for
 
 
 def link_speed(inputs: Inputs) -> int | None:
@@ -48,5 +49,5 @@ class SysctlCheck(Check):
         )
 
 
-KEYS = tuple(profile_for(None).targets)
+KEYS = checked_keys()
 CHECKS: tuple[Check, ...] = tuple(SysctlCheck(key) for key in KEYS)

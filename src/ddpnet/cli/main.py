@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("ddpnet.cli.doctor", "Check this node for every cause of a hang or slow job."),
     "lab": ("ddpnet.cli.lab", "A virtual multi-node cluster in network namespaces, with faults."),
     "monitor": ("ddpnet.cli.monitor", "Live network, TCP and GPU telemetry on this node."),
+    "tune": ("ddpnet.cli.tune", "Tune sysctl, firewall, hosts, env; dry run unless --apply."),
 }
 
 

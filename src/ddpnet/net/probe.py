@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import random
 import socket
 import time
 from collections import Counter
@@ -33,7 +34,15 @@ CONNECTED, REFUSED, TIMEOUT, UNREACHABLE, RESET, OTHER = (
 
 #: the longest single attempt: long enough for SYN retransmits, short enough to retry
 ATTEMPT_TIMEOUT = 3.0
-RETRY_SLEEP = 0.25
+#: retry pause after a fast failure: 0.1 s doubling to 1 s, with +-50 % jitter: 1000 ranks
+#: waiting for rank 0 send ~1000 SYNs/s (each answered by one RST), not a synchronized storm,
+#: and a rank notices rank 0 at most ~1.5 s after it listens
+RETRY_FIRST, RETRY_MAX = 0.1, 1.0
+
+
+def retry_delay(attempt: int, jitter: float) -> float:
+    """Pause before retry number ``attempt`` (0-based); ``jitter`` in [0, 1) (pure)."""
+    return float(min(RETRY_MAX, RETRY_FIRST * 2.0 ** min(attempt, 16)) * (0.5 + jitter))
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,8 @@ def connect_loop(addr: str, port: int, connect_timeout: float, *,
             attempts.append(Attempt(CONNECTED))
             break
         if attempts[-1].outcome != TIMEOUT:
-            sleep(min(RETRY_SLEEP, max(0.0, deadline - clock())))
+            pause = retry_delay(len(attempts) - 1, random.random())
+            sleep(min(pause, max(0.0, deadline - clock())))
     return attempts, clock() - start
 
 

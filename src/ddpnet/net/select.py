@@ -19,6 +19,7 @@ from typing import Any
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
 from ddpnet.net.interfaces import Interface
+from ddpnet.net.names import HostResolution
 from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
 from ddpnet.net.routes import Route
 
@@ -261,11 +262,14 @@ def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
 
 
 def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None,
-           environ: Mapping[str, str], *, ifname: str | None = None) -> Selection:
+           environ: Mapping[str, str], *, ifname: str | None = None,
+           hostname: HostResolution | None = None) -> Selection:
     """Choose the interface and the three variables for this host (pure).
 
     ``route`` is the kernel's route to MASTER_ADDR (already resolved to an address), or
     None. ``ifname`` (an ``init(ifname=...)`` argument) forces one interface for all three.
+    ``hostname`` (this host's name resolved) only adds a note: the trap gloo falls into
+    without GLOO_SOCKET_IFNAME.
     """
     by_name = {i.name: i for i in interfaces}
     single_host = cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size
@@ -303,6 +307,14 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
     notes = []
     if auto.iface is not None and auto.iface.kind == "docker":
         notes.append(f"MASTER_ADDR routes through docker interface {auto.iface.name}")
+    if hostname is not None and hostname.addresses and _is_loopback_ip(hostname.addresses[0]) \
+            and not single_host:
+        # gloo binds the first address the hostname resolves to that it can bind
+        fix = ("ddpnet.init() sets it" if gloo.source == "auto" and gloo.ok and gloo.value
+               else "set GLOO_SOCKET_IFNAME")
+        notes.append(f"hostname {hostname.name} resolves first to loopback "
+                     f"({', '.join(hostname.addresses)}): without GLOO_SOCKET_IFNAME gloo "
+                     f"binds {hostname.addresses[0]} and peers cannot connect; {fix}")
     return Selection(name, address, gloo, nccl, tp, master=cfg.master_addr,
                      notes=tuple(notes))
 
@@ -324,7 +336,7 @@ def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | 
     route = None
     if resolution.ok:
         route = route_to(resolution.addresses[0])
-    sel = select(cfg, list_interfaces(), route, env, ifname=ifname)
+    sel = select(cfg, list_interfaces(), route, env, ifname=ifname, hostname=resolve_host())
     if not resolution.ok:
         sel = Selection(sel.interface, sel.address, sel.gloo, sel.nccl, sel.tp, sel.master,
                         (*sel.notes, f"MASTER_ADDR {cfg.master_addr} does not resolve: "
