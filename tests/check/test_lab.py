@@ -146,3 +146,18 @@ def test_hostname_loopback_with_loopback_interface(clean: Lab) -> None:
     cause = _cause(report, "hostname-loopback")
     assert report["root_cause"]["id"] == "hostname-loopback"
     assert cause["ranks"] == [1] and _host(clean, 1) in cause["hosts"][0]
+
+
+@pytest.mark.parametrize(("master", "cause_id"), [
+    ("no-such-master.invalid", "master-unresolvable"),
+    ("198.19.255.1", "master-no-route"),  # lab range, but no route from the node
+])
+def test_unreachable_master_named_by_the_rank_itself(clean: Lab, master: str,
+                                                     cause_id: str) -> None:
+    runs = run_check(clean, FAST, nodes=[1], per_node={1: {"MASTER_ADDR": master}},
+                     timeout=60)
+    own = runs[1].json()
+    assert runs[1].returncode == 1, _diag(runs)
+    assert own["causes"][0]["id"] == cause_id, own
+    assert own["causes"][0]["hosts"] == [_host(clean, 1)] and own["causes"][0]["fix"]
+    assert runs[1].seconds < 15
