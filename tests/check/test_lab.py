@@ -161,3 +161,14 @@ def test_unreachable_master_named_by_the_rank_itself(clean: Lab, master: str,
     assert own["causes"][0]["id"] == cause_id, own
     assert own["causes"][0]["hosts"] == [_host(clean, 1)] and own["causes"][0]["fix"]
     assert runs[1].seconds < 15
+
+
+def test_interface_in_another_network_is_interface_mismatch(clean: Lab) -> None:
+    clean.fault("extra-iface", 2)  # a docker0-like interface in a network no one routes
+    runs = run_check(clean, FAST, per_node={2: {"GLOO_SOCKET_IFNAME": "docker0"}})
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    assert report["root_cause"]["id"] == "interface-mismatch", report["causes"]
+    cause = _cause(report, "interface-mismatch")
+    assert cause["ranks"] == [2] and _host(clean, 2) in cause["hosts"][0]
+    assert "docker0" in cause["detail"] and "198.18.0.0/24" in cause["fix"]

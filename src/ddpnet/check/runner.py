@@ -394,7 +394,17 @@ def _rank0(ctx: _Ctx, host: str, facts_future: Future[dict[str, Any]],
     if not bad and plan["matrix"]:
         t = time.monotonic()
         ctx.progress(f"bandwidth: {world - 1 + world % 2} rounds x {opts.bw_seconds:g} s")
-        _bandwidth_rounds(ctx, world, peers, listener)
+        try:
+            _bandwidth_rounds(ctx, world, peers, listener)
+        except StageTimeout as exc:  # a rank stopped answering mid-tournament
+            ctx.publish("bwcol", 0, [None] * world)
+            stuck = [r for r in ranks if r != 0]
+            causes.append(Cause(
+                id="stage-timeout", stage="bandwidth", ranks=tuple(stuck),
+                hosts=tuple(labels[ranks.index(r)] for r in stuck),
+                detail=f"the bandwidth round barrier ({exc}) timed out: a rank died or hung",
+                fix="look at those ranks' own output; rerun with --no-matrix to skip the stage",
+            ))
         cols = ctx.gather("bwcol", ranks, opts.stage_timeout)
         gbps: list[list[float | None]] = [[None] * world for _ in range(world)]
         for dst, col in cols.items():
