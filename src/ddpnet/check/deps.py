@@ -30,7 +30,10 @@ class Deps:
 
 
 def simple_preflight(cfg: DistConfig, sel: Selected, connect_timeout: float) -> None:
-    """Connect once to MASTER_ADDR:MASTER_PORT and name why it fails (a RendezvousError)."""
+    """Connect once to MASTER_ADDR:MASTER_PORT and name why it fails (a RendezvousError).
+    Rank 0 hosts the port: its bind problems are named when it listens."""
+    if cfg.rank == 0:
+        return
     where = f"{cfg.master_addr}:{cfg.master_port}"
     try:
         infos = socket.getaddrinfo(cfg.master_addr, cfg.master_port, type=socket.SOCK_STREAM)
