@@ -16,10 +16,11 @@ CAUSE_ORDER: tuple[str, ...] = (
     "master-port-filtered",
     "master-port-refused",
     "port-in-use",
-    "missing-ranks",
+    # a duplicate or a wrong world size explains the "missing" rank it leaves behind
     "duplicate-rank",
     "world-size-mismatch",
     "master-port-mismatch",
+    "missing-ranks",
     "hostname-loopback",
     "interface-mismatch",
     "peer-port-blocked",
