@@ -135,9 +135,20 @@ def _bench() -> BenchFn | None:
         return None
 
     def bench(link_gbps: float) -> dict[str, Any]:
-        # short: 1 MiB .. 64 MiB, a few iterations; the full sweep is `ddpnet bench`
-        result = run(BenchConfig(collectives=("all_reduce",), min_bytes=1 << 20,
-                                 max_bytes=64 << 20, iters=5))
+        """A short all_reduce sweep (1-64 MiB) against the slowest link the tournament
+        measured; without a matrix, no baseline (the full one is `ddpnet bench`)."""
+        link = None
+        if link_gbps > 0:
+            try:
+                from ddpnet.bench.result import LinkRate  # type: ignore[import-not-found,unused-ignore]
+
+                link = LinkRate(gbps=link_gbps, method="ddpnet check tournament (slowest link)")
+            except ImportError:
+                link = None
+        config = BenchConfig(collectives=("all_reduce",), min_bytes=1 << 20,
+                             max_bytes=64 << 20, iters=5,
+                             **({} if link is not None else {"baseline": "none"}))
+        result = run(config, link=link) if link is not None else run(config)
         out: dict[str, Any] = dict(result.to_dict())
         out["measured_link_gbps"] = link_gbps
         return out
