@@ -128,3 +128,14 @@ def test_large_clusters_get_summaries_not_n_by_n_tables() -> None:
     console = Console(record=True, width=120)
     render(report, console)
     assert f"{n * (n - 1) - 1} of {n * (n - 1)} links ok" in console.export_text()
+
+
+def test_bench_summary_line() -> None:
+    from rich.console import Console
+
+    report = CheckReport(world_size=2, master="m:1", causes=(), bench={
+        "rows": [{"bytes": 1 << 20, "busbw_gbps": 0.5}, {"bytes": 64 << 20, "busbw_gbps": 0.9}],
+        "measured_link_gbps": 0.94})
+    console = Console(record=True, width=120)
+    render(report, console)
+    assert "busbw up to 0.90 Gb/s at 64 MiB (slowest link 0.94 Gb/s)" in console.export_text()

@@ -106,3 +106,13 @@ def render(report: CheckReport, console: Any) -> None:
         console.print(f"all_reduce: {'ok' if a.get('ok') else 'FAILED'} on "
                       f"{a.get('ranks_ok')}/{report.world_size} ranks, backend "
                       f"{a.get('backend')}")
+    if report.bench:
+        rows = [r for r in report.bench.get("rows", []) if isinstance(r, dict)]
+        if "error" in report.bench:
+            console.print(f"bench: failed: {report.bench['error']}", markup=False)
+        elif rows:
+            best = max(rows, key=lambda r: float(r.get("busbw_gbps") or 0))
+            link = report.bench.get("measured_link_gbps")
+            console.print(f"bench: all_reduce busbw up to {float(best.get('busbw_gbps') or 0):.2f}"
+                          f" Gb/s at {int(best.get('bytes') or 0) >> 20} MiB"
+                          + (f" (slowest link {float(link):.2f} Gb/s)" if link else ""))
