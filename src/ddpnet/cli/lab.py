@@ -76,8 +76,9 @@ def command() -> None:
 @click.option("--mtu", default=1500, show_default=True, type=int, help="Link MTU.")
 @click.option("--ifname", default="eth0", show_default=True, help="Name of each node's NIC.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab as one JSON object.")
+@click.option("--slurm", is_flag=True, help="Also start SLURM: a slurmd per node, slurmctld on 0.")
 def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | None,
-           loss: str | None, mtu: int, ifname: str, as_json: bool) -> int:
+           loss: str | None, mtu: int, ifname: str, as_json: bool, slurm: bool = False) -> int:
     """Build the lab (a no-op when it is already up with this shape)."""
     import time
 
@@ -87,6 +88,10 @@ def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | No
               mtu=mtu, ifname=ifname)
     started = time.monotonic()
     built = lab.up()
+    if slurm:  # SLURM on the lab lives in ddpnet.lab.slurm (owner: launch)
+        from ddpnet.lab import slurm as labslurm
+
+        labslurm.start(lab)
     took = time.monotonic() - started
     status = lab.status()
     if as_json:
@@ -101,6 +106,8 @@ def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | No
                     f"({len(lab.nodes)} nodes, {took:.2f} s); "
                     f"run: ddpnet lab run --name {name} -- CMD; remove: ddpnet lab down "
                     f"--name {name}", markup=False)
+    if slurm:
+        console().print(labslurm.describe(name), markup=False)
     return int(ExitCode.OK)
 
 
@@ -233,8 +240,10 @@ def status_cmd(name: str, as_json: bool) -> int:
 def down_cmd(name: str) -> int:
     """Remove the lab: its namespaces, veths, /etc/netns files, processes (also half-built)."""
     from ddpnet.cli.output import console
+    from ddpnet.lab import slurm as labslurm
     from ddpnet.lab.lab import remove_lab
 
+    labslurm.stop(name)
     remove_lab(name)
     console().print(f"lab {name}: down", markup=False)
     return int(ExitCode.OK)

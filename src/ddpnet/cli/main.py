@@ -21,6 +21,10 @@ from ddpnet.exitcodes import ExitCode
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
     "check": ("ddpnet.cli.check", "Check the whole cluster at once; root cause first."),
+    "launch": ("ddpnet.cli.launch", "Run a script on every rank with torchrun or mpirun."),
+    "exec": ("ddpnet.cli.exec", "Export the torch variables from any launcher and exec."),
+    "sbatch": ("ddpnet.cli.sbatch", "Render (and submit) a SLURM batch script for a job."),
+    "bench": ("ddpnet.cli.bench", "Collective bandwidth (busbw) against the link's real rate."),
     "doctor": ("ddpnet.cli.doctor", "Check this node for every cause of a hang or slow job."),
     "lab": ("ddpnet.cli.lab", "A virtual multi-node cluster in network namespaces, with faults."),
     "monitor": ("ddpnet.cli.monitor", "Live network, TCP and GPU telemetry on this node."),
