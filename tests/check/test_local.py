@@ -90,3 +90,16 @@ def test_local_runs_as_an_unprivileged_user() -> None:
                           cwd="/tmp")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["verdict"] == "pass"
+
+
+def test_local_bench_sweeps_all_reduce_against_the_slowest_link(run_cli: RunCli) -> None:
+    proc = run_cli("check", "--local", "2", "--bench", "--matrix", "--bw-seconds", "0.2",
+                   "--json", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["stages"]["bench"] == "pass", data["bench"]
+    rows = data["bench"]["rows"]
+    assert rows and all(r["collective"] == "all_reduce" for r in rows)
+    assert rows[0]["bytes"] == 1 << 20 and rows[-1]["bytes"] == 64 << 20
+    slowest = min(v for row in data["bandwidth_gbps"] for v in row if v is not None)
+    assert data["bench"]["link"]["gbps"] == slowest

@@ -147,7 +147,7 @@ def _bench() -> BenchFn | None:
                 link = None
         config = BenchConfig(collectives=("all_reduce",), min_bytes=1 << 20,
                              max_bytes=64 << 20, iters=5,
-                             **({} if link is not None else {"baseline": "none"}))
+                             baseline="auto" if link is not None else "none")
         result = run(config, link=link) if link is not None else run(config)
         out: dict[str, Any] = dict(result.to_dict())
         out["measured_link_gbps"] = link_gbps
