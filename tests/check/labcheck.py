@@ -4,6 +4,7 @@ benchmarks/check_speed.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -36,7 +37,8 @@ class RankRun:
 
 def node_env(lab: Lab, node: int, *, rank: int, world: int, port: int,
              extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: "" for k in _CLEAR}
+    # blank only what the runner really has (lab.popen cannot unset a variable)
+    env = {k: "" for k in _CLEAR if k in os.environ}
     env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": lab.master_addr,
                 "MASTER_PORT": str(port), "NNODES": str(world), "NODE_RANK": str(rank),
                 "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "PYTHONWARNINGS": "ignore"})
