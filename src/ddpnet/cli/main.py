@@ -20,6 +20,7 @@ from ddpnet.exitcodes import ExitCode
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
+    "check": ("ddpnet.cli.check", "Check the whole cluster at once; root cause first."),
     "launch": ("ddpnet.cli.launch", "Run a script on every rank with torchrun or mpirun."),
     "exec": ("ddpnet.cli.exec", "Export the torch variables from any launcher and exec."),
     "sbatch": ("ddpnet.cli.sbatch", "Render (and submit) a SLURM batch script for a job."),
