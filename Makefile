@@ -19,7 +19,7 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 demo: setup
-	$(VENV)/bin/ddpnet env
+	$(VENV)/bin/ddpnet check --local 4 --report report.html
 
 lint: setup
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)

@@ -7,6 +7,7 @@ PACKAGES=(
   iproute2 iptables nftables iputils-ping iperf3 procps kmod util-linux
   openmpi-bin slurm-wlm slurm-client munge
   chromium tmux
+  netplan.io firewalld network-manager ufw
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -84,8 +84,8 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
 
     def _make(prefix: str, **kwargs: Any) -> Lab:
         lab = Lab(name=unique_name(prefix), **kwargs)
+        lab.up()  # removes what it half-built if it fails
         labs.append(lab)
-        lab.up()
         return lab
 
     yield _make

@@ -19,6 +19,10 @@ class DdpnetError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        if hint and hasattr(self, "add_note"):  # Python >= 3.11 (PEP 678)
+            # a script calling ddpnet.init() shows a traceback, not our one-line report: the
+            # note puts the hint under the message there too; str(exc) stays the message
+            self.add_note(f"hint: {hint}")
 
     def __str__(self) -> str:
         return self.message

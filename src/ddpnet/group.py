@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
@@ -97,6 +98,17 @@ def _restore_env() -> None:
     _saved.clear()
 
 
+def _seconds(name: str, value: Any, hint: str) -> float:
+    """A positive, finite number of seconds (numeric strings too), or ConfigError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):  # nan fails too
+        raise ConfigError(f"{name}={value!r} must be a positive number of seconds", hint)
+    return seconds
+
+
 def init(backend: str = "auto", init_method: str | None = None, timeout: float | None = None,
          connect_timeout: float = 60, *, ifname: str | None = None,
          **overrides: Any) -> Handle:
@@ -114,21 +126,33 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     from ddpnet.net.probe import preflight
     from ddpnet.net.select import select_for_host
 
-    if connect_timeout <= 0:
-        raise ConfigError(f"connect_timeout={connect_timeout} must be positive",
-                          "use a few seconds to a minute, e.g. connect_timeout=60")
+    connect_timeout = _seconds("connect_timeout", connect_timeout,
+                               "use a few seconds to a minute, e.g. connect_timeout=60")
+    if timeout is not None:
+        timeout = _seconds("timeout", timeout,
+                           "leave it out for torch's default, or e.g. timeout=1800")
     cfg = resolve(init_method=init_method, **overrides)
+    if backend not in BACKENDS:
+        pick_backend(backend, 0, False)  # raises the ConfigError
+    dist_mod = sys.modules.get("torch.distributed")
+    if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
+        raise ConfigError(f"the default process group already exists (rank {cfg.rank})",
+                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
+    # network first, torch after: a wrong interface or a dead master is reported in a
+    # fraction of a second instead of after importing torch
+    selection = select_for_host(cfg, os.environ, ifname=ifname)
+    preflight(cfg, selection, connect_timeout, backend="nccl" if backend == "nccl" else "gloo")
 
     import torch
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        raise ConfigError(f"the default process group already exists (rank {cfg.rank})",
-                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     chosen, _why = pick_backend(backend, cuda, dist.is_nccl_available())
     device = "cpu"
     if chosen == "nccl":
+        problem = selection.error(host=socket.gethostname(), rank=cfg.rank, backend="nccl")
+        if problem is not None:
+            raise problem
         if cfg.local_rank >= cuda:
             raise ConfigError(
                 f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
@@ -138,8 +162,6 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         torch.cuda.set_device(cfg.local_rank)
         device = f"cuda:{cfg.local_rank}"
 
-    selection = select_for_host(cfg, os.environ, ifname=ifname)
-    preflight(cfg, selection, connect_timeout, backend=chosen)
     to_set = selection.env()
     _set_env(to_set)
     kwargs: dict[str, Any] = {}

@@ -24,6 +24,9 @@ BAD: list[tuple[str, dict[str, str], list[str], str]] = [
      "outside 1..65535"),
     ("port-flag-out-of-range", {}, ["--master-port", "0"], "outside 1..65535"),
     ("port-not-integer", {"MASTER_PORT": "http"}, [], "MASTER_PORT"),
+    # the hint's example must itself be valid (it used to suggest WORLD_SIZE=0, MASTER_PORT=0)
+    ("world-not-integer", {"RANK": "0", "WORLD_SIZE": "two"}, [], "e.g. WORLD_SIZE=1)"),
+    ("port-flag-not-integer", {}, ["--master-port", "x"], "e.g. --master-port=29500)"),
     ("malformed-hostlist", {**SLURM, "SLURM_JOB_NODELIST": "gpu[01-"}, [], "hostlist"),
     ("reversed-range-hostlist", {**SLURM, "SLURM_JOB_NODELIST": "gpu[05-01]"}, [],
      "hostlist"),

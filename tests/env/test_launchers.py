@@ -49,10 +49,15 @@ CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
         "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "a,b", "MASTER_ADDR": "10.9.9.9",
         "MASTER_PORT": "23456",
     }, dict(launcher="slurm", master_addr="10.9.9.9", master_port=23456, hosts=["a", "b"])),
-    ("sbatch-script-without-srun-is-not-a-slurm-launch", {
+    ("sbatch-script-without-srun-is-one-process-not-the-job-ranks", {
         "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "5",
         "SLURM_JOB_NODELIST": "n[1-2]",
-    }, dict(launcher="local", world_size=1)),
+    }, dict(launcher="slurm", world_size=1, rank=0, num_nodes=1, master_addr="127.0.0.1",
+            sources={"world_size": "SLURM batch step", "master_port": "derived"})),
+    ("srun-step-with-batch-step-id-is-the-batch-step", {
+        "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "5",
+        "SLURM_STEP_ID": "4294967294", "SLURM_JOB_NODELIST": "n[1-2]",
+    }, dict(launcher="slurm", world_size=1)),
     ("openmpi-single-node", {
         "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
         "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
@@ -119,6 +124,15 @@ def test_detection_reason_names_the_inner_launcher() -> None:
                                    "SLURM_STEP_ID": "0"})
     assert cls.name == "torchrun"
     assert "wins over slurm" in reason
+
+
+def test_salloc_shell_says_it_is_not_an_srun_step() -> None:
+    # "no launcher variables set" was wrong there: SLURM_* are set, the process is no task
+    cls, reason = detect_launcher({"SLURM_JOB_ID": "5", "SLURM_NNODES": "2",
+                                   "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert cls.name == "local"
+    assert "SLURM job 5" in reason and "srun" in reason
+    assert detect_launcher({})[1] == "no launcher variables set: one local process"
 
 
 def test_slurm_port_is_derived_outside_ephemeral_range_and_stable() -> None:

@@ -110,6 +110,9 @@ def test_up_is_idempotent_and_another_shape_is_refused(make_lab: MakeLab) -> Non
     with pytest.raises(ConfigError, match="another shape") as info:
         Lab(name=lab.name, nodes=3).up()
     assert "lab down" in info.value.hint
+    with pytest.raises(ConfigError, match="another shape"), Lab(name=lab.name, nodes=3):
+        pass
+    assert lab.is_up()                             # the refused attempt left the lab alone
     assert lab.exec(1, ["ping", "-c1", "-W2", lab.master_addr]).returncode == 0
 
 
@@ -155,3 +158,42 @@ def test_two_labs_coexist_with_the_same_subnet(make_lab: MakeLab) -> None:
     assert out_a.stdout.strip() == f"{a.name}-n1" and out_b.stdout.strip() == f"{b.name}-n1"
     a.down()
     assert b.exec(0, ["ping", "-c1", "-W2", "198.18.0.2"]).returncode == 0
+
+
+ALL_REDUCE = textwrap.dedent("""
+    import os, datetime, torch, torch.distributed as dist
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    print(os.uname().nodename, dist.get_rank(), dist.get_world_size(), int(t.item()))
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_gloo_all_reduce_across_lab_nodes_with_plain_env(make_lab: MakeLab) -> None:
+    pytest.importorskip("torch")
+    lab = make_lab("lb", nodes=2)
+    results = lab.run([sys.executable, "-c", ALL_REDUCE], master_port=29517, timeout=240)
+    for r in results:
+        assert r.returncode == 0, r.stderr[-2000:]
+    # each node is its own host to gloo (its hostname resolves to its lab address through
+    # the node's /etc/hosts), and every rank sees 1 + 2
+    assert [r.stdout.split() for r in results] == [
+        [f"{lab.name}-n{i}", str(i), "2", "3"] for i in range(2)]
+
+
+def test_node_command_variants_give_the_node_view(make_lab: MakeLab) -> None:
+    lab = make_lab("lb", nodes=2)
+    script = ('hostname; ls /sys/class/net | tr "\\n" " "; echo; ls /sys/fs/cgroup | wc -l; '
+              f"getent hosts {lab.nodes[0].hostname}; cat /etc/hostname")
+    for keep in (False, True):
+        cp = subprocess.run(lab.node_command(1, ["sh", "-c", script], keep_cgroup=keep),
+                            capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 0, cp.stderr
+        lines = cp.stdout.splitlines()
+        assert lines[0] == lines[4] == f"{lab.name}-n1"
+        assert lines[1].split() == ["eth0", "lo"]
+        assert lines[3].split() == ["198.18.0.1", f"{lab.name}-n0"]
+        if keep:    # the daemon variant keeps the cgroup tree (slurmd needs it)
+            assert int(lines[2]) > 0

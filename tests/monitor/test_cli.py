@@ -27,6 +27,9 @@ def test_once_json_schema(run_cli: RunCli) -> None:
 @pytest.mark.parametrize(("args", "needle"), [
     (["--iface", "nonexistent0"], "nonexistent0"),
     (["--interval", "0"], "--interval"),
+    (["--interval", "nan", "--once"], "--interval"),
+    (["--duration", "nan", "--json"], "--duration"),
+    (["--duration", "inf"], "--duration"),
     (["--json"], "--json needs"),
     (["--gpu", "--once"], "--gpu"),
 ])

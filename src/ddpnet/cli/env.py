@@ -13,6 +13,7 @@ from ddpnet.config import SOURCED_KEYS, DistConfig
 from ddpnet.env.base import Sourced
 from ddpnet.env.ports import read_port_range
 from ddpnet.env.resolve import resolve_config
+from ddpnet.net.select import Selection, select_for_host
 
 
 def overrides_from_flags(**flags: Any) -> dict[str, Sourced]:
@@ -44,6 +45,34 @@ def torchrun_line(cfg: DistConfig) -> str:
         f"--node-rank {cfg.node_rank} --master-addr {shlex.quote(cfg.master_addr)} "
         f"--master-port {cfg.master_port} YOUR_SCRIPT.py"
     )
+
+
+def render_network(sel: Selection) -> None:
+    """The interface choice per variable, with source and reason; problems with their fix."""
+    from rich.table import Table
+
+    from ddpnet.cli.output import console
+
+    out = console()
+    where = f"{sel.interface} ({sel.address})" if sel.address else str(sel.interface)
+    table = Table(title=f"network: {where}", show_header=True, header_style="bold")
+    table.add_column("variable")
+    table.add_column("value")
+    table.add_column("source", style="dim")
+    table.add_column("reason")
+    for var, choice in sel.choices().items():
+        value = choice.value if choice.value is not None else "(unset)"
+        reason = choice.reason if choice.ok else f"[red]{choice.cause}[/]: {choice.reason}"
+        table.add_row(var, value, choice.source, reason)
+    out.print(table)
+    for var, choice in sel.problems().items():
+        out.print(f"[red]problem:[/] {var}: {choice.reason}", markup=True)
+        out.print(f"  hint: {choice.hint}", markup=False)
+    for note in sel.notes:
+        out.print(f"[dim]note:[/] {note}")
+    if sel.env():
+        out.print("ddpnet.init() sets: " + " ".join(
+            f"{k}={shlex.quote(v)}" for k, v in sel.env().items()), markup=False)
 
 
 def render(cfg: DistConfig) -> None:
@@ -100,10 +129,12 @@ def command(
         master_addr=master_addr, master_port=master_port,
     )
     cfg = resolve_config(os.environ, overrides, port_range=read_port_range())
+    sel = select_for_host(cfg, os.environ)
     if as_json:
         from ddpnet.cli.output import emit_json
 
-        emit_json(cfg.to_dict())
+        emit_json({**cfg.to_dict(), "network": sel.to_dict()})
     else:
         render(cfg)
+        render_network(sel)
     return 0

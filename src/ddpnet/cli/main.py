@@ -20,7 +20,15 @@ from ddpnet.exitcodes import ExitCode
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("ddpnet.cli.env", "Resolve rank, world size and master from any launcher."),
+    "check": ("ddpnet.cli.check", "Check the whole cluster at once; root cause first."),
+    "launch": ("ddpnet.cli.launch", "Run a script on every rank with torchrun or mpirun."),
+    "exec": ("ddpnet.cli.exec", "Export the torch variables from any launcher and exec."),
+    "sbatch": ("ddpnet.cli.sbatch", "Render (and submit) a SLURM batch script for a job."),
+    "bench": ("ddpnet.cli.bench", "Collective bandwidth (busbw) against the link's real rate."),
+    "doctor": ("ddpnet.cli.doctor", "Check this node for every cause of a hang or slow job."),
+    "lab": ("ddpnet.cli.lab", "A virtual multi-node cluster in network namespaces, with faults."),
     "monitor": ("ddpnet.cli.monitor", "Live network, TCP and GPU telemetry on this node."),
+    "tune": ("ddpnet.cli.tune", "Tune sysctl, firewall, hosts, env; dry run unless --apply."),
     "train": ("ddpnet.cli.train", "Reference DDP training: comm hooks, AMP, resumable."),
 }
 
@@ -69,8 +77,24 @@ def _debug_requested(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("DDPNET_DEBUG", "") not in ("", "0")
 
 
+def _os_error(exc: OSError) -> DdpnetError:
+    """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
+    permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
+    from ddpnet.errors import ConfigError, RequirementError
+
+    where = f" {exc.filename}" if exc.filename is not None else ""
+    what = exc.strerror or type(exc).__name__
+    if isinstance(exc, PermissionError):
+        return RequirementError(f"permission denied:{where} ({what})",
+                                "run as a user allowed to read and write it (root for "
+                                "system paths), or choose another path")
+    return ConfigError(f"cannot use{where}: {what}",
+                       "check the path named in the command; --debug shows where it failed")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map every error to its exit code, one line and a hint, no traceback."""
+    # imported here, not at the top: ``ddpnet --help`` does not need rich
     from ddpnet.cli.output import format_error, print_error
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -96,4 +120,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(int(ExitCode.OK))
+    except OSError as exc:  # a path the user gave that cannot be read or written
+        if exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
+            raise
+        if _debug_requested(args):
+            traceback.print_exc()
+        error = _os_error(exc)
+        print_error(error)
+        sys.exit(int(error.exit_code))
     sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))

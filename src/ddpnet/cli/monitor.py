@@ -40,11 +40,13 @@ def command(iface: str, interval: float, duration: float | None, gpu: bool | Non
     from ddpnet.monitor.sources import NvmlGpus, SystemSources
     from ddpnet.monitor.view import History, render
 
-    if interval <= 0 or interval > 3600:
+    # written so that nan fails too (every comparison with nan is false)
+    if not 0 < interval <= 3600:
         raise ConfigError(f"--interval {interval} is outside (0, 3600] seconds",
                           "use e.g. --interval 1")
-    if duration is not None and duration < 0:
-        raise ConfigError(f"--duration {duration} is negative", "use e.g. --duration 30")
+    if duration is not None and not 0 <= duration < float("inf"):
+        raise ConfigError(f"--duration {duration} is not a number of seconds >= 0",
+                          "use e.g. --duration 30")
     if as_json and not once and duration is None:
         raise ConfigError("--json needs --once or --duration (it prints one object at the end)",
                           "use: ddpnet monitor --once --json")

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from ddpnet.errors import DdpnetError
+
+if TYPE_CHECKING:  # rich is imported on first use: error paths and --help do not need it
+    from rich.console import Console
 
 
 def console() -> Console:
     """Human output on stdout (plain when piped)."""
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -46,10 +46,13 @@ def parse_int(value: str, source: str, *, minimum: int = 0) -> int:
     try:
         number = int(text, 10)
     except ValueError:
-        raise ConfigError(
-            f"{source}={value!r} is not an integer",
-            f"set {source} to a whole number (e.g. {source}=0) or unset it",
-        ) from None
+        example = 29500 if "port" in source.lower() else minimum
+        if source.startswith("argument "):  # ddpnet.init(rank=...) / ddpnet.resolve(...)
+            name = source.removeprefix("argument ")
+            hint = f"pass {name} as a whole number (e.g. {name}={example}) or leave it out"
+        else:
+            hint = f"set {source} to a whole number (e.g. {source}={example}) or unset it"
+        raise ConfigError(f"{source}={value!r} is not an integer", hint) from None
     if number < minimum:
         raise ConfigError(
             f"{source}={number} is below {minimum}",
@@ -82,3 +85,11 @@ def put(out: dict[str, Sourced], key: str, found: Sourced | None) -> None:
     """Store ``found`` under ``key`` when the launcher knows it."""
     if found is not None:
         out[key] = found
+
+
+def put_master(out: dict[str, Sourced], environ: Mapping[str, str]) -> None:
+    """An exported MASTER_ADDR / MASTER_PORT, which every launcher honours (an empty
+    MASTER_ADDR counts as unset)."""
+    if environ.get("MASTER_ADDR"):
+        out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
+    put(out, "master_port", env_int(environ, "MASTER_PORT"))

@@ -42,6 +42,12 @@ def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
     found = detect_all(environ)
     winner = found[0]
     if winner is LocalLauncher:
+        if environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"):
+            # a salloc shell: SLURM_* set, but this process is not one of the tasks
+            return winner, ("inside SLURM job " + (environ.get("SLURM_JOB_ID")
+                                                  or environ.get("SLURM_JOBID", ""))
+                            + " but not in an srun step: one local process (start the "
+                            "ranks with srun, or torchrun on each node)")
         return winner, "no launcher variables set: one local process"
     present = [m for m in winner.markers if m in environ]
     reason = f"{', '.join(present)} set"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_master
 from ddpnet.errors import ConfigError
 
 
@@ -42,8 +42,6 @@ class LsfLauncher(Launcher):
         put(out, "local_world_size", env_int(environ, "JSM_NAMESPACE_LOCAL_SIZE", minimum=1))
         if environ.get("LSB_MCPU_HOSTS"):
             out["hosts"] = (parse_mcpu_hosts(environ["LSB_MCPU_HOSTS"]), "LSB_MCPU_HOSTS")
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         out["job_id"] = (environ["LSB_JOBID"], "LSB_JOBID")
         return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put, put_master
 
 
 class ManualLauncher(Launcher):
@@ -26,9 +26,7 @@ class ManualLauncher(Launcher):
         put(out, "local_world_size", env_int(environ, "LOCAL_WORLD_SIZE", minimum=1))
         put(out, "node_rank", first_int(environ, "NODE_RANK", "GROUP_RANK"))
         put(out, "num_nodes", first_int(environ, "NNODES", "GROUP_WORLD_SIZE", minimum=1))
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         return out
 
 
@@ -44,7 +42,5 @@ class LocalLauncher(Launcher):
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         out: dict[str, Sourced] = {}
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_master
 
 
 class _MpiLauncher(Launcher):
@@ -33,9 +33,7 @@ class _MpiLauncher(Launcher):
         put(out, "world_size", env_int(environ, self.size_var, minimum=1))
         put(out, "local_rank", env_int(environ, self.local_rank_var))
         put(out, "local_world_size", env_int(environ, self.local_size_var, minimum=1))
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         return out
 
 

@@ -1,8 +1,13 @@
-"""SLURM tasks started by ``srun`` (one process per task).
+"""SLURM tasks started by ``srun`` (one process per task), and the batch step.
 
-A batch script itself (no ``srun``) also sees SLURM_PROCID=0, but it is one process, not the
-job's ranks: only a job *step* (SLURM_STEP_ID set, not the ``batch`` step) counts as a
-SLURM launch, which saves users from a world size that never assembles.
+What SLURM 22.05 really exports (checked on a live slurmctld/slurmd in tests/launch):
+an ``srun`` task has SLURM_STEP_ID, SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NUM_TASKS,
+SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE. The batch script itself has SLURM_JOB_ID,
+SLURM_PROCID=0, SLURM_NODEID=0 and the job's node list, but no SLURM_STEP_ID (and
+SLURM_NTASKS only when the job asked for tasks). The batch step is one process on the first
+node, not the job's ranks: it resolves as a one-process SLURM launch (world size 1, so it never
+waits for ranks that do not exist) that still derives its port from the job id, so two jobs
+sharing a node do not collide on 29500.
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put, put_master
 from ddpnet.env.hostlist import expand
 from ddpnet.errors import ConfigError
 
 _STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
+#: how a few SLURM versions name the batch step when they export its id at all
+_BATCH_STEP_IDS = ("batch", "4294967294", "4294967291")
 
 
 def parse_tasks_per_node(text: str, source: str) -> tuple[int, ...]:
@@ -36,18 +43,47 @@ def parse_tasks_per_node(text: str, source: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def is_step(environ: Mapping[str, str]) -> bool:
+    """True in an ``srun`` task, False in the batch script (or outside SLURM)."""
+    if "SLURM_PROCID" not in environ or "SLURM_NTASKS" not in environ:
+        return False
+    step = next((environ[v] for v in _STEP_VARS if v in environ), None)
+    return step is not None and step not in _BATCH_STEP_IDS
+
+
+def batch_nodes(environ: Mapping[str, str]) -> int | None:
+    """The job's node count when this process is the batch step, else None."""
+    if "SLURM_PROCID" not in environ or "SLURM_JOB_ID" not in environ or is_step(environ):
+        return None
+    found = first_int(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", minimum=1)
+    return found[0] if found else 1
+
+
+def _read_batch(environ: Mapping[str, str]) -> dict[str, Sourced]:
+    source = "SLURM batch step"
+    out: dict[str, Sourced] = {
+        "rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
+        "local_world_size": (1, source), "node_rank": (0, source), "num_nodes": (1, source),
+    }
+    put_master(out, environ)
+    if environ.get("SLURM_JOB_ID"):
+        out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
+    return out
+
+
 class SlurmLauncher(Launcher):
     name: ClassVar[str] = "slurm"
     markers: ClassVar[tuple[str, ...]] = ("SLURM_PROCID", "SLURM_STEP_ID")
 
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
-        if "SLURM_PROCID" not in environ or "SLURM_NTASKS" not in environ:
+        if "SLURM_PROCID" not in environ:
             return False
-        step = next((environ[v] for v in _STEP_VARS if v in environ), None)
-        return step is not None and step != "batch" and step != "4294967294"
+        return is_step(environ) or "SLURM_JOB_ID" in environ
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
+        if not is_step(environ):
+            return _read_batch(environ)
         out: dict[str, Sourced] = {}
         put(out, "rank", env_int(environ, "SLURM_PROCID"))
         put(out, "world_size", first_int(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
@@ -67,9 +103,7 @@ class SlurmLauncher(Launcher):
                 if node < len(counts):
                     out["local_world_size"] = (counts[node], var)
                 break
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         if environ.get("SLURM_JOB_ID"):
             out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
         return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put
+from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_master
 
 
 class TorchrunLauncher(Launcher):
@@ -28,9 +28,7 @@ class TorchrunLauncher(Launcher):
         put(out, "local_world_size", env_int(environ, "LOCAL_WORLD_SIZE", minimum=1))
         put(out, "node_rank", env_int(environ, "GROUP_RANK"))
         put(out, "num_nodes", env_int(environ, "GROUP_WORLD_SIZE", minimum=1))
-        if environ.get("MASTER_ADDR"):
-            out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
-        put(out, "master_port", env_int(environ, "MASTER_PORT"))
+        put_master(out, environ)
         if environ.get("TORCHELASTIC_RUN_ID"):
             out["job_id"] = (environ["TORCHELASTIC_RUN_ID"], "TORCHELASTIC_RUN_ID")
         return out

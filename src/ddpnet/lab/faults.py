@@ -20,6 +20,7 @@ from ddpnet.lab.topology import (
     LAB_RANGE,
     Plan,
     Shaping,
+    check_ifname,
     delay_ms,
     loss_percent,
     rate_bits,
@@ -80,7 +81,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
     elif kind == "link-down":
         if o.get("for_s") is not None:
             for_s = float(o["for_s"])
-            if for_s <= 0:
+            if not 0 < for_s < float("inf"):  # nan fails too
                 raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
             rec["for_s"] = for_s
             rec["until"] = (time.time() if now is None else now) + for_s
@@ -103,7 +104,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
             raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
         rec["mtu"] = mtu
     elif kind == "extra-iface":
-        rec["iface"] = str(o.get("iface", EXTRA_IFACE))
+        rec["iface"] = check_ifname(str(o.get("iface", EXTRA_IFACE)), "--iface docker0")
         if "address" in o:
             rec["address"] = str(o["address"])
     return rec
@@ -153,8 +154,11 @@ def extra_iface_cidr(p: Plan, index: int) -> str:
                       "use a smaller lab subnet")
 
 
-def nft_ruleset(faults: Sequence[Mapping[str, Any]]) -> str | None:
-    """The node's ``inet ddpnet_lab`` table for its firewall faults, or None for no table."""
+def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
+                loss_pct: float | None = None) -> str | None:
+    """The node's ``inet ddpnet_lab`` table, or None for no table: an input chain for its
+    firewall faults and an output chain that drops ``loss_pct`` % of what leaves ``ifname``
+    (random loss in nftables, so it works on kernels without sch_netem)."""
     rules: list[str] = []
     for f in faults:
         if f["kind"] == "block-port":
@@ -168,11 +172,18 @@ def nft_ruleset(faults: Sequence[Mapping[str, Any]]) -> str | None:
             f"tcp dport {{ {', '.join(map(str, ports))} }} accept",
             "drop",
         ]
-    if not rules:
+    chains = []
+    if rules:
+        body = "\n".join(f"    {r}" for r in ['iif "lo" accept', *rules])
+        chains.append("  chain input {\n    type filter hook input priority 0; policy accept;\n"
+                      f"{body}\n  }}\n")
+    if loss_pct:
+        per_10k = max(1, round(loss_pct * 100))
+        chains.append("  chain output {\n    type filter hook output priority 0; policy accept;\n"
+                      f'    oifname "{ifname}" numgen random mod 10000 < {per_10k} drop\n  }}\n')
+    if not chains:
         return None
-    body = "\n".join(f"    {r}" for r in ['iif "lo" accept', *rules])
-    return (f"table inet {NFT_TABLE} {{\n  chain input {{\n"
-            f"    type filter hook input priority 0; policy accept;\n{body}\n  }}\n}}\n")
+    return f"table inet {NFT_TABLE} {{\n" + "".join(chains) + "}\n"
 
 
 def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
@@ -203,10 +214,16 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
                                   "lab addresses stay inside 198.18.0.0/15")
             extra = (f["iface"], cidr)
     return NodeFaults(shaping=shaping, mtu=mtu, link_up=link_up, hostname_loopback=loopback,
-                      nft=nft_ruleset(fs), extra_iface=extra)
+                      nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct),
+                      extra_iface=extra)
 
 
 def describe(f: Mapping[str, Any]) -> str:
-    """One short human line per fault (``lab status``)."""
-    opts = ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("kind", "until"))
-    return f"{f['kind']}({opts})" if opts else str(f["kind"])
+    """One short human word group per fault (``lab status``): ``block-port 29500 reject``."""
+    parts = [str(f["kind"])]
+    for key, value in f.items():
+        if key in ("kind", "until") or value is False:
+            continue
+        parts.append(key if value is True else f"{key}={value:g}" if isinstance(value, float)
+                     else str(value) if key in ("port", "rate", "iface") else f"{key}={value}")
+    return " ".join(parts)

@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -133,11 +134,9 @@ class Lab:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Lab:
-        try:
-            self.up()
-        except BaseException:
-            self.down()
-            raise
+        # up() removes what it half-built itself; a lab of this name with another shape is
+        # someone else's and is left alone
+        self.up()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -188,7 +187,10 @@ class Lab:
         system.parallel([(system.ip_batch, node_batch(p, n), n.namespace) for n in p.nodes])
         system.ip_batch(switch_ports_batch(p), p.switch)
         shaping = p.spec.shaping
-        if not shaping.empty:
+        if shaping.delay_ms or shaping.loss_pct:
+            st = LabState(spec=p.spec)  # no faults yet: _apply builds the base shaping
+            system.parallel([(self._apply, n, st) for n in p.nodes])
+        elif not shaping.empty:
             calls: list[tuple[object, ...]] = [
                 (system.tc_batch, qdisc_lines(n.ifname, shaping), n.namespace) for n in p.nodes]
             if shaping.rate:
@@ -203,9 +205,7 @@ class Lab:
         (works on a half-built lab and on one that is already gone)."""
         for proc in self._popens:
             _kill_group(proc)
-        with statemod.locked(self.name):
-            _teardown(self.name, statemod.load(self.name))
-            statemod.remove(self.name)
+        remove_lab(self.name)
         for proc in self._popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
@@ -213,13 +213,22 @@ class Lab:
 
     # ---- running commands ----------------------------------------------------------------------
 
+    def node_command(self, node: int, argv: Sequence[str], *,
+                     keep_cgroup: bool = False) -> list[str]:
+        """The command line that runs ``argv`` as node ``node`` (its network namespace, /sys,
+        /etc/hosts and hostname); for launching through your own process machinery.
+        ``keep_cgroup=True`` keeps /sys/fs/cgroup visible (daemons such as slurmd)."""
+        n = self.node(node)
+        return node_argv(n.namespace, n.hostname, list(argv), keep_cgroup=keep_cgroup)
+
     def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
-               **kwargs: Any) -> subprocess.Popen[Any]:
+               keep_cgroup: bool = False, **kwargs: Any) -> subprocess.Popen[Any]:
         full_env = dict(os.environ)
         full_env.update(env or {})
         kwargs.setdefault("start_new_session", True)
-        return subprocess.Popen(node_argv(node.namespace, node.hostname, list(argv)),
-                                env=full_env, **kwargs)
+        return subprocess.Popen(
+            node_argv(node.namespace, node.hostname, list(argv), keep_cgroup=keep_cgroup),
+            env=full_env, **kwargs)
 
     def exec(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = 60, input: str | None = None,
@@ -240,10 +249,10 @@ class Lab:
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def popen(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              **popen_kwargs: Any) -> subprocess.Popen[Any]:
+              *, keep_cgroup: bool = False, **popen_kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in one node in the background (in its own session); ``down`` kills
-        it and everything else left in the node."""
-        proc = self._spawn(self.node(node), argv, env, **popen_kwargs)
+        it and everything else left in the node. ``keep_cgroup`` as in :meth:`node_command`."""
+        proc = self._spawn(self.node(node), argv, env, keep_cgroup, **popen_kwargs)
         self._popens.append(proc)
         return proc
 
@@ -279,6 +288,10 @@ class Lab:
         Faults stay until :meth:`clear` (or ``down``)."""
         n = self.node(node)
         rec = faultmod.normalize(kind, opts)
+        if rec.get("iface") == n.ifname:
+            raise ConfigError(f"extra-iface {n.ifname!r} is {n.name}'s lab interface",
+                              "name the extra interface differently, e.g. --iface docker0")
+        system.require_root(("ip", "tc", "nft"))
         with statemod.locked(self.name):
             st = self._state()
             st.faults[n.index] = faultmod.add(st.faults.get(n.index, []), rec)
@@ -291,6 +304,8 @@ class Lab:
         targets = self.nodes if node is None else (self.node(node),)
         with statemod.locked(self.name):
             st = self._state()
+            # a node without faults is already in its base state: nothing to undo
+            targets = tuple(n for n in targets if st.faults.get(n.index))
             for n in targets:
                 st.faults.pop(n.index, None)
             system.parallel([(self._apply, n, st) for n in targets])
@@ -335,14 +350,20 @@ class Lab:
         system.ip_batch([f"link del {name}" for name in sorted(extra_names)], n.namespace,
                         force=True)
         if nf.extra_iface:
+            # a veth whose peer sits unattached in the switch namespace: up, with carrier and
+            # an address, but leading nowhere (no dummy driver needed)
             name, cidr = nf.extra_iface
-            lines += [f"link add {name} type dummy", f"addr add {cidr} dev {name}",
-                      f"link set {name} up"]
+            lines += [f"link add {name} type veth peer name x{n.index} netns {p.switch}",
+                      f"addr add {cidr} dev {name}", f"link set {name} up"]
         lines.append(f"link set {n.ifname} {'up' if nf.link_up else 'down'}")
         system.ip_batch(lines, n.namespace)
-        # shaping: the node's egress (rate, delay, loss) and its switch port (rate)
-        system.tc_batch(qdisc_lines(n.ifname, nf.shaping), n.namespace)
+        if nf.extra_iface:
+            system.ip_batch([f"link set x{n.index} up"], p.switch)
+        # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
+        netem = bool(nf.shaping.delay_ms) and system.netem_available()
+        system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
+        self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0))
         # hosts file
         system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback))
         # a timed link-down: a sleeper inside the node (so down kills it) brings the link back
@@ -355,6 +376,34 @@ class Lab:
                                _TIMER_TAG]),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _delayline(self, n: LabNode, delay_ms: float) -> None:
+        """Without netem: hold what node ``n`` receives for ``delay_ms`` in a userspace delay
+        line (NFQUEUE); 0 removes it. See :mod:`ddpnet.lab.delayline` for why ingress."""
+        had = _kill_tagged(n, _DELAY_TAG)
+        rule = ["-t", "mangle", "PREROUTING", "-i", n.ifname, "-j", "NFQUEUE",
+                "--queue-num", "0", "--queue-bypass"]
+        delete = ["iptables", *rule[:2], "-D", *rule[2:]]
+        if had:
+            system.run(node_argv(n.namespace, n.hostname, delete), check=False)
+        if not delay_ms:
+            return
+        system.require_root(("iptables",))
+        daemon = subprocess.Popen(
+            node_argv(n.namespace, n.hostname,
+                      [sys.executable, "-m", "ddpnet.lab.delayline", "--ms", f"{delay_ms:g}",
+                       "--tag", _DELAY_TAG]),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True)
+        ready = _read_line(daemon, timeout=15)
+        if ready != "ready":
+            _kill_group(daemon)
+            err = daemon.stderr.read() if daemon.stderr else ""
+            raise system.LabError(f"{n.name}: the delay line did not start: "
+                                  f"{(err or ready).strip()[-300:]}",
+                                  "the kernel needs NFQUEUE (CONFIG_NETFILTER_NETLINK_QUEUE) "
+                                  "or sch_netem for delay")
+        system.run(node_argv(n.namespace, n.hostname, ["iptables", *rule[:2], "-A", *rule[2:]]))
 
     # ---- status --------------------------------------------------------------------------------
 
@@ -380,21 +429,40 @@ class Lab:
 
 
 _TIMER_TAG = "ddpnet-lab-link-timer"
+_DELAY_TAG = "ddpnet-lab-delayline"
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The first stdout line of ``proc`` within ``timeout`` s ("" if none)."""
+    out: list[str] = []
+    reader = threading.Thread(
+        target=lambda: out.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return out[0].strip() if out else ""
 
 
 def _kill_timers(n: LabNode) -> None:
     """Stop a pending ``link-down --for`` timer of node ``n`` (a sleeper in its namespace)."""
+    _kill_tagged(n, _TIMER_TAG)
+
+
+def _kill_tagged(n: LabNode, tag: str) -> int:
+    """Kill the helper processes of node ``n`` whose command line carries ``tag``; how many."""
+    killed = 0
     for pid in system.pids_in([n.namespace]):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd = fh.read()
         except OSError:
             continue
-        if _TIMER_TAG.encode() in cmd.split(b"\0"):
+        if tag.encode() in cmd.split(b"\0"):
+            killed += 1
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # the sh and its sleep (own session)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    return killed
 
 
 def _shape(spec: LabSpec) -> str:
@@ -403,6 +471,15 @@ def _shape(spec: LabSpec) -> str:
     parts += [f"{k}={v}" for k, v in (("rate", spec.rate), ("delay", spec.delay),
                                       ("loss", spec.loss)) if v]
     return " ".join(parts)
+
+
+def remove_lab(name: str) -> None:
+    """Remove lab ``name`` whatever its state (up, half-built, gone): the engine of ``down``."""
+    system.require_root()
+    validate_name(name)
+    with statemod.locked(name):
+        _teardown(name, statemod.load(name))
+        statemod.remove(name)
 
 
 def _teardown(name: str, st: LabState | None) -> None:

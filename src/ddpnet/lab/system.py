@@ -6,6 +6,7 @@ Each call has a timeout and raises a :class:`LabError` naming the command and it
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -94,6 +95,18 @@ def tc_batch(lines: Sequence[str], namespace: str, *,
                            "check the rate/delay/loss values; tc needs the sch_tbf and "
                            "sch_netem kernel modules")
     return proc
+
+
+@functools.lru_cache(maxsize=1)
+def netem_available() -> bool:
+    """Whether the kernel has sch_netem (probed once in a throwaway namespace); without it the
+    lab delays packets with :mod:`ddpnet.lab.delayline`."""
+    try:
+        proc = subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root",
+                               "netem", "delay", "1ms"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
 
 
 def parallel(calls: Sequence[tuple[Any, ...]], workers: int = 16) -> None:

@@ -59,6 +59,14 @@ def rate_bits(rate: str) -> float:
     return value
 
 
+def check_ifname(name: str, example: str) -> str:
+    """A Linux interface name we may create (not lo nor the lab bridge), or ConfigError."""
+    if not _IFNAME_RE.match(name) or name in ("lo", BRIDGE):
+        raise ConfigError(f"bad interface name {name!r}: 1-15 letters, digits, _ . -",
+                          f"for example {example}")
+    return name
+
+
 def delay_ms(delay: str | float) -> float:
     """``"0.1ms"``, ``"100us"``, ``0.5`` (ms) -> milliseconds."""
     if isinstance(delay, (int, float)):
@@ -69,8 +77,8 @@ def delay_ms(delay: str | float) -> float:
             raise ConfigError(f"bad delay {delay!r}: expected a number with us, ms or s",
                               "for example --delay 0.1ms")
         value = float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[m.group(2)]
-    if value < 0:
-        raise ConfigError(f"bad delay {delay!r}: must not be negative", "for example 0.1ms")
+    if not 0 <= value < float("inf"):  # nan fails too
+        raise ConfigError(f"bad delay {delay!r}: must be a number >= 0", "for example 0.1ms")
     return value
 
 
@@ -228,9 +236,7 @@ def plan(spec: LabSpec) -> Plan:
             f"subnet {spec.subnet} has room for {hosts} nodes, {spec.nodes} asked",
             "use a larger subnet, e.g. --subnet 198.18.0.0/16",
         )
-    if not _IFNAME_RE.match(spec.ifname) or spec.ifname in ("lo", BRIDGE):
-        raise ConfigError(f"bad interface name {spec.ifname!r}: 1-15 letters, digits, _ . -",
-                          "for example --ifname eth0")
+    check_ifname(spec.ifname, "--ifname eth0")
     if not 68 <= int(spec.mtu) <= 65535:
         raise ConfigError(f"bad MTU {spec.mtu}: must be between 68 and 65535",
                           "for example --mtu 1500 or --mtu 9000")
@@ -326,23 +332,20 @@ def tbf_burst_bytes(rate: str) -> int:
 
 def qdisc_lines(dev: str, shaping: Shaping, *, egress_netem: bool = True) -> list[str]:
     """``tc -batch`` lines that (re)build ``dev``'s root qdisc: tbf for the rate, netem below it
-    for delay and loss. Starts by deleting the root (``tc -force`` ignores a missing one)."""
+    for the delay (``egress_netem=False`` where the kernel lacks netem or on switch ports;
+    loss is done in nftables, see :func:`ddpnet.lab.faults.nft_ruleset`). Starts by deleting
+    the root (a missing one is fine)."""
     lines = [f"qdisc del dev {dev} root"]
-    netem = []
-    if egress_netem and shaping.delay_ms:
-        netem.append(f"delay {shaping.delay_ms:g}ms")
-    if egress_netem and shaping.loss_pct:
-        netem.append(f"loss {shaping.loss_pct:g}%")
-    netem_args = " ".join(netem)
+    netem = f"netem delay {shaping.delay_ms:g}ms limit 100000" if (
+        egress_netem and shaping.delay_ms) else ""
     if shaping.rate:
         burst = tbf_burst_bytes(shaping.rate)
         lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {shaping.rate} "
                      f"burst {burst} latency 50ms")
-        if netem_args:
-            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: netem {netem_args} "
-                         "limit 100000")
-    elif netem_args:
-        lines.append(f"qdisc add dev {dev} root handle 1: netem {netem_args} limit 100000")
+        if netem:
+            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: {netem}")
+    elif netem:
+        lines.append(f"qdisc add dev {dev} root handle 1: {netem}")
     return lines
 
 
@@ -396,12 +399,33 @@ def run_environ(p: Plan, chosen: Sequence[int], position: int,
 _SET_HOSTNAME = 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"'
 
 
-def node_argv(namespace: str, hostname: str, argv: Sequence[str]) -> list[str]:
+def node_argv(namespace: str, hostname: str, argv: Sequence[str], *,
+              keep_cgroup: bool = False) -> list[str]:
     """The command line that runs ``argv`` as node ``namespace``: its network namespace, its
     /sys and /etc/netns files (``ip netns exec`` mounts them in a private mount namespace) and
     its hostname (a private UTS namespace). Every step execs, so the returned process's pid is
-    the command's own pid."""
+    the command's own pid.
+
+    ``keep_cgroup=True`` is for daemons that need ``/sys/fs/cgroup`` (slurmd): ``ip netns
+    exec`` remounts /sys and hides it, so this variant enters the network namespace with
+    ``nsenter``, mounts the node's sysfs and hosts file itself and re-attaches the host's cgroup
+    tree, all in a private mount namespace (the recipe in shared/notes/slurm-in-namespaces.sh).
+    """
     if not argv:
         raise ConfigError("no command given", "for example: ddpnet lab run -- hostname")
-    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
-            "sh", "-c", _SET_HOSTNAME, hostname, *argv]
+    if not keep_cgroup:
+        return ["ip", "netns", "exec", namespace, "unshare", "--uts", "--",
+                "sh", "-c", _SET_HOSTNAME, hostname, *argv]
+    return ["nsenter", f"--net=/run/netns/{namespace}", "unshare", "--uts", "--mount",
+            "--propagation", "private", "--", "sh", "-ec", _FULL_NODE, namespace, hostname,
+            *argv]
+
+
+#: $0 = namespace, $1 = hostname; mounts as ``ip netns exec`` would, but keeps the cgroup tree
+_FULL_NODE = (
+    'ns=$0; hn=$1; shift; '
+    'for f in /etc/netns/"$ns"/*; do [ -e "$f" ] && mount --bind "$f" /etc/"${f##*/}"; done; '
+    'cg=$(mktemp -d /tmp/ddpnet-cg.XXXXXX); mount --rbind /sys/fs/cgroup "$cg"; '
+    'mount -t sysfs sysfs /sys; mount --rbind "$cg" /sys/fs/cgroup; umount -l "$cg"; '
+    'rmdir "$cg"; printf %s "$hn" > /proc/sys/kernel/hostname; exec "$@"'
+)

@@ -7,12 +7,13 @@ can be replaced by any object with the same methods (tests feed counters).
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from ddpnet.runner import run_command
 
 
 @dataclass(frozen=True)
@@ -217,12 +218,8 @@ class SystemSources:
         ss = shutil.which("ss")
         if ss is None:
             return ()
-        try:
-            text = subprocess.run([ss, "-tinH"], capture_output=True, text=True,
-                                  timeout=self.ss_timeout).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return ()
-        return parse_ss(text)
+        proc = run_command([ss, "-tinH"], self.ss_timeout)
+        return parse_ss(proc.stdout) if proc is not None else ()
 
     def snapshot(self, peers: bool, gpus: bool) -> Snapshot:
         now = time.time()

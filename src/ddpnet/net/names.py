@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HostResolution:
-    name: str
     addresses: tuple[str, ...]
     any_loopback: bool
     only_loopback: bool
+    name: str = ""
+    #: why nothing resolved (the resolver's message), empty on success
     error: str = ""
 
     @property
@@ -33,7 +34,7 @@ def from_addresses(name: str, addresses: list[str], error: str = "") -> HostReso
         if a not in seen:
             seen.append(a)
     loop = [ipaddress.ip_address(a).is_loopback for a in seen]
-    return HostResolution(name, tuple(seen), any(loop), bool(loop) and all(loop), error)
+    return HostResolution(tuple(seen), any(loop), bool(loop) and all(loop), name, error)
 
 
 def resolve_host(name: str | None = None, timeout: float = 5.0) -> HostResolution:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import random
 import socket
 import time
 from collections import Counter
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
+from ddpnet.net.routes import NEIGH_DEAD
 from ddpnet.net.select import Selection
 
 #: outcomes of one connect attempt
@@ -32,7 +34,15 @@ CONNECTED, REFUSED, TIMEOUT, UNREACHABLE, RESET, OTHER = (
 
 #: the longest single attempt: long enough for SYN retransmits, short enough to retry
 ATTEMPT_TIMEOUT = 3.0
-RETRY_SLEEP = 0.25
+#: retry pause after a fast failure: 0.1 s doubling to 1 s, with +-50 % jitter: 1000 ranks
+#: waiting for rank 0 send ~1000 SYNs/s (each answered by one RST), not a synchronized storm,
+#: and a rank notices rank 0 at most ~1.5 s after it listens
+RETRY_FIRST, RETRY_MAX = 0.1, 1.0
+
+
+def retry_delay(attempt: int, jitter: float) -> float:
+    """Pause before retry number ``attempt`` (0-based); ``jitter`` in [0, 1) (pure)."""
+    return float(min(RETRY_MAX, RETRY_FIRST * 2.0 ** min(attempt, 16)) * (0.5 + jitter))
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,7 @@ def outcome_of(exc: BaseException | None) -> Attempt:
     """Map a connect() exception to an outcome (pure)."""
     if exc is None:
         return Attempt(CONNECTED)
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # socket.timeout is an alias
         return Attempt(TIMEOUT, "timed out")
     code = getattr(exc, "errno", None)
     text = os.strerror(code) if isinstance(code, int) else str(exc)
@@ -78,9 +88,12 @@ def _open_port_hint(addr: str, port: int) -> str:
 
 
 def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: float, *,
-                     master: str = "", host: str = "", rank: int | None = None
-                     ) -> RendezvousError | None:
-    """The error for a connect loop that ended with ``attempts`` (pure); None if it got in."""
+                     master: str = "", host: str = "", rank: int | None = None,
+                     neighbor: str | None = None) -> RendezvousError | None:
+    """The error for a connect loop that ended with ``attempts`` (pure); None if it got in.
+
+    ``neighbor`` is the kernel's neighbour state of an on-link master after the loop:
+    FAILED / INCOMPLETE turns "timed out" into "no host has this address"."""
     if not attempts or attempts[-1].outcome in (CONNECTED, RESET):
         # reset: something accepted then dropped us (a busy TCPStore backlog): reachable
         return None
@@ -91,6 +104,14 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
     ep = _endpoint(addr, port)
     named = f"MASTER_ADDR {master} ({addr})" if master and master != addr else addr
     where = _where(host, rank)
+    if last.outcome == TIMEOUT and neighbor in NEIGH_DEAD:
+        return RendezvousError(
+            "master-no-route",
+            f"no host answers at {named}: ARP / neighbour discovery for it fails "
+            f"({neighbor}) after {elapsed:.1f} s{where}",
+            f"set MASTER_ADDR to the rank-0 node's address (check `ip -br addr` there), then "
+            f"`ip neigh show {addr}` and `ping -c1 {addr}` from this node",
+            host=host, rank=rank, detail=detail + f"; neighbour state {neighbor}")
     if last.outcome == TIMEOUT:
         return RendezvousError(
             "master-port-filtered",
@@ -168,7 +189,8 @@ def connect_loop(addr: str, port: int, connect_timeout: float, *,
             attempts.append(Attempt(CONNECTED))
             break
         if attempts[-1].outcome != TIMEOUT:
-            sleep(min(RETRY_SLEEP, max(0.0, deadline - clock())))
+            pause = retry_delay(len(attempts) - 1, random.random())
+            sleep(min(pause, max(0.0, deadline - clock())))
     return attempts, clock() - start
 
 
@@ -196,7 +218,7 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
     free and that MASTER_ADDR is its own; every other rank connects to it.
     """
     from ddpnet.net.names import resolve_host
-    from ddpnet.net.routes import route_to
+    from ddpnet.net.routes import neighbor_state, route_to
 
     env = os.environ if environ is None else environ
     me = socket.gethostname() if host is None else host
@@ -241,8 +263,11 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
         return
     left = connect_timeout - (time.monotonic() - started)
     attempts, elapsed = connect_loop(addr, cfg.master_port, max(left, 0.1), connect=connect)
+    neighbor = None
+    if attempts and attempts[-1].outcome == TIMEOUT and route.via is None:
+        neighbor = neighbor_state(addr)
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
-                             master=cfg.master_addr, host=me, rank=rank)
+                             master=cfg.master_addr, host=me, rank=rank, neighbor=neighbor)
     if error is not None:
         raise error
 

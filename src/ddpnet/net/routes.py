@@ -12,8 +12,9 @@ import ipaddress
 import json
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
+
+from ddpnet.runner import run_command
 
 _UNUSABLE = {"unreachable", "blackhole", "prohibit", "throw"}
 
@@ -75,11 +76,40 @@ def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     ip = shutil.which("ip")
     if ip is None:
         return _route_by_connect(addr)
-    try:
-        proc = subprocess.run([ip, "-j", "route", "get", addr], capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    proc = run_command([ip, "-j", "route", "get", addr], timeout)
+    if proc is None:
         return _route_by_connect(addr)
     if proc.returncode != 0:
         return None  # "Network is unreachable" and friends
     return parse_route_get(proc.stdout, addr)
+
+
+#: neighbour states meaning "nobody answered ARP / neighbour discovery"
+NEIGH_DEAD = ("FAILED", "INCOMPLETE")
+
+
+def parse_neigh(text: str) -> str | None:
+    """The state of the first entry of ``ip -j neigh show to ADDR`` (pure), e.g. REACHABLE."""
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(entries, list) or not entries:
+        return None
+    state = entries[0].get("state")
+    if isinstance(state, list) and state:
+        return str(state[0])
+    return str(state) if state else None
+
+
+def neighbor_state(addr: str, timeout: float = 5.0) -> str | None:
+    """The kernel's neighbour-cache state for an on-link address (edge; sends nothing).
+
+    After connects that timed out, FAILED/INCOMPLETE means no host has the address, while
+    REACHABLE/STALE/DELAY means the host answered ARP and only the port is dropped.
+    """
+    ip = shutil.which("ip")
+    if ip is None:
+        return None
+    proc = run_command([ip, "-j", "neigh", "show", "to", addr], timeout)
+    return parse_neigh(proc.stdout) if proc is not None and proc.returncode == 0 else None

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
 from ddpnet.net.interfaces import Interface
+from ddpnet.net.names import HostResolution
 from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
 from ddpnet.net.routes import Route
 
@@ -202,7 +203,8 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     for name in names:
         if name[:1] in ("^", "="):
             return Choice(value, source, f"{var}={value!r} uses NCCL syntax ('^' / '='); "
-                          f"{lib} takes plain interface names", "ifname-syntax", fix)
+                          f"{lib} takes plain interface names", "ifname-syntax",
+                          f"{fix}; exclusions like ^lo belong in {NCCL} only")
         if _family(name) is not None:
             owner = next((i.name for i in by_name.values() if i.owns(name)), None)
             hint = f"export {var}={owner}" if owner else fix
@@ -214,8 +216,10 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     for name in names:
         iface = by_name.get(name)
         if iface is None:
+            up = ", ".join(n for n, i in by_name.items() if i.up)
             return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
-                          "ifname-missing", fix)
+                          "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
+                          f"so leave it unset and let ddpnet.init() pick per host)")
         if not iface.up:
             return Choice(value, source, f"{var}={value!r}: interface {name} is down",
                           "ifname-down", f"ip link set {name} up, or {fix}")
@@ -230,6 +234,23 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
     if auto.iface is not None and not auto.cause and auto.iface.name not in names:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
     return Choice(value, source, reason)
+
+
+def _as_argument(choice: Choice, var: str, ifname: str,
+                 by_name: Mapping[str, Interface]) -> Choice:
+    """A problem with ``init(ifname=...)`` named as that argument: the user exported no
+    ``*_SOCKET_IFNAME``, so "unset GLOO_SOCKET_IFNAME" would send them looking for one."""
+    if choice.ok:
+        return choice
+    reason = choice.reason
+    for prefix in (f"{var}={choice.value!r}", f"{var}:"):
+        if reason.startswith(prefix):
+            reason = f"ifname={ifname!r}" + reason[len(prefix):]
+            break
+    up = ", ".join(n for n, i in by_name.items() if i.up) or "none"
+    hint = (f"pass ifname= an interface that is up here ({up}), or leave ifname out and let "
+            "ddpnet.init() pick per host")
+    return replace(choice, reason=reason, hint=hint)
 
 
 def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
@@ -258,11 +279,14 @@ def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
 
 
 def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None,
-           environ: Mapping[str, str], *, ifname: str | None = None) -> Selection:
+           environ: Mapping[str, str], *, ifname: str | None = None,
+           hostname: HostResolution | None = None) -> Selection:
     """Choose the interface and the three variables for this host (pure).
 
     ``route`` is the kernel's route to MASTER_ADDR (already resolved to an address), or
     None. ``ifname`` (an ``init(ifname=...)`` argument) forces one interface for all three.
+    ``hostname`` (this host's name resolved) only adds a note: the trap gloo falls into
+    without GLOO_SOCKET_IFNAME.
     """
     by_name = {i.name: i for i in interfaces}
     single_host = cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size
@@ -280,10 +304,12 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
         if (var == GLOO and len(given.strip()) > 1) or (var != GLOO and given.strip()):
             # torch ignores GLOO_SOCKET_IFNAME of 0 or 1 characters
             if var == NCCL:
-                return _check_nccl(f"={given}" if source == "argument ifname" else given,
-                                   source, by_name, family, single_host, auto)
-            return _check_plain(var, given, source, by_name, family, single_host, auto,
-                                many=var == GLOO)
+                choice = _check_nccl(f"={given}" if source == "argument ifname" else given,
+                                     source, by_name, family, single_host, auto)
+            else:
+                choice = _check_plain(var, given, source, by_name, family, single_host, auto,
+                                      many=var == GLOO)
+            return _as_argument(choice, var, given, by_name) if ifname else choice
         if auto.iface is None:
             return Choice(None, "unset", auto.reason + "; the library picks on its own",
                           auto.cause, auto.hint)
@@ -300,6 +326,14 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
     notes = []
     if auto.iface is not None and auto.iface.kind == "docker":
         notes.append(f"MASTER_ADDR routes through docker interface {auto.iface.name}")
+    if hostname is not None and hostname.addresses and _is_loopback_ip(hostname.addresses[0]) \
+            and not single_host:
+        # gloo binds the first address the hostname resolves to that it can bind
+        fix = ("ddpnet.init() sets it" if gloo.source == "auto" and gloo.ok and gloo.value
+               else "set GLOO_SOCKET_IFNAME")
+        notes.append(f"hostname {hostname.name} resolves first to loopback "
+                     f"({', '.join(hostname.addresses)}): without GLOO_SOCKET_IFNAME gloo "
+                     f"binds {hostname.addresses[0]} and peers cannot connect; {fix}")
     return Selection(name, address, gloo, nccl, tp, master=cfg.master_addr,
                      notes=tuple(notes))
 
@@ -321,7 +355,7 @@ def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | 
     route = None
     if resolution.ok:
         route = route_to(resolution.addresses[0])
-    sel = select(cfg, list_interfaces(), route, env, ifname=ifname)
+    sel = select(cfg, list_interfaces(), route, env, ifname=ifname, hostname=resolve_host())
     if not resolution.ok:
         sel = Selection(sel.interface, sel.address, sel.gloo, sel.nccl, sel.tp, sel.master,
                         (*sel.notes, f"MASTER_ADDR {cfg.master_addr} does not resolve: "

@@ -1,0 +1,43 @@
+"""all_gather: every rank ends with all ranks' chunks concatenated. The size is the gathered
+(output) buffer; busbw (n-1)/n."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values, split
+
+
+class AllGather(Collective):
+    name = "all_gather"
+    places = (False, True)  # in-place: the input is this rank's slice of the output
+
+    def bus_factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def count(self, nbytes: int, elsize: int, n: int) -> int:
+        return split(nbytes // elsize, n) * n
+
+    def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
+        per = split(count, ctx.world_size)
+        out = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
+        if inplace:
+            send = out[ctx.rank * per:(ctx.rank + 1) * per]
+        else:
+            send = ctx.torch.empty(per, dtype=ctx.torch_dtype, device=ctx.device)
+        return Buffers(send=send, recv=out, out=out)
+
+    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
+        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
+
+    def call(self, ctx: Ctx, bufs: Buffers) -> None:
+        # torch >= 2.13 names it all_gather_single (all_gather_into_tensor is deprecated)
+        fn = getattr(ctx.dist, "all_gather_single", None) or ctx.dist.all_gather_into_tensor
+        fn(bufs.recv, bufs.send)
+
+    def expected(self, ctx: Ctx, count: int) -> Any:
+        per = split(count, ctx.world_size)
+        return ctx.torch.cat([rank_values(ctx, r, per) for r in range(ctx.world_size)])
+
+
+COLLECTIVE = AllGather()

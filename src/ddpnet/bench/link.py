@@ -1,0 +1,353 @@
+"""The link baseline: the rate one TCP stream carries between nodes on the interface the
+backend uses, measured in the same run (iperf3 ``-J`` when installed, else our own TCP
+stream), plus the NIC's nominal speed from sysfs.
+
+Pairs form a ring over one rank per host (host = the address the rank talks from), all
+streams at once, as a ring collective loads the links: the time is O(1) in the node count and
+each node sends one stream and receives one. One host alone measures rank 0 -> rank 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpnet.bench.result import LinkRate, PairRate
+from ddpnet.errors import RequirementError
+
+AllGather = Callable[[Any], list[Any]]
+
+#: bounded waits (seconds) around every network step
+SERVER_START_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    rank: int
+    address: str
+    interface: str | None
+    has_iperf3: bool
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def plan_pairs(endpoints: Sequence[Endpoint]) -> list[tuple[int, int]]:
+    """(src, dst) rank pairs: a ring over the first rank of each address; one host -> 0->1."""
+    leaders: dict[str, int] = {}
+    for ep in sorted(endpoints, key=lambda e: e.rank):
+        leaders.setdefault(ep.address, ep.rank)
+    ranks = list(leaders.values())
+    if len(ranks) >= 2:
+        return [(ranks[i], ranks[(i + 1) % len(ranks)]) for i in range(len(ranks))]
+    everyone = sorted(ep.rank for ep in endpoints)
+    return [(everyone[0], everyone[1])] if len(everyone) >= 2 else []
+
+
+def choose_method(requested: str, endpoints: Sequence[Endpoint]) -> tuple[str, str]:
+    """(method, note). ``auto``: iperf3 when every node has it, else our own TCP stream."""
+    missing = [ep.rank for ep in endpoints if not ep.has_iperf3]
+    if requested == "iperf3" and missing:
+        raise RequirementError(
+            f"--baseline iperf3: iperf3 is not installed on rank(s) "
+            f"{', '.join(map(str, missing[:8]))}",
+            "install iperf3 on every node (apt-get install iperf3) or use --baseline tcp",
+        )
+    if requested == "auto":
+        if missing:
+            return "tcp", "iperf3 missing on some nodes: own TCP stream used"
+        return "iperf3", ""
+    return requested, ""
+
+
+def interface_of(address: str, if_addrs: Mapping[str, Sequence[str]]) -> str | None:
+    """The interface holding ``address`` (``if_addrs``: name -> its addresses)."""
+    for name, addrs in if_addrs.items():
+        if address in addrs:
+            return name
+    return None
+
+
+def pinned_interface(environ: Mapping[str, str], backend: str) -> str | None:
+    """The interface GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME pins (first plain name)."""
+    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    value = environ.get(var, "").strip()
+    if not value or value.startswith(("^", "=")):
+        return None
+    return value.split(",")[0].strip() or None
+
+
+def parse_iperf3(text: str) -> float:
+    """Receiver-side rate (Gb/s) from ``iperf3 -c ... -J`` output; ValueError on errors."""
+    data = json.loads(text)
+    if data.get("error"):
+        raise ValueError(str(data["error"]))
+    end = data.get("end", {})
+    summary = end.get("sum_received") or end.get("sum")
+    if not summary or "bits_per_second" not in summary:
+        raise ValueError("iperf3 JSON has no end.sum_received")
+    return float(summary["bits_per_second"]) / 1e9
+
+
+def read_nominal_gbps(interface: str | None, sys_root: Path = Path("/sys")) -> float | None:
+    """The NIC's negotiated speed (``/sys/class/net/IF/speed``, Mb/s); None when unknown."""
+    if not interface:
+        return None
+    try:
+        mbps = int((sys_root / "class/net" / interface / "speed").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return mbps / 1000.0 if mbps > 0 else None
+
+
+def summarize(method: str, pairs: Sequence[PairRate], nominal: float | None,
+              interface: str | None, note: str) -> LinkRate:
+    rates = [p.gbps for p in pairs if p.gbps is not None]
+    if not rates and pairs:
+        note = "; ".join(filter(None, [note, "no pair could be measured: " + pairs[0].error]))
+    return LinkRate(min(rates) if rates else None, method, nominal, interface, tuple(pairs),
+                    note)
+
+
+# ---------------------------------------------------------------- edges
+
+
+def local_address(environ: Mapping[str, str], backend: str, master_addr: str) -> str:
+    """The address this rank talks from: the pinned interface's IPv4, else the route's source
+    toward MASTER_ADDR (a UDP connect sends nothing)."""
+    import psutil
+
+    pinned = pinned_interface(environ, backend)
+    if pinned:
+        for addr in psutil.net_if_addrs().get(pinned, []):
+            if addr.family == socket.AF_INET:
+                return str(addr.address)
+    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((master_addr, 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def interfaces_by_address() -> dict[str, list[str]]:
+    import psutil
+
+    return {name: [a.address for a in addrs] for name, addrs in psutil.net_if_addrs().items()}
+
+
+def _free_port(address: str) -> int:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+class Iperf3Server:
+    """``iperf3 -s -1``: one test, then exit; started() waits for "Server listening"."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.port = _free_port(address)
+        self.proc = subprocess.Popen(
+            ["iperf3", "-s", "-1", "-B", address, "-p", str(self.port), "--forceflush"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+
+    def started(self, timeout: float = SERVER_START_TIMEOUT) -> None:
+        """Wait for "Server listening" (raw reads: a buffered reader would hide lines from
+        select)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        seen = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                chunk = os.read(fd, 4096)
+                seen += chunk
+                if b"listening" in seen.lower():
+                    return
+                if not chunk:
+                    break
+        self.proc.kill()
+        self.proc.wait()
+        raise OSError(f"iperf3 server on {self.address}:{self.port} did not start: "
+                      f"{seen.decode(errors='replace').strip()[-200:]}")
+
+    def close(self, timeout: float = 5.0) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def iperf3_client(src: str, dst: str, port: int, seconds: float) -> float:
+    omit = 1 if seconds >= 2 else 0
+    argv = ["iperf3", "-c", dst, "-p", str(port), "-B", src, "-t", str(max(1, round(seconds))),
+            "-O", str(omit), "-J", "--connect-timeout", str(int(CONNECT_TIMEOUT * 1000))]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + omit + 30)
+    try:
+        return parse_iperf3(proc.stdout)
+    except ValueError as exc:
+        raise OSError(f"iperf3 {src} -> {dst}:{port}: {exc}") from exc
+
+
+class TcpSink:
+    """Our own receiver: accept one stream, count bytes after an ``omit`` warm-up, rate at EOF."""
+
+    def __init__(self, address: str, seconds: float) -> None:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.bind((address, 0))
+        self.sock.listen(1)
+        self.sock.settimeout(seconds + 60)
+        self.port = int(self.sock.getsockname()[1])
+        self.omit = min(1.0, seconds / 4)
+        self.gbps: float | None = None
+        self.error = ""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+            with conn:
+                conn.settimeout(CONNECT_TIMEOUT * 6)
+                buf = bytearray(1 << 20)
+                view = memoryview(buf)
+                total, first, mark, mark_bytes = 0, 0.0, 0.0, 0
+                while True:
+                    got = conn.recv_into(view)
+                    now = time.perf_counter()
+                    if not got:
+                        break
+                    if not first:
+                        first = now
+                    total += got
+                    if not mark and now - first >= self.omit:
+                        mark, mark_bytes = now, total
+                end = time.perf_counter()
+                if not mark:
+                    mark, mark_bytes = first, 0
+                if end > mark:
+                    self.gbps = (total - mark_bytes) * 8 / (end - mark) / 1e9
+        except OSError as exc:
+            self.error = f"tcp sink: {exc}"
+        finally:
+            self.sock.close()
+
+    def close(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.error = self.error or "tcp sink: no stream finished in time"
+
+
+def tcp_source(src: str, dst: str, port: int, seconds: float) -> None:
+    """Send as fast as the socket takes for ``seconds``, then close and wait for the peer."""
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    payload = memoryview(os.urandom(1 << 20))
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((src, 0))
+        s.settimeout(CONNECT_TIMEOUT)
+        s.connect((dst, port))
+        s.settimeout(CONNECT_TIMEOUT * 6)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # the sink closes once it has read everything
+
+
+def measure_link(
+    requested: str,
+    seconds: float,
+    rank: int,
+    allgather: AllGather,
+    *,
+    backend: str,
+    environ: Mapping[str, str],
+    master_addr: str,
+) -> LinkRate:
+    """Collective over all ranks (every rank must call it): the link baseline."""
+    if requested == "none":
+        return LinkRate(None, "none", note="--baseline none")
+    address = local_address(environ, backend, master_addr)
+    interface = interface_of(address, interfaces_by_address())
+    me = Endpoint(rank, address, interface, shutil.which("iperf3") is not None)
+    endpoints: list[Endpoint] = allgather(me)
+    pairs = plan_pairs(endpoints)
+    nominal = read_nominal_gbps(interface)
+    if not pairs:
+        return LinkRate(None, "none", nominal, interface, note="one rank: no link to measure")
+    method, note = choose_method(requested, endpoints)
+    if len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1")):
+        note = "; ".join(filter(None, [note, "loopback: all ranks on one host, so this "
+                                       "measures memory copies, not a network"]))
+    by_rank = {ep.rank: ep for ep in endpoints}
+    receiving = [(s, d) for s, d in pairs if d == rank]
+    sending = [(s, d) for s, d in pairs if s == rank]
+
+    # 1. receivers listen and publish their ports
+    server: Iperf3Server | TcpSink | None = None
+    error = ""
+    if receiving:
+        try:
+            if method == "iperf3":
+                server = Iperf3Server(address)
+                server.started()
+            else:
+                server = TcpSink(address, seconds)
+        except OSError as exc:
+            error = str(exc)
+    ports: dict[int, int | None] = {}
+    errors: dict[int, str] = {}
+    for item in allgather((rank, server.port if server and not error else None, error)):
+        ports[item[0]] = item[1]
+        errors[item[0]] = item[2]
+
+    # 2. senders stream, all pairs at once
+    mine: list[PairRate] = []
+    for src, dst in sending:
+        port = ports.get(dst)
+        if port is None:
+            mine.append(PairRate(src, dst, None, errors.get(dst) or f"no listener on rank {dst}"))
+            continue
+        try:
+            if method == "iperf3":
+                mine.append(PairRate(src, dst, iperf3_client(address, by_rank[dst].address,
+                                                             port, seconds)))
+            else:
+                tcp_source(address, by_rank[dst].address, port, seconds)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            mine.append(PairRate(src, dst, None, str(exc)))
+    if isinstance(server, TcpSink):
+        server.close(seconds + 30)
+        for src, dst in receiving:
+            mine.append(PairRate(src, dst, server.gbps, server.error))
+    elif isinstance(server, Iperf3Server):
+        server.close()
+    elif error:
+        mine.extend(PairRate(s, d, None, error) for s, d in receiving)
+
+    # 3. everyone learns every pair (a pair appears once: sender for iperf3, sink for tcp)
+    seen: dict[tuple[int, int], PairRate] = {}
+    for part in allgather(mine):
+        for pr in part:
+            if (pr.src, pr.dst) not in seen or seen[(pr.src, pr.dst)].gbps is None:
+                seen[(pr.src, pr.dst)] = pr
+    measured = [seen.get(p, PairRate(p[0], p[1], None, "not reported")) for p in pairs]
+    return summarize(method, measured, nominal, interface, note)

@@ -1,0 +1,78 @@
+"""The cause model: what ``check`` names, where (hosts and ranks) and how to fix it.
+
+Causes are ordered by how early in the stack they break things, so the first failing cause of
+a report is the root cause (a missing rank explains a missing matrix row, not the reverse).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: every cause id, earliest in the stack first; the order decides the root cause
+CAUSE_ORDER: tuple[str, ...] = (
+    "master-unresolvable",
+    "master-no-route",
+    "master-port-filtered",
+    "master-port-refused",
+    "port-in-use",
+    # a duplicate or a wrong world size explains the "missing" rank it leaves behind
+    "duplicate-rank",
+    "world-size-mismatch",
+    "master-port-mismatch",
+    "missing-ranks",
+    "hostname-loopback",
+    "interface-mismatch",
+    "peer-port-blocked",
+    "version-mismatch",
+    "mtu-mismatch",
+    "clock-skew",
+    "process-group-failed",
+    "allreduce-wrong",
+    "slow-node",
+    "slow-link",
+    "stage-timeout",
+)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One named problem. ``severity`` is ``fail`` (training will not work) or ``warn``
+    (it will work, slower or fragile)."""
+
+    id: str
+    detail: str
+    fix: str
+    hosts: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    severity: str = "fail"
+    stage: str = ""
+    data: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "stage": self.stage,
+            "hosts": list(self.hosts),
+            "ranks": list(self.ranks),
+            "detail": self.detail,
+            "fix": self.fix,
+        }
+
+
+def _order(cause: Cause) -> tuple[int, int]:
+    rank = CAUSE_ORDER.index(cause.id) if cause.id in CAUSE_ORDER else len(CAUSE_ORDER)
+    return (0 if cause.severity == "fail" else 1, rank)
+
+
+def sort_causes(causes: list[Cause] | tuple[Cause, ...]) -> tuple[Cause, ...]:
+    """Failures before warnings, earliest layer first: element 0 is the root cause."""
+    return tuple(sorted(causes, key=_order))
+
+
+def host_label(host: str, address: str) -> str:
+    """Hosts are named by hostname and address: hostnames repeat (containers, clones)."""
+    if address and address != host:
+        return f"{host} ({address})"
+    return host

@@ -1,0 +1,246 @@
+"""Stage 2, pure part: compare the facts every rank published.
+
+Facts are the doctor's keys (``python torch cuda nccl hostname hostname_loopback interface
+address mtu subnet time``) plus ``clock_offset_s`` measured by the runner against rank 0's
+clock at the start signal. Missing keys are not compared (an older doctor, a CPU node).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.check.causes import Cause, host_label
+
+#: a clock further off than this breaks timeouts, logs and NCCL's watchdog reasoning
+CLOCK_SKEW_LIMIT_S = 1.0
+VERSION_KEYS = ("torch", "python", "cuda", "nccl")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    rank: int
+    facts: Mapping[str, Any]
+
+    @property
+    def host(self) -> str:
+        return str(self.facts.get("hostname", "?"))
+
+    @property
+    def label(self) -> str:
+        return host_label(self.host, str(self.facts.get("address", "")))
+
+
+def _groups(nodes: Sequence[NodeFacts], key: str) -> dict[str, list[NodeFacts]]:
+    out: dict[str, list[NodeFacts]] = defaultdict(list)
+    for n in nodes:
+        value = n.facts.get(key)
+        if value is None or value == "":
+            continue
+        out[str(value)].append(n)
+    return dict(out)
+
+
+def _minority(groups: dict[str, list[NodeFacts]], reference: str | None) -> list[str]:
+    """Values other than the majority (rank 0's value breaks ties)."""
+    def weight(v: str) -> tuple[int, int]:
+        return (len(groups[v]), 1 if v == reference else 0)
+
+    majority = max(groups, key=weight)
+    return [v for v in groups if v != majority]
+
+
+def _describe(groups: dict[str, list[NodeFacts]], key: str) -> str:
+    parts = []
+    for value, nodes in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        ranks = ",".join(str(n.rank) for n in nodes)
+        parts.append(f"{key} {value} on rank(s) {ranks}")
+    return "; ".join(parts)
+
+
+def compare_versions(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    causes = []
+    ref = {k: str(nodes[0].facts.get(k)) for k in VERSION_KEYS} if nodes else {}
+    for key in VERSION_KEYS:
+        groups = _groups(nodes, key)
+        if len(groups) < 2:
+            continue
+        odd_values = _minority(groups, ref.get(key))
+        odd = [n for v in odd_values for n in groups[v]]
+        majority = next(v for v in groups if v not in odd_values)
+        pkg = {"torch": f"torch=={majority}", "python": f"python {majority}",
+               "cuda": f"a torch build for CUDA {majority}",
+               "nccl": f"the torch build bundling NCCL {majority}"}[key]
+        causes.append(Cause(
+            id="version-mismatch",
+            stage="facts",
+            hosts=tuple(n.label for n in odd),
+            ranks=tuple(n.rank for n in odd),
+            detail=f"{key} differs between ranks: {_describe(groups, key)}",
+            fix=f"install {pkg} on {', '.join(n.label for n in odd)} "
+                f"(e.g. pip install torch=={nodes[0].facts.get('torch')}) so every node "
+                "runs the same build",
+            data={"key": key},
+        ))
+    return causes
+
+
+def compare_mtu(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    groups = _groups(nodes, "mtu")
+    if len(groups) < 2:
+        return []
+    odd_values = _minority(groups, str(nodes[0].facts.get("mtu")))
+    odd = [n for v in odd_values for n in groups[v]]
+    majority = next(v for v in groups if v not in odd_values)
+    fixes = "; ".join(
+        f"on {n.label}: ip link set dev {n.facts.get('interface', 'IFACE')} mtu {majority}"
+        for n in odd
+    )
+    return [Cause(
+        id="mtu-mismatch",
+        stage="facts",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail=f"MTU of the selected interfaces differs: {_describe(groups, 'mtu')}; large "
+               "packets are dropped between them, so big transfers stall while small ones pass",
+        fix=fixes + " (or raise the MTU everywhere, switches included)",
+    )]
+
+
+def compare_clock(nodes: Sequence[NodeFacts], limit_s: float = CLOCK_SKEW_LIMIT_S) -> list[Cause]:
+    odd = [n for n in nodes
+           if isinstance(n.facts.get("clock_offset_s"), (int, float))
+           and abs(float(n.facts["clock_offset_s"])) > limit_s]
+    if not odd:
+        return []
+    return [Cause(
+        id="clock-skew",
+        stage="facts",
+        severity="warn",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail="clocks differ from rank 0's by more than "
+               f"{limit_s:g} s: "
+               + ", ".join(f"rank {n.rank} {float(n.facts['clock_offset_s']):+.2f} s"
+                           for n in odd),
+        fix="enable time sync on every node: timedatectl set-ntp true "
+            "(or systemctl enable --now chronyd)",
+    )]
+
+
+def _network(facts: Mapping[str, Any]) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    subnet = facts.get("subnet")
+    try:
+        if subnet:
+            return ipaddress.ip_network(str(subnet), strict=False)
+    except ValueError:
+        return None
+    return None
+
+
+def _is_loopback(address: Any) -> bool:
+    try:
+        return ipaddress.ip_address(str(address)).is_loopback
+    except ValueError:
+        return False
+
+
+def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """hostname-loopback and interface-mismatch: only meaningful across several hosts."""
+    causes: list[Cause] = []
+    hosts = {n.host for n in nodes}
+    multi = len(hosts) > 1 or len({str(n.facts.get("address")) for n in nodes}) > 1
+    if not multi:
+        return causes
+    loop = [n for n in nodes if _is_loopback(n.facts.get("address"))]
+    if loop:
+        causes.append(Cause(
+            id="hostname-loopback",
+            stage="facts",
+            hosts=tuple(n.host for n in loop),
+            ranks=tuple(n.rank for n in loop),
+            detail="the address peers would use for "
+                   + ", ".join(f"rank {n.rank} on {n.host} is {n.facts.get('address')} "
+                               f"(interface {n.facts.get('interface')})" for n in loop)
+                   + ": a loopback address, so other nodes connect to themselves and "
+                   "gloo/NCCL hang",
+            fix="point the hostname at the node's real address in /etc/hosts (not 127.0.1.1) "
+                "and unset GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=lo, or pin the cluster "
+                "interface: export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface>",
+        ))
+    else:
+        named = [n for n in nodes if n.facts.get("hostname_loopback") is True
+                 and not n.facts.get("interface_pinned")]
+        if named:
+            causes.append(Cause(
+                id="hostname-loopback",
+                stage="facts",
+                severity="warn",
+                hosts=tuple(n.label for n in named),
+                ranks=tuple(n.rank for n in named),
+                detail="hostname resolves to a loopback address on "
+                       + ", ".join(n.label for n in named)
+                       + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers",
+                fix="edit /etc/hosts so the hostname maps to the cluster address, or keep "
+                    "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME pinned (ddpnet.init() does)",
+            ))
+    nets = [(n, _network(n.facts)) for n in nodes if not _is_loopback(n.facts.get("address"))]
+    if len(nets) >= 2 and all(net is not None for _, net in nets):
+        groups: dict[str, list[NodeFacts]] = defaultdict(list)
+        for n, net in nets:
+            groups[str(net)].append(n)
+        if len(groups) > 1:
+            majority = max(groups, key=lambda k: (len(groups[k]), any(n.rank == 0
+                                                                        for n in groups[k])))
+            odd = [n for k, ns in groups.items() if k != majority for n in ns]
+            causes.append(Cause(
+                id="interface-mismatch",
+                stage="facts",
+                hosts=tuple(n.label for n in odd),
+                ranks=tuple(n.rank for n in odd),
+                detail="selected interfaces are not in one network: "
+                       + "; ".join(
+                           f"{k}: " + ", ".join(
+                               f"rank {n.rank} {n.facts.get('interface')} "
+                               f"{n.facts.get('address')}" for n in ns)
+                           for k, ns in groups.items()),
+                fix=f"select the interface in {majority} on "
+                    + ", ".join(n.label for n in odd)
+                    + ": export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface> "
+                    "(or route the networks to each other)",
+            ))
+    return causes
+
+
+def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """Interface variables a rank set that cannot work across nodes (``ddpnet.net`` names
+    them, e.g. GLOO_SOCKET_IFNAME=lo is ``hostname-loopback``), grouped by cause."""
+    by_cause: dict[str, list[tuple[NodeFacts, str, str]]] = defaultdict(list)
+    for n in nodes:
+        for problem in n.facts.get("selection_problems") or ():
+            cause, what, fix = [*list(problem), "", "", ""][:3]
+            by_cause[str(cause)].append((n, str(what), str(fix)))
+    causes = []
+    for cause, items in by_cause.items():
+        causes.append(Cause(
+            id=cause or "interface-mismatch",
+            stage="facts",
+            hosts=tuple(dict.fromkeys(n.label for n, _, _ in items)),
+            ranks=tuple(dict.fromkeys(n.rank for n, _, _ in items)),
+            detail="; ".join(f"rank {n.rank} on {n.label}: {what}" for n, what, _ in items),
+            fix=items[0][2] or "unset the interface variable or name the cluster interface",
+        ))
+    return causes
+
+
+def compare_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """Every facts comparison, in report order."""
+    nodes = sorted(nodes, key=lambda n: n.rank)
+    selection = compare_selection(nodes)
+    network = [c for c in compare_network(nodes)
+               if not any(s.id == c.id for s in selection)]
+    return [*selection, *network, *compare_versions(nodes), *compare_mtu(nodes),
+            *compare_clock(nodes)]

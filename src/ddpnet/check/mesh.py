@@ -1,0 +1,198 @@
+"""Stage 3: full-mesh reachability, N x N, on the ephemeral ports gloo and NCCL use.
+
+Every rank listens on an ephemeral port of its selected address and connects to every other
+rank with bounded fan-out (at most ``fanout`` connects in flight), so one rank's cost is
+O(N / fanout * connect_timeout) in the worst case and O(N * RTT) when the network is healthy.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from ddpnet.check.causes import Cause
+
+OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
+SELF, UNKNOWN = "self", "?"
+PROBE_MAGIC = b"DDPNETPROBE\n"
+
+
+def classify_error(exc: BaseException) -> str:
+    """Map a connect failure to ok/refused/filtered/no-route (pure)."""
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return FILTERED
+    code = getattr(exc, "errno", None)
+    if code == errno.ECONNREFUSED:
+        return REFUSED
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+        return NO_ROUTE
+    if code in (errno.ETIMEDOUT, errno.EAGAIN):
+        return FILTERED
+    return NO_ROUTE
+
+
+def probe(address: str, port: int, timeout: float) -> str:
+    """Connect once, say who we are, close (edge)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.sendall(PROBE_MAGIC)
+        return OK
+    except OSError as exc:
+        return classify_error(exc)
+
+
+def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: float,
+              fanout: int = 32) -> list[str]:
+    """One row of the matrix: this rank to every rank (edge, bounded concurrency)."""
+    row = [UNKNOWN] * len(peers)
+    row[me] = SELF
+
+    def one(j: int) -> tuple[int, str]:
+        target = peers[j]
+        if target is None:
+            return j, UNKNOWN
+        return j, probe(target[0], target[1], timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(peers)))) as pool:
+        for j, status in pool.map(one, [j for j in range(len(peers)) if j != me]):
+            row[j] = status
+    return row
+
+
+def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
+            ports: Sequence[int | None], master_port: int,
+            subnet: str = "<cluster-subnet>") -> list[Cause]:
+    """Name the broken pairs; when every connection *into* a rank fails while the master
+    port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked)."""
+    n = len(matrix)
+    bad = [(i, j, matrix[i][j]) for i in range(n) for j in range(n)
+           if i != j and matrix[i][j] not in (OK, SELF, UNKNOWN)]
+    if not bad:
+        return []
+    causes: list[Cause] = []
+    explained: set[tuple[int, int]] = set()
+    # destinations nobody can reach: a receiving-side firewall
+    for j in range(n):
+        incoming = [(i, matrix[i][j]) for i in range(n) if i != j and matrix[i][j] != UNKNOWN]
+        if incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2:
+            kinds = sorted({s for _, s in incoming})
+            explained.update((i, j) for i, _ in incoming)
+            causes.append(Cause(
+                id="peer-port-blocked",
+                stage="reachability",
+                hosts=(labels[j],),
+                ranks=(j,),
+                detail=f"no rank can connect to rank {j} on {labels[j]} at its ephemeral port "
+                       f"{ports[j]} ({'/'.join(kinds)}), although it reached the master port "
+                       f"{master_port}: its firewall allows only fixed ports, but gloo/NCCL "
+                       "listen on ephemeral ones",
+                fix=f"on {labels[j]}: allow TCP from the cluster subnet, e.g. "
+                    f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
+                    f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
+                    f"{subnet} accept",
+            ))
+    # sources that reach nobody: egress filter or routing on that rank
+    for i in range(n):
+        outgoing = [(j, matrix[i][j]) for j in range(n)
+                    if i != j and matrix[i][j] != UNKNOWN and (i, j) not in explained]
+        if len(outgoing) >= 2 and all(s not in (OK, SELF) for _, s in outgoing):
+            kinds = sorted({s for _, s in outgoing})
+            explained.update((i, j) for j, _ in outgoing)
+            causes.append(Cause(
+                id="peer-port-blocked",
+                stage="reachability",
+                hosts=(labels[i],),
+                ranks=(i,),
+                detail=f"rank {i} on {labels[i]} cannot connect to any peer "
+                       f"({'/'.join(kinds)}): outgoing traffic or routes are blocked there",
+                fix=f"on {labels[i]}: check `ip route` toward the cluster subnet and the "
+                    "firewall's output chain (nft list ruleset)",
+            ))
+    rest = [(i, j, s) for i, j, s in bad if (i, j) not in explained]
+    if rest:
+        ranks = sorted({i for i, _, _ in rest} | {j for _, j, _ in rest})
+        causes.append(Cause(
+            id="peer-port-blocked",
+            stage="reachability",
+            hosts=tuple(labels[r] for r in ranks),
+            ranks=tuple(ranks),
+            detail="connections fail between: "
+                   + ", ".join(f"{i}->{j} {s}" for i, j, s in rest[:20])
+                   + (f" (+{len(rest) - 20} more)" if len(rest) > 20 else ""),
+            fix="allow TCP between all cluster nodes on all ports (gloo/NCCL use ephemeral "
+                f"ports), e.g. firewall-cmd --zone=trusted --add-source={subnet}",
+        ))
+    return causes
+
+
+class Listener:
+    """The rank's listening socket (ephemeral port on its selected address). It answers probes
+    and receives bandwidth streams, recording bytes and seconds per (round, peer)."""
+
+    def __init__(self, address: str) -> None:
+        import threading
+
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((address, 0))
+        self.sock.listen(512)
+        self.sock.settimeout(0.2)
+        self.port: int = self.sock.getsockname()[1]
+        self.received: dict[tuple[int, int], tuple[int, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="ddpnet-check-listener",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        from ddpnet.check.tournament import HEADER, MAGIC, parse_header
+
+        try:
+            conn.settimeout(30)
+            head = b""
+            while len(head) < HEADER:
+                chunk = conn.recv(HEADER - len(head))
+                if not chunk:
+                    return  # a reachability probe: connect, hello, close
+                head += chunk
+            if not head.startswith(MAGIC):
+                return
+            rnd, peer = parse_header(head)
+            total = 0
+            start = time.perf_counter()
+            buf = bytearray(1 << 20)
+            view = memoryview(buf)
+            while True:
+                got = conn.recv_into(view)
+                if not got:
+                    break
+                total += got
+            elapsed = time.perf_counter() - start
+            with self._lock:
+                self.received[(rnd, peer)] = (total, elapsed)
+        except (OSError, ValueError):
+            return
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        self._thread.join(timeout=1)

@@ -1,0 +1,152 @@
+"""Stage 1, pure part: judge who registered at rendezvous.
+
+Every process publishes a :class:`Registration` under its own arrival number (not under its
+rank, so two processes claiming one rank are both seen). Rank 0 judges the list against its
+own world size and port: missing ranks, duplicate ranks, differing WORLD_SIZE / MASTER_PORT.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from ddpnet.check.causes import Cause, host_label
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What one process says about itself when it joins."""
+
+    rank: int
+    world_size: int
+    master_port: int
+    host: str
+    address: str
+    interface: str
+    pid: int
+    uid: str
+    launcher: str = ""
+
+    @property
+    def label(self) -> str:
+        return host_label(self.host, self.address)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Registration:
+        data = json.loads(text)
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RosterVerdict:
+    """The judged registration: ``roster`` holds one registration per rank (the first to
+    arrive when a rank is duplicated); ``causes`` is empty when everyone is there."""
+
+    roster: tuple[Registration, ...]
+    causes: tuple[Cause, ...]
+    missing: tuple[int, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.causes
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def judge_registrations(
+    own: Registration, arrivals: list[Registration], *, waited_s: float
+) -> RosterVerdict:
+    """Compare every arrival with rank 0's own view (``own``) of world size and port."""
+    world = own.world_size
+    causes: list[Cause] = []
+    by_rank: dict[int, list[Registration]] = defaultdict(list)
+    for reg in arrivals:
+        by_rank[reg.rank].append(reg)
+
+    wrong_world = [r for r in arrivals if r.world_size != world]
+    if wrong_world:
+        seen = sorted({r.world_size for r in arrivals})
+        causes.append(Cause(
+            id="world-size-mismatch",
+            stage="rendezvous",
+            hosts=tuple(r.label for r in wrong_world),
+            ranks=tuple(sorted(r.rank for r in wrong_world)),
+            detail=(
+                f"rank 0 has WORLD_SIZE={world} but "
+                + "; ".join(f"rank {r.rank} on {r.label} has WORLD_SIZE={r.world_size}"
+                            for r in wrong_world)
+                + f" (values seen: {', '.join(map(str, seen))})"
+            ),
+            fix=f"export WORLD_SIZE={world} on every node (or pass the same --nnodes/"
+                "--nproc-per-node to the launcher everywhere)",
+        ))
+    wrong_port = [r for r in arrivals if r.master_port != own.master_port]
+    if wrong_port:
+        causes.append(Cause(
+            id="master-port-mismatch",
+            stage="rendezvous",
+            hosts=tuple(r.label for r in wrong_port),
+            ranks=tuple(sorted(r.rank for r in wrong_port)),
+            detail="; ".join(f"rank {r.rank} on {r.label} has MASTER_PORT={r.master_port}"
+                             for r in wrong_port)
+                   + f", rank 0 listens on {own.master_port}",
+            fix=f"export MASTER_PORT={own.master_port} on every node",
+        ))
+
+    out_of_range = sorted(r for r in by_rank if r < 0 or r >= world)
+    dups = {r: regs for r, regs in sorted(by_rank.items()) if len(regs) > 1}
+    if dups:
+        hosts: list[str] = []
+        parts: list[str] = []
+        for r, regs in dups.items():
+            hosts.extend(x.label for x in regs)
+            parts.append(f"rank {r} claimed by {len(regs)} processes: "
+                         + ", ".join(f"{x.label} pid {x.pid}" for x in regs))
+        causes.append(Cause(
+            id="duplicate-rank",
+            stage="rendezvous",
+            hosts=tuple(hosts),
+            ranks=tuple(dups),
+            detail="; ".join(parts),
+            fix="give every process a distinct RANK (0..WORLD_SIZE-1): on each node "
+                "RANK = NODE_RANK * nproc_per_node + LOCAL_RANK, or let torchrun/srun set it",
+        ))
+
+    missing = tuple(r for r in range(world) if r not in by_rank)
+    if missing:
+        present = sorted(by_rank)
+        hosts_seen = sorted({r.label for r in arrivals})
+        causes.append(Cause(
+            id="missing-ranks",
+            stage="rendezvous",
+            ranks=missing,
+            hosts=(),
+            detail=(
+                f"{len(missing)} of {world} ranks never joined within {waited_s:.1f} s: "
+                f"rank(s) {_ranks(list(missing))}; joined: rank(s) {_ranks(present)} "
+                f"on {', '.join(hosts_seen)}"
+            ),
+            fix=(
+                "start `ddpnet check` on the missing rank(s) with the same MASTER_ADDR/"
+                f"MASTER_PORT={own.master_port}/WORLD_SIZE={world}; if it runs there, run "
+                "`ddpnet doctor` on that node: it cannot reach the master port"
+            ),
+        ))
+    if out_of_range:
+        causes.append(Cause(
+            id="world-size-mismatch",
+            stage="rendezvous",
+            ranks=tuple(out_of_range),
+            hosts=tuple(x.label for r in out_of_range for x in by_rank[r]),
+            detail=f"rank(s) {_ranks(out_of_range)} are outside 0..{world - 1} "
+                   f"(WORLD_SIZE={world} on rank 0)",
+            fix=f"export WORLD_SIZE={world} and a RANK below it on every node",
+        ))
+    roster = tuple(by_rank[r][0] for r in sorted(by_rank) if 0 <= r < world)
+    return RosterVerdict(roster=roster, causes=tuple(causes), missing=missing)

@@ -1,0 +1,140 @@
+"""Stage 5: the bandwidth matrix as a round-robin tournament (circle method).
+
+N ranks (padded to even) play N-1 rounds; in each round every rank is paired with exactly one
+other and the pair streams data both ways at once, so all links of a round run in parallel and
+the matrix costs (N-1) x round time: it grows with N, not N^2. Each receiver measures its
+incoming rate, giving ``gbps[src][dst]``.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import struct
+import time
+from collections.abc import Sequence
+
+from ddpnet.check.causes import Cause
+
+MAGIC = b"DDPNETBW"
+HEADER = len(MAGIC) + 16
+#: links below this fraction of the median are named
+SLOW_FRACTION = 0.7
+
+
+def make_header(rnd: int, sender: int) -> bytes:
+    return MAGIC + struct.pack("!qq", rnd, sender)
+
+
+def parse_header(head: bytes) -> tuple[int, int]:
+    if len(head) != HEADER or not head.startswith(MAGIC):
+        raise ValueError("not a bandwidth stream")
+    rnd, sender = struct.unpack("!qq", head[len(MAGIC):])
+    return int(rnd), int(sender)
+
+
+def schedule(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every unordered pair once (pure). Odd ``n`` gets a
+    bye each round."""
+    players: list[int | None] = list(range(n))
+    if n % 2:
+        players.append(None)
+    m = len(players)
+    rounds: list[list[tuple[int, int]]] = []
+    for _ in range(m - 1):
+        pairs = []
+        for k in range(m // 2):
+            a, b = players[k], players[m - 1 - k]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        rounds.append(sorted(pairs))
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+
+
+def partner(rounds: Sequence[Sequence[tuple[int, int]]], rnd: int, me: int) -> int | None:
+    for a, b in rounds[rnd]:
+        if a == me:
+            return b
+        if b == me:
+            return a
+    return None
+
+
+def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
+                timeout: float) -> int:
+    """Stream for ``seconds`` to a peer's listener; returns bytes sent (edge)."""
+    payload = b"\0" * (1 << 20)
+    sent = 0
+    with socket.create_connection((address, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(make_header(rnd, me))
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            sock.sendall(payload)
+            sent += len(payload)
+        sock.shutdown(socket.SHUT_WR)
+    return sent
+
+
+def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> list[Cause]:
+    """Name links and nodes below ``SLOW_FRACTION`` of the median link (pure)."""
+    n = len(gbps)
+    links = [(i, j, gbps[i][j]) for i in range(n) for j in range(n)
+             if i != j and gbps[i][j] is not None]
+    values = [float(v) for _, _, v in links if v is not None]
+    if len(values) < 2:
+        return []
+    median = statistics.median(values)
+    limit = SLOW_FRACTION * median
+    slow = {(i, j) for i, j, v in links if v is not None and float(v) < limit}
+    if not slow:
+        return []
+    causes: list[Cause] = []
+    explained: set[tuple[int, int]] = set()
+    if n >= 3:
+        for r in range(n):
+            out_links = [(r, j) for j in range(n) if j != r and gbps[r][j] is not None]
+            in_links = [(i, r) for i in range(n) if i != r and gbps[i][r] is not None]
+            out_slow = bool(out_links) and all(p in slow for p in out_links)
+            in_slow = bool(in_links) and all(p in slow for p in in_links)
+            if not (out_slow or in_slow):
+                continue
+            mine = [p for p in (out_links + in_links) if p in slow]
+            rates = [float(gbps[i][j] or 0) for i, j in mine]
+            others = [float(v) for i, j, v in links if v is not None and r not in (i, j)]
+            ref = statistics.median(others) if others else median
+            explained.update(mine)
+            way = "sending and receiving" if out_slow and in_slow else (
+                "sending" if out_slow else "receiving")
+            causes.append(Cause(
+                id="slow-node",
+                stage="bandwidth",
+                severity="fail",
+                hosts=(labels[r],),
+                ranks=(r,),
+                detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
+                       f"{max(rates):.2f} Gb/s while the other links run at {ref:.2f} Gb/s "
+                       f"(median; limit {SLOW_FRACTION:g} x the median of all links)",
+                fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
+                    "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
+                data={"median_gbps": median},
+            ))
+    rest = sorted(slow - explained)
+    if rest:
+        ranks = sorted({i for i, _ in rest} | {j for _, j in rest})
+        causes.append(Cause(
+            id="slow-link",
+            stage="bandwidth",
+            severity="fail",
+            hosts=tuple(labels[r] for r in ranks),
+            ranks=tuple(ranks),
+            detail="links below "
+                   f"{SLOW_FRACTION:g} x median ({median:.2f} Gb/s): "
+                   + ", ".join(f"{i}->{j} {float(gbps[i][j] or 0):.2f} Gb/s"
+                               for i, j in rest[:20]),
+            fix="check the switch ports and cables between these hosts (ethtool -S, "
+                "ip -s link), and any tc shaping on them",
+            data={"median_gbps": median},
+        ))
+    return causes

@@ -1,0 +1,3 @@
+"""Node checks: one module per family (``rendezvous``, ``names``, ``interfaces``, ``firewall``,
+``selinux``, ``sysctl``, ``software``, ``rdma``, ``environment``), run together by
+:func:`ddpnet.checks.doctor.run_doctor`."""

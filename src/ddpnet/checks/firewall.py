@@ -1,0 +1,283 @@
+"""firewall family: which manager filters incoming traffic (firewalld, ufw, nftables,
+iptables, none) and whether the ports training needs are accepted from the cluster subnet:
+MASTER_PORT (the TCPStore), torchrun's 29400 (c10d rendezvous), and the ephemeral range gloo
+and NCCL listen on for their peer connections."""
+
+from __future__ import annotations
+
+import ipaddress
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ddpnet.checks import firewall_rules as fr
+from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+from ddpnet.checks.rendezvous import is_master_host
+from ddpnet.env.ports import C10D_PORT, parse_port_range
+
+_TIMEOUT = 1.0
+_PAST = {"drop": "dropped", "reject": "rejected", "accept": "accepted"}
+
+
+@dataclass(frozen=True)
+class FirewallState:
+    """The rule dumps of every active manager (None = not active / not readable)."""
+
+    managers: tuple[str, ...]
+    nft: str | None
+    iptables: str | None
+    firewalld: str | None
+    ufw_status: str | None
+    ufw_policy: str
+    unreadable: tuple[str, ...]
+
+    def facts(self) -> dict[str, object]:
+        return {"managers": list(self.managers) or ["none"],
+                "unreadable": list(self.unreadable)}
+
+
+def process_running(host: Host, name: str) -> bool:
+    """Whether a process called ``name`` runs (``<proc>/<pid>/comm``): cheaper than asking
+    ``firewall-cmd``, a Python program that takes a few hundred ms just to start."""
+    try:
+        pids = [p for p in host.proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return False
+    return any((host.read(p / "comm") or "").strip() == name for p in pids)
+
+
+def read_state(host: Host) -> FirewallState:
+    """Ask each manager for its rules (edge through ``host.run``, concurrently), once."""
+    unreadable: list[str] = []
+    managers: list[str] = []
+    ufw_on = "ENABLED=yes" in (host.read(host.etc / "ufw" / "ufw.conf") or "").replace(" ", "")
+    jobs: dict[str, list[str]] = {}
+    if host.which("firewall-cmd") and process_running(host, "firewalld"):
+        jobs["firewalld"] = ["firewall-cmd", "--list-all-zones"]
+    if ufw_on and host.which("ufw"):
+        jobs["ufw"] = ["ufw", "status"]
+    if host.which("iptables-save"):
+        jobs["iptables"] = ["iptables-save", "-t", "filter"]
+    if host.which("nft"):
+        jobs["nftables"] = ["nft", "-j", "list", "ruleset"]
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        futures = {k: pool.submit(host.run, argv, _TIMEOUT * 2) for k, argv in jobs.items()}
+        outs = {k: f.result() for k, f in futures.items()}
+
+    def text(key: str, needle: str = "") -> str | None:
+        out = outs.get(key)
+        if key not in jobs:
+            return None
+        if out is None or out.returncode != 0 or needle not in out.stdout:
+            if out is None or out.returncode != 0:
+                unreadable.append(key)
+            return None
+        return out.stdout
+
+    firewalld = text("firewalld")
+    if firewalld:
+        managers.append("firewalld")
+    ufw_status = text("ufw", "Status: active")
+    if ufw_status:
+        managers.append("ufw")
+    policy = ""
+    for line in (host.read(host.etc / "default" / "ufw") or "").splitlines():
+        if line.startswith("DEFAULT_INPUT_POLICY="):
+            policy = line.split("=", 1)[1]
+    ipt = text("iptables")
+    if ipt is not None and not ufw_status and fr.has_ipt_rules(fr.parse_iptables_save(ipt)):
+        managers.append("iptables")
+    nft = text("nftables")
+    if nft is not None:
+        try:
+            if not firewalld and fr.has_nft_rules(fr.parse_nft(nft), ipt is not None):
+                managers.append("nftables")
+        except (ValueError, KeyError):
+            unreadable.append("nftables")
+    return FirewallState(tuple(managers), nft, ipt, firewalld, ufw_status, policy,
+                         tuple(unreadable))
+
+
+def state_of(host: Host) -> FirewallState:
+    return host.memo.get("firewall", lambda: read_state(host))
+
+
+def cluster_net(inputs: Inputs) -> ipaddress.IPv4Network | None:
+    """The cluster subnet: given (--cluster-subnet), else the training interface's."""
+    if inputs.cluster_subnet:
+        try:
+            return ipaddress.IPv4Network(inputs.cluster_subnet, strict=False)
+        except ValueError:
+            return None
+    for iface in inputs.interfaces:
+        if iface.name == inputs.selected.name:
+            for addr in iface.addresses:
+                if addr.family == 4:
+                    return ipaddress.IPv4Network(f"{addr.ip}/{addr.prefix}", strict=False)
+    return None
+
+
+def peer_in(net: ipaddress.IPv4Network | None, own: str | None) -> str | None:
+    """A representative peer address in the cluster subnet (not this host's)."""
+    if net is None:
+        return None
+    for addr in net.hosts() if net.num_addresses > 2 else iter([net.network_address]):
+        if str(addr) != own:
+            return str(addr)
+    return str(net.network_address)
+
+
+def decide(state: FirewallState, pkt: fr.Packet) -> list[tuple[str, fr.Decision]]:
+    """Every active manager's decision for ``pkt`` (the packet must pass all of them)."""
+    out: list[tuple[str, fr.Decision]] = []
+    if state.firewalld:
+        d = fr.evaluate_firewalld(state.firewalld, pkt)
+        if d:
+            out.append(("firewalld", d))
+    if state.ufw_status:
+        d = fr.evaluate_ufw(state.ufw_status, state.ufw_policy, pkt)
+        if d:
+            out.append(("ufw", d))
+    if state.iptables and "iptables" in state.managers:
+        d = fr.evaluate_iptables(state.iptables, pkt)
+        if d:
+            out.append(("iptables", d))
+    if state.nft and "nftables" in state.managers:
+        try:
+            d = fr.evaluate_nft(state.nft, pkt, skip_iptables=state.iptables is not None)
+        except (ValueError, KeyError):
+            d = None
+        if d:
+            out.append(("nftables", d))
+    return out
+
+
+def fix_for(manager: str, decision: fr.Decision, ports: str, subnet: str | None) -> str:
+    src = subnet or "<cluster subnet>"
+    dash = ports.replace(":", "-")
+    if manager == "nftables":
+        fam, table, chain = ([*decision.where.split(), "inet", "filter", "input"])[:3]
+        return (f"nft insert rule {fam} {table} {chain} ip saddr {src} tcp dport {dash} accept"
+                f"  (persist it in /etc/nftables.conf, or: ddpnet tune)")
+    if manager == "iptables":
+        opt = f"--dport {ports}"
+        return (f"iptables -I INPUT -s {src} -p tcp {opt} -j ACCEPT  (persist: "
+                "iptables-save > /etc/sysconfig/iptables or netfilter-persistent save)")
+    if manager == "firewalld":
+        return (f"firewall-cmd --permanent --zone=trusted --add-source={src} && "
+                "firewall-cmd --reload")
+    return f"ufw allow proto tcp from {src} to any port {ports}"
+
+
+class Manager(Check):
+    id = "firewall.manager"
+    family = "firewall"
+    title = "firewall manager"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        state = state_of(host)
+        facts = {"firewall": state.facts()}
+        if state.unreadable and not state.managers:
+            return self.skip(f"cannot read the rules of {', '.join(state.unreadable)}",
+                             "run ddpnet doctor as root to inspect the firewall", **facts)
+        if not state.managers:
+            net = cluster_net(inputs)
+            src = str(net) if net else "<cluster subnet>"
+            return self.warn(
+                "no firewall: anyone who reaches this node can use the unauthenticated "
+                f"TCPStore on port {inputs.master_port}",
+                "training works, but the rendezvous port and the ephemeral ports are open to "
+                "every network this node is on",
+                f"accept only the cluster subnet, e.g. nft add table inet ddpnet; nft add "
+                f"chain inet ddpnet input '{{ type filter hook input priority 0; }}'; nft add "
+                f"rule inet ddpnet input ip saddr != {src} tcp dport {{ "
+                f"{inputs.master_port}, 32768-60999 }} drop",
+                **facts)
+        return self.ok(f"active: {', '.join(state.managers)}", **facts)
+
+
+class PortAccepted(Check):
+    family = "firewall"
+
+    def __init__(self, check_id: str, title: str) -> None:
+        self.id = check_id  # type: ignore[misc]
+        self.title = title  # type: ignore[misc]
+
+    def ports(self, host: Host, inputs: Inputs) -> tuple[str, list[int]] | None:
+        """(spec shown and used in the fix, representative ports)."""
+        return str(inputs.master_port), [inputs.master_port]
+
+    def severity(self, host: Host, inputs: Inputs) -> str:
+        return "fail"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        wanted = self.ports(host, inputs)
+        if wanted is None:
+            return self.skip("static rendezvous: torchrun's c10d port 29400 is not used")
+        spec, ports = wanted
+        state = state_of(host)
+        if not state.managers:
+            return self.ok(f"{spec}/tcp open (no firewall)") if not state.unreadable else \
+                self.skip(f"cannot read the rules of {', '.join(state.unreadable)}")
+        net = cluster_net(inputs)
+        src = peer_in(net, inputs.selected.address)
+        blocked: list[tuple[str, fr.Decision, int]] = []
+        uncertain: list[str] = []
+        accepted_by: list[str] = []
+        for port in ports:
+            pkt = fr.Packet(port, src, inputs.selected.address, inputs.selected.name)
+            for manager, d in decide(state, pkt):
+                uncertain.extend(d.uncertain)
+                if d.verdict != "accept":
+                    blocked.append((manager, d, port))
+                else:
+                    accepted_by.append(f"{manager}: {d.by}")
+        origin = f"from {net}" if net else "from any source"
+        if blocked:
+            manager, d, port = blocked[0]
+            status = self.severity(host, inputs)
+            return self.result(
+                status,  # type: ignore[arg-type]
+                f"{spec}/tcp {origin} is {_PAST[d.verdict]} by {manager}",
+                f"port {port}: {d.by}",
+                fix_for(manager, d, spec, str(net) if net else None),
+            )
+        if uncertain:
+            return self.warn(
+                f"{spec}/tcp {origin}: accepted unless a rule we cannot evaluate matches",
+                "; ".join(dict.fromkeys(uncertain)),
+                f"check with: nft list ruleset / iptables -S INPUT, and accept {spec}/tcp "
+                f"{origin}")
+        return self.ok(f"{spec}/tcp accepted {origin}", "; ".join(dict.fromkeys(accepted_by)))
+
+
+class MasterPortOpen(PortAccepted):
+    def __init__(self) -> None:
+        super().__init__("firewall.master-port", "MASTER_PORT accepted")
+
+    def severity(self, host: Host, inputs: Inputs) -> str:
+        # a closed MASTER_PORT hangs every other node only where the TCPStore runs
+        return "fail" if is_master_host(host, inputs)[0] else "warn"
+
+
+class C10dPortOpen(PortAccepted):
+    def __init__(self) -> None:
+        super().__init__("firewall.c10d-port", "c10d port accepted")
+
+    def ports(self, host: Host, inputs: Inputs) -> tuple[str, list[int]] | None:
+        if not inputs.c10d:
+            return None
+        return str(C10D_PORT), [C10D_PORT]
+
+
+class EphemeralOpen(PortAccepted):
+    def __init__(self) -> None:
+        super().__init__("firewall.ephemeral", "ephemeral ports accepted")
+
+    def ports(self, host: Host, inputs: Inputs) -> tuple[str, list[int]] | None:
+        low, high = parse_port_range(
+            host.sysctl("net.ipv4.ip_local_port_range") or "32768 60999")
+        return f"{low}:{high}", sorted({low, (low + high) // 2, high})
+
+
+CHECKS: tuple[Check, ...] = (Manager(), MasterPortOpen(), C10dPortOpen(), EphemeralOpen())
+

@@ -1,0 +1,122 @@
+"""names family: this host's name and MASTER_ADDR resolve to addresses other nodes can reach.
+
+The classic Debian/Ubuntu ``127.0.1.1 <hostname>`` line in /etc/hosts makes gloo (which, when
+GLOO_SOCKET_IFNAME is unset, binds the first address the hostname resolves to that it can
+bind) advertise a loopback address: every other node then hangs connecting to it. The first
+answer is what counts, not whether a cluster address follows it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+
+
+def is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def hosts_lines(host: Host, name: str) -> list[str]:
+    """The /etc/hosts lines that mention ``name`` (for the detail and the fix)."""
+    found = []
+    short = name.split(".")[0]
+    for raw in (host.read(host.etc / "hosts") or "").splitlines():
+        line = raw.split("#", 1)[0].split()
+        if len(line) > 1 and (name in line[1:] or short in line[1:]):
+            found.append(" ".join(line))
+    return found
+
+
+def resolve(host: Host, name: str) -> tuple[list[str], str | None]:
+    """Addresses (unique, in order) or the error text; one lookup per name per run."""
+
+    def lookup() -> tuple[list[str], str | None]:
+        try:
+            return list(dict.fromkeys(host.resolve(name))), None
+        except OSError as exc:
+            return [], str(exc) or type(exc).__name__
+
+    return host.memo.get(f"resolve:{name}", lookup)
+
+
+class HostnameResolves(Check):
+    id = "names.hostname"
+    family = "names"
+    title = "hostname resolves"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        name = host.hostname
+        addrs, error = resolve(host, name)
+        facts: dict[str, object] = {"hostname": name, "hostname_addresses": addrs}
+        lines = hosts_lines(host, name)
+        where = f" (/etc/hosts: {'; '.join(lines)})" if lines else ""
+        if error is not None or not addrs:
+            return self.fail(
+                f"hostname {name} does not resolve", f"{error or 'no addresses'}",
+                f"add '<this node's cluster address> {name}' to /etc/hosts on every node",
+                hostname_loopback=False, **facts)
+        loop = [a for a in addrs if is_loopback(a)]
+        # gloo binds the first answer it can bind: a loopback first answer is what it uses
+        first_loop = is_loopback(addrs[0])
+        facts["hostname_loopback"] = first_loop
+        ifname = host.environ.get("GLOO_SOCKET_IFNAME", "")
+        detail = f"{name} -> {', '.join(addrs)}{where}"
+        if first_loop:
+            if ifname:
+                return self.ok(f"{name} resolves first to loopback, but GLOO_SOCKET_IFNAME="
+                               f"{ifname} pins gloo's interface", detail, **facts)
+            addr = inputs.selected.address or "<this node's cluster address>"
+            only = "only " if len(loop) == len(addrs) else "first "
+            fix = (f"in /etc/hosts replace the line mapping {name} to {addrs[0]} with "
+                   f"'{addr} {name}' (or export GLOO_SOCKET_IFNAME=<training interface>)")
+            why = ("; gloo without GLOO_SOCKET_IFNAME binds the first answer and advertises "
+                   "it to every peer")
+            if inputs.num_nodes <= 1 and is_loopback(inputs.master_addr):
+                # a single-host run (MASTER_ADDR on loopback) works; a multi-node one hangs
+                return self.warn(
+                    f"hostname {name} resolves {only}to loopback ({addrs[0]}): fine on one "
+                    "host, a multi-node job would hang", detail + why, fix, **facts)
+            return self.fail(f"hostname {name} resolves {only}to loopback ({addrs[0]})",
+                             detail + why, fix, **facts)
+        if loop:
+            return self.warn(
+                f"hostname {name} also resolves to loopback ({', '.join(loop)})", detail,
+                f"remove the loopback line for {name} from /etc/hosts", **facts)
+        return self.ok(f"{name} -> {', '.join(addrs)}", where.strip(" ()"), **facts)
+
+
+class MasterResolves(Check):
+    id = "names.master"
+    family = "names"
+    title = "MASTER_ADDR resolves"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        name = inputs.master_addr
+        addrs, error = resolve(host, name)
+        if error is not None or not addrs:
+            return self.fail(
+                f"MASTER_ADDR {name} does not resolve on this node", error or "no addresses",
+                f"use the rank-0 host's IP address as MASTER_ADDR, or add '<ip> {name}' to "
+                "/etc/hosts on every node")
+        families = {4 if ":" not in a else 6 for a in addrs}
+        detail = f"{name} -> {', '.join(addrs)}"
+        if inputs.num_nodes > 1 and all(is_loopback(a) for a in addrs):
+            return self.fail(
+                f"MASTER_ADDR {name} is loopback on a {inputs.num_nodes}-node job", detail,
+                "set MASTER_ADDR to the rank-0 host's cluster address on every node")
+        if len(families) > 1:
+            return self.warn(
+                f"MASTER_ADDR {name} resolves to both IPv4 and IPv6", detail,
+                "use an IP address for MASTER_ADDR so every node connects the same way")
+        if len(addrs) > 1:
+            return self.warn(
+                f"MASTER_ADDR {name} resolves to {len(addrs)} addresses", detail,
+                "use one IP address for MASTER_ADDR; nodes may pick different ones")
+        return self.ok(detail, master_addresses=addrs)
+
+
+CHECKS: tuple[Check, ...] = (HostnameResolves(), MasterResolves())

@@ -1,0 +1,96 @@
+"""``ddpnet sbatch``: render a SLURM batch script for a ddpnet job; optionally submit it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from ddpnet.errors import ConfigError, RequirementError
+
+
+@click.command("sbatch", context_settings={"ignore_unknown_options": True,
+                                           "allow_interspersed_args": False})
+@click.option("--nodes", type=int, required=True, help="Nodes in the allocation.")
+@click.option("--ntasks-per-node", type=int, default=None, help="Ranks per node (default 1).")
+@click.option("--ntasks", type=int, default=None,
+              help="Total ranks (must equal nodes x ntasks-per-node; prefer the latter).")
+@click.option("--gpus-per-node", type=int, default=None)
+@click.option("--cpus-per-task", type=int, default=None)
+@click.option("--partition", default=None)
+@click.option("--time", default=None, help="Time limit, e.g. 02:00:00.")
+@click.option("--output", default="ddpnet-%j.out", show_default=True)
+@click.option("--job-name", default="ddpnet", show_default=True)
+@click.option("--engine", type=click.Choice(["torchrun", "srun"]), default="torchrun",
+              show_default=True,
+              help="torchrun: one srun task per node runs ddpnet launch; srun: one task per "
+              "rank runs ddpnet exec.")
+@click.option("--max-restarts", type=int, default=0, show_default=True,
+              help="torchrun restarts (engine torchrun).")
+@click.option("--ifname", default=None, help="Pin GLOO/NCCL/TP_SOCKET_IFNAME on every node.")
+@click.option("--preflight", is_flag=True, help="Run `ddpnet check` on every node first.")
+@click.option("--requeue", is_flag=True,
+              help="Requeue on SIGUSR1 (sent 120 s before the time limit).")
+@click.option("--script", "script_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the script here instead of stdout.")
+@click.option("--submit", is_flag=True, help="Submit with sbatch and print the job id.")
+@click.argument("program", nargs=-1, type=click.UNPROCESSED)
+def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
+            gpus_per_node: int | None, cpus_per_task: int | None, partition: str | None,
+            time: str | None, output: str, job_name: str, engine: str, max_restarts: int,
+            ifname: str | None, preflight: bool, requeue: bool, script_path: str | None,
+            submit: bool, program: tuple[str, ...]) -> int:
+    """Render a batch script that runs SCRIPT (or -m MODULE) on every rank.
+
+    \b
+    ddpnet sbatch --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 -- train.py > job.sh
+    ddpnet sbatch --nodes 2 --ntasks-per-node 4 --preflight --submit -- train.py
+    """
+    from ddpnet.launch.command import Target
+    from ddpnet.launch.sbatch import SbatchConfig, render
+
+    cfg = SbatchConfig(
+        target=Target.parse(program), nodes=nodes, ntasks_per_node=ntasks_per_node,
+        ntasks=ntasks, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
+        partition=partition, time=time, output=output, job_name=job_name, engine=engine,
+        preflight=preflight, requeue=requeue, ifname=ifname, max_restarts=max_restarts,
+        python=sys.executable,
+    )
+    text = render(cfg)
+    if script_path:
+        Path(script_path).write_text(text)
+        Path(script_path).chmod(0o755)
+    elif not submit:
+        click.echo(text, nl=False)
+    if not submit:
+        return 0
+    return _submit(text, script_path)
+
+
+def _submit(text: str, script_path: str | None) -> int:
+    argv = ["sbatch", "--parsable"]
+    if script_path:
+        argv.append(script_path)
+    try:
+        proc = subprocess.run(argv, input=None if script_path else text, capture_output=True,
+                              text=True, timeout=60)
+    except FileNotFoundError:
+        raise RequirementError("sbatch not found on PATH",
+                               "install the SLURM client (apt-get install slurm-client) or "
+                               "drop --submit and copy the script to a login node") from None
+    except subprocess.TimeoutExpired:
+        raise RequirementError("sbatch did not answer within 60 s",
+                               "is slurmctld reachable? try: sinfo") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"sbatch rejected the job: {detail}",
+                          "check the partition, time limit and node count with sinfo")
+    m = re.match(r"(\d+)", proc.stdout.strip())
+    if not m:
+        raise ConfigError(f"sbatch printed no job id: {proc.stdout.strip()!r}",
+                          "submit the script by hand: sbatch job.sh")
+    click.echo(m.group(1))
+    return 0

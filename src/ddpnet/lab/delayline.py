@@ -1,0 +1,163 @@
+"""A userspace delay line for kernels without ``sch_netem`` (netem is used when present).
+
+Runs inside a node (``python -m ddpnet.lab.delayline --queue 0 --ms 20``): an iptables rule
+sends every packet arriving on the node's lab interface to NFQUEUE ``--queue``; this process
+holds each packet's verdict for ``--ms`` milliseconds, then accepts it.
+
+Why arriving, not leaving: a packet held on its way out still belongs to the sending socket,
+and TCP Small Queues then throttles the sender to a trickle (a few Mb/s at 20 ms); arriving
+packets are already orphaned, so TCP runs at full rate with the added latency. One catch:
+``ping`` reports kernel receive timestamps, taken before the hold; use ``ping -U`` (user-to-
+user latency) or any TCP measurement to see the delay. Every packet gets the same
+delay, so verdicts go out in arrival order and one ``VERDICT_BATCH`` accepts all packets due.
+The rule uses ``--queue-bypass`` and the queue ``FAIL_OPEN``: if this process is gone or
+behind, packets pass undelayed rather than being dropped.
+
+Speaks the nfnetlink_queue protocol directly (no libnetfilter_queue needed). Throughput is
+limited to what one Python process verdicts (tens of thousands of packets per second, in
+batches), plenty for latency experiments; use a kernel with sch_netem for delay at line rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from types import FrameType
+
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_QUEUE = 3
+NFQNL_MSG_PACKET = 0
+NFQNL_MSG_CONFIG = 2
+NFQNL_MSG_VERDICT_BATCH = 3
+NFQA_PACKET_HDR = 1
+NFQA_VERDICT_HDR = 2
+NFQA_CFG_CMD = 1
+NFQA_CFG_PARAMS = 2
+NFQA_CFG_QUEUE_MAXLEN = 3
+NFQA_CFG_MASK = 4
+NFQA_CFG_FLAGS = 5
+NFQNL_CFG_CMD_BIND = 1
+NFQNL_COPY_META = 1
+NFQA_CFG_F_FAIL_OPEN = 1
+NFQA_CFG_F_GSO = 4
+NF_ACCEPT = 1
+NLM_F_REQUEST = 1
+NLM_F_ACK = 4
+NLMSG_ERROR = 2
+NETLINK_NO_ENOBUFS = 5
+SOL_NETLINK = 270
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def message(msg_type: int, queue: int, attrs: bytes, seq: int = 0, flags: int = 0) -> bytes:
+    """One nfnetlink_queue message: nlmsghdr + nfgenmsg (AF_UNSPEC, v0, queue) + attributes."""
+    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
+    header = struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | msg_type,
+                         NLM_F_REQUEST | flags, seq, 0)
+    return header + body
+
+
+def bind_messages(queue: int, maxlen: int = 100000) -> list[bytes]:
+    cmd = _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0))
+    params = _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
+    flags = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO
+    tuning = (_attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", maxlen))
+              + _attr(NFQA_CFG_FLAGS, struct.pack("!I", flags))
+              + _attr(NFQA_CFG_MASK, struct.pack("!I", flags)))
+    return [message(NFQNL_MSG_CONFIG, queue, cmd, seq=1, flags=NLM_F_ACK),
+            message(NFQNL_MSG_CONFIG, queue, params + tuning, seq=2, flags=NLM_F_ACK)]
+
+
+def verdict_batch(queue: int, last_id: int) -> bytes:
+    """Accept every queued packet with an id up to ``last_id``."""
+    return message(NFQNL_MSG_VERDICT_BATCH, queue,
+                   _attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, last_id)))
+
+
+def packet_ids(data: bytes) -> tuple[list[int], list[int]]:
+    """(packet ids, netlink error codes) in a buffer of netlink messages."""
+    ids: list[int] = []
+    errors: list[int] = []
+    off = 0
+    while off + 16 <= len(data):
+        length, msg_type = struct.unpack_from("=IH", data, off)
+        if length < 16:
+            break
+        if msg_type == NLMSG_ERROR:
+            (code,) = struct.unpack_from("=i", data, off + 16)
+            if code:
+                errors.append(-code)
+        elif msg_type == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
+            a = off + 20  # past nlmsghdr + nfgenmsg
+            while a + 4 <= off + length:
+                alen, akind = struct.unpack_from("=HH", data, a)
+                if alen < 4:
+                    break
+                if (akind & 0x7FFF) == NFQA_PACKET_HDR:
+                    ids.append(struct.unpack_from("!I", data, a + 4)[0])
+                    break
+                a += (alen + 3) & ~3
+        off += (length + 3) & ~3
+    return ids, errors
+
+
+def serve(queue: int, delay_s: float, ready: bool = True) -> None:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+    sock.bind((0, 0))
+    for msg in bind_messages(queue):
+        sock.send(msg)
+        _, errors = packet_ids(sock.recv(65536))
+        if errors:
+            raise SystemExit(f"delayline: binding NFQUEUE {queue} failed: "
+                             f"{os.strerror(errors[0])}")
+    if ready:
+        print("ready", flush=True)
+    pending: collections.deque[tuple[float, int]] = collections.deque()
+    while True:
+        wait = None if not pending else max(0.0, pending[0][0] - time.monotonic())
+        readable, _, _ = select.select([sock], [], [], wait)
+        if readable:
+            data = sock.recv(1 << 20)
+            due = time.monotonic() + delay_s
+            ids, _ = packet_ids(data)
+            pending.extend((due, i) for i in ids)
+        now = time.monotonic()
+        last = None
+        while pending and pending[0][0] <= now:
+            last = pending.popleft()[1]
+        if last is not None:
+            sock.send(verdict_batch(queue, last))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpnet.lab.delayline")
+    parser.add_argument("--queue", type=int, default=0)
+    parser.add_argument("--ms", type=float, required=True)
+    parser.add_argument("--tag", default="", help="a marker for finding this process")
+    args = parser.parse_args(argv)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    serve(args.queue, args.ms / 1000.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

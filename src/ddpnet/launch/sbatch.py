@@ -1,0 +1,188 @@
+"""Render a SLURM batch script for a ddpnet job (pure).
+
+Two layouts, chosen by ``engine``:
+
+- ``torchrun``: one ``srun`` task per node runs ``ddpnet launch --nproc-per-node T``; torchrun
+  starts the T ranks (elastic restarts, static rendezvous: rank 0 on the first node).
+- ``srun``: one ``srun`` task per rank runs ``ddpnet exec``, which turns SLURM_PROCID etc.
+  into RANK/WORLD_SIZE/LOCAL_RANK before exec'ing the script.
+
+MASTER_ADDR is the first host of the allocation and MASTER_PORT is derived from the job id
+outside the ephemeral port range, both computed once in the batch step and exported (srun
+passes the environment on), so every node agrees and two jobs on one node do not collide.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from ddpnet.errors import ConfigError
+from ddpnet.launch.command import Target
+
+ENGINES = ("torchrun", "srun")
+_TIME = re.compile(r"(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
+                   r"|\d+-\d+:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)")
+
+
+@dataclass(frozen=True)
+class SbatchConfig:
+    target: Target
+    nodes: int
+    ntasks_per_node: int | None = None
+    ntasks: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    time: str | None = None
+    output: str = "ddpnet-%j.out"
+    job_name: str = "ddpnet"
+    engine: str = "torchrun"
+    preflight: bool = False
+    requeue: bool = False
+    ifname: str | None = None
+    max_restarts: int = 0
+    #: the Python that has ddpnet, on every node (the submitting host's, by default)
+    python: str = "python3"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def tasks_per_node(self) -> int:
+        if self.ntasks_per_node is not None:
+            return self.ntasks_per_node
+        if self.ntasks is not None:
+            return self.ntasks // self.nodes
+        return 1
+
+
+def validate(cfg: SbatchConfig) -> None:
+    if cfg.nodes < 1:
+        raise ConfigError(f"--nodes {cfg.nodes} is below 1", "a job needs --nodes 1 or more")
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"--engine {cfg.engine!r} is not one of {', '.join(ENGINES)}",
+                          "torchrun: one task per node; srun: one task per rank")
+    if cfg.ntasks_per_node is not None and cfg.ntasks_per_node < 1:
+        raise ConfigError(f"--ntasks-per-node {cfg.ntasks_per_node} is below 1",
+                          "give the ranks per node (GPUs per node), e.g. --ntasks-per-node 4")
+    if cfg.ntasks is not None:
+        if cfg.ntasks < 1:
+            raise ConfigError(f"--ntasks {cfg.ntasks} is below 1", "drop --ntasks")
+        if cfg.ntasks_per_node is None and cfg.nodes > 1:
+            raise ConfigError(
+                f"--ntasks {cfg.ntasks} across --nodes {cfg.nodes} without --ntasks-per-node: "
+                "SLURM may place the tasks unevenly (e.g. 3+1), which breaks LOCAL_RANK and "
+                "one-rank-per-GPU",
+                f"use --ntasks-per-node {max(1, cfg.ntasks // cfg.nodes)} instead of --ntasks")
+        if cfg.ntasks_per_node is not None and cfg.ntasks != cfg.nodes * cfg.ntasks_per_node:
+            raise ConfigError(
+                f"--ntasks {cfg.ntasks} contradicts --nodes {cfg.nodes} x --ntasks-per-node "
+                f"{cfg.ntasks_per_node} = {cfg.nodes * cfg.ntasks_per_node}",
+                "drop --ntasks: --nodes and --ntasks-per-node define the job")
+    if cfg.gpus_per_node is not None:
+        if cfg.gpus_per_node < 0:
+            raise ConfigError(f"--gpus-per-node {cfg.gpus_per_node} is negative",
+                              "use 0 or more")
+        if cfg.gpus_per_node and cfg.tasks_per_node > cfg.gpus_per_node:
+            raise ConfigError(
+                f"--ntasks-per-node {cfg.tasks_per_node} exceeds --gpus-per-node "
+                f"{cfg.gpus_per_node}: NCCL needs one GPU per rank",
+                f"use --ntasks-per-node {cfg.gpus_per_node} (one rank per GPU)")
+    if cfg.time is not None and not _TIME.fullmatch(cfg.time):
+        raise ConfigError(f"--time {cfg.time!r} is not a SLURM time",
+                          "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. --time 02:00:00")
+    for flag, value in (("--partition", cfg.partition), ("--output", cfg.output),
+                        ("--job-name", cfg.job_name)):
+        if value is not None and (not value or "\n" in value):
+            raise ConfigError(f"{flag} {value!r} is empty or spans lines",
+                              f"give {flag} a single-line value")
+
+
+def render(cfg: SbatchConfig) -> str:
+    """The batch script text."""
+    q = shlex.quote
+    tpn = cfg.tasks_per_node
+    lines = [
+        "#!/bin/bash",
+        f"# Rendered by `ddpnet sbatch`: {cfg.nodes} node(s) x {tpn} rank(s), engine "
+        f"{cfg.engine}.",
+        f"#SBATCH --job-name={cfg.job_name}",
+        f"#SBATCH --nodes={cfg.nodes}",
+    ]
+    if cfg.engine == "torchrun":
+        lines.append("#SBATCH --ntasks-per-node=1")
+        if cfg.cpus_per_task:
+            lines.append(f"#SBATCH --cpus-per-task={cfg.cpus_per_task}")
+    else:
+        lines.append(f"#SBATCH --ntasks-per-node={tpn}")
+        if cfg.cpus_per_task:
+            lines.append(f"#SBATCH --cpus-per-task={cfg.cpus_per_task}")
+    if cfg.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
+    if cfg.partition:
+        lines.append(f"#SBATCH --partition={cfg.partition}")
+    if cfg.time:
+        lines.append(f"#SBATCH --time={cfg.time}")
+    lines.append(f"#SBATCH --output={cfg.output}")
+    if cfg.requeue:
+        # append: a requeued run keeps the log of the runs before it
+        lines += ["#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append"]
+    lines += [
+        "",
+        "set -euo pipefail",
+        "# The Python environment ddpnet is installed in (the same path on every node).",
+        f"PY={q(cfg.python)}",
+        "",
+        "# Rank 0 runs on the first node of the allocation: that host is MASTER_ADDR.",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# A port derived from the job id, outside the ephemeral range (no collision with",
+        "# outgoing connections or with another job's port on a shared node).",
+        'MASTER_PORT=$("$PY" -m ddpnet.launch.port "$SLURM_JOB_ID")',
+    ]
+    lines.append("export MASTER_ADDR MASTER_PORT")
+    if cfg.ifname:
+        lines.append(f"export GLOO_SOCKET_IFNAME={q(cfg.ifname)} "
+                     f"NCCL_SOCKET_IFNAME={q(cfg.ifname)} TP_SOCKET_IFNAME={q(cfg.ifname)}")
+    lines.append('echo "ddpnet: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, '
+                 'MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"')
+    lines.append("")
+    if cfg.preflight:
+        lines += [
+            "# Preflight: every node checks its network, versions and the rendezvous first;",
+            "# a failing check ends the job before the training starts.",
+            'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet check',
+            "",
+        ]
+    target = " ".join(q(a) for a in cfg.target.raw())
+    # srun >= 22.05 does not inherit --cpus-per-task from the allocation: pass it on
+    cpus = f" --cpus-per-task={cfg.cpus_per_task}" if cfg.cpus_per_task else ""
+    if cfg.engine == "torchrun":
+        if not cfg.cpus_per_task:
+            lines += [f"# One srun task per node starts {tpn} rank(s): with CPU binding "
+                      "(task/affinity, cgroups)",
+                      "# give it the node's cores with --cpus-per-task, or they share one."]
+        step = (f'srun --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
+                f"--nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
+    else:
+        step = f'srun{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
+    if cfg.requeue:
+        lines += [
+            "# Requeue: SLURM sends SIGUSR1 to this script 120 s before the time limit; we",
+            "# requeue the job (it restarts from your last checkpoint) and stop the step.",
+            "requeue() {",
+            '  echo "ddpnet: time limit near, requeueing job $SLURM_JOB_ID"',
+            '  scontrol requeue "$SLURM_JOB_ID"',
+            "}",
+            "trap requeue USR1",
+            f"{step} &",
+            "wait $!  # returns early on USR1; the requeue then ends this run",
+        ]
+    else:
+        lines += [
+            "# To requeue near the time limit, render with --requeue (#SBATCH --signal=B:USR1@120",
+            "# plus a trap that runs scontrol requeue).",
+            step,
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,43 @@
+"""The exec wrapper: whatever started this process (mpirun, srun, torchrun, by hand), export
+the torch variables an unmodified ``init_process_group("gloo")`` script reads, then exec it.
+
+``torch_env`` is pure; :func:`exec_target` (the edge) replaces this process, so signals and
+the exit code belong to the script itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from ddpnet.config import DistConfig
+from ddpnet.launch.command import Target
+
+
+def torch_env(cfg: DistConfig, iface_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables ``env://`` and torchrun-style scripts read, from a resolved config."""
+    env = {
+        "RANK": str(cfg.rank),
+        "WORLD_SIZE": str(cfg.world_size),
+        "LOCAL_RANK": str(cfg.local_rank),
+        "LOCAL_WORLD_SIZE": str(cfg.local_world_size),
+        "NODE_RANK": str(cfg.node_rank),
+        "GROUP_RANK": str(cfg.node_rank),
+        "NNODES": str(cfg.num_nodes),
+        "MASTER_ADDR": cfg.master_addr,
+        "MASTER_PORT": str(cfg.master_port),
+        "DDPNET_LAUNCHER": cfg.launcher,
+    }
+    env.update(iface_env or {})
+    return env
+
+
+def exec_target(target: Target, env: Mapping[str, str]) -> None:
+    """Replace this process with ``target`` (edge); never returns."""
+    argv = target.python_argv(sys.executable)
+    merged = dict(os.environ)
+    merged.update(env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, merged)

@@ -1,0 +1,357 @@
+"""The edge that touches the system: dry-run diffs, ``--apply`` and ``--revert``.
+
+Writes are atomic (temp file in the same directory, fsync, rename). Every file is backed up
+before its first change and every step is recorded in a journal under
+``<root>/var/lib/ddpnet/`` before the next one, so ``--revert`` restores the tree byte for byte
+even after a failed apply. Commands run only on the live root (``--root /``); with another
+root they are listed and skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpnet.errors import CheckFailed, ConfigError
+from ddpnet.tune.model import Command, FileChange, Plan
+
+JOURNAL_DIR = "/var/lib/ddpnet"
+JOURNAL = JOURNAL_DIR + "/journal.json"
+BACKUPS = JOURNAL_DIR + "/backups"
+COMMAND_TIMEOUT_S = 60
+
+#: argv -> (returncode, combined output); injected in tests
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+
+
+def run_command(argv: Sequence[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {COMMAND_TIMEOUT_S} s"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def under(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str
+    action: str  # create | modify | unchanged
+    diff: str
+    mode: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "action": self.action, "mode": oct(self.mode),
+                "diff": self.diff}
+
+
+def diff_file(root: Path, fc: FileChange) -> FileDiff:
+    current = _read(under(root, fc.path))
+    new = fc.content.encode()
+    if current == new:
+        return FileDiff(fc.path, "unchanged", "", fc.mode)
+    old_text = current.decode(errors="replace") if current is not None else ""
+    diff = "".join(difflib.unified_diff(
+        old_text.splitlines(keepends=True), fc.content.splitlines(keepends=True),
+        fromfile="/dev/null" if current is None else f"a{fc.path}", tofile=f"b{fc.path}"))
+    return FileDiff(fc.path, "create" if current is None else "modify", diff, fc.mode)
+
+
+def dry_run(plan: Plan, root: Path) -> list[FileDiff]:
+    return [diff_file(root, fc) for part in plan.parts for fc in part.files]
+
+
+def atomic_write(path: Path, data: bytes, mode: int, like: os.stat_result | None = None) -> None:
+    """Write via a temp file in the same directory and rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.ddpnet-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        if like is not None:
+            os.chown(tmp, like.st_uid, like.st_gid)
+            os.utime(tmp, ns=(like.st_atime_ns, like.st_mtime_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+@dataclass
+class Journal:
+    """What ddpnet changed under one root; saved after every step."""
+
+    root: Path
+    dirs: list[str] = field(default_factory=list)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    touched: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return under(self.root, JOURNAL)
+
+    @classmethod
+    def load(cls, root: Path) -> Journal | None:
+        path = under(root, JOURNAL)
+        data = _read(path)
+        if data is None:
+            return None
+        try:
+            raw = json.loads(data)
+            return cls(root, list(raw["dirs"]), dict(raw["files"]), dict(raw["touched"]),
+                       dict(raw["parts"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"journal {path} is unreadable ({exc})",
+                              "restore it from a copy; ddpnet will not guess what it changed"
+                              ) from None
+
+    def save(self) -> None:
+        self.ensure_dir(BACKUPS)
+        data = {"version": 1, "dirs": self.dirs, "files": self.files,
+                "touched": self.touched, "parts": self.parts}
+        atomic_write(self.path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+
+    def ensure_dir(self, path: str) -> None:
+        """Create ``path`` and missing parents, remembering which ones we created."""
+        missing: list[Path] = []
+        p = under(self.root, path)
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            d.mkdir(mode=0o755)
+            rel = "/" + str(d.relative_to(self.root))
+            if rel not in self.dirs:
+                self.dirs.append(rel)
+
+    def backup(self, path: str) -> str | None:
+        """Copy the file (bytes, mode, owner, times) into backups/; None if it is absent."""
+        src = under(self.root, path)
+        if not src.exists():
+            return None
+        self.ensure_dir(BACKUPS)
+        name = path.strip("/").replace("/", "%")
+        dst = under(self.root, BACKUPS) / name
+        shutil.copy2(src, dst)
+        st = src.stat()
+        os.chown(dst, st.st_uid, st.st_gid)
+        return name
+
+    def restore(self, path: str, backup: str | None) -> None:
+        target = under(self.root, path)
+        if backup is None:
+            target.unlink(missing_ok=True)
+            return
+        src = under(self.root, BACKUPS) / backup
+        st = src.stat()
+        atomic_write(target, src.read_bytes(), st.st_mode & 0o7777, like=st)
+
+
+@dataclass
+class Outcome:
+    """What an apply or revert did, for the human and JSON output."""
+
+    files: list[dict[str, str]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(f["action"] != "unchanged" for f in self.files) or any(
+            c["status"] == "ran" for c in self.commands)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"changed": self.changed, "files": self.files, "commands": self.commands,
+                "failed": self.failed}
+
+
+def _run_cmd(cmd: Command, runner: Runner, out: Outcome, part: str) -> bool:
+    if cmd.unless and runner(cmd.unless)[0] == 0:
+        out.commands.append({"part": part, "argv": list(cmd.argv), "status": "already"})
+        return True
+    if cmd.onlyif and runner(cmd.onlyif)[0] != 0:
+        out.commands.append({"part": part, "argv": list(cmd.argv), "status": "not needed"})
+        return True
+    rc, text = runner(cmd.argv)
+    out.commands.append({"part": part, "argv": list(cmd.argv),
+                         "status": "ran" if rc == 0 else f"failed ({rc})", "output": text})
+    if rc != 0:
+        last = text.splitlines()[-1] if text else ""
+        out.failed.append(f"{' '.join(cmd.argv)}: exit {rc}: {last}")
+    return rc == 0
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One apply/revert per root at a time (flock on the root directory itself, so the lock
+    leaves nothing behind)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another ddpnet tune --apply/--revert is running on {root}",
+                              "wait for it to finish, then run again") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _is_live(root: Path) -> bool:
+    return root.resolve() == Path("/")
+
+
+def apply(plan: Plan, root: Path, runner: Runner = run_command,
+          live: bool | None = None) -> Outcome:
+    """Write every file, run every part's commands (only when ``live``: the root is ``/``);
+    a second run changes nothing."""
+    with _locked(root):
+        return _apply(plan, root, runner, live)
+
+
+def _apply(plan: Plan, root: Path, runner: Runner, live: bool | None) -> Outcome:
+    journal = Journal.load(root) or Journal(root)
+    live = _is_live(root) if live is None else live
+    out = Outcome()
+    for part in plan.parts:
+        changed_files = False
+        for fc in part.files:
+            target = under(root, fc.path)
+            current = _read(target)
+            new = fc.content.encode()
+            if current == new:
+                out.files.append({"path": fc.path, "action": "unchanged"})
+                continue
+            old_stat = target.stat() if current is not None else None
+            if fc.path not in journal.files:
+                journal.files[fc.path] = {
+                    "action": "modified" if current is not None else "created",
+                    "backup": journal.backup(fc.path) if current is not None else None,
+                }
+                journal.save()
+            journal.ensure_dir(str(Path(fc.path).parent))
+            mode = fc.mode
+            if old_stat is not None and fc.mode == 0o644:
+                mode = old_stat.st_mode & 0o7777  # an edited file keeps its mode
+            atomic_write(target, new, mode, like=None)
+            if old_stat is not None:
+                os.chown(target, old_stat.st_uid, old_stat.st_gid)
+            journal.files[fc.path]["sha256"] = _sha(new)
+            journal.save()
+            changed_files = True
+            out.files.append({"path": fc.path,
+                              "action": "modify" if current is not None else "create"})
+        if not part.apply:
+            continue
+        applied = [c.to_dict() for c in part.apply]
+        prev = journal.parts.get(part.name)
+        if not live:
+            for c in part.apply:
+                out.commands.append({"part": part.name, "argv": list(c.argv),
+                                     "status": "skipped (--root is not /)"})
+            continue
+        if prev and prev.get("ran") and prev["apply"] == applied and not changed_files:
+            for c in part.apply:
+                out.commands.append({"part": part.name, "argv": list(c.argv),
+                                     "status": "already"})
+            continue
+        if prev and prev.get("ran") and prev["apply"] != applied and not part.keep_first_revert:
+            for c in prev["revert"]:
+                _run_cmd(Command.from_dict(c), runner, out, part.name)
+        for path in part.touches:
+            if path not in journal.touched:
+                journal.touched[path] = {"backup": journal.backup(path)}
+        revert = [c.to_dict() for c in part.revert]
+        if prev and part.keep_first_revert:
+            revert = prev["revert"]
+        journal.parts[part.name] = {"apply": applied, "revert": revert, "ran": True}
+        journal.save()
+        for c in part.apply:
+            if not _run_cmd(c, runner, out, part.name):
+                journal.save()
+                raise CheckFailed(
+                    f"tune --apply: part {part.name} failed: {out.failed[-1]}",
+                    "fix the cause and run --apply again, or undo everything with "
+                    "`ddpnet tune --revert`")
+    if journal.files or journal.parts:
+        journal.save()
+    return out
+
+
+def revert(root: Path, runner: Runner = run_command, live: bool | None = None) -> Outcome:
+    """Undo every command and restore every file byte for byte; remove what we added."""
+    with _locked(root):
+        return _revert(root, runner, live)
+
+
+def _revert(root: Path, runner: Runner, live: bool | None) -> Outcome:
+    out = Outcome()
+    journal = Journal.load(root)
+    if journal is None:
+        return out
+    live = _is_live(root) if live is None else live
+    for name in reversed(list(journal.parts)):
+        entry = journal.parts[name]
+        for c in entry["revert"]:
+            cmd = Command.from_dict(c)
+            if live and entry.get("ran"):
+                _run_cmd(cmd, runner, out, name)
+            else:
+                out.commands.append({"part": name, "argv": list(cmd.argv),
+                                     "status": "skipped (not applied here)"})
+    for path, entry in journal.touched.items():
+        journal.restore(path, entry["backup"])
+        out.files.append({"path": path, "action": "restored"})
+    for path in reversed(list(journal.files)):
+        entry = journal.files[path]
+        target = under(root, path)
+        current = _read(target)
+        if (current is not None and "sha256" in entry and _sha(current) != entry["sha256"]):
+            out.failed.append(f"{path} was edited after ddpnet wrote it; restored anyway, "
+                              f"your edit is in {path}.ddpnet-edited")
+            shutil.copy2(target, target.with_name(target.name + ".ddpnet-edited"))
+        journal.restore(path, entry["backup"])
+        out.files.append({"path": path, "action": "removed" if entry["backup"] is None
+                          else "restored"})
+    shutil.rmtree(under(root, BACKUPS), ignore_errors=True)
+    under(root, JOURNAL).unlink(missing_ok=True)
+    for d in reversed(journal.dirs):
+        with contextlib.suppress(OSError):  # not empty: something else lives there now
+            under(root, d).rmdir()
+    return out

@@ -1,0 +1,136 @@
+"""The sysctl drop-in: the values of ``ddpnet.sysctl_profile`` (the one table of values,
+reasons and speed tiers that ``ddpnet doctor`` checks against) plus the port keys only tune
+sets. Every value is written with its reason as a comment, and a scope: ``netns`` keys exist
+per network namespace (and can be proven in a lab node), ``host`` keys only in the initial
+namespace.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ddpnet.sysctl_profile import TIER_NAMES, profile_of, tier_for, tier_named
+from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
+
+PATH = "/etc/sysctl.d/90-ddpnet.conf"
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    value: str
+    why: str
+    #: "netns": the key exists in every network namespace (containers, lab nodes); "host":
+    #: host-wide on most kernels (recent ones, e.g. 6.18, namespace rmem_max/wmem_max too)
+    scope: str = "netns"
+
+
+def profile_for_speed(speed_mbps: int | None) -> tuple[str, str]:
+    """``(profile, reason)`` for a link speed: the largest tier the link reaches."""
+    tier, reason = tier_for(speed_mbps)
+    return tier.name, reason
+
+
+def merge_reserved(current: str, ports: tuple[int, ...]) -> str:
+    """``ip_local_reserved_ports`` keeping what is reserved already (ranges like 8000-8010)."""
+    items = [x.strip() for x in current.replace("\n", ",").split(",") if x.strip()]
+
+    def covered(port: int) -> bool:
+        for item in items:
+            lo, _, hi = item.partition("-")
+            if lo.isdigit() and int(lo) <= port <= int(hi or lo):
+                return True
+        return False
+
+    items += [str(p) for p in ports if not covered(p)]
+    # sorted, as the kernel prints it back, so the file and `sysctl -n` agree
+    return ",".join(sorted(set(items), key=lambda x: int(x.partition("-")[0] or 0)))
+
+
+def profile_for(
+    profile: str,
+    master_port: int,
+    reserved_now: str = "",
+    port_range: tuple[int, int] | None = None,
+) -> tuple[Setting, ...]:
+    """Every sysctl value of a profile, each with why (pure): the shared table's targets,
+    then the port reservations."""
+    settings = [Setting(t.name, t.recommended, t.why, t.scope)
+                for t in profile_of(tier_named(profile)).targets.values()]
+    reserved = merge_reserved(reserved_now, (master_port, RDZV_PORT))
+    settings.append(Setting(
+        "net.ipv4.ip_local_reserved_ports", reserved,
+        f"keep MASTER_PORT {master_port} and the rendezvous port {RDZV_PORT} out of the "
+        "ephemeral range so an outgoing socket cannot take them"))
+    if port_range is not None:
+        settings.append(Setting(
+            "net.ipv4.ip_local_port_range", f"{port_range[0]} {port_range[1]}",
+            "a small explicit ephemeral range, so the firewall opens only these ports to "
+            "gloo/NCCL"))
+    return tuple(settings)
+
+
+def render_file(settings: tuple[Setting, ...], profile: str, reason: str) -> str:
+    lines = [
+        "# Written by `ddpnet tune`; `ddpnet tune --revert` removes it and restores the",
+        "# values the kernel had before. Do not append to /etc/sysctl.conf: this drop-in",
+        "# is the one place these keys are set.",
+        f"# profile: {profile} ({reason})",
+    ]
+    for s in settings:
+        lines += ["", *textwrap.wrap(s.why, 88, initial_indent="# ", subsequent_indent="# "),
+                  f"{s.key} = {s.value}"]
+    return "\n".join(lines) + "\n"
+
+
+def render(req: TuneRequest, facts: HostFacts) -> Part:
+    reason = req.sources.get("profile", "")
+    settings = profile_for(req.profile, req.master_port, facts.reserved_ports, req.port_range)
+    content = render_file(settings, req.profile, reason)
+    revert = tuple(
+        Command(("sysctl", "-q", "-w", f"{s.key}={facts.sysctl_now[s.key]}"),
+                f"restore {s.key} to its value before ddpnet")
+        for s in settings if s.key in facts.sysctl_now
+    )
+    return Part(
+        name="sysctl",
+        files=(FileChange(PATH, content, 0o644, "sysctl drop-in"),),
+        apply=(Command(("sysctl", "-q", "-e", "-p", PATH),
+                       "load the drop-in now (-e: a container lacks the host-wide keys)"),),
+        revert=revert,
+        keep_first_revert=True,
+        notes=(f"profile {req.profile}: {reason}",),
+    )
+
+
+
+def settings_in(content: str) -> dict[str, str]:
+    """``key -> value`` of a drop-in (comments and blank lines skipped)."""
+    out: dict[str, str] = {}
+    for line in content.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.strip().startswith(("#", ";")):
+            out[key.strip()] = " ".join(value.split())
+    return out
+
+
+def mismatches(content: str, live: Mapping[str, str | None]) -> tuple[str, ...]:
+    """Keys the kernel did not take after ``sysctl -p`` (``sysctl -e`` does not fail on
+    them): absent in this namespace, or refused (a host-wide key from inside a container)."""
+    out = []
+    for key, want in settings_in(content).items():
+        got = live.get(key)
+        if got is None:
+            out.append(f"{key}: not in this kernel/namespace (host-wide key in a container?)")
+        elif " ".join(got.split()) != want:
+            out.append(f"{key} = {' '.join(got.split())}, not {want}: the kernel refused it "
+                       "(set it on the host, outside the container)")
+    return tuple(out)
+
+
+def all_keys() -> tuple[str, ...]:
+    """Every key any profile may set (their values are captured before an apply)."""
+    keys = [s.key for p in TIER_NAMES for s in profile_for(p, 1, "", (1024, 65535))]
+    return tuple(dict.fromkeys(keys))

@@ -1,0 +1,98 @@
+"""``ddpnet bench`` for real: --local ranks, JSON/CSV/plot outputs, thresholds, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunCli, assert_user_error
+
+FAST = ["-b", "4K", "-e", "64K", "-f", "16", "--iters", "2", "--warmup", "1",
+        "--baseline", "tcp", "--baseline-time", "0.5"]
+
+
+@pytest.mark.slow
+def test_local_two_ranks_json_csv_plot(run_cli: RunCli, tmp_path: Path) -> None:
+    csv_path, png = tmp_path / "rows.csv", tmp_path / "bw.png"
+    proc = run_cli("bench", "--local", "2", *FAST, "--check", "--json",
+                   "--collectives", "all_reduce,all_gather,send_recv",
+                   "--csv", str(csv_path), "--plot", str(png), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one JSON object, from rank 0 only
+    assert doc["backend"] == "gloo" and doc["world_size"] == 2
+    assert doc["link"]["method"] == "tcp" and doc["link"]["gbps"] > 0
+    assert doc["link"]["interface"] == "lo"
+    assert {r["collective"] for r in doc["rows"]} == {"all_reduce", "all_gather", "send_recv"}
+    assert len(doc["rows"]) == 2 * (1 + 2 + 1)  # sizes x (in-place | both | out-of-place)
+    for row in doc["rows"]:
+        assert row["wrong"] == 0
+        assert row["busbw_gbps"] > 0 and row["link_efficiency"] > 0
+    assert doc["wrong"] == 0 and len(doc["verdicts"]) == 3
+    with csv_path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["collective"] for r in rows] == [r["collective"] for r in doc["rows"]]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_min_busbw_fails_with_exit_1(run_cli: RunCli) -> None:
+    proc = run_cli("bench", "--local", "2", *FAST, "--collectives", "broadcast",
+                   "--baseline", "none", "--min-busbw", "100000", timeout=180)
+    assert_user_error(proc, 1, "below --min-busbw 100000 Gb/s", "broadcast")
+    assert "broadcast peaks at" in proc.stdout  # the table still printed
+    ok = run_cli("bench", "--local", "2", *FAST, "--collectives", "broadcast",
+                 "--baseline", "none", "--min-busbw", "0", timeout=180)
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-b", "1X"], "bad size '1X'"),
+    (["-b", "1M", "-e", "1K"], "bad size range"),
+    (["--collectives", "allreduce"], "unknown collective(s): allreduce"),
+    (["--iters", "0"], "bad --iters 0"),
+    (["--csv", "/nonexistent-dir/x.csv"], "does not exist"),
+    (["--local", "0"], "--local 0"),
+    (["--dtype", "int8"], "int8"),
+])
+def test_bad_input_exit_2(run_cli: RunCli, args: list[str], needle: str) -> None:
+    assert_user_error(run_cli("bench", *args), 2, needle)
+
+
+def test_help_lists_flags(run_cli: RunCli) -> None:
+    proc = run_cli("bench", "--help")
+    assert proc.returncode == 0
+    for flag in ("--collectives", "--min-bytes", "--max-bytes", "--factor", "--iters",
+                 "--warmup", "--dtype", "--backend", "--op", "--check", "--min-busbw",
+                 "--baseline", "--json", "--csv", "--plot", "--local"):
+        assert flag in proc.stdout
+
+
+def test_run_without_group_is_a_config_error() -> None:
+    from ddpnet.bench import BenchConfig, run
+    from ddpnet.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="initialised process group") as err:
+        run(BenchConfig())
+    assert "--local" in err.value.hint
+
+
+def test_local_ranks_stop_once_one_fails() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from ddpnet.cli.bench import wait_ranks
+
+    def spawn(code: str, rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], text=True,
+                                stderr=None if rank == 0 else subprocess.PIPE)
+
+    procs = [spawn("import time; time.sleep(60)", 0),
+             spawn("import sys; sys.stderr.write('boom\\n'); sys.exit(2)", 1)]
+    started = time.monotonic()
+    assert wait_ranks(procs, 2, timeout=60, grace=0.5) == 2
+    assert time.monotonic() - started < 20
+    assert all(p.poll() is not None for p in procs)

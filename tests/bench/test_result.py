@@ -1,0 +1,105 @@
+"""Rows (algbw, busbw, efficiency), verdicts, thresholds, and the three output formats."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from ddpnet.bench.render import CSV_FIELDS, table_text, write_csv, write_plot
+from ddpnet.bench.result import BenchResult, LinkRate, PairRate, Skipped, make_row
+
+MIB64 = 64 << 20
+
+
+def test_make_row_units() -> None:
+    # 64 MiB in a median 0.85 s on 4 ranks: algbw 0.6316 Gb/s, busbw x1.5
+    row = make_row("all_reduce", MIB64, MIB64 // 4, "float32", "sum", True,
+                   [0.9, 0.85, 0.8], 1.5, 0.94, wrong=0)
+    assert row.time_us == pytest.approx(850000)
+    assert (row.min_us, row.max_us) == (pytest.approx(800000), pytest.approx(900000))
+    assert row.algbw_gbps == pytest.approx(MIB64 * 8 / 0.85 / 1e9)
+    assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 1.5)
+    assert row.link_efficiency == pytest.approx(row.busbw_gbps / 0.94)
+
+
+def test_make_row_even_count_median_and_no_link() -> None:
+    row = make_row("broadcast", 1000, 250, "float32", None, True, [1.0, 3.0, 2.0, 4.0], 1.0,
+                   None, None)
+    assert row.time_us == pytest.approx(2.5e6)
+    assert row.link_efficiency is None and row.wrong is None
+
+
+def sample() -> BenchResult:
+    link = LinkRate(0.94, "iperf3", 10.0, "eth0", (PairRate(0, 1, 0.94), PairRate(1, 0, 0.95)))
+    rows = (
+        make_row("all_reduce", 1 << 20, 1 << 18, "float32", "sum", True, [0.02], 1.5, 0.94, 0),
+        make_row("all_reduce", MIB64, MIB64 // 4, "float32", "sum", True, [0.85], 1.5, 0.94, 0),
+        make_row("all_gather", MIB64, MIB64 // 4, "float32", None, False, [0.6], 0.75, 0.94, 3),
+    )
+    return BenchResult("gloo", 4, "cpu", link, rows,
+                       (Skipped("send_recv", "needs at least 2 ranks"),))
+
+
+def test_peak_verdicts_and_threshold() -> None:
+    res = sample()
+    assert res.peak()["all_reduce"].bytes == MIB64
+    verdicts = res.verdicts()
+    assert verdicts[0].startswith("all_reduce reaches 101% of the link")
+    assert "at 64M" in verdicts[0]
+    assert [r.collective for r in res.below(0.9)] == ["all_gather"]
+    assert res.below(0.1) == []
+    assert res.wrong == 3
+
+
+def test_to_dict_schema() -> None:
+    doc = json.loads(json.dumps(sample().to_dict()))
+    assert {"backend", "world_size", "link", "rows"} <= set(doc)
+    assert {"gbps", "method", "nominal_gbps"} <= set(doc["link"])
+    assert doc["link"]["pairs"][1] == {"src": 1, "dst": 0, "gbps": 0.95, "error": None}
+    required = {"collective", "bytes", "dtype", "inplace", "time_us", "algbw_gbps",
+                "busbw_gbps", "wrong", "link_efficiency"}
+    for row in doc["rows"]:
+        assert required <= set(row)
+    assert doc["skipped"] == [{"collective": "send_recv", "reason": "needs at least 2 ranks"}]
+    assert doc["wrong"] == 3
+
+
+def test_table_text() -> None:
+    text = table_text(sample())
+    lines = text.splitlines()
+    assert lines[0] == "# ddpnet bench: gloo, 4 ranks, cpu"
+    assert "iperf3 on eth0 over 2 pair(s)): 0.940 Gb/s, NIC nominal 10 Gb/s" in lines[1]
+    header = next(ln for ln in lines if ln.startswith("collective"))
+    assert "busbw GB/s" in header and "of link" in header
+    row64 = next(ln for ln in lines if ln.startswith("all_reduce") and " 64M " in ln)
+    # GB/s = Gb/s / 8 in the table: busbw 0.947 Gb/s -> 0.118 GB/s
+    assert "0.118" in row64 and "0.947" in row64 and "101%" in row64
+    assert "skipped send_recv: needs at least 2 ranks" in text
+
+
+def test_csv(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    write_csv(sample(), path)
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3
+    assert list(rows[0]) == [*CSV_FIELDS, "link_gbps", "link_method"]
+    assert rows[1]["bytes"] == str(MIB64) and rows[1]["link_method"] == "iperf3"
+    assert float(rows[1]["busbw_gbps"]) == pytest.approx(0.947, abs=1e-3)
+
+
+def test_plot_is_a_png(tmp_path: Path) -> None:
+    path = tmp_path / "bw.png"
+    write_plot(sample(), path)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_one_rank_verdict_says_why_busbw_is_empty() -> None:
+    row = make_row("all_reduce", 1024, 256, "float32", "sum", True, [1e-5], 0.0, None, None)
+    result = BenchResult("gloo", 1, "cpu", LinkRate(None, "none"), (row,))
+    [line] = result.verdicts()
+    assert line.startswith("one rank: nothing crosses a link")

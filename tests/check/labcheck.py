@@ -1,0 +1,79 @@
+"""Run ``ddpnet check`` on lab nodes with per-node environments (shared by the lab tests and
+benchmarks/check_speed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.lab import Lab
+
+#: launcher variables the test runner must not leak into a node
+_CLEAR = ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+          "TORCHELASTIC_RUN_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
+          "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class RankRun:
+    node: int
+    returncode: int
+    stdout: str
+    stderr: str
+    #: seconds from the last rank starting to this rank's exit
+    seconds: float
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.stdout)
+        return out
+
+
+def node_env(lab: Lab, node: int, *, rank: int, world: int, port: int,
+             extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    # blank only what the runner really has (lab.popen cannot unset a variable)
+    env = {k: "" for k in _CLEAR if k in os.environ}
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": lab.master_addr,
+                "MASTER_PORT": str(port), "NNODES": str(world), "NODE_RANK": str(rank),
+                "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "PYTHONWARNINGS": "ignore"})
+    env.update(extra or {})
+    return env
+
+
+def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = None,
+              port: int = 29510, per_node: Mapping[int, Mapping[str, str]] | None = None,
+              timeout: float = 90) -> dict[int, RankRun]:
+    """Start ``ddpnet check --json ARGS`` on each chosen node (rank = node index unless
+    ``per_node`` says otherwise), wait for all (bounded), return each rank's output."""
+    chosen = list(range(len(lab.nodes))) if nodes is None else list(nodes)
+    world = len(lab.nodes)
+    procs: dict[int, subprocess.Popen[str]] = {}
+    for idx in chosen:
+        env = node_env(lab, idx, rank=idx, world=world, port=port,
+                       extra=(per_node or {}).get(idx))
+        procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    started = time.monotonic()
+    out: dict[int, RankRun] = {}
+
+    def wait(idx: int, proc: subprocess.Popen[str]) -> None:
+        try:
+            so, se = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            so, se = proc.communicate()
+        out[idx] = RankRun(idx, proc.returncode, so, se, time.monotonic() - started)
+
+    threads = [threading.Thread(target=wait, args=item) for item in procs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return dict(sorted(out.items()))

@@ -1,0 +1,96 @@
+"""The pure comparison layer with fact fixtures (the causes the lab cannot easily inject)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpnet.check.compare import NodeFacts, compare_facts
+
+
+def _node(rank: int, **over: Any) -> NodeFacts:
+    facts: dict[str, Any] = {
+        "hostname": f"n{rank}", "address": f"10.0.0.{rank + 1}", "interface": "eth0",
+        "subnet": "10.0.0.0/24", "mtu": 1500, "python": "3.11.7", "torch": "2.13.0+cpu",
+        "cuda": None, "nccl": None, "hostname_loopback": False, "clock_offset_s": 0.01,
+    }
+    facts.update(over)
+    return NodeFacts(rank, facts)
+
+
+def _ids(causes: list[Any]) -> list[str]:
+    return [c.id for c in causes]
+
+
+def test_identical_nodes_have_no_cause() -> None:
+    assert compare_facts([_node(r) for r in range(4)]) == []
+
+
+def test_torch_version_mismatch_names_the_odd_node() -> None:
+    nodes = [_node(0), _node(1), _node(2, torch="2.12.1+cpu"), _node(3)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "version-mismatch" and cause.ranks == (2,)
+    assert cause.hosts == ("n2 (10.0.0.3)",)
+    assert "2.12.1+cpu" in cause.detail and "torch==2.13.0+cpu" in cause.fix
+
+
+def test_python_and_nccl_mismatch_are_separate_causes() -> None:
+    nodes = [_node(0, nccl="2.21.5"), _node(1, nccl="2.18.1", python="3.10.12")]
+    causes = compare_facts(nodes)
+    assert _ids(causes) == ["version-mismatch", "version-mismatch"]
+    assert {c.data["key"] for c in causes} == {"python", "nccl"}
+    # a tie goes to rank 0's value: rank 1 is the odd one
+    assert all(c.ranks == (1,) for c in causes)
+
+
+def test_mtu_mismatch_fix_names_the_interface() -> None:
+    nodes = [_node(0), _node(1, mtu=9000), _node(2), _node(3)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "mtu-mismatch" and cause.ranks == (1,)
+    assert "ip link set dev eth0 mtu 1500" in cause.fix
+
+
+def test_clock_skew_beyond_one_second_is_a_warning() -> None:
+    nodes = [_node(0, clock_offset_s=0.0), _node(1, clock_offset_s=-3.4), _node(2),
+             _node(3, clock_offset_s=0.9)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "clock-skew" and cause.ranks == (1,) and cause.severity == "warn"
+    assert "-3.40 s" in cause.detail and "timedatectl set-ntp true" in cause.fix
+
+
+def test_interface_mismatch_names_the_node_in_another_network() -> None:
+    nodes = [_node(0), _node(1), _node(2, interface="docker0", address="172.17.0.1",
+                                      subnet="172.17.0.0/16"), _node(3)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "interface-mismatch" and cause.ranks == (2,)
+    assert "docker0" in cause.detail and "10.0.0.0/24" in cause.fix
+
+
+def test_loopback_address_across_hosts_is_hostname_loopback() -> None:
+    nodes = [_node(0), _node(1, interface="lo", address="127.0.1.1", subnet="127.0.0.0/8",
+                            hostname_loopback=True), _node(2)]
+    causes = compare_facts(nodes)
+    assert _ids(causes) == ["hostname-loopback"]
+    assert causes[0].ranks == (1,) and causes[0].severity == "fail"
+
+
+def test_hostname_loopback_alone_warns_only_when_the_interface_is_not_pinned() -> None:
+    warned = compare_facts([_node(0), _node(1, hostname_loopback=True)])
+    assert _ids(warned) == ["hostname-loopback"] and warned[0].severity == "warn"
+    pinned = compare_facts([_node(0), _node(1, hostname_loopback=True,
+                                             interface_pinned=True)])
+    assert pinned == []
+
+
+def test_everything_on_one_host_over_loopback_is_fine() -> None:
+    nodes = [_node(r, hostname="box", address="127.0.0.1", interface="lo",
+                   subnet="127.0.0.0/8", hostname_loopback=True) for r in range(4)]
+    assert compare_facts(nodes) == []
+
+
+def test_selection_problem_reported_by_a_rank_becomes_its_cause() -> None:
+    bad = _node(1, selection_problems=[["hostname-loopback",
+                                        "GLOO_SOCKET_IFNAME=lo: binds loopback",
+                                        "unset GLOO_SOCKET_IFNAME"]])
+    causes = compare_facts([_node(0), bad, _node(2)])
+    assert _ids(causes) == ["hostname-loopback"]
+    assert causes[0].ranks == (1,) and causes[0].fix == "unset GLOO_SOCKET_IFNAME"

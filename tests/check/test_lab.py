@@ -1,0 +1,174 @@
+"""``ddpnet check`` on a real 4-node lab (network namespaces, tc shaping, nftables): healthy,
+and every cause injected with lab faults or per-node environments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ddpnet.lab import Lab
+from tests.check.labcheck import RankRun, run_check
+from tests.lab_util import fresh_lab, requires_netns
+
+pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
+
+FAST = ["--join-timeout", "10", "--timeout", "20"]
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with fresh_lab("ck", nodes=4, rate="1gbit") as lab:
+        yield lab
+
+
+@pytest.fixture
+def clean(lab: Lab) -> Iterator[Lab]:
+    lab.clear()
+    yield lab
+    lab.clear()
+
+
+def _cause(report: dict[str, Any], cause_id: str) -> dict[str, Any]:
+    ids = [c["id"] for c in report["causes"]]
+    assert cause_id in ids, (cause_id, report["causes"])
+    return next(c for c in report["causes"] if c["id"] == cause_id)
+
+
+def _host(lab: Lab, node: int) -> str:
+    return lab.nodes[node].hostname
+
+
+def _diag(runs: dict[int, RankRun]) -> str:
+    return "\n".join(f"--- node {i} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+                     for i, r in runs.items())
+
+
+def test_healthy_pass_with_matrix_at_the_shaped_rate(clean: Lab) -> None:
+    runs = run_check(clean, [*FAST, "--matrix", "--bw-seconds", "1.5"])
+    report = runs[0].json()
+    assert runs[0].returncode == 0, _diag(runs)
+    assert report["verdict"] == "pass" and report["causes"] == []
+    assert all(r.returncode == 0 for r in runs.values()), _diag(runs)
+    assert [n["host"] for n in report["nodes"]] == [n.hostname for n in clean.nodes]
+    assert all(s == "ok" for i, row in enumerate(report["reachability"])
+               for j, s in enumerate(row) if i != j)
+    bw = report["bandwidth_gbps"]
+    links = [bw[i][j] for i in range(4) for j in range(4) if i != j]
+    assert all(v is not None and 0.8 <= v <= 1.2 for v in links), bw
+    assert report["allreduce"]["ok"] and report["allreduce"]["ranks_ok"] == 4
+
+
+def test_missing_rank_named(clean: Lab) -> None:
+    runs = run_check(clean, FAST, nodes=[0, 1, 2])
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "missing-ranks")
+    assert report["root_cause"]["id"] == "missing-ranks"
+    assert cause["ranks"] == [3]
+    assert _host(clean, 1) in cause["detail"] and _host(clean, 2) in cause["detail"]
+    assert runs[1].returncode == 1 and "missing-ranks" in runs[1].json()["line"]
+
+
+def test_duplicate_rank_named(clean: Lab) -> None:
+    runs = run_check(clean, FAST, per_node={2: {"RANK": "1", "NODE_RANK": "1"}})
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "duplicate-rank")
+    assert report["root_cause"]["id"] == "duplicate-rank"
+    assert cause["ranks"] == [1]
+    assert any(_host(clean, 1) in h for h in cause["hosts"])
+    assert any(_host(clean, 2) in h for h in cause["hosts"])
+    assert _cause(report, "missing-ranks")["ranks"] == [2]
+
+
+def test_world_size_mismatch_named(clean: Lab) -> None:
+    runs = run_check(clean, FAST, per_node={3: {"WORLD_SIZE": "8"}})
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "world-size-mismatch")
+    assert report["root_cause"]["id"] == "world-size-mismatch"
+    assert cause["ranks"] == [3] and _host(clean, 3) in cause["hosts"][0]
+    assert "WORLD_SIZE=8" in cause["detail"]
+
+
+def test_master_port_blocked_named_by_every_rank(clean: Lab) -> None:
+    clean.fault("block-port", 0, port=29510)
+    runs = run_check(clean, FAST)
+    for node in (1, 2, 3):
+        own = runs[node].json()
+        assert runs[node].returncode == 1, _diag(runs)
+        assert own["causes"][0]["id"] == "master-port-filtered", own
+        assert own["causes"][0]["hosts"] == [_host(clean, node)]
+    report = runs[0].json()
+    assert runs[0].returncode == 1
+    assert _cause(report, "missing-ranks")["ranks"] == [1, 2, 3]
+
+
+def test_ephemeral_ports_blocked_on_one_node(clean: Lab) -> None:
+    clean.fault("block-ephemeral", 2, port=29510)
+    runs = run_check(clean, FAST)
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "peer-port-blocked")
+    assert report["root_cause"]["id"] == "peer-port-blocked"
+    assert cause["ranks"] == [2] and _host(clean, 2) in cause["hosts"][0]
+    assert [row[2] for i, row in enumerate(report["reachability"]) if i != 2] == ["filtered"] * 3
+
+
+def test_mtu_mismatch_named(clean: Lab) -> None:
+    clean.fault("mtu", 1, mtu=9000)
+    runs = run_check(clean, [*FAST, "--no-matrix"])
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "mtu-mismatch")
+    assert cause["ranks"] == [1] and _host(clean, 1) in cause["hosts"][0]
+    assert "mtu 1500" in cause["fix"]
+
+
+def test_slow_node_named(clean: Lab) -> None:
+    clean.fault("rate", 3, rate="100mbit")
+    runs = run_check(clean, [*FAST, "--matrix"])
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "slow-node")
+    assert cause["ranks"] == [3] and _host(clean, 3) in cause["hosts"][0]
+    bw = report["bandwidth_gbps"]
+    assert all(bw[3][j] < 0.15 for j in range(3)), bw
+
+
+def test_hostname_loopback_with_loopback_interface(clean: Lab) -> None:
+    clean.fault("hostname-loopback", 1)
+    runs = run_check(clean, FAST, per_node={1: {"GLOO_SOCKET_IFNAME": "lo"}})
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    cause = _cause(report, "hostname-loopback")
+    assert report["root_cause"]["id"] == "hostname-loopback"
+    assert cause["ranks"] == [1] and _host(clean, 1) in cause["hosts"][0]
+
+
+@pytest.mark.parametrize(("master", "cause_id"), [
+    ("no-such-master.invalid", "master-unresolvable"),
+    ("198.19.255.1", "master-no-route"),  # lab range, but no route from the node
+])
+def test_unreachable_master_named_by_the_rank_itself(clean: Lab, master: str,
+                                                     cause_id: str) -> None:
+    runs = run_check(clean, FAST, nodes=[1], per_node={1: {"MASTER_ADDR": master}},
+                     timeout=60)
+    own = runs[1].json()
+    assert runs[1].returncode == 1, _diag(runs)
+    assert own["causes"][0]["id"] == cause_id, own
+    assert own["causes"][0]["hosts"] == [_host(clean, 1)] and own["causes"][0]["fix"]
+    assert runs[1].seconds < 15
+
+
+def test_interface_in_another_network_is_interface_mismatch(clean: Lab) -> None:
+    clean.fault("extra-iface", 2)  # a docker0-like interface in a network no one routes
+    runs = run_check(clean, FAST, per_node={2: {"GLOO_SOCKET_IFNAME": "docker0"}})
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    assert report["root_cause"]["id"] == "interface-mismatch", report["causes"]
+    cause = _cause(report, "interface-mismatch")
+    assert cause["ranks"] == [2] and _host(clean, 2) in cause["hosts"][0]
+    assert "docker0" in cause["detail"] and "198.18.0.0/24" in cause["fix"]

@@ -1,0 +1,104 @@
+"""Reachability and bandwidth analysis (pure), the schedule, and real sockets on loopback."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import socket
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddpnet.check import mesh, tournament
+
+LABELS = [f"n{i} (10.0.0.{i + 1})" for i in range(4)]
+
+
+@given(st.integers(min_value=1, max_value=40))
+def test_schedule_plays_every_pair_once_and_nobody_twice_a_round(n: int) -> None:
+    rounds = tournament.schedule(n)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n) if n > 1 else len(rounds) <= 1
+    seen = [p for r in rounds for p in r]
+    assert sorted(seen) == sorted(itertools.combinations(range(n), 2))
+    for r in rounds:
+        players = [x for p in r for x in p]
+        assert len(players) == len(set(players))
+
+
+def test_classify_errors() -> None:
+    assert mesh.classify_error(TimeoutError()) == mesh.FILTERED
+    assert mesh.classify_error(OSError(errno.ECONNREFUSED, "x")) == mesh.REFUSED
+    assert mesh.classify_error(OSError(errno.EHOSTUNREACH, "x")) == mesh.NO_ROUTE
+    assert mesh.classify_error(OSError(errno.ENETUNREACH, "x")) == mesh.NO_ROUTE
+
+
+def _matrix(bad: dict[tuple[int, int], str]) -> list[list[str]]:
+    return [[mesh.SELF if i == j else bad.get((i, j), mesh.OK) for j in range(4)]
+            for i in range(4)]
+
+
+def test_mesh_healthy_has_no_cause() -> None:
+    assert mesh.analyze(_matrix({}), LABELS, [1, 2, 3, 4], 29500) == []
+
+
+def test_mesh_node_nobody_reaches_is_peer_port_blocked() -> None:
+    m = _matrix({(i, 2): mesh.FILTERED for i in (0, 1, 3)})
+    (cause,) = mesh.analyze(m, LABELS, [40001, 40002, 40003, 40004], 29500)
+    assert cause.id == "peer-port-blocked" and cause.ranks == (2,)
+    assert cause.hosts == (LABELS[2],) and "40003" in cause.detail and "29500" in cause.detail
+
+
+def test_mesh_single_pair_is_named() -> None:
+    (cause,) = mesh.analyze(_matrix({(0, 3): mesh.REFUSED}), LABELS, [1, 2, 3, 4], 29500)
+    assert cause.ranks == (0, 3) and "0->3 refused" in cause.detail
+
+
+def _bw(slow: dict[tuple[int, int], float]) -> list[list[float | None]]:
+    return [[None if i == j else slow.get((i, j), 0.94) for j in range(4)] for i in range(4)]
+
+
+def test_bandwidth_uniform_has_no_cause() -> None:
+    assert tournament.analyze(_bw({}), LABELS) == []
+
+
+def test_bandwidth_slow_sender_is_slow_node() -> None:
+    (cause,) = tournament.analyze(_bw({(3, j): 0.095 for j in range(3)}), LABELS)
+    assert cause.id == "slow-node" and cause.ranks == (3,) and "sending" in cause.detail
+
+
+def test_bandwidth_slow_both_ways_is_slow_node() -> None:
+    slow = {(3, j): 0.09 for j in range(3)} | {(j, 3): 0.09 for j in range(3)}
+    (cause,) = tournament.analyze(_bw(slow), LABELS)
+    assert cause.id == "slow-node" and "sending and receiving" in cause.detail
+
+
+def test_bandwidth_one_slow_link_is_slow_link() -> None:
+    (cause,) = tournament.analyze(_bw({(1, 2): 0.3}), LABELS)
+    assert cause.id == "slow-link" and cause.ranks == (1, 2) and "1->2 0.30" in cause.detail
+
+
+def test_header_round_trip_and_rejects_garbage() -> None:
+    assert tournament.parse_header(tournament.make_header(7, 3)) == (7, 3)
+    with pytest.raises(ValueError):
+        tournament.parse_header(b"x" * tournament.HEADER)
+
+
+def test_listener_answers_probes_and_measures_a_stream() -> None:
+    lst = mesh.Listener("127.0.0.1")
+    try:
+        assert mesh.probe("127.0.0.1", lst.port, 2.0) == mesh.OK
+        sent = tournament.send_stream("127.0.0.1", lst.port, 0, 5, seconds=0.2, timeout=5)
+        deadline = time.monotonic() + 5
+        while (0, 5) not in lst.received and time.monotonic() < deadline:
+            time.sleep(0.01)
+        nbytes, secs = lst.received[(0, 5)]
+        assert nbytes == sent and secs > 0
+    finally:
+        lst.close()
+    # nothing listens there any more
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert mesh.probe("127.0.0.1", port, 2.0) == mesh.REFUSED

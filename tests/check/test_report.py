@@ -1,0 +1,141 @@
+"""Renderers: JSON schema, text, and the HTML report opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ddpnet.check.causes import Cause
+from ddpnet.check.render_html import render_html
+from ddpnet.check.render_text import render
+from ddpnet.check.report import CheckReport
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _failing_report() -> CheckReport:
+    labels = [f"n{i}" for i in range(4)]
+    return CheckReport(
+        world_size=4, master="198.18.0.1:29500",
+        causes=(
+            Cause("slow-node", "rank 3 on n3 is slow sending", "ethtool eth0", ("n3",), (3,),
+                  stage="bandwidth"),
+            Cause("peer-port-blocked", "no rank can connect to rank 2 <b>", "open ports",
+                  ("n2 (198.18.0.3)",), (2,), stage="reachability"),
+            Cause("clock-skew", "rank 1 +2.00 s", "timedatectl set-ntp true", ("n1",), (1,),
+                  severity="warn", stage="facts"),
+        ),
+        nodes=tuple({"rank": i, "host": labels[i], "address": f"198.18.0.{i + 1}",
+                     "interface": "eth0", "mtu": 1500, "clock_offset_s": 0.001 * i}
+                    for i in range(4)),
+        reachability=tuple(tuple("self" if i == j else ("filtered" if j == 2 else "ok")
+                                 for j in range(4)) for i in range(4)),
+        bandwidth_gbps=tuple(tuple(None if i == j else (0.09 if i == 3 else 0.94)
+                                   for j in range(4)) for i in range(4)),
+        allreduce={"ok": True, "ranks_ok": 4, "backend": "gloo"},
+        timings={"rendezvous": 0.5, "total": 4.2},
+        stages={"rendezvous": "pass", "reachability": "fail"},
+    )
+
+
+def test_json_schema_and_root_cause_first() -> None:
+    data = json.loads(json.dumps(_failing_report().to_dict()))
+    assert set(data) >= {"verdict", "causes", "nodes", "reachability", "bandwidth_gbps",
+                         "allreduce", "timings"}
+    assert data["verdict"] == "fail"
+    # the earliest failing layer first (reachability before bandwidth), warnings last
+    assert [c["id"] for c in data["causes"]] == ["peer-port-blocked", "slow-node",
+                                                 "clock-skew"]
+    assert data["root_cause"]["id"] == "peer-port-blocked"
+    for c in data["causes"]:
+        assert set(c) >= {"id", "hosts", "ranks", "detail", "fix"}
+
+
+def test_warnings_only_is_a_pass() -> None:
+    report = CheckReport(world_size=2, master="x:1", causes=(
+        Cause("clock-skew", "d", "f", severity="warn"),))
+    assert report.verdict == "pass" and report.root is not None
+
+
+def test_text_report_leads_with_the_root_cause() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=140)
+    render(_failing_report(), console)
+    text = console.export_text()
+    assert text.index("FAIL") < text.index("ROOT CAUSE: peer-port-blocked")
+    assert text.index("peer-port-blocked") < text.index("slow-node")
+    assert "filtered" in text and "0.09" in text
+
+
+def test_html_is_self_contained_and_escaped() -> None:
+    page = render_html(_failing_report())
+    assert "<script" not in page and "<link" not in page and "url(" not in page
+    assert re.findall(r"https?://[^'\"]+", page) == ["http://www.w3.org/2000/svg"]
+    assert "rank 2 &lt;b&gt;" in page and "rank 2 <b>" not in page
+    assert "id='verdict' class='fail'" in page
+
+
+def _chromium(url: str, out: Path) -> tuple[str, list[str]]:
+    """The rendered DOM and the console messages of a page in headless Chromium."""
+    assert CHROMIUM is not None
+    with tempfile.TemporaryDirectory(prefix="ck-chromium-") as profile:
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+             "--host-resolver-rules=MAP * ~NOTFOUND", "--dump-dom", url],
+            capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    # the harness sees console errors (so an empty list below means something)
+    bad = tmp_path / "bad.html"
+    bad.write_text("<p>x</p><script>console.error('ck-boom')</script>")
+    _, console = _chromium(bad.as_uri(), tmp_path)
+    assert any("ck-boom" in line for line in console), console
+
+    page = tmp_path / "report.html"
+    page.write_text(render_html(_failing_report()))
+    dom, console = _chromium(page.as_uri(), tmp_path)
+    assert console == []
+    assert re.search(r'id="verdict" class="fail">FAIL<', dom)
+    assert 'id="reachability"' in dom and 'id="bandwidth"' in dom
+    assert 'id="bandwidth-chart"' in dom and 'id="nodes"' in dom
+    assert dom.count(">filtered</td>") == 3 and ">0.09</td>" in dom
+    assert "Root cause" in dom and "peer-port-blocked" in dom
+
+
+def test_large_clusters_get_summaries_not_n_by_n_tables() -> None:
+    from rich.console import Console
+
+    n = 200
+    mesh = tuple(tuple("self" if i == j else ("refused" if (i, j) == (5, 7) else "ok")
+                       for j in range(n)) for i in range(n))
+    report = CheckReport(world_size=n, master="m:1", causes=(), reachability=mesh)
+    page = render_html(report)
+    assert "<table class='hm' id='reachability'>" not in page
+    assert f"{n * (n - 1) - 1} of {n * (n - 1)} links ok" in page and "5 &#8594; 7" in page
+    console = Console(record=True, width=120)
+    render(report, console)
+    assert f"{n * (n - 1) - 1} of {n * (n - 1)} links ok" in console.export_text()
+
+
+def test_bench_summary_line() -> None:
+    from rich.console import Console
+
+    report = CheckReport(world_size=2, master="m:1", causes=(), bench={
+        "rows": [{"bytes": 1 << 20, "busbw_gbps": 0.5}, {"bytes": 64 << 20, "busbw_gbps": 0.9}],
+        "measured_link_gbps": 0.94})
+    console = Console(record=True, width=120)
+    render(report, console)
+    assert "busbw up to 0.90 Gb/s at 64 MiB (slowest link 0.94 Gb/s)" in console.export_text()

@@ -1,0 +1,195 @@
+"""firewall family through a Host: manager detection from rule dumps, pass/warn/fail of
+each port check, the fix for each manager; and a real run against nft/iptables rules in a
+scratch network namespace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from ddpnet.checks import firewall
+from ddpnet.checks.base import CommandOutput, Host, run_command
+from tests.checks.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
+
+NFT = ("nft", "-j", "list", "ruleset")
+IPT = ("iptables-save", "-t", "filter")
+EMPTY_NFT = '{"nftables": [{"metainfo": {"version": "1.0.6"}}]}'
+
+
+def host_with(tmp_path: Path, nft: str | None = EMPTY_NFT, ipt: str | None = None,
+              **kw: object) -> Host:
+    tree = Tree(tmp_path)
+    tree.sysctls(GOOD_SYSCTLS)
+    commands: dict[tuple[str, ...], CommandOutput | None] = {}
+    if nft is not None:
+        commands[NFT] = ok(nft)
+    if ipt is not None:
+        commands[IPT] = ok(ipt)
+    return tree.host(commands=commands, **kw)  # type: ignore[arg-type]
+
+
+def run_all(host: Host, **kw: object) -> dict[str, object]:
+    inp = inputs(**kw)
+    return {c.id: c.run(host, inp) for c in firewall.CHECKS}
+
+
+def test_no_firewall_warns_about_open_tcpstore(tmp_path: Path) -> None:
+    r = run_all(host_with(tmp_path, ipt=fixture("firewall/ipt_empty.txt")))
+    m = r["firewall.manager"]
+    assert m.status == "warn" and "unauthenticated" in m.summary  # type: ignore[attr-defined]
+    assert "198.18.0.0/24" in m.fix  # type: ignore[attr-defined]
+    assert m.facts["firewall"]["managers"] == ["none"]  # type: ignore[attr-defined]
+    assert r["firewall.master-port"].status == "pass"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("kind", "nft", "ipt"), [
+    ("nftables", "firewall/nft_block_master.json", "firewall/ipt_empty.txt"),
+    ("iptables", None, "firewall/ipt_block_master.txt"),
+])
+def test_blocked_master_port_fails_on_rank0(tmp_path: Path, kind: str, nft: str | None,
+                                            ipt: str) -> None:
+    host = host_with(tmp_path, nft=fixture(nft) if nft else EMPTY_NFT, ipt=fixture(ipt))
+    r = run_all(host, master_addr="198.18.0.3", node_rank=0)
+    assert r["firewall.manager"].summary == f"active: {kind}"  # type: ignore[attr-defined]
+    res = r["firewall.master-port"]
+    assert res.status == "fail", res  # type: ignore[attr-defined]
+    assert "29500/tcp from 198.18.0.0/24 is dropped by " + kind in res.summary  # type: ignore
+    if kind == "nftables":
+        assert res.fix.startswith("nft insert rule ip drlab input ip saddr 198.18.0.0/24 "  # type: ignore
+                                  "tcp dport 29500 accept")
+    else:
+        assert res.fix.startswith("iptables -I INPUT -s 198.18.0.0/24 -p tcp --dport 29500 "  # type: ignore
+                                  "-j ACCEPT")
+    assert r["firewall.ephemeral"].status == "pass"  # type: ignore[attr-defined]
+
+
+def test_blocked_master_port_only_warns_on_other_nodes(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_block_master.json"))
+    assert run_all(host)["firewall.master-port"].status == "warn"  # type: ignore[attr-defined]
+
+
+def test_policy_drop_fails_ephemeral_range_and_c10d(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_policy_drop_master_only.json"))
+    r = run_all(host, c10d=True)
+    assert r["firewall.master-port"].status == "pass"  # type: ignore[attr-defined]
+    eph = r["firewall.ephemeral"]
+    assert eph.status == "fail" and "32768:60999/tcp" in eph.summary  # type: ignore
+    assert "tcp dport 32768-60999 accept" in eph.fix  # type: ignore[attr-defined]
+    assert r["firewall.c10d-port"].status == "fail"  # type: ignore[attr-defined]
+
+
+def test_cluster_rule_set_passes_everything(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_cluster_open.json"))
+    r = run_all(host, c10d=True)
+    assert {k: v.status for k, v in r.items()} == {  # type: ignore[attr-defined]
+        "firewall.manager": "pass", "firewall.master-port": "pass",
+        "firewall.c10d-port": "pass", "firewall.ephemeral": "pass"}
+
+
+def test_cluster_subnet_flag_changes_the_source(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_cluster_open.json"))
+    r = run_all(host, cluster_subnet="10.9.0.0/16")
+    assert r["firewall.master-port"].status == "warn"  # other node: warn
+    assert "from 10.9.0.0/16" in r["firewall.master-port"].summary  # type: ignore
+
+
+def test_uncertain_rule_warns(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_named_set.json"))
+    res = run_all(host, node_rank=0, master_addr="198.18.0.3")["firewall.master-port"]
+    # the named set is not evaluated: the policy drop decides, and the set is shown
+    assert res.status == "fail" and "policy drop" in res.detail  # type: ignore[attr-defined]
+
+
+def test_unreadable_rules_skip(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    host = tree.host(commands={NFT: CommandOutput(1, "", "Operation not permitted"),
+                               IPT: CommandOutput(1, "", "Permission denied")})
+    r = run_all(host)
+    assert r["firewall.manager"].status == "skip"  # type: ignore[attr-defined]
+    assert "root" in r["firewall.manager"].detail  # type: ignore[attr-defined]
+
+
+def test_firewalld_and_ufw(tmp_path: Path) -> None:
+    from tests.checks.test_firewall_rules import UFW, ZONES
+
+    tree = Tree(tmp_path)
+    commands = {("firewall-cmd", "--list-all-zones"): ok(ZONES), NFT: ok(EMPTY_NFT)}
+    r = run_all(tree.host(commands=commands))  # installed but not running: not asked
+    assert r["firewall.manager"].status == "warn"
+    tree.write("proc/812/comm", "firewalld\n")
+    host = tree.host(commands=commands)
+    r = run_all(host)
+    assert r["firewall.manager"].summary == "active: firewalld"  # type: ignore[attr-defined]
+    assert r["firewall.ephemeral"].status == "fail"  # type: ignore[attr-defined]
+    assert "firewall-cmd --permanent --zone=trusted --add-source=198.18.0.0/24" in \
+        r["firewall.ephemeral"].fix  # type: ignore[attr-defined]
+
+    tree2 = Tree(tmp_path / "u")
+    tree2.write("etc/ufw/ufw.conf", "ENABLED=yes\n")
+    tree2.write("etc/default/ufw", 'DEFAULT_INPUT_POLICY="DROP"\n')
+    host = tree2.host(commands={("ufw", "status"): ok(UFW), NFT: ok(EMPTY_NFT)})
+    r = run_all(host)
+    assert r["firewall.manager"].summary == "active: ufw"  # type: ignore[attr-defined]
+    assert r["firewall.master-port"].status == "pass"  # type: ignore[attr-defined]
+    eph = r["firewall.ephemeral"]
+    assert eph.status == "fail" and eph.fix.startswith("ufw allow proto tcp from "  # type: ignore
+                                                        "198.18.0.0/24 to any port 32768:60999")
+
+
+# --------------------------------------------------------------------------- real rules
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nft"),
+    reason="needs root, ip and nft to build a scratch network namespace")
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = f"dr-fw-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def in_ns(ns: str, argv: Sequence[str]) -> None:
+    subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True)
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.parametrize("manager", ["nftables", "iptables"])
+def test_real_rules_in_a_namespace(tmp_path: Path, netns: str, manager: str) -> None:
+    """The real nft / iptables-save of a namespace where port 29500 is dropped."""
+    if manager == "nftables":
+        in_ns(netns, ["nft", "add", "table", "inet", "drt"])
+        in_ns(netns, ["nft", "add", "chain", "inet", "drt", "input",
+                      "{ type filter hook input priority 0; policy accept; }"])
+        in_ns(netns, ["nft", "add", "rule", "inet", "drt", "input", "tcp", "dport", "29500",
+                      "drop"])
+    else:
+        if not shutil.which("iptables"):
+            pytest.skip("iptables not installed")
+        in_ns(netns, ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", "29500", "-j",
+                      "REJECT"])
+
+    def run(argv: Sequence[str], timeout: float) -> CommandOutput | None:
+        return run_command(["ip", "netns", "exec", netns, *argv], timeout)
+
+    tree = Tree(tmp_path)
+    tree.sysctls(GOOD_SYSCTLS)
+    host = Host(proc=tree.root / "proc", run=run, which=shutil.which)
+    inp = inputs(master_addr="198.18.0.3", node_rank=0)
+    results = {c.id: c.run(host, inp) for c in firewall.CHECKS}
+    assert results["firewall.manager"].summary == f"active: {manager}"
+    res = results["firewall.master-port"]
+    assert res.status == "fail", res
+    assert manager in res.summary
+    assert results["firewall.ephemeral"].status == "pass"

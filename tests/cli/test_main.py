@@ -1,0 +1,148 @@
+"""The CLI's error boundary and start-up cost, run for real."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ddpnet.cli.main import _os_error
+from ddpnet.exitcodes import ExitCode
+from tests.conftest import RunCli, assert_user_error, clean_environ
+
+
+def _modules_after(*args: str) -> set[str]:
+    code = ("import sys\nfrom ddpnet.cli.main import main\ntry:\n"
+            f"    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=clean_environ(), timeout=60)
+    return set(proc.stderr.strip().splitlines()[-1].split())
+
+
+def test_help_imports_neither_torch_nor_rich() -> None:
+    loaded = _modules_after("--help")
+    assert "torch" not in loaded
+    assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
+
+
+def test_human_env_stays_torch_free() -> None:
+    assert "torch" not in _modules_after("env")
+
+
+def test_os_error_on_a_user_path_is_one_line(run_cli: RunCli, tmp_path: Path) -> None:
+    # a directory where tune's sysctl drop-in goes: the dry run cannot read it
+    (tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf").mkdir(parents=True)
+    proc = run_cli("tune", "--root", str(tmp_path), "--distro", "ubuntu", "--json")
+    assert_user_error(proc, ExitCode.USAGE, "90-ddpnet.conf", "Is a directory")
+    assert proc.stdout == ""
+
+
+def test_os_error_debug_keeps_the_traceback(run_cli: RunCli, tmp_path: Path) -> None:
+    (tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf").mkdir(parents=True)
+    proc = run_cli("--debug", "tune", "--root", str(tmp_path), "--distro", "ubuntu")
+    assert proc.returncode == ExitCode.USAGE
+    assert "Traceback" in proc.stderr and "ddpnet: error: " in proc.stderr
+
+
+def test_permission_error_is_a_missing_requirement() -> None:
+    err = _os_error(PermissionError(errno.EACCES, "Permission denied", "/etc/sysctl.d/x"))
+    assert err.exit_code == ExitCode.MISSING_REQUIREMENT
+    assert "/etc/sysctl.d/x" in err.message and err.hint
+
+
+def test_other_os_error_is_bad_input() -> None:
+    err = _os_error(FileNotFoundError(errno.ENOENT, "No such file or directory", "/nope"))
+    assert err.exit_code == ExitCode.USAGE
+    assert err.message == "cannot use /nope: No such file or directory"
+
+
+def test_unknown_command_is_a_usage_error(run_cli: RunCli) -> None:
+    proc = run_cli("nosuchcommand")
+    assert_user_error(proc, ExitCode.USAGE, "nosuchcommand")
+
+
+def test_bare_ddpnet_shows_help(run_cli: RunCli) -> None:
+    proc = run_cli()
+    assert proc.returncode == 0 and "Commands" in proc.stdout
+
+
+def test_json_error_leaves_stdout_empty(run_cli: RunCli) -> None:
+    proc = run_cli("env", "--json", env={"RANK": "1"})
+    assert_user_error(proc, ExitCode.USAGE, "WORLD_SIZE")
+    assert proc.stdout == ""
+    ok = run_cli("env", "--json")
+    assert isinstance(json.loads(ok.stdout), dict)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run the CLI as an unprivileged user")
+def test_permission_denied_on_a_user_path_is_exit_3() -> None:
+    # pytest's tmp_path sits under a 0700 directory: use one nobody can traverse
+    tmp_path = Path(tempfile.mkdtemp(prefix="qa-perm-", dir="/tmp"))
+    try:
+        _permission_denied_case(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _permission_denied_case(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    (tmp_path / "etc" / "sysctl.d").mkdir(parents=True)
+    (tmp_path / "etc" / "os-release").write_text("ID=ubuntu\nVERSION_ID=22.04\n")
+    secret = tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf"
+    secret.write_text("")
+    secret.chmod(0o600)
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+         "ddpnet", "tune", "--root", str(tmp_path), "--cluster-subnet", "10.0.0.0/24"],
+        env=clean_environ(), capture_output=True, text=True, timeout=60, cwd="/")
+    if "ddpnet: error" not in proc.stderr and "Permission denied" in proc.stderr:
+        pytest.skip("the checkout is not readable by an unprivileged user")
+    assert_user_error(proc, ExitCode.MISSING_REQUIREMENT, "permission denied",
+                      "90-ddpnet.conf")
+
+
+def _fake_command(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    import types
+
+    import click
+
+    from ddpnet.cli import main as climain
+
+    @click.command("qa-boom")
+    def command() -> int:
+        raise exc
+
+    module = types.ModuleType("qa_fake_command")
+    module.command = command  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "qa_fake_command", module)
+    monkeypatch.setitem(climain.COMMANDS, "qa-boom", ("qa_fake_command", "test only"))
+
+
+def test_permission_error_in_a_command_exits_3(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from ddpnet.cli.main import main
+
+    _fake_command(monkeypatch, PermissionError(errno.EACCES, "Permission denied", "/x/y"))
+    with pytest.raises(SystemExit) as info:
+        main(["qa-boom"])
+    assert info.value.code == ExitCode.MISSING_REQUIREMENT
+    err = capsys.readouterr().err
+    assert err.startswith("ddpnet: error: permission denied: /x/y") and "\nhint: " in err
+
+
+def test_os_error_without_a_path_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # not a user's path: a bug, so the traceback stays
+    from ddpnet.cli.main import main
+
+    _fake_command(monkeypatch, ConnectionResetError(errno.ECONNRESET, "reset"))
+    with pytest.raises(ConnectionResetError):
+        main(["qa-boom"])

@@ -1,0 +1,55 @@
+"""Bad input to launch/sbatch/exec: exit 2, one error line, a hint, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import RunCli, assert_user_error
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("launch", "--nnodes", "0", "--", "t.py"), "--nnodes 0"),
+    (("launch", "--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--", "t.py"),
+     "outside 0..1"),
+    (("launch", "--via", "mpirun", "--hosts", "a:b,c", "--", "t.py"), "not HOST or HOST:SLOTS"),
+    (("launch", "--hosts", "a:2", "--", "t.py"), "--hosts is for --via mpirun"),
+    (("launch", "--via", "mpirun", "--max-restarts", "2", "--", "t.py"), "does not restart"),
+    (("launch", "--via", "mpirun", "--hosts", "a:2,b:2", "--nnodes", "3", "--", "t.py"),
+     "contradicts the 2 hosts"),
+    (("launch", "--nproc-per-node", "x", "--", "t.py"), "not a number"),
+    (("launch", "--json", "--", "t.py"), "needs --dry-run"),
+    (("launch", "--rdzv", "static", "--max-restarts", "1", "--", "t.py"), "static rendezvous"),
+    (("launch", "--dry-run"), "nothing to launch"),
+    (("launch", "--nnodes", "2", "--dry-run", "--", "t.py"), "MASTER_ADDR is not set"),
+    (("sbatch", "--nodes", "2", "--ntasks", "8", "--", "t.py"), "unevenly"),
+    (("sbatch", "--nodes", "0", "--", "t.py"), "--nodes 0"),
+    (("sbatch", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "2", "--",
+      "t.py"), "one GPU per rank"),
+])
+def test_bad_input_exits_2(run_cli: RunCli, args: tuple[str, ...], needle: str) -> None:
+    assert_user_error(run_cli(*args), 2, needle)
+
+
+def test_launch_in_multi_node_batch_script_is_refused(run_cli: RunCli) -> None:
+    proc = run_cli("launch", "--dry-run", "--", "t.py",
+                   env={"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_JOB_NUM_NODES": "2",
+                        "SLURM_JOB_NODELIST": "a,b"})
+    assert_user_error(proc, 2, "batch script of a 2-node SLURM job", "srun --ntasks-per-node=1")
+
+
+def test_launch_under_srun_takes_everything_from_slurm(run_cli: RunCli) -> None:
+    import json
+
+    proc = run_cli("launch", "--dry-run", "--json", "--nproc-per-node", "2", "--", "t.py",
+                   env={"SLURM_JOB_ID": "4321", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+                        "SLURM_STEP_ID": "0", "SLURM_NODEID": "1", "SLURM_NNODES": "2",
+                        "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_LOCALID": "0",
+                        "SLURM_STEP_TASKS_PER_NODE": "1(x2)"})
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    argv = plan["nodes"][0]["argv"]
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--nnodes") + 1] == "2"
+    assert argv[argv.index("--master-addr") + 1] == "gpu07"
+    assert plan["sources"]["master_port"] == "derived"
+    assert len(plan["nodes"]) == 1

@@ -1,0 +1,133 @@
+"""Real engines: torchrun and Open MPI started through ``ddpnet launch``, running an
+unmodified env:// gloo script that all-reduces."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddpnet.launch.slurmcluster import free_port
+from tests.conftest import RunCli
+
+SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
+
+
+
+def _lines(stdout: str) -> list[dict[str, object]]:
+    """The script's JSON results; ranks share stdout, so two may run together on a line."""
+    return sorted((json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', stdout)),
+                  key=lambda o: int(str(o["rank"])))
+
+
+def test_torchrun_two_local_ranks_all_reduce(run_cli: RunCli) -> None:
+    port = free_port()  # from the kernel, not a constant: the machine is shared
+    proc = run_cli("launch", "--nproc-per-node", "2", "--master-port", str(port),
+                   "--ifname", "lo", "--", SCRIPT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = _lines(proc.stdout)
+    assert [o["rank"] for o in objs] == [0, 1]
+    assert {o["world_size"] for o in objs} == {2}
+    assert [o["local_rank"] for o in objs] == ["0", "1"]
+    assert {o["sum"] for o in objs} == {3.0}
+    assert {o["gloo_ifname"] for o in objs} == {"lo"}
+    assert {o["master"] for o in objs} == {f"127.0.0.1:{port}"}
+
+
+def test_local_n_is_the_mp_spawn_pattern(run_cli: RunCli) -> None:
+    proc = run_cli("launch", "--local", "2", "--master-port", str(free_port()), "--", SCRIPT,
+                   env={"SLURM_JOB_ID": "77", "SLURM_PROCID": "0", "SLURM_NNODES": "4"},
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [o["sum"] for o in _lines(proc.stdout)] == [3.0, 3.0]
+
+
+def test_max_restarts_restarts_a_failed_worker_once(run_cli: RunCli, tmp_path: Path) -> None:
+    marker = tmp_path / "failed-once"
+    proc = run_cli("launch", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                   "--max-restarts", "1", "--", SCRIPT,
+                   env={"FAIL_ONCE_MARKER": str(marker)}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.exists()
+    objs = _lines(proc.stdout)
+    assert [o["rank"] for o in objs] == [0, 1]
+    assert {o["restart"] for o in objs} == {"1"}  # the second attempt finished
+
+
+def test_worker_failure_without_restarts_is_the_exit_code(run_cli: RunCli) -> None:
+    # a non-Python program (torchrun --no-python) that fails on rank 1: no torch import in
+    # the workers, so the test stays quick
+    import sys
+
+    proc = run_cli("launch", "--nproc-per-node", "2", "--master-port", str(free_port()), "--",
+                   sys.executable, "-c",
+                   "import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)",
+                   timeout=180)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])  # torchrun's failure
+    assert "exitcode: 3" in proc.stderr and "local_rank: 1" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin not installed")
+def test_mpirun_two_ranks_all_reduce_through_the_exec_wrapper(run_cli: RunCli) -> None:
+    proc = run_cli("launch", "--via", "mpirun", "--nproc-per-node", "2", "--ifname", "lo",
+                   "--master-port", str(free_port()), "--allow-run-as-root", "--oversubscribe",
+                   "--",
+                   SCRIPT, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    objs = _lines(proc.stdout)
+    assert [o["rank"] for o in objs] == [0, 1]
+    assert {o["launcher"] for o in objs} == {"openmpi"}
+    assert {o["sum"] for o in objs} == {3.0}
+    assert {o["gloo_ifname"] for o in objs} == {"lo"}
+    assert [o["local_rank"] for o in objs] == ["0", "1"]
+
+
+def test_dry_run_json_shows_every_node(run_cli: RunCli) -> None:
+    proc = run_cli("launch", "--dry-run", "--json", "--nnodes", "3", "--nproc-per-node", "2",
+                   "--master-addr", "198.18.0.1", "--ifname", "eth0", "--", "train.py", "--lr",
+                   "0.1")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["engine"] == "torchrun"
+    assert [n["node_rank"] for n in plan["nodes"]] == [0, 1, 2]
+    assert plan["nodes"][2]["ranks"] == [4, 5]
+    argv = plan["nodes"][1]["argv"]
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--master-addr") + 1] == "198.18.0.1"
+    assert argv[-3:] == ["train.py", "--lr", "0.1"]
+    assert plan["nodes"][0]["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert plan["sources"]["master_addr"] == "--master-addr"
+
+
+def test_sigterm_is_forwarded_to_the_workers_and_reported(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import clean_environ
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpnet", "launch", "--nproc-per-node", "2", "--master-port",
+         str(free_port()), "--", str(Path(__file__).with_name("sleep_script.py"))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_environ())
+    try:
+        assert proc.stdout is not None
+        ready = 0
+        deadline = time.monotonic() + 120
+        while ready < 2 and time.monotonic() < deadline:
+            ready += proc.stdout.readline().startswith("ready")
+        assert ready == 2
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert sorted(line for line in out.splitlines() if "got signal" in line) == [
+        "rank 0 got signal 15", "rank 1 got signal 15"]
+    assert "stopped after SIGTERM" in err

@@ -1,0 +1,205 @@
+"""The preflight: the pure classifier, the retry loop on a fake clock, and the real thing
+against sockets on loopback (refused, in use, connected, unresolvable)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import time
+
+import pytest
+
+from ddpnet.errors import RendezvousError
+from ddpnet.net.probe import (
+    CONNECTED,
+    REFUSED,
+    RESET,
+    TIMEOUT,
+    UNREACHABLE,
+    Attempt,
+    classify_bind,
+    classify_connect,
+    connect_loop,
+    outcome_of,
+    preflight,
+    retry_delay,
+)
+from tests.net.fixtures import cfg
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        (None, CONNECTED),
+        (TimeoutError("timed out"), TIMEOUT),
+        (TimeoutError(), TIMEOUT),
+        (OSError(errno.ECONNREFUSED, "refused"), REFUSED),
+        (OSError(errno.EHOSTUNREACH, "no route"), UNREACHABLE),
+        (OSError(errno.ENETUNREACH, "unreachable"), UNREACHABLE),
+        (OSError(errno.ECONNRESET, "reset"), RESET),
+        (OSError(errno.ETIMEDOUT, "timed out"), TIMEOUT),
+        (OSError(errno.EPERM, "perm"), "other"),
+    ],
+)
+def test_outcome_of(exc: BaseException | None, outcome: str) -> None:
+    assert outcome_of(exc).outcome == outcome
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "cause"),
+    [
+        ([REFUSED, REFUSED, TIMEOUT], "master-port-filtered"),
+        ([TIMEOUT, TIMEOUT, REFUSED], "master-port-refused"),
+        ([UNREACHABLE], "master-no-route"),
+        (["other"], "master-no-route"),
+        ([REFUSED, CONNECTED], None),
+        ([REFUSED, RESET], None),
+    ],
+)
+def test_classify_connect(outcomes: list[str], cause: str | None) -> None:
+    attempts = [Attempt(o, o) for o in outcomes]
+    err = classify_connect(attempts, "198.18.0.1", 29500, 5.0, master="node0", host="n2",
+                           rank=2)
+    if cause is None:
+        assert err is None
+        return
+    assert err is not None and err.cause == cause and err.rank == 2 and err.host == "n2"
+    assert "198.18.0.1" in err.message and "(on n2, rank 2)" in err.message
+    assert err.hint and f"{len(outcomes)} attempt(s)" in err.detail
+    if cause == "master-port-filtered":
+        assert "29500" in err.message and "--dport 29500" in err.hint
+
+
+@pytest.mark.parametrize(("neighbor", "cause"),
+                         [("FAILED", "master-no-route"), ("INCOMPLETE", "master-no-route"),
+                          ("REACHABLE", "master-port-filtered"), ("STALE", "master-port-filtered"),
+                          (None, "master-port-filtered")])
+def test_timeouts_with_a_dead_neighbour_mean_nobody_has_the_address(
+        neighbor: str | None, cause: str) -> None:
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.9", 29500, 3.0,
+                           neighbor=neighbor)
+    assert err is not None and err.cause == cause
+
+
+def test_classify_bind() -> None:
+    err = classify_bind(OSError(errno.EADDRINUSE, "in use"), 29500, host="n0", rank=0)
+    assert err.cause == "port-in-use" and "ss -ltnp 'sport = :29500'" in err.hint
+    assert classify_bind(OSError(errno.EACCES, "denied"), 80).cause == "port-in-use"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_loop_retries_refused_until_rank0_listens() -> None:
+    clock = FakeClock()
+
+    def connect(addr: str, port: int, timeout: float) -> None:
+        if clock.now < 2.0:
+            raise OSError(errno.ECONNREFUSED, "refused")
+
+    attempts, elapsed = connect_loop("a", 1, 10, connect=connect, clock=clock,
+                                     sleep=clock.sleep)
+    assert attempts[-1].outcome == CONNECTED and attempts[0].outcome == REFUSED
+    assert 2.0 <= elapsed <= 2.0 + 1.0 * 1.5  # at most one (capped, jittered) pause late
+
+
+def test_retry_delay_backs_off_with_a_cap() -> None:
+    assert retry_delay(0, 0.5) == pytest.approx(0.1)
+    assert retry_delay(3, 0.5) == pytest.approx(0.8)
+    assert retry_delay(50, 0.5) == pytest.approx(1.0)
+    assert retry_delay(50, 0.999) < 1.5 and retry_delay(0, 0.0) == pytest.approx(0.05)
+
+
+def test_loop_on_dropped_syns_stops_at_the_deadline() -> None:
+    clock = FakeClock()
+
+    def connect(addr: str, port: int, timeout: float) -> None:
+        clock.now += timeout
+        raise TimeoutError("timed out")
+
+    attempts, elapsed = connect_loop("a", 1, 7, connect=connect, clock=clock,
+                                     sleep=clock.sleep)
+    assert elapsed == pytest.approx(7.0)
+    assert [a.outcome for a in attempts] == [TIMEOUT, TIMEOUT, TIMEOUT]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_real_refused_within_connect_timeout() -> None:
+    port = _free_port()
+    t0 = time.monotonic()
+    with pytest.raises(RendezvousError) as info:
+        preflight(cfg("127.0.0.1", port=port, nodes=1, world=2), None, 1.5, host="h")
+    assert info.value.cause == "master-port-refused"
+    assert 1.4 < time.monotonic() - t0 < 3.5
+
+
+def test_real_connects_to_a_late_listener() -> None:
+    port = _free_port()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later() -> None:
+        time.sleep(0.8)
+        server.bind(("127.0.0.1", port))
+        server.listen(4)
+
+    thread = threading.Thread(target=listen_later)
+    thread.start()
+    try:
+        preflight(cfg("127.0.0.1", port=port, nodes=1, world=2), None, 10)
+    finally:
+        thread.join()
+        server.close()
+
+
+def test_real_port_in_use_on_rank0() -> None:
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        with pytest.raises(RendezvousError) as info:
+            preflight(cfg("127.0.0.1", rank=0, port=port, nodes=1, world=2), None, 5)
+        assert info.value.cause == "port-in-use" and str(port) in info.value.message
+    # free again (and a TIME_WAIT left behind must not count, as for TCPStore)
+    preflight(cfg("127.0.0.1", rank=0, port=port, nodes=1, world=2), None, 5)
+
+
+def test_real_unresolvable() -> None:
+    with pytest.raises(RendezvousError) as info:
+        preflight(cfg("no-such-host.invalid"), None, 5)
+    assert info.value.cause == "master-unresolvable"
+    assert "getent hosts no-such-host.invalid" in info.value.hint
+
+
+def test_rank0_whose_master_addr_is_not_its_own() -> None:
+    # a routing-table lookup only: rank 0 sends nothing
+    with pytest.raises(RendezvousError) as info:
+        preflight(cfg("198.18.250.250", rank=0), None, 5)
+    assert info.value.cause == "master-no-route"
+    assert "198.18.250.250" in info.value.message
+
+
+def test_file_init_needs_no_port() -> None:
+    preflight(cfg("no-such-host.invalid", init_method="file:///tmp/x"), None, 1)
+
+
+def test_torchrun_agent_store_makes_rank0_connect_not_bind() -> None:
+    port = _free_port()
+    with pytest.raises(RendezvousError) as info:
+        preflight(cfg("127.0.0.1", rank=0, port=port, nodes=1, world=2), None, 0.5,
+                  environ={"TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert info.value.cause == "master-port-refused"
