@@ -49,6 +49,8 @@ from ddpnet.errors import ConfigError
               help="Steps between metric lines (each evaluates the eval set).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
+@click.option("--pg-timeout", "pg_timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds before a stuck connect or collective fails this rank.")
 @click.option("--local", "local", type=int, default=None,
               help="Start N ranks on this machine (no launcher needed).")
 @click.option("--step-sleep", "step_sleep_s", type=float, default=0.0, hidden=True,

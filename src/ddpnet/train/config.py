@@ -43,6 +43,9 @@ class TrainConfig:
     log_every: int = 10
     eval_samples: int = 1024
     device: str = "auto"
+    #: process-group timeout (s): a hung connect or collective fails the rank instead of
+    #: blocking forever, so an elastic agent can restart the group
+    pg_timeout_s: float = 300.0
     #: sleep per optimizer step (fault drills and demos only; hidden flag)
     step_sleep_s: float = 0.0
 
@@ -104,6 +107,9 @@ def validate(cfg: TrainConfig, *,
                           "keep at least the newest checkpoint")
     if cfg.log_every < 1:
         raise ConfigError(f"--log-every must be positive, got {cfg.log_every}", "try 10")
+    if cfg.pg_timeout_s <= 0:
+        raise ConfigError(f"--pg-timeout must be positive, got {cfg.pg_timeout_s}",
+                          "seconds before a stuck collective fails the rank, e.g. 300")
     if cfg.step_sleep_s < 0:
         raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
     # last: asking torch about CUDA imports torch (seconds), so flag errors come first

@@ -90,7 +90,7 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
 
     validate(cfg, cuda_available=torch.cuda.is_available())
     device = resolve_device(cfg.device, cuda_available=torch.cuda.is_available())
-    d = init_distributed(device)
+    d = init_distributed(device, timeout_s=cfg.pg_timeout_s)
     human = sys.stderr if as_json else sys.stdout
     reporter = Reporter(human) if d.rank == 0 else None
 
