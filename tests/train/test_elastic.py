@@ -2,9 +2,12 @@
 restarted with the whole group, which resumes from the newest checkpoint and finishes with the
 same step count, repeating at most --checkpoint-every steps.
 
-``--pg-timeout 30`` bounds a restarted group's connect: gloo's full-mesh connect was seen to
-hang once in about five runs on the loaded test host; with the timeout the attempt fails and
-the agent restarts it again (``--max-restarts 2``). Uses ``python -m torch.distributed.run`` directly (``ddpnet launch --max-restarts`` builds the
+``--pg-timeout 30`` bounds a restarted group's connect: after a restart, gloo's full-mesh
+connect often dials the *previous* attempt's peer port ("timed out connecting: Connection
+refused, remote=127.0.0.1:<old port>"), i.e. stale addresses in the agent's store; with the
+timeout that attempt fails and the agent restarts again (``--max-restarts 2``), so the test
+passes but can take ~3 minutes. Open question for ``ddpnet.init`` (it turns env:// into
+tcp://MASTER_ADDR:PORT under torchelastic). Uses ``python -m torch.distributed.run`` directly (``ddpnet launch --max-restarts`` builds the
 same command line)."""
 
 from __future__ import annotations
