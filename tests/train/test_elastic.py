@@ -1,14 +1,11 @@
-"""Elastic restart: under torchrun with --max-restarts, a worker killed by SIGKILL mid-run is
-restarted with the whole group, which resumes from the newest checkpoint and finishes with the
-same step count, repeating at most --checkpoint-every steps.
+"""Elastic restart: under ``ddpnet launch --max-restarts`` (torchrun's elastic agent), a worker
+killed by SIGKILL mid-run is restarted with the whole group, which resumes from the newest
+checkpoint and finishes with the same step count, repeating at most --checkpoint-every steps.
 
-``--pg-timeout 30`` bounds a restarted group's connect: after a restart, gloo's full-mesh
-connect often dials the *previous* attempt's peer port ("timed out connecting: Connection
-refused, remote=127.0.0.1:<old port>"), i.e. stale addresses in the agent's store; with the
-timeout that attempt fails and the agent restarts again (``--max-restarts 2``), so the test
-passes but can take ~3 minutes. Open question for ``ddpnet.init`` (it turns env:// into
-tcp://MASTER_ADDR:PORT under torchelastic). Uses ``python -m torch.distributed.run`` directly (``ddpnet launch --max-restarts`` builds the
-same command line)."""
+``ddpnet launch --max-restarts`` uses c10d rendezvous with a fresh store per round: with
+torchrun's static rendezvous a restarted group can read the previous attempt's peer addresses
+from the shared store and hang in gloo's full-mesh connect (pytorch#135712). ``--pg-timeout``
+still bounds any such hang so the test cannot block CI."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,14 +30,19 @@ STEPS, EVERY = 60, 10
 
 
 def _workers(launcher: psutil.Process) -> list[psutil.Process]:
+    """The training workers: children running ddpnet train, not the torchrun agent."""
     return [p for p in launcher.children(recursive=True)
-            if "ddpnet" in " ".join(p.cmdline()) and p.pid != launcher.pid]
+            if "ddpnet" in " ".join(p.cmdline()) and p.pid != launcher.pid
+            and "torch.distributed.run" not in p.cmdline()]
 
 
 def test_killed_worker_is_restarted_and_the_run_completes(tmp_path: Path) -> None:
     ckpts = tmp_path / "ckpt"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.2",
+    with socket.socket() as probe:  # a free port for this test's rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "ddpnet", "launch", "--nproc-per-node", "2",
+            "--max-restarts", "2", "--master-port", str(port), "--",
             "-m", "ddpnet", "train", "--model", "mlp", "--width", "16", "--samples", "4096",
             "--batch-size", "16", "--max-steps", str(STEPS), "--log-every", "20",
             "--checkpoint-dir", str(ckpts), "--checkpoint-every", str(EVERY),
