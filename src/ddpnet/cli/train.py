@@ -55,8 +55,14 @@ from ddpnet.errors import ConfigError
               help="Start N ranks on this machine (no launcher needed).")
 @click.option("--step-sleep", "step_sleep_s", type=float, default=0.0, hidden=True,
               help="Sleep per step in seconds (fault drills, demos).")
+@click.option("--monitor", is_flag=True,
+              help="Record network telemetry on every rank (ddpnet monitor's sampler); rank 0 "
+                   "adds each rank's summary to the training summary.")
+@click.option("--monitor-interval", type=float, default=1.0, show_default=True,
+              help="Seconds per telemetry sample with --monitor.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
-def command(local: int | None, as_json: bool, **flags: Any) -> int:
+def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: float,
+            **flags: Any) -> int:
     """Train a small model with DDP, showing every step of the guides done right.
 
     Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
@@ -68,6 +74,7 @@ def command(local: int | None, as_json: bool, **flags: Any) -> int:
 
         return bool(torch.cuda.is_available())
 
+    flags["monitor_interval_s"] = monitor_interval if monitor else 0.0
     cfg = validate(TrainConfig(**flags), cuda_available=cuda_available)
     if local is not None:
         if local < 1:

@@ -48,6 +48,9 @@ class TrainConfig:
     pg_timeout_s: float = 300.0
     #: sleep per optimizer step (fault drills and demos only; hidden flag)
     step_sleep_s: float = 0.0
+    #: ``--monitor``: sample network telemetry every this many seconds on every rank
+    #: (0 = off); rank 0 adds each rank's summary to the training summary
+    monitor_interval_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +73,9 @@ def validate(cfg: TrainConfig, *,
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise ConfigError(f"--max-steps must be positive, got {cfg.max_steps}",
                           "omit --max-steps to train for --epochs")
+    if not (cfg.monitor_interval_s == 0 or 0.05 <= cfg.monitor_interval_s <= 3600):
+        raise ConfigError(f"--monitor-interval must be between 0.05 and 3600 s, got "
+                          f"{cfg.monitor_interval_s}", "e.g. --monitor --monitor-interval 1")
     if cfg.lr <= 0:
         raise ConfigError(f"--lr must be positive, got {cfg.lr}", "try --lr 0.05")
     if cfg.bucket_cap_mb <= 0:

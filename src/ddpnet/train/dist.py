@@ -25,6 +25,8 @@ class Dist:
     device: str
     #: what brought the group up, for the summary
     via: str
+    #: the interface the backend uses (from ddpnet.init's selection), for telemetry
+    interface: str | None = None
 
 
 def pick_backend(requested: str, device: str) -> str:
@@ -53,6 +55,7 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
         local_rank = int(handle.config.local_rank)
         via = "ddpnet.init"
         rank, world = int(handle.rank), int(handle.world_size)
+        interface = handle.interface
     else:
         from ddpnet.env.resolve import resolve
 
@@ -68,12 +71,13 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
                                 world_size=cfg.world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         rank, world, local_rank = cfg.rank, cfg.world_size, cfg.local_rank
+        interface = None
         via = f"torch.distributed ({cfg.launcher} launcher, {url})"
     dev = "cpu"
     if device == "cuda" and via != "ddpnet.init":  # init() already set the device
         torch.cuda.set_device(local_rank)
         dev = f"cuda:{local_rank}"
-    return Dist(rank, world, local_rank, chosen, dev, via)
+    return Dist(rank, world, local_rank, chosen, dev, via, interface)
 
 
 def shutdown() -> None:

@@ -6,10 +6,14 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ddpnet.train.config import TrainConfig, resolve_device, validate
 from ddpnet.train.loop import StepCallback, StepEvent, Summary
+
+if TYPE_CHECKING:
+    from ddpnet.monitor.recorder import Recorder
+    from ddpnet.train.dist import Dist
 
 
 def human_bytes(n: float) -> str:
@@ -98,17 +102,74 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
         if d.rank == 0:
             human.write(f"note: {message}\n")
 
+    recorder = start_telemetry(cfg, d)
+    telemetry: list[dict[str, Any]] | None = None
     try:
         summary = train(cfg, d, callbacks=[*callbacks, *([reporter] if reporter else [])],
                         note=note)
+        if recorder is not None:
+            telemetry = gather_telemetry(d, recorder.stop())
     finally:
         if reporter is not None:
             reporter.close()
+        if recorder is not None:
+            recorder.stop()
         shutdown()
     if d.rank == 0:
+        out = summary.to_dict()
+        if telemetry is not None:
+            out["telemetry"] = telemetry
         if as_json:
-            sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
+            sys.stdout.write(json.dumps(out, indent=2) + "\n")
         else:
             human.write(render_summary(summary) + "\n")
+            if telemetry is not None:
+                human.write(render_telemetry(telemetry) + "\n")
         sys.stdout.flush()
     return 0
+
+
+def start_telemetry(cfg: TrainConfig, d: Dist) -> Recorder | None:
+    """``--monitor``: sample the interface the backend uses (the one ``ddpnet.init()``
+    selected; every interface but lo when unknown) in a background thread on this rank."""
+    if cfg.monitor_interval_s <= 0:
+        return None
+    from ddpnet.monitor.recorder import Recorder
+    from ddpnet.monitor.select import choose
+    from ddpnet.monitor.sources import SystemSources
+
+    sources = SystemSources()
+    available = sources.snapshot(False, False).interfaces
+    names = ((d.interface,) if d.interface in available
+             else choose("auto", available, auto=_no_selection).names)
+    return Recorder(names, cfg.monitor_interval_s, sources=sources).start()
+
+
+def _no_selection() -> tuple[str, str]:
+    raise LookupError("the process group reported no interface")
+
+
+def gather_telemetry(d: Dist, mine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's telemetry summary, gathered to all ranks (rank 0 reports them)."""
+    import socket
+
+    import torch.distributed as tdist
+
+    mine = {"rank": d.rank, "host": socket.gethostname(), **mine}
+    if d.world_size == 1:
+        return [mine]
+    gathered: list[Any] = [None] * d.world_size
+    tdist.all_gather_object(gathered, mine)
+    return [g for g in gathered if g is not None]
+
+
+def render_telemetry(per_rank: list[dict[str, Any]]) -> str:
+    """One line per rank: mean/peak rx+tx on the training interface, TCP retransmits."""
+    lines = ["network during training (per rank):"]
+    for t in per_rank:
+        parts = [f"{name} rx {v['rx_gbps_mean']:.3f}/{v['rx_gbps_max']:.3f} "
+                 f"tx {v['tx_gbps_mean']:.3f}/{v['tx_gbps_max']:.3f} Gb/s (mean/peak)"
+                 for name, v in t["interfaces"].items()]
+        lines.append(f"  rank {t['rank']} {t['host']}: {'; '.join(parts) or 'no samples'}; "
+                     f"TCP retrans {t['retrans_per_s_mean']:.1f}/s")
+    return "\n".join(lines)

@@ -1,0 +1,3 @@
+from tests.lab_util import make_lab
+
+__all__ = ["make_lab"]
