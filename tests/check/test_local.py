@@ -83,7 +83,8 @@ def test_local_runs_as_an_unprivileged_user() -> None:
          "import subprocess, sys, ddpnet; subprocess.run([sys.executable, '-c', '0'], "
          "check=True)"], capture_output=True, text=True, timeout=60, cwd="/tmp")
     if probe.returncode != 0:
-        pytest.skip(f"the interpreter is not readable by nobody here: {probe.stderr[-200:]}")
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"the interpreter is not usable by user nobody here ({last})")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     env["HOME"] = "/tmp"
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env,
