@@ -26,6 +26,13 @@ def _init_selection() -> tuple[str, str]:
     return sel.interface, sel.gloo.reason
 
 
+def all_but_loopback(names: Iterable[str]) -> tuple[str, ...]:
+    """The fallback when no single interface is known: every interface but lo (lo alone if
+    that is all there is)."""
+    ordered = sorted(names)
+    return tuple(n for n in ordered if n != "lo") or tuple(ordered)
+
+
 def choose(
     spec: str,
     available: Iterable[str],
@@ -38,13 +45,12 @@ def choose(
         try:
             name, why = auto()
         except Exception as exc:  # no launcher config, no route: show the busy candidates
-            fallback = tuple(n for n in names if n != "lo") or tuple(names)
-            return IfaceChoice(fallback, "auto",
+            return IfaceChoice(all_but_loopback(names), "auto",
                                f"no interface selection ({exc}); showing all but lo")
         if name in names:
             return IfaceChoice((name,), "auto", f"selected as ddpnet.init() would: {why}")
-        fallback = tuple(n for n in names if n != "lo") or tuple(names)
-        return IfaceChoice(fallback, "auto", f"selected {name} is not visible here")
+        return IfaceChoice(all_but_loopback(names), "auto",
+                           f"selected {name} is not visible here")
     wanted = [s.strip() for s in spec.split(",") if s.strip()]
     missing = [w for w in wanted if w not in names]
     if missing or not wanted:

@@ -135,18 +135,14 @@ def start_telemetry(cfg: TrainConfig, d: Dist) -> Recorder | None:
     if cfg.monitor_interval_s <= 0:
         return None
     from ddpnet.monitor.recorder import Recorder
-    from ddpnet.monitor.select import choose
+    from ddpnet.monitor.select import all_but_loopback
     from ddpnet.monitor.sources import SystemSources
 
     sources = SystemSources()
     available = sources.snapshot(False, False).interfaces
     names = ((d.interface,) if d.interface in available
-             else choose("auto", available, auto=_no_selection).names)
+             else all_but_loopback(available))
     return Recorder(names, cfg.monitor_interval_s, sources=sources).start()
-
-
-def _no_selection() -> tuple[str, str]:
-    raise LookupError("the process group reported no interface")
 
 
 def gather_telemetry(d: Dist, mine: dict[str, Any]) -> list[dict[str, Any]]:
