@@ -15,7 +15,8 @@ if fail_marker and int(os.environ.get("RANK", "0")) == 1 and not os.path.exists(
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print(json.dumps({
+# one write per line: ranks share the pipe (a print is two writes when unbuffered)
+sys.stdout.write(json.dumps({
     "rank": dist.get_rank(), "world_size": dist.get_world_size(),
     "env_rank": os.environ.get("RANK"), "local_rank": os.environ.get("LOCAL_RANK"),
     "local_world_size": os.environ.get("LOCAL_WORLD_SIZE"),
@@ -24,5 +25,6 @@ print(json.dumps({
     "restart": os.environ.get("TORCHELASTIC_RESTART_COUNT"),
     "launcher": os.environ.get("DDPNET_LAUNCHER"),
     "sum": t.item(),
-}), flush=True)
+}) + "\n")
+sys.stdout.flush()
 dist.destroy_process_group()

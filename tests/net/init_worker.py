@@ -9,6 +9,12 @@ import os
 import sys
 
 
+def emit(obj: object) -> None:
+    """One JSON line in one write: ranks share the pipe, and under PYTHONUNBUFFERED a
+    ``print`` is two writes that another rank's line can land between."""
+    os.write(1, (json.dumps(obj) + "\n").encode())
+
+
 def plain() -> int:
     """What the guides do: init_process_group("gloo") with env:// and nothing else."""
     from datetime import timedelta
@@ -22,9 +28,9 @@ def plain() -> int:
         t = torch.ones(1)
         dist.all_reduce(t)
     except Exception as exc:
-        print(json.dumps({"plain": "failed", "error": str(exc)[:500]}), flush=True)
+        emit({"plain": "failed", "error": str(exc)[:500]})
         os._exit(1)  # a half-built gloo group can hang the interpreter's exit
-    print(json.dumps({"plain": "ok", "sum": t.item()}), flush=True)
+    emit({"plain": "ok", "sum": t.item()})
     return 0
 
 
@@ -44,9 +50,8 @@ def main() -> int:
             h = ddpnet.init(init_method=None if method == "env" else method,
                             connect_timeout=timeout, timeout=30)
         except RendezvousError as exc:
-            print(json.dumps({"cause": exc.cause, "message": exc.message, "hint": exc.hint,
-                              "rank": exc.rank, "host": exc.host,
-                              "elapsed": time.monotonic() - t0}), flush=True)
+            emit({"cause": exc.cause, "message": exc.message, "hint": exc.hint,
+                  "rank": exc.rank, "host": exc.host, "elapsed": time.monotonic() - t0})
             return 1
         import torch
         import torch.distributed as dist
@@ -56,13 +61,13 @@ def main() -> int:
         t = torch.tensor([float(h.rank + 1)])
         dist.all_reduce(t)
         ddpnet.shutdown()
-        print(json.dumps({
+        emit({
             "method": method, "rank": h.rank, "world_size": h.world_size,
             "backend": h.backend, "device": h.device, "interface": h.interface,
             "environ_set": h.environ_set, "changed": changed, "sum": t.item(),
             "restored": dict(os.environ) == before, "initialized": dist.is_initialized(),
             "reason": h.selection.gloo.reason if h.selection else "",
-        }), flush=True)
+        })
     return 0
 
 
