@@ -66,3 +66,8 @@ def test_comm_hooks_train_and_cut_bytes(base: dict[str, Any], hook: str,
     assert got["eval_loss"] != base["eval_loss"]
     assert abs(got["eval_loss"] - base["eval_loss"]) < 0.1 * base["eval_loss"]
     assert got["eval_loss"] < 2.3  # below chance-level cross-entropy ln(10): it learned
+
+
+def test_cpu_ranks_run_with_huge_pages_on(base: dict[str, Any]) -> None:
+    # set by the CLI before torch is imported, inherited by the --local ranks
+    assert any(n.startswith("THP_MEM_ALLOC_ENABLE=1") for n in base["notes"]), base["notes"]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ddpnet.train.comm import allreduce_bytes, powersgd_compresses
+from ddpnet.train.comm import allreduce_bytes
 from ddpnet.train.model import build_model, count_parameters
+from ddpnet.train.powersgd import compresses as powersgd_compresses
 
 SHAPES = [(2500, 2500), (2500,), (4, 2500)]
 
@@ -34,3 +35,41 @@ def test_models_scale_with_width(name: str) -> None:
 def test_the_benchmark_mlp_is_about_25m_parameters() -> None:
     n = count_parameters(build_model("mlp", 5000, 2, 10))
     assert 24e6 < n < 26e6
+
+
+class _FakeDDP:
+    """What register_hook touches of a DistributedDataParallel: the module and the call."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.module = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 10))
+        self.registered: list[tuple[object, object]] = []
+
+    def register_comm_hook(self, state: object, hook: object) -> None:
+        self.registered.append((state, hook))
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_powersgd_registers_ours_on_gloo_and_torchs_on_nccl(
+        monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    from ddpnet.train.comm import register_hook
+    from ddpnet.train.powersgd import PowerSGD, powersgd_hook
+
+    monkeypatch.setattr(dist, "get_backend", lambda *a, **k: backend)
+    ddp = _FakeDDP()
+    plan = register_hook(ddp, "powersgd", powersgd_rank=3, start_iter=5)
+    [(state, hook)] = ddp.registered
+    if backend == "gloo":
+        assert hook is powersgd_hook and isinstance(state, PowerSGD)
+        assert (state.rank, state.start_iter) == (3, 5)
+        assert "ddpnet's hook" in plan.note
+    else:
+        assert hook is psgd.powerSGD_hook and isinstance(state, psgd.PowerSGDState)
+        assert state.matrix_approximation_rank == 3 and state.start_powerSGD_iter == 5
+        assert "torch's hook" in plan.note
+    assert plan.bytes_per_step == allreduce_bytes(
+        [tuple(p.shape) for p in ddp.module.parameters()], "powersgd", powersgd_rank=3)

@@ -67,7 +67,13 @@ def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: f
 
     Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
     """
+    import os
+
+    from ddpnet.train import hugepages
     from ddpnet.train.config import TrainConfig, validate
+
+    # before anything imports torch: it reads the variable once, at its first allocation
+    os.environ.update(hugepages.default_env(os.environ))
 
     def cuda_available() -> bool:
         import torch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddpnet.errors import ConfigError
 from ddpnet.train import checkpoint as ckpt
+from ddpnet.train import hugepages
 from ddpnet.train.comm import register_hook
 from ddpnet.train.config import TrainConfig
 from ddpnet.train.data import NUM_CLASSES, load_dataset, make_loader
@@ -155,6 +157,8 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
     # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
     # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
     start_step, resumed_from, notes = 0, None, [f"process group via {d.via}"]
+    if device == "cpu":
+        notes.append(hugepages.describe(os.environ))
     if cfg.checkpoint_dir:
         start_step, state = _resume(Path(cfg.checkpoint_dir), d, notes)
         if state is not None:
@@ -192,9 +196,10 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
                          start_iter=cfg.powersgd_start_iter)
 
     global_samples = cfg.batch_size * cfg.grad_accum * d.world_size
-    # untimed steps: the first builds DDP's buckets; PowerSGD runs plain all-reduce for
-    # start_iter steps, then allocates its factors on the first compressed one
-    warmup = cfg.powersgd_start_iter + 1 if cfg.comm_hook == "powersgd" else 1
+    # untimed steps: the first builds DDP's buckets, the second rebuilds them in gradient
+    # order and allocates the new ones (and a hook's buffers); PowerSGD runs plain all-reduce
+    # for start_iter steps, then allocates its factors on the first compressed one
+    warmup = cfg.powersgd_start_iter + 1 if cfg.comm_hook == "powersgd" else 2
     timed_steps, timed_wall, sum_compute, sum_comm = 0, 0.0, 0.0, 0.0
     last_loss, step = float("nan"), start_step
     interval_start, interval_steps = time.perf_counter(), 0
