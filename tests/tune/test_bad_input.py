@@ -44,7 +44,12 @@ def test_undetectable_distro_exits_2(run_cli: RunCli, tmp_path: Path) -> None:
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/os-release").write_text("ID=gentoo\nVERSION_ID=2.15\n")
     proc = run_cli("tune", "--root", str(tmp_path), "--firewall", "none")
-    assert_user_error(proc, 2, "unknown distribution", "--distro")
+    assert_user_error(proc, 2, "unknown distribution", f"{tmp_path}/etc/os-release", "--distro")
+
+
+def test_a_missing_os_release_is_named_under_root(run_cli: RunCli, tmp_path: Path) -> None:
+    proc = run_cli("tune", "--root", str(tmp_path), "--firewall", "none")
+    assert_user_error(proc, 2, f"{tmp_path}/etc/os-release is missing", "--distro")
 
 
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:

@@ -150,11 +150,11 @@ def command(
     from ddpnet.tune.facts import firewall_active, gather
     from ddpnet.tune.plan import build_plan, build_request
 
-    os_release = None
+    os_release, os_release_path = None, root_dir / "etc/os-release"
     for rel in ("etc/os-release", "usr/lib/os-release"):
         p = root_dir / rel
         if p.is_file():
-            os_release = p.read_text(errors="replace")
+            os_release, os_release_path = p.read_text(errors="replace"), p
             break
     live = root_dir.resolve() == Path("/")
     active = firewall_active(root_dir, live) if firewall == "auto" else {}
@@ -170,7 +170,7 @@ def command(
                         master_port=master_port, cluster_subnet=cluster_subnet,
                         port_range=port_range, static_ip=static_ip, gateway=gateway, dns=dns,
                         zone=zone or "public", os_release=os_release,
-                        firewall_active=active)
+                        os_release_path=str(os_release_path), firewall_active=active)
     facts = gather(root_dir, iface=iface, subnet=pre.cluster_subnet, distro=pre.distro)
     req = build_request(distro=pre.distro if distro == "auto" else distro,
                         firewall=pre.firewall if firewall == "auto" else firewall,

@@ -32,12 +32,13 @@ def build_request(
     dns: str | None = None,
     zone: str = "public",
     os_release: str | None = None,
+    os_release_path: str = "/etc/os-release",
     firewall_active: Mapping[str, bool] | None = None,
     speed_mbps: int | None = None,
 ) -> TuneRequest:
     sources: dict[str, str] = {}
     if distro == "auto":
-        distro, sources["distro"] = detect_distro(os_release)
+        distro, sources["distro"] = detect_distro(os_release, os_release_path)
     else:
         sources["distro"] = "--distro"
     if firewall == "auto":
