@@ -89,6 +89,6 @@ def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: f
         from ddpnet.train.local import run_local
 
         return run_local(local, json.dumps(cfg.to_dict()), as_json=as_json)
-    from ddpnet.train.run import run_rank
+    from ddpnet.train.run import leave, run_rank
 
-    return run_rank(cfg, as_json=as_json)
+    leave(run_rank(cfg, as_json=as_json))  # see leave(): a finished rank skips C++ teardown

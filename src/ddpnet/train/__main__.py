@@ -22,4 +22,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ddpnet.train.run import leave
+
+    leave(main(sys.argv[1:]))

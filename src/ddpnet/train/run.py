@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ddpnet.train.config import TrainConfig, resolve_device, validate
 from ddpnet.train.loop import StepCallback, StepEvent, Summary
@@ -82,6 +83,27 @@ def render_summary(s: Summary) -> str:
     if s.resumed_from is not None:
         lines.append(f"resumed from step {s.resumed_from}")
     return "\n".join(lines)
+
+
+def leave(code: int) -> NoReturn:
+    """End a rank process that ran a process group: flush, then ``os._exit``.
+
+    The job is done and its output written by the time this runs, but tearing torch's gloo
+    and c10d objects down in the interpreter's exit can still abort a rank with
+    "terminate called without an active exception" (exit 134), rarely and only under load
+    (seen once in three CI-like runs, after the summary was printed; the barrier in
+    ``dist.shutdown`` made it rarer, not impossible). A launcher reads 134 as a failed
+    worker (torchrun would restart the group), so a finished rank leaves without running
+    C++ static destructors.
+    """
+    import contextlib
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            stream.flush()
+    os._exit(code)
 
 
 def run_rank(cfg: TrainConfig, *, as_json: bool,
