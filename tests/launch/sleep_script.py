@@ -6,11 +6,18 @@ import sys
 import time
 
 
+def say(line: str) -> None:
+    """One write per line: the ranks share the pipe, and under PYTHONUNBUFFERED a print is
+    two writes that another rank's line can land between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def on_term(signum: int, frame: object) -> None:
-    print(f"rank {os.environ.get('RANK')} got signal {signum}", flush=True)
+    say(f"rank {os.environ.get('RANK')} got signal {signum}")
     sys.exit(0)
 
 
 signal.signal(signal.SIGTERM, on_term)
-print("ready", flush=True)
+say("ready")
 time.sleep(120)

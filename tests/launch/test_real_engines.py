@@ -119,7 +119,10 @@ def test_sigterm_is_forwarded_to_the_workers_and_reported(tmp_path: Path) -> Non
         ready = 0
         deadline = time.monotonic() + 120
         while ready < 2 and time.monotonic() < deadline:
-            ready += proc.stdout.readline().startswith("ready")
+            line = proc.stdout.readline()
+            if not line:
+                break
+            ready += line.count("ready")
         assert ready == 2
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
