@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from math import prod
 from typing import Any
 
 import torch
@@ -34,9 +35,7 @@ def allreduce_bytes(shapes: Iterable[tuple[int, ...]], hook: str, *, powersgd_ra
     about 2(n-1)/n times this in a ring). ``shapes`` are the trainable parameters' shapes."""
     total = 0
     for shape in shapes:
-        numel = 1
-        for dim in shape:
-            numel *= dim
+        numel = prod(shape)
         if hook in ("fp16", "bf16"):
             total += 2 * numel
         elif hook == "powersgd":

@@ -140,9 +140,6 @@ class PowerSGD:
         self.iter = 0
         self._buckets: dict[int, _Buffers] = {}
 
-    def layouts(self) -> list[BucketLayout]:
-        return [b.layout for _, b in sorted(self._buckets.items())]
-
     def buffers(self, index: int, grads: Sequence[torch.Tensor]) -> _Buffers:
         """Bucket ``index``'s buffers, made on first use or when DDP rebuilt the bucket."""
         shapes = tuple(tuple(g.shape) for g in grads)
@@ -198,12 +195,9 @@ class PowerSGD:
 
 def orthonormalise_rows(pt: torch.Tensor) -> None:
     """Make the rows of ``pt`` (r×n) orthonormal in place (Q of the QR of its transpose)."""
-    if pt.dtype in (torch.float16, torch.bfloat16):  # QR needs fp32
-        q, _ = torch.linalg.qr(pt.t().float())
-        pt.copy_(q.t())
-    else:
-        q, _ = torch.linalg.qr(pt.t())
-        pt.copy_(q.t())
+    low = pt.dtype in (torch.float16, torch.bfloat16)  # QR needs fp32
+    q, _ = torch.linalg.qr(pt.t().float() if low else pt.t())
+    pt.copy_(q.t())
 
 
 def powersgd_hook(state: PowerSGD, bucket: Any) -> torch.futures.Future[Any]:
