@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.launch.slurmcluster import ClusterSpec, SlurmCluster, SlurmNode, free_port
+from ddpnet.launch.slurmcluster import ClusterSpec, SlurmCluster, SlurmNode
+from ddpnet.net.ports import free_port
 
 _TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sbatch")
 

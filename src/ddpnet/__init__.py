@@ -15,8 +15,8 @@ _LAZY = {
     "resolve": "ddpnet.env.resolve:resolve",
     "DistConfig": "ddpnet.config:DistConfig",
     "errors": "ddpnet.errors:",
-    "init": "ddpnet.group:init",
-    "shutdown": "ddpnet.group:shutdown",
+    "init": "ddpnet.process_group:init",
+    "shutdown": "ddpnet.process_group:shutdown",
 }
 
 __all__ = ["DistConfig", "__version__", "errors", "init", "resolve", "shutdown"]

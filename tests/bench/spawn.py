@@ -6,18 +6,13 @@ The worker lives in an importable module so spawned children can unpickle it.
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 from collections.abc import Callable
 from typing import Any
 
+from ddpnet.net.ports import free_port
+
 #: a job: (name, BenchConfig, registry-factory or None)
 Job = tuple[str, Any, Callable[[], Any] | None]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[Job], queue: Any) -> None:
@@ -48,7 +43,7 @@ def run_ranks(world: int, jobs: list[Job], timeout: float = 240) -> list[dict[st
     """Results per rank (index = rank) for each job name; raises if a rank failed."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, jobs, queue))
              for r in range(world)]
     for p in procs:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from ddpnet.check.deps import Deps, simple_preflight
@@ -10,16 +9,11 @@ from ddpnet.check.local import Selected
 from ddpnet.check.runner import CheckOptions, run_check
 from ddpnet.config import DistConfig
 from ddpnet.env.resolve import resolve
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ddpnet.net.ports import free_port
 
 
 def test_one_rank_runs_every_stage_and_the_injected_bench() -> None:
-    port = _free_port()
+    port = free_port()
     cfg: DistConfig = resolve({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                                "MASTER_PORT": str(port)})
     seen: dict[str, Any] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.launch.slurmcluster import free_port
+from ddpnet.net.ports import free_port
 from tests.conftest import RunCli
 
 SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))

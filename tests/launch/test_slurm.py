@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ddpnet.env.ports import derive_port, read_port_range
+from ddpnet.env.jobport import derive_port, read_port_range
 from ddpnet.launch.slurmcluster import SlurmCluster
 from tests.slurm_util import labeled_json, requires_slurm, slurm_cluster  # noqa: F401  (fixture)
 

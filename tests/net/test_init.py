@@ -13,7 +13,8 @@ import pytest
 
 import ddpnet
 from ddpnet.errors import ConfigError, RendezvousError
-from ddpnet.group import init_url, pick_backend
+from ddpnet.net.ports import free_port
+from ddpnet.process_group import init_url, pick_backend
 from tests.conftest import clean_environ
 from tests.net.fixtures import cfg
 
@@ -21,15 +22,9 @@ WORKER = str(Path(__file__).with_name("init_worker.py"))
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run_ranks(world: int, args: list[str], extra: dict[str, str] | None = None,
                timeout: float = 120) -> list[list[dict[str, object]]]:
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(world):
         env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -50,7 +45,7 @@ def test_two_ranks_env_tcp_file_in_one_run(tmp_path: Path) -> None:
     """env://, tcp:// and file:// one after the other in the same processes (init, all_reduce,
     shutdown, init again): checks the sum, and that only the reported variables changed and
     were restored."""
-    tcp = f"tcp://127.0.0.1:{_free_port()}"
+    tcp = f"tcp://127.0.0.1:{free_port()}"
     file = f"file://{tmp_path}/rendezvous"
     results = _run_ranks(2, ["env", tcp, file])
     for rank, rounds in enumerate(results):
@@ -68,7 +63,7 @@ def test_rank0_missing_gives_refused_within_connect_timeout() -> None:
     import time
 
     t0 = time.monotonic()
-    port = _free_port()
+    port = free_port()
     env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                          "WORLD_SIZE": "2", "RANK": "1", "PYTHONPATH": ROOT,
                          "NT_CONNECT_TIMEOUT": "2"})
@@ -91,7 +86,7 @@ def solo(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         if key.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "LSB_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     return monkeypatch
 
 
@@ -168,7 +163,7 @@ def test_import_ddpnet_stays_torch_free() -> None:
 def test_under_torchrun_rank0_uses_the_agent_store() -> None:
     """torchrun's agent already holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): rank 0 must
     connect to it like the others instead of reporting port-in-use."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-port", str(port), WORKER, "env"],

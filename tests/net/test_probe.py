@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ddpnet.errors import RendezvousError
+from ddpnet.net.ports import free_port
 from ddpnet.net.probe import (
     CONNECTED,
     REFUSED,
@@ -132,14 +133,8 @@ def test_loop_on_dropped_syns_stops_at_the_deadline() -> None:
     assert [a.outcome for a in attempts] == [TIMEOUT, TIMEOUT, TIMEOUT]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_real_refused_within_connect_timeout() -> None:
-    port = _free_port()
+    port = free_port()
     t0 = time.monotonic()
     with pytest.raises(RendezvousError) as info:
         preflight(cfg("127.0.0.1", port=port, nodes=1, world=2), None, 1.5, host="h")
@@ -148,7 +143,7 @@ def test_real_refused_within_connect_timeout() -> None:
 
 
 def test_real_connects_to_a_late_listener() -> None:
-    port = _free_port()
+    port = free_port()
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
@@ -198,7 +193,7 @@ def test_file_init_needs_no_port() -> None:
 
 
 def test_torchrun_agent_store_makes_rank0_connect_not_bind() -> None:
-    port = _free_port()
+    port = free_port()
     with pytest.raises(RendezvousError) as info:
         preflight(cfg("127.0.0.1", rank=0, port=port, nodes=1, world=2), None, 0.5,
                   environ={"TORCHELASTIC_USE_AGENT_STORE": "True"})

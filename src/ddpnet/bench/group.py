@@ -7,12 +7,12 @@ from __future__ import annotations
 
 def init_group(requested: str, timeout_s: float) -> str:
     """Initialise the default process group; returns the backend in use."""
-    from ddpnet.group import init
+    from ddpnet.process_group import init
 
     return init(backend=requested, timeout=timeout_s).backend
 
 
 def shutdown_group() -> None:
-    from ddpnet.group import shutdown
+    from ddpnet.process_group import shutdown
 
     shutdown()

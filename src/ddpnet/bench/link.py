@@ -24,6 +24,7 @@ from typing import Any
 
 from ddpnet.bench.result import LinkRate, PairRate
 from ddpnet.errors import RequirementError
+from ddpnet.net.ports import free_port
 
 AllGather = Callable[[Any], list[Any]]
 
@@ -148,19 +149,12 @@ def interfaces_by_address() -> dict[str, list[str]]:
     return {name: [a.address for a in addrs] for name, addrs in psutil.net_if_addrs().items()}
 
 
-def _free_port(address: str) -> int:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
-
-
 class Iperf3Server:
     """``iperf3 -s -1``: one test, then exit; started() waits for "Server listening"."""
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.port = _free_port(address)
+        self.port = free_port(address)
         self.proc = subprocess.Popen(
             ["iperf3", "-s", "-1", "-B", address, "-p", str(self.port), "--forceflush"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,5 +1,5 @@
 """The pieces ``check`` borrows from other modules, injected so each stage can be tested
-alone: interface selection and preflight (``ddpnet.net``), facts (``ddpnet.checks.doctor``),
+alone: interface selection and preflight (``ddpnet.net``), facts (``ddpnet.doctor.run``),
 the collective bench (``ddpnet.bench``). ``default_deps()`` wires the real ones when they are
 installed and this package's own minimal versions otherwise."""
 
@@ -106,7 +106,7 @@ def _net_preflight() -> PreflightFn | None:
 
 def _doctor_facts() -> FactsFn | None:
     try:
-        from ddpnet.checks.doctor import run_doctor  # type: ignore[import-not-found,unused-ignore]
+        from ddpnet.doctor.run import run_doctor  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
 

@@ -1,6 +1,6 @@
 """This host's side of a check, before the net/doctor pieces are wired: the selected
 interface and address toward MASTER_ADDR, and the facts ranks compare (edge: psutil, sockets).
-``ddpnet.net`` / ``ddpnet.checks`` replace these when installed (see ``deps``)."""
+``ddpnet.net`` / ``ddpnet.doctor`` replace these when installed (see ``deps``)."""
 
 from __future__ import annotations
 

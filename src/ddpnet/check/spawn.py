@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -13,12 +12,6 @@ _LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "LSB_", "JSM_"
 _LAUNCHER_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                   "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "NNODES", "GLOO_SOCKET_IFNAME",
                   "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def local_environ(base: Mapping[str, str], rank: int, world: int, port: int) -> dict[str, str]:

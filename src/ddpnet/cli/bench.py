@@ -7,7 +7,6 @@ on this machine. Rank 0 prints; every rank returns the same exit code.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from ddpnet.bench.config import (
 )
 from ddpnet.errors import CheckFailed, ConfigError
 from ddpnet.exitcodes import ExitCode
+from ddpnet.net.ports import free_port
 
 
 def build_config(*, collectives: str, min_bytes: str, max_bytes: str, factor: int, iters: int,
@@ -55,17 +55,11 @@ def child_argv(params: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_local(n: int, params: dict[str, Any], timeout: float) -> int:
     """Start n ranks on 127.0.0.1; rank 0 keeps stdout/stderr, others report failures."""
     if n < 1:
         raise ConfigError(f"--local {n}: need at least 1 rank", "e.g. --local 4")
-    port = _free_port()
+    port = free_port()
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "MV2_", "LSB_", "JSM_",
                                  "TORCHELASTIC_"))}
@@ -133,7 +127,7 @@ def wait_ranks(procs: list[subprocess.Popen[str]], n: int, timeout: float,
 def _progress_callback() -> tuple[Any, Any]:
     from rich.progress import Progress
 
-    from ddpnet.cli.output import err_console
+    from ddpnet.output import err_console
 
     bar = Progress(console=err_console(), transient=True)
     task = bar.add_task("bench", total=None)
@@ -236,18 +230,18 @@ def emit(result: Any, params: dict[str, Any]) -> None:
     if params["plot_path"]:
         write_plot(result, Path(params["plot_path"]))
     if params["as_json"]:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json(result.to_dict())
     else:
-        from ddpnet.cli.output import console
+        from ddpnet.output import console
 
         render_table(result, console())
 
 
 def verdict_code(result: Any, cfg: BenchConfig, rank: int) -> int:
     """1 with one error line (rank 0) when --check found wrong elements or busbw is too low."""
-    from ddpnet.cli.output import format_error
+    from ddpnet.output import format_error
 
     problems = []
     if cfg.check and result.wrong:

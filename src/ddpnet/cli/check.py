@@ -54,7 +54,8 @@ def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench:
     environ: dict[str, str] = dict(os.environ)
     procs: list[Any] = []
     if local is not None:
-        from ddpnet.check.spawn import free_port, local_environ, spawn_workers
+        from ddpnet.check.spawn import local_environ, spawn_workers
+        from ddpnet.net.ports import free_port
 
         port = free_port()
         environ = local_environ(os.environ, 0, local, port)
@@ -100,7 +101,7 @@ def _exit_now(code: int) -> int:
 def _render(outcome: Any, as_json: bool, report_path: Path | None) -> int:
     if outcome.report is None:
         if as_json:
-            from ddpnet.cli.output import emit_json
+            from ddpnet.output import emit_json
 
             emit_json({"rank": outcome.rank, "host": outcome.host, "ok": outcome.ok,
                        "line": outcome.line})
@@ -113,12 +114,12 @@ def _render(outcome: Any, as_json: bool, report_path: Path | None) -> int:
 
         report_path.write_text(render_html(report), encoding="utf-8")
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json(report.to_dict())
     else:
         from ddpnet.check.render_text import render
-        from ddpnet.cli.output import console
+        from ddpnet.output import console
 
         render(report, console())
         if report_path is not None:
@@ -131,7 +132,7 @@ def _own_failure(exc: Any, rank: int, as_json: bool) -> int:
     import socket
 
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         host = exc.host or socket.gethostname()
         emit_json({"verdict": "fail", "rank": rank, "host": host,

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from ddpnet.checks.doctor import DoctorReport
+from ddpnet.doctor.run import DoctorReport
 from ddpnet.exitcodes import ExitCode
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -18,7 +18,7 @@ def render(report: DoctorReport, verbose: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     out = console()
     host = report.facts.get("hostname", "")
@@ -62,12 +62,12 @@ def command(as_json: bool, master_addr: str | None, master_port: int | None,
     """Check this node: rendezvous, names, interfaces, firewall, SELinux, sysctls, software,
     RDMA and environment leftovers, each pass/warn/fail with the fix. Exit 1 when any fails.
     """
-    from ddpnet.checks.doctor import run_doctor
+    from ddpnet.doctor.run import run_doctor
 
     report = run_doctor(master_addr=master_addr, master_port=master_port,
                         cluster_subnet=cluster_subnet, environ=os.environ)
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json(report.to_dict())
     else:

@@ -11,7 +11,7 @@ import click
 
 from ddpnet.config import SOURCED_KEYS, DistConfig
 from ddpnet.env.base import Sourced
-from ddpnet.env.ports import read_port_range
+from ddpnet.env.jobport import read_port_range
 from ddpnet.env.resolve import resolve_config
 from ddpnet.net.select import Selection, select_for_host
 
@@ -51,7 +51,7 @@ def render_network(sel: Selection) -> None:
     """The interface choice per variable, with source and reason; problems with their fix."""
     from rich.table import Table
 
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     out = console()
     where = f"{sel.interface} ({sel.address})" if sel.address else str(sel.interface)
@@ -78,7 +78,7 @@ def render_network(sel: Selection) -> None:
 def render(cfg: DistConfig) -> None:
     from rich.table import Table
 
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     out = console()
     table = Table(title="ddpnet env", show_header=True, header_style="bold")
@@ -131,7 +131,7 @@ def command(
     cfg = resolve_config(os.environ, overrides, port_range=read_port_range())
     sel = select_for_host(cfg, os.environ)
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json({**cfg.to_dict(), "network": sel.to_dict()})
     else:

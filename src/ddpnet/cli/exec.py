@@ -20,7 +20,7 @@ def command(ifname: str | None, program: tuple[str, ...]) -> int:
     srun -N 2 --ntasks-per-node 4 ddpnet exec -- train.py
     mpirun -np 8 -x MASTER_ADDR ddpnet exec -- train.py
     """
-    from ddpnet.env.ports import read_port_range
+    from ddpnet.env.jobport import read_port_range
     from ddpnet.env.resolve import resolve_config
     from ddpnet.launch import iface
     from ddpnet.launch.command import Target

@@ -33,8 +33,8 @@ def _attach(name: str) -> Any:
 def _print_nodes(status: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from ddpnet.cli.output import console
     from ddpnet.lab.faults import describe
+    from ddpnet.output import console
 
     table = Table(title=f"lab {status['name']} ({status['subnet']})", header_style="bold")
     for col in ("node", "hostname", "address", "ifname", "shaping", "faults"):
@@ -95,11 +95,11 @@ def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | No
     took = time.monotonic() - started
     status = lab.status()
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json({**status, "created": built, "seconds": round(took, 3)})
         return int(ExitCode.OK)
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     _print_nodes(status)
     console().print(f"lab {name}: {'up' if built else 'already up'} "
@@ -186,8 +186,8 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
           link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
           mtu --mtu M | hostname-loopback | extra-iface [--iface NAME] | clear
     """
-    from ddpnet.cli.output import console, emit_json
     from ddpnet.lab.faults import KINDS, describe
+    from ddpnet.output import console, emit_json
 
     if kind != "clear" and kind not in KINDS:
         raise ConfigError(f"unknown fault kind {kind!r}",
@@ -227,7 +227,7 @@ def status_cmd(name: str, as_json: bool) -> int:
     """Show the lab's nodes, addresses, shaping and faults."""
     status = _attach(name).status()
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json(status)
     else:
@@ -239,9 +239,9 @@ def status_cmd(name: str, as_json: bool) -> int:
 @_NAME
 def down_cmd(name: str) -> int:
     """Remove the lab: its namespaces, veths, /etc/netns files, processes (also half-built)."""
-    from ddpnet.cli.output import console
     from ddpnet.lab import slurm as labslurm
     from ddpnet.lab.lab import remove_lab
+    from ddpnet.output import console
 
     labslurm.stop(name)
     remove_lab(name)

@@ -93,9 +93,9 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
     ddpnet launch --via mpirun --hosts node0:4,node1:4 -- train.py
     ddpnet launch --local 4 -- train.py                         (one machine)
     """
-    from ddpnet.env.ports import read_port_range
+    from ddpnet.env.jobport import read_port_range
     from ddpnet.env.resolve import resolve_config
-    from ddpnet.launch import iface, runner
+    from ddpnet.launch import engine, iface
     from ddpnet.launch.plan import make_config, parse_nproc, per_node
 
     if as_json and not dry_run:
@@ -182,7 +182,7 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
     from ddpnet.launch.command import build_torchrun
 
     argv, env = build_torchrun(cfg)
-    return runner.run(argv, env)
+    return engine.run(argv, env)
 
 
 def _without_torch_vars(environ: dict[str, str]) -> dict[str, str]:
@@ -206,8 +206,8 @@ def _mpirun(target: Target, environ: dict[str, str], nproc_per_node: str | None,
             master_port: str | None, ifname: str | None, allow_root: bool,
             oversubscribe: bool, dry_run: bool, as_json: bool) -> int:
     from ddpnet.env.base import parse_int
-    from ddpnet.env.ports import TORCH_DEFAULT_PORT
-    from ddpnet.launch import iface, runner
+    from ddpnet.env.jobport import TORCH_DEFAULT_PORT
+    from ddpnet.launch import engine, iface
     from ddpnet.launch.command import MpirunConfig, build_mpirun, parse_hosts, shell_line
     from ddpnet.launch.plan import parse_nproc
 
@@ -245,13 +245,13 @@ def _mpirun(target: Target, environ: dict[str, str], nproc_per_node: str | None,
                   "ranks": list(range(np))}]
         _print_plan("mpirun", nodes, {"interface": choice.reason}, (), warnings, as_json)
         return 0
-    return runner.run(argv, env)
+    return engine.run(argv, env)
 
 
 def _print_plan(engine: str, nodes: list[dict[str, Any]], sources: Any, notes: Any,
                 warnings: list[str], as_json: bool) -> None:
     if as_json:
-        from ddpnet.cli.output import emit_json
+        from ddpnet.output import emit_json
 
         emit_json({"engine": engine, "nodes": nodes, "sources": dict(sources),
                    "notes": list(notes), "warnings": warnings})

@@ -95,7 +95,7 @@ def _os_error(exc: OSError) -> DdpnetError:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map every error to its exit code, one line and a hint, no traceback."""
     # imported here, not at the top: ``ddpnet --help`` does not need rich
-    from ddpnet.cli.output import format_error, print_error
+    from ddpnet.output import format_error, print_error
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -32,13 +32,13 @@ def command(iface: str, interval: float, duration: float | None, gpu: bool | Non
             as_json: bool) -> int:
     """Watch rx/tx per interface against the link speed, TCP retransmits, per-peer traffic
     and GPUs in one view (the guides' nload + iftop + nvidia-smi)."""
-    from ddpnet.cli.output import console, emit_json
     from ddpnet.monitor.rates import Sample
     from ddpnet.monitor.record import CsvRecorder, read_series
     from ddpnet.monitor.sampler import samples
     from ddpnet.monitor.select import choose
     from ddpnet.monitor.sources import NvmlGpus, SystemSources
     from ddpnet.monitor.view import History, render
+    from ddpnet.output import console, emit_json
 
     # written so that nan fails too (every comparison with nan is false)
     if not 0 < interval <= 3600:

@@ -44,7 +44,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 
 def _print_plan(plan: Plan, diffs: list[Any], root: Path) -> None:
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     out = console()
     req, facts = plan.request, plan.facts
@@ -74,7 +74,7 @@ def _print_plan(plan: Plan, diffs: list[Any], root: Path) -> None:
 
 
 def _print_outcome(title: str, outcome: Any) -> None:
-    from ddpnet.cli.output import console
+    from ddpnet.output import console
 
     out = console()
     out.print(f"[bold]{title}[/]")
@@ -124,8 +124,8 @@ def command(
 
     Without --apply it is a dry run: a unified diff per file and the commands it would run.
     """
-    from ddpnet.cli.output import emit_json
     from ddpnet.errors import ConfigError
+    from ddpnet.output import emit_json
     from ddpnet.tune import apply as ap
 
     if do_apply and do_revert:
@@ -208,7 +208,7 @@ def command(
 
 
 def _firewalld_default_zone() -> str:
-    from ddpnet.runner import run_command
+    from ddpnet.subproc import run_command
     from ddpnet.tune.facts import PROBE_TIMEOUT_S
 
     proc = run_command(("firewall-cmd", "--get-default-zone"), PROBE_TIMEOUT_S)

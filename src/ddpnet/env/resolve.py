@@ -18,7 +18,7 @@ from ddpnet.config import DistConfig
 from ddpnet.env.base import ReadContext, Sourced, parse_int
 from ddpnet.env.detect import detect_launcher
 from ddpnet.env.initmethod import InitMethod, parse_init_method
-from ddpnet.env.ports import TORCH_DEFAULT_PORT, derive_port, read_port_range
+from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
 
 #: the torch variables a non-torchrun launcher may also find in the environment

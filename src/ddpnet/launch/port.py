@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ddpnet.env.ports import derive_port, read_port_range
+from ddpnet.env.jobport import derive_port, read_port_range
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -103,13 +102,6 @@ def render_conf(spec: ClusterSpec) -> str:
     lines.append(f"PartitionName={spec.partition} Nodes=ALL Default=YES MaxTime=INFINITE "
                  "State=UP OverSubscribe=YES")
     return "\n".join(lines) + "\n"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (edge; for tests on a shared machine)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def require_tools() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddpnet.runner import run_command
+from ddpnet.subproc import run_command
 
 
 @dataclass(frozen=True)

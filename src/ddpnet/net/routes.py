@@ -14,7 +14,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 
-from ddpnet.runner import run_command
+from ddpnet.subproc import run_command
 
 _UNUSABLE = {"unreachable", "blackhole", "prohibit", "throw"}
 

@@ -9,7 +9,7 @@ from ddpnet.errors import DdpnetError
 
 
 def main(argv: list[str]) -> int:
-    from ddpnet.cli.output import print_error
+    from ddpnet.output import print_error
     from ddpnet.train.config import TrainConfig
     from ddpnet.train.run import run_rank
 

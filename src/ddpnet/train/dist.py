@@ -48,7 +48,7 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
 
         overrides: dict[str, object] = {}
         if resolve().world_size == 1:  # a lone process: any free loopback port will do
-            from ddpnet.train.local import free_port
+            from ddpnet.net.ports import free_port
 
             overrides = {"master_addr": "127.0.0.1", "master_port": free_port()}
         handle = init(backend=chosen, timeout=timeout_s, **overrides)
@@ -62,7 +62,7 @@ def init_distributed(device: str, backend: str = "auto", timeout_s: float = 300.
         cfg = resolve()
         url = cfg.init_method
         if cfg.world_size == 1:  # a lone process: any free loopback port will do
-            from ddpnet.train.local import free_port
+            from ddpnet.net.ports import free_port
 
             url = f"tcp://127.0.0.1:{free_port()}"
         elif url.startswith("env://"):  # the resolved values, whichever launcher gave them

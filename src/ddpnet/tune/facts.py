@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ddpnet.errors import ConfigError
 from ddpnet.net.interfaces import Interface
-from ddpnet.runner import run_command
+from ddpnet.subproc import run_command
 from ddpnet.tune.model import HostFacts, IPNetwork
 from ddpnet.tune.sysctl import all_keys
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
-from ddpnet.checks.software import read_limits
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.software import read_limits
 
 
 @dataclass(frozen=True)

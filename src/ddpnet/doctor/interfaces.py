@@ -9,7 +9,7 @@ import configparser
 import ipaddress
 import re
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs, InterfaceLike
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs, InterfaceLike
 
 _BRIDGE_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "vmnet", "lxcbr",
                     "podman")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.checks import firewall
-from ddpnet.checks.base import CommandOutput, Host, run_command
-from tests.checks.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
+from ddpnet.doctor import firewall
+from ddpnet.doctor.base import CommandOutput, Host, run_command
+from tests.doctor.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
 
 NFT = ("nft", "-j", "list", "ruleset")
 IPT = ("iptables-save", "-t", "filter")
@@ -116,7 +116,7 @@ def test_unreadable_rules_skip(tmp_path: Path) -> None:
 
 
 def test_firewalld_and_ufw(tmp_path: Path) -> None:
-    from tests.checks.test_firewall_rules import UFW, ZONES
+    from tests.doctor.test_firewall_rules import UFW, ZONES
 
     tree = Tree(tmp_path)
     commands = {("firewall-cmd", "--list-all-zones"): ok(ZONES), NFT: ok(EMPTY_NFT)}

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ddpnet.checks import software
-from ddpnet.checks.base import Host
-from tests.checks.helpers import Tree, inputs, ok
+from ddpnet.doctor import software
+from ddpnet.doctor.base import Host
+from tests.doctor.helpers import Tree, inputs, ok
 
 PROBE_KEY = (sys.executable, "-c")
 CPU = {"torch": "2.13.0+cpu", "cuda_build": None, "gloo": True, "nccl_backend": False,
@@ -120,7 +120,7 @@ def test_nofile_scales_with_world_size(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_real_probe_on_this_host(tmp_path: Path) -> None:
     """The real child process, real torch (CPU wheel here), real loader and NVML lookups."""
-    from ddpnet.checks.base import run_command
+    from ddpnet.doctor.base import run_command
 
     host = Host(run=run_command, native=software.native_facts)
     facts = software.probe(host)

@@ -9,10 +9,10 @@ import ipaddress
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ddpnet.checks import firewall_rules as fr
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
-from ddpnet.checks.rendezvous import is_master_host
-from ddpnet.env.ports import C10D_PORT, parse_port_range
+from ddpnet.doctor import firewall_rules as fr
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.rendezvous import is_master_host
+from ddpnet.env.jobport import C10D_PORT, parse_port_range
 
 _TIMEOUT = 1.0
 _PAST = {"drop": "dropped", "reject": "rejected", "accept": "accepted"}

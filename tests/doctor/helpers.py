@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpnet.checks.base import CommandOutput, Host, Inputs, SelectedInterface
+from ddpnet.doctor.base import CommandOutput, Host, Inputs, SelectedInterface
 from ddpnet.net.interfaces import Address, Interface
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 # the real runner (edge), shared with net, tune and monitor; re-exported for the checks
-from ddpnet.runner import CommandOutput, run_command
+from ddpnet.subproc import CommandOutput, run_command
 
 Status = Literal["pass", "warn", "fail", "skip"]
 #: worst first: the verdict is the worst status among the checks (skip counts as pass)

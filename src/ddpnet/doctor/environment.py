@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 
 #: variable -> why it hurts when left set (values that are harmless are not listed)
 DEBUG_VARS: dict[str, str] = {

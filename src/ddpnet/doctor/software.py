@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 
 #: importing torch the first time on a loaded node can take many seconds (cached after)
 _PROBE_TIMEOUT = 30.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpnet.checks import rendezvous
-from tests.checks.helpers import GOOD_SYSCTLS, Tree, inputs
+from ddpnet.doctor import rendezvous
+from tests.doctor.helpers import GOOD_SYSCTLS, Tree, inputs
 
 # 29500 = 0x733C, 22 = 0x0016; state 0A = LISTEN, 01 = ESTABLISHED
 TCP = """\

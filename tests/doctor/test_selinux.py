@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpnet.checks import selinux
-from tests.checks.helpers import Tree, inputs
+from ddpnet.doctor import selinux
+from tests.doctor.helpers import Tree, inputs
 
 AVC = ('type=AVC msg=audit(1700000000.123:456): avc:  denied  { name_bind } for  pid=4242 '
        'comm="python" src=29500 scontext=system_u:system_r:unconfined_service_t:s0 '

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs, Status
-from ddpnet.env.ports import C10D_PORT, parse_port_range
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs, Status
+from ddpnet.env.jobport import C10D_PORT, parse_port_range
 
 _LISTEN = "0A"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.checks import sysctl
+from ddpnet.doctor import sysctl
 from ddpnet.sysctl_profile import INT_MAX, TIERS, GiB, MiB, profile_for, profile_of
-from tests.checks.helpers import ETH0, GOOD_SYSCTLS, LO, Iface, Tree, inputs
+from tests.doctor.helpers import ETH0, GOOD_SYSCTLS, LO, Iface, Tree, inputs
 
 
 @pytest.mark.parametrize(("speed", "tier", "core", "auto"), [

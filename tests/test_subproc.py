@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ddpnet.runner import CommandOutput, run_command
+from ddpnet.subproc import CommandOutput, run_command
 
 
 def test_output_and_status() -> None:

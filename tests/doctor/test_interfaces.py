@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.checks import interfaces
-from ddpnet.checks.base import SelectedInterface
-from tests.checks.helpers import ETH0, LO, Addr, Iface, Tree, inputs
+from ddpnet.doctor import interfaces
+from ddpnet.doctor.base import SelectedInterface
+from tests.doctor.helpers import ETH0, LO, Addr, Iface, Tree, inputs
 
 
 def test_selected_interface_facts(tmp_path: Path) -> None:

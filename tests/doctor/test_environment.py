@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.checks import environment
-from tests.checks.helpers import Tree, inputs
+from ddpnet.doctor import environment
+from tests.doctor.helpers import Tree, inputs
 
 
 def test_debug_leftovers_warn_with_unset_fix(tmp_path: Path) -> None:

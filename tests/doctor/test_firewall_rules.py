@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddpnet.checks import firewall_rules as fr
-from tests.checks.helpers import fixture
+from ddpnet.doctor import firewall_rules as fr
+from tests.doctor.helpers import fixture
 
 PEER = "198.18.0.7"
 OUTSIDER = "203.0.113.9"

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpnet.checks import doctor
-from ddpnet.checks.base import FAMILIES, Check, CheckResult, CommandOutput, Host, Inputs
-from tests.checks.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
-from tests.checks.test_software import CPU, LIMITS, MOUNTS, PROBE_KEY
+from ddpnet.doctor import run as doctor
+from ddpnet.doctor.base import FAMILIES, Check, CheckResult, CommandOutput, Host, Inputs
 from tests.conftest import RunCli
+from tests.doctor.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
+from tests.doctor.test_software import CPU, LIMITS, MOUNTS, PROBE_KEY
 
 NFT = ("nft", "-j", "list", "ruleset")
 IPT = ("iptables-save", "-t", "filter")

@@ -1,3 +1,3 @@
 """Node checks: one module per family (``rendezvous``, ``names``, ``interfaces``, ``firewall``,
 ``selinux``, ``sysctl``, ``software``, ``rdma``, ``environment``), run together by
-:func:`ddpnet.checks.doctor.run_doctor`."""
+:func:`ddpnet.doctor.run.run_doctor`."""

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.checks import rdma
-from tests.checks.helpers import Tree, inputs
+from ddpnet.doctor import rdma
+from tests.doctor.helpers import Tree, inputs
 
 LIMITS = """\
 Limit                     Soft Limit           Hard Limit           Units

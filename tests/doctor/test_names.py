@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpnet.checks import names
-from tests.checks.helpers import Tree, inputs
+from ddpnet.doctor import names
+from tests.doctor.helpers import Tree, inputs
 
 HOSTS_DEBIAN = "127.0.0.1\tlocalhost\n127.0.1.1\tnode1.example node1\n"
 

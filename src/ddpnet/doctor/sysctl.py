@@ -4,7 +4,7 @@ link's speed (``ddpnet.sysctl_profile``, the table ``tune`` writes from), with t
 
 from __future__ import annotations
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 from ddpnet.sysctl_profile import SysctlTarget, checked_keys, profile_for
 
 

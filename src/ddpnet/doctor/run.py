@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpnet.checks import (
+from ddpnet.config import DistConfig
+from ddpnet.doctor import (
     environment,
     firewall,
     interfaces,
@@ -30,7 +31,7 @@ from ddpnet.checks import (
     software,
     sysctl,
 )
-from ddpnet.checks.base import (
+from ddpnet.doctor.base import (
     FAMILIES,
     Check,
     CheckResult,
@@ -40,7 +41,6 @@ from ddpnet.checks.base import (
     SelectedInterface,
     worst,
 )
-from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, DdpnetError
 
 #: the registry, in display order (one module per family)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 
 
 def is_loopback(addr: str) -> bool:

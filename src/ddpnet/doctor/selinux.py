@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from ddpnet.checks.base import Check, CheckResult, Host, Inputs
-from ddpnet.env.ports import C10D_PORT
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
+from ddpnet.env.jobport import C10D_PORT
 
 _TAIL_BYTES = 2 << 20
 
