@@ -7,13 +7,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from types import FrameType
+from typing import Any
 
 from ddpnet.errors import RequirementError
+from ddpnet.local import exit_status, forwarding
 
-#: signals a scheduler or a user sends that the engine must see (SLURM sends SIGUSR1/SIGTERM
-#: before a time limit; torchrun turns SIGTERM into a clean worker shutdown)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+def _send(child: subprocess.Popen[Any], signum: int) -> None:
+    """The engine shares our process group (a terminal's Ctrl-C reaches it too); torchrun and
+    mpirun pass a signal on to their own workers."""
+    if child.poll() is None:
+        child.send_signal(signum)
 
 
 def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
@@ -32,26 +36,10 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
             f"{argv[0]} not found on PATH", f"install it (e.g. {_package(argv[0])})"
         ) from None
 
-    forwarded: list[int] = []
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if child.poll() is None:
-            forwarded.append(signum)
-            child.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    try:
-        while True:
-            try:
-                code = child.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries already
-                continue
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with forwarding(lambda: [child], send=_send) as forwarded:
+        code = child.wait()
     if code < 0:
-        return 128 - code
+        return exit_status(code)
     if code != 0 and forwarded:
         name = signal.Signals(forwarded[-1]).name
         sys.stderr.write(f"ddpnet: {argv[0]} stopped after {name} (forwarded to it); "
