@@ -1,11 +1,15 @@
-"""Shared output conventions: ``--json`` prints exactly one JSON object on stdout; human
-output goes through rich; errors are one line plus a hint on stderr."""
+"""The one printer. ``--json`` prints exactly one JSON object on stdout; human output goes
+through rich; errors are one line plus a hint on stderr.
+
+Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_dict()``;
+``cli/`` hands it to :func:`finish` with the command's human renderer."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ddpnet.errors import DdpnetError
 
@@ -43,3 +47,22 @@ def format_error(message: str, hint: str = "") -> str:
 def print_error(exc: DdpnetError) -> None:
     sys.stderr.write(format_error(exc.message, exc.hint) + "\n")
     sys.stderr.flush()
+
+
+class Result(Protocol):
+    """What a command's ``run(options)`` returns."""
+
+    @property
+    def exit_code(self) -> int: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def finish(result: Result, as_json: bool,
+           human: Callable[[Any, Console], None] | None = None) -> int:
+    """Print ``result`` as one JSON object or through ``human``; return its exit code."""
+    if as_json:
+        emit_json(result.to_dict())
+    elif human is not None:
+        human(result, console())
+    return int(result.exit_code)
