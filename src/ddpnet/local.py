@@ -219,7 +219,7 @@ class LocalRanks:
         deadline = None if timeout is None else time.monotonic() + timeout
         timed_out = False
         with forwarding(lambda: self.procs) as received:
-            while any(p.poll() is None for p in self.procs):
+            while None in [p.poll() for p in self.procs]:  # poll every rank, each round
                 now = time.monotonic()
                 for p in self.procs:
                     if p.returncode not in (None, 0):
