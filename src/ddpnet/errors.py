@@ -14,6 +14,8 @@ class DdpnetError(Exception):
     """Base of every error ddpnet reports to a user."""
 
     exit_code: ExitCode = ExitCode.USAGE
+    #: a stable id for scripts (the JSON error object's ``id``)
+    error_id: str = "usage"
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
@@ -28,22 +30,32 @@ class DdpnetError(Exception):
         return self.message
 
 
+class UsageError(DdpnetError):
+    """A command line click could not parse: unknown option, bad value (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+    error_id = "usage"
+
+
 class ConfigError(DdpnetError):
     """Bad input or configuration: flags, environment variables, files (exit 2)."""
 
     exit_code = ExitCode.USAGE
+    error_id = "config"
 
 
 class RequirementError(DdpnetError):
     """Something the command needs is absent: root, a system tool, a kernel feature (exit 3)."""
 
     exit_code = ExitCode.MISSING_REQUIREMENT
+    error_id = "missing-requirement"
 
 
 class CheckFailed(DdpnetError):
     """A check or verdict failed (exit 1)."""
 
     exit_code = ExitCode.CHECK_FAILED
+    error_id = "check-failed"
 
 
 class RendezvousError(DdpnetError):
@@ -64,6 +76,7 @@ class RendezvousError(DdpnetError):
     ) -> None:
         super().__init__(message, hint)
         self.cause = cause
+        self.error_id = cause
         self.host = host
         self.rank = rank
         self.detail = detail

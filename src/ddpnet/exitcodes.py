@@ -13,3 +13,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     #: a requirement is missing: not root, a system tool absent
     MISSING_REQUIREMENT = 3
+    #: stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2
+    INTERRUPTED = 130
+    #: stopped by SIGTERM (a scheduler, kill): 128 + 15
+    TERMINATED = 143

@@ -7,6 +7,7 @@ Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_di
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,9 +31,34 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def strict(obj: Any, path: str = "$", notes: list[str] | None = None) -> Any:
+    """``obj`` with every NaN/Infinity replaced by None (strict JSON has neither), each
+    replacement named in ``notes`` (pure)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        if notes is not None:
+            notes.append(f"{path} was {obj} (not valid JSON): shown as null")
+        return None
+    if isinstance(obj, dict):
+        return {k: strict(v, f"{path}.{k}", notes) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v, f"{path}[{i}]", notes) for i, v in enumerate(obj)]
+    return obj
+
+
+def dumps(obj: Any, *, pretty: bool) -> str:
+    """Strict JSON text of ``obj``: NaN/Infinity become null, noted under ``json_notes``."""
+    notes: list[str] = []
+    clean = strict(obj, notes=notes)
+    if notes and isinstance(clean, dict):
+        clean["json_notes"] = notes
+    return json.dumps(clean, indent=2 if pretty else None, allow_nan=False, default=str)
+
+
 def emit_json(obj: Any) -> None:
-    """Print one JSON object and nothing else on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    """Print one JSON object and nothing else on stdout, in one write: indented on a terminal,
+    one line otherwise (JSON Lines), so ranks whose stdout a launcher merges (srun, mpirun)
+    stay parseable line by line."""
+    sys.stdout.write(dumps(obj, pretty=sys.stdout.isatty()) + "\n")
     sys.stdout.flush()
 
 
@@ -44,7 +70,16 @@ def format_error(message: str, hint: str = "") -> str:
     return text
 
 
-def print_error(exc: DdpnetError) -> None:
+def error_object(error_id: str, message: str, hint: str, exit_code: int) -> dict[str, Any]:
+    """The JSON error object every command prints on stdout under ``--json``."""
+    return {"error": {"id": error_id, "message": message, "hint": hint or None,
+                      "exit_code": exit_code}}
+
+
+def print_error(exc: DdpnetError, as_json: bool = False) -> None:
+    """One line plus ``hint:`` on stderr; with ``as_json`` also the error object on stdout."""
+    if as_json:
+        emit_json(error_object(exc.error_id, exc.message, exc.hint, int(exc.exit_code)))
     sys.stderr.write(format_error(exc.message, exc.hint) + "\n")
     sys.stderr.flush()
 

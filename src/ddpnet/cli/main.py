@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
 from ddpnet import __version__
-from ddpnet.errors import DdpnetError
+from ddpnet.errors import DdpnetError, UsageError
 from ddpnet.exitcodes import ExitCode
 
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
@@ -92,40 +94,56 @@ def _os_error(exc: OSError) -> DdpnetError:
                        "check the path named in the command; --debug shows where it failed")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; map every error to its exit code, one line and a hint, no traceback."""
-    # imported here, not at the top: ``ddpnet --help`` does not need rich
-    from ddpnet.output import format_error, print_error
+def _json_requested(argv: list[str]) -> bool:
+    """``--json`` among ddpnet's own arguments (not a launched script's, after ``--``)."""
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    return "--json" in own
 
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so ``finally`` blocks stop children and clean up."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _fail(error: DdpnetError, args: list[str]) -> NoReturn:
+    from ddpnet.output import print_error
+
+    if _debug_requested(args):
+        traceback.print_exc()
+    print_error(error, as_json=_json_requested(args))
+    sys.exit(int(error.exit_code))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; map every error to its exit code, one line and a hint (and the JSON error
+    object under ``--json``), no traceback unless ``--debug``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
     except DdpnetError as exc:
-        if _debug_requested(args):
-            traceback.print_exc()
-        print_error(exc)
-        sys.exit(int(exc.exit_code))
+        _fail(exc, args)
     except _NO_ARGS as exc:  # bare `ddpnet`: show the help
         click.echo(exc.format_message())
         sys.exit(int(ExitCode.OK))
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "ddpnet"
-        sys.stderr.write(format_error(exc.format_message(), f"see: {command} --help") + "\n")
-        sys.exit(int(ExitCode.USAGE))
+        _fail(UsageError(exc.format_message(), f"see: {command} --help"), args)
     except click.ClickException as exc:
-        sys.stderr.write(format_error(exc.format_message()) + "\n")
-        sys.exit(int(ExitCode.USAGE))
+        _fail(UsageError(exc.format_message()), args)
     except (click.Abort, KeyboardInterrupt):
         sys.stderr.write("ddpnet: interrupted\n")
-        sys.exit(130)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except _Terminated:
+        sys.stderr.write("ddpnet: terminated\n")
+        sys.exit(int(ExitCode.TERMINATED))
     except BrokenPipeError:
         sys.exit(int(ExitCode.OK))
     except OSError as exc:  # a path the user gave that cannot be read or written
         if exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
             raise
-        if _debug_requested(args):
-            traceback.print_exc()
-        error = _os_error(exc)
-        print_error(error)
-        sys.exit(int(error.exit_code))
+        _fail(_os_error(exc), args)
     sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
