@@ -3,7 +3,7 @@ docs/causes.md and every entry names an id the code still has; the README stays 
 relative links in README.md and docs/*.md point at files that exist.
 
 Cause ids are collected from the source by AST, wherever the code that reports them lives:
-- the ``cause`` argument of any class or function that takes one (``RendezvousError(cause,
+- the ``cause`` (or ``cause_id``) argument of any class or function that takes one (``RendezvousError(cause,
   ...)``, ``Choice(value, source, reason, cause, hint)``, ``_Auto(...)``, ...), positional or
   keyword, found from the definitions themselves (an ``__init__`` parameter or a dataclass
   field named ``cause``), so a new carrier of causes is picked up without editing this test;
@@ -102,8 +102,9 @@ def _carriers(trees: list[tuple[Path, ast.Module]]) -> dict[str, tuple[str, int]
                     or node.name.startswith("__"):
                 continue  # an __init__ counts through its class (super().__init__ is no carrier)
             params = _params(node)
-            if "cause" in params:
-                out[node.name] = ("cause", params.index("cause"))
+            named = [p for p in params if p in ("cause", "cause_id")]
+            if named:
+                out[node.name] = (named[0], params.index(named[0]))
             elif isinstance(node, ast.ClassDef) and node.name == "Cause" and "id" in params:
                 out[node.name] = ("id", params.index("id"))
     return out
