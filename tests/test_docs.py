@@ -217,3 +217,31 @@ def test_every_command_has_a_page() -> None:
     pages = {"env", "init", "doctor", "check", "bench", "tune", "launch", "train", "monitor",
              "lab", "architecture", "causes", "scaling", "exit-codes"}
     assert not {p for p in pages if not (DOCS / f"{p}.md").is_file()}
+
+
+HELP_BLOCK = re.compile(r"^```\n\$ ddpnet ([a-z ]+?) --help\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _help_blocks() -> dict[str, str]:
+    """Command -> the ``--help`` text pasted in its page's "All flags" section."""
+    return {cmd: text for page in sorted(DOCS.glob("*.md"))
+            for cmd, text in HELP_BLOCK.findall(page.read_text(encoding="utf-8"))}
+
+
+def test_pasted_help_names_the_flags_the_cli_has() -> None:
+    """The flags (not the wording) of every pasted ``--help`` match the CLI's today, and every
+    command has one: a new or removed flag needs its page updated."""
+    import os
+    import subprocess
+    import sys
+
+    blocks = _help_blocks()
+    commands = {"env", "doctor", "check", "bench", "tune", "launch", "sbatch", "exec", "train",
+                "monitor", "lab", "lab up", "lab run", "lab fault", "lab status", "lab down"}
+    assert commands <= set(blocks), sorted(commands - set(blocks))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
+    for cmd, text in sorted(blocks.items()):
+        live = subprocess.run([sys.executable, "-m", "ddpnet", *cmd.split(), "--help"],
+                              capture_output=True, text=True, env=env, timeout=60, check=True)
+        assert set(FLAG.findall(text)) == set(FLAG.findall(live.stdout)), cmd
