@@ -52,7 +52,9 @@ def _module_strings(tree: ast.Module) -> dict[str, str]:
     """Module-level ``NAME = "literal"`` assignments."""
     out: dict[str, str] = {}
     for node in tree.body:
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        value = node.value
         if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
