@@ -11,8 +11,9 @@ Cause ids are collected from the source by AST, wherever the code that reports t
 - module-level tables whose name contains ``CAUSE`` (check's ``CAUSE_ORDER``);
 - comparisons against ``<x>.cause`` (and against ``<x>.id`` when the string looks like a cause
   id, which doctor check ids such as ``firewall.ephemeral`` do not).
-String constants are followed through module-level names (``X = "some-id"``) and through
-conditional expressions (``"a" if ok else "b"``, ``cause or "default"``).
+String constants are followed through module-level names (``X = "some-id"``, also imported
+from another module), class constants and enum members (``Ids.X``), dict keys of a cause
+table, and conditional expressions (``"a" if ok else "b"``, ``cause or "default"``).
 """
 
 from __future__ import annotations
@@ -48,17 +49,36 @@ def _name(func: ast.expr) -> str:
     return ""
 
 
-def _module_strings(tree: ast.Module) -> dict[str, str]:
-    """Module-level ``NAME = "literal"`` assignments."""
+def _assigned_strings(body: list[ast.stmt], prefix: str = "") -> dict[str, str]:
+    """``NAME = "literal"`` assignments of a module or class body, as ``prefix + NAME``."""
     out: dict[str, str] = {}
-    for node in tree.body:
+    for node in body:
         if not isinstance(node, (ast.Assign, ast.AnnAssign)):
             continue
         value = node.value
         if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        out.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+        out.update({prefix + t.id: value.value for t in targets if isinstance(t, ast.Name)})
+    return out
+
+
+def _module_strings(tree: ast.Module) -> dict[str, str]:
+    """Module-level constants and class constants (``Ids.MASTER = "..."`` as ``Ids.MASTER``),
+    so an id named through a constant or an enum member is still seen."""
+    out = _assigned_strings(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out.update(_assigned_strings(node.body, f"{node.name}."))
+    return out
+
+
+def _all_strings(trees: list[tuple[Path, ast.Module]]) -> dict[str, str]:
+    """Every module's constants, for names imported from another module (the module's own
+    constants win over these)."""
+    out: dict[str, str] = {}
+    for _, tree in trees:
+        out.update(_module_strings(tree))
     return out
 
 
@@ -70,12 +90,17 @@ def _strings(expr: ast.AST | None, names: dict[str, str]) -> set[str]:
         return {expr.value} if isinstance(expr.value, str) and expr.value else set()
     if isinstance(expr, ast.Name):
         return {names[expr.id]} if expr.id in names else set()
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        dotted = f"{expr.value.id}.{expr.attr}"
+        return {names[dotted]} if dotted in names else set()
     if isinstance(expr, ast.IfExp):
         return _strings(expr.body, names) | _strings(expr.orelse, names)
     if isinstance(expr, ast.BoolOp):
         return set().union(*(_strings(v, names) for v in expr.values))
     if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
         return set().union(set(), *(_strings(e, names) for e in expr.elts))
+    if isinstance(expr, ast.Dict):  # a cause table keyed by id
+        return set().union(set(), *(_strings(k, names) for k in expr.keys))
     return set()
 
 
@@ -147,9 +172,10 @@ def code_cause_ids() -> dict[str, set[str]]:
     """Cause id -> the source files (relative to src/ddpnet) that report or name it."""
     trees = list(_trees())
     carriers = _carriers(trees)
+    everywhere = _all_strings(trees)
     found: dict[str, set[str]] = {}
     for path, tree in trees:
-        names = _module_strings(tree)
+        names = {**everywhere, **_module_strings(tree)}
         ids = _tables(tree, names)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and _name(node.func) in carriers:
