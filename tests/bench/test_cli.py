@@ -80,19 +80,18 @@ def test_run_without_group_is_a_config_error() -> None:
 
 
 def test_local_ranks_stop_once_one_fails() -> None:
-    import subprocess
     import sys
     import time
 
-    from ddpnet.cli.bench import wait_ranks
+    from ddpnet.bench.command import wait_local
+    from ddpnet.local import LocalRanks
 
-    def spawn(code: str, rank: int) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-c", code], text=True,
-                                stderr=None if rank == 0 else subprocess.PIPE)
-
-    procs = [spawn("import time; time.sleep(60)", 0),
-             spawn("import sys; sys.stderr.write('boom\\n'); sys.exit(2)", 1)]
-    started = time.monotonic()
-    assert wait_ranks(procs, 2, timeout=60, grace=0.5) == 2
-    assert time.monotonic() - started < 20
-    assert all(p.poll() is not None for p in procs)
+    codes = {0: "import time; time.sleep(60)",
+             1: "import sys; sys.stderr.write('boom\\n'); sys.exit(2)"}
+    with LocalRanks(lambda rank: [sys.executable, "-c", codes[rank]], 2) as ranks:
+        started = time.monotonic()
+        outcome = wait_local(ranks, timeout=60, grace=0.5)
+        assert outcome.exit_code == 2
+        assert time.monotonic() - started < 20
+        assert all(p.poll() is not None for p in ranks.procs)
+    assert outcome.notes == ("rank 1: boom",)  # rank 0 was stopped: it reported nothing
