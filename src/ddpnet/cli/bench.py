@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from ddpnet.bench.config import BASELINES, DTYPES, MODES, OPS
+from ddpnet.local import MAX_LOCAL_RANKS
+from ddpnet.process_group import BACKENDS
 
 
 @click.command("bench")
@@ -26,7 +28,7 @@ from ddpnet.bench.config import BASELINES, DTYPES, MODES, OPS
 @click.option("--warmup", default=5, show_default=True, type=int, help="Untimed iterations.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(DTYPES)))
 @click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "gloo", "nccl"]),
+              type=click.Choice(list(BACKENDS)),
               help="auto: nccl with a GPU, else gloo.")
 @click.option("--op", default="sum", show_default=True, type=click.Choice(list(OPS)),
               help="Reduction op (avg is NCCL-only).")
@@ -45,7 +47,8 @@ from ddpnet.bench.config import BASELINES, DTYPES, MODES, OPS
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write busbw against size as a PNG.")
 @click.option("--local", type=int, default=None,
-              help="Start this many ranks on this machine (127.0.0.1).")
+              help=f"Start this many ranks on this machine (127.0.0.1; at most "
+                   f"{MAX_LOCAL_RANKS}).")
 @click.option("--timeout", default=900.0, show_default=True, type=float,
               help="Seconds before a stuck collective or local run fails.")
 def command(as_json: bool, **flags: Any) -> int:
