@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.conftest import RunCli, assert_user_error
+from tests.conftest import RunCli, assert_user_error, clean_environ
 
 FAST = ["-b", "4K", "-e", "64K", "-f", "16", "--iters", "2", "--warmup", "1",
         "--baseline", "tcp", "--baseline-time", "0.5"]
@@ -55,6 +60,8 @@ def test_min_busbw_fails_with_exit_1(run_cli: RunCli) -> None:
     (["--iters", "0"], "bad --iters 0"),
     (["--csv", "/nonexistent-dir/x.csv"], "does not exist"),
     (["--local", "0"], "--local 0"),
+    (["--local", "-1"], "--local -1"),
+    (["--timeout", "-5"], "--timeout -5"),
     (["--dtype", "int8"], "int8"),
 ])
 def test_bad_input_exit_2(run_cli: RunCli, args: list[str], needle: str) -> None:
@@ -80,19 +87,60 @@ def test_run_without_group_is_a_config_error() -> None:
 
 
 def test_local_ranks_stop_once_one_fails() -> None:
-    import subprocess
-    import sys
-    import time
+    from ddpnet.bench.command import wait_local
+    from ddpnet.local import LocalRanks
 
-    from ddpnet.cli.bench import wait_ranks
+    codes = {0: "import time; time.sleep(60)",
+             1: "import sys; sys.stderr.write('boom\\n'); sys.exit(2)"}
+    with LocalRanks(lambda rank: [sys.executable, "-c", codes[rank]], 2) as ranks:
+        started = time.monotonic()
+        outcome = wait_local(ranks, timeout=60, grace=0.5)
+        assert outcome.exit_code == 2
+        assert time.monotonic() - started < 20
+        assert all(p.poll() is not None for p in ranks.procs)
+    assert outcome.notes == ("rank 1: boom",)  # rank 0 was stopped: it reported nothing
 
-    def spawn(code: str, rank: int) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-c", code], text=True,
-                                stderr=None if rank == 0 else subprocess.PIPE)
 
-    procs = [spawn("import time; time.sleep(60)", 0),
-             spawn("import sys; sys.stderr.write('boom\\n'); sys.exit(2)", 1)]
+def test_local_beyond_the_bound_is_a_usage_error_before_spawning(run_cli: RunCli) -> None:
     started = time.monotonic()
-    assert wait_ranks(procs, 2, timeout=60, grace=0.5) == 2
-    assert time.monotonic() - started < 20
-    assert all(p.poll() is not None for p in procs)
+    proc = run_cli("bench", "--local", "100000", "--json", timeout=30)
+    assert_user_error(proc, 2, "--local 100000: more than 64 ranks", "--local 64")
+    assert len(proc.stderr.strip().splitlines()) == 2  # the error and its hint, nothing else
+    assert time.monotonic() - started < 15  # no rank (each imports torch) was started
+
+
+@pytest.mark.slow
+def test_local_run_past_timeout_fails_with_one_line(run_cli: RunCli) -> None:
+    # the ranks are still importing torch after 1 s: the parent gives up, stops them
+    proc = run_cli("bench", "--local", "2", *FAST, "--timeout", "1", timeout=60)
+    assert_user_error(proc, 1, "--local 2: ranks did not finish within 1s", "raise --timeout")
+
+
+def _ranks_of(parent: psutil.Process, n: int, within: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        children = parent.children()
+        if len(children) >= n:
+            return children
+        time.sleep(0.05)
+    raise AssertionError(f"{n} ranks did not start: {parent.children()}")
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_parent_stops_every_rank() -> None:
+    argv = [sys.executable, "-m", "ddpnet", "bench", "--local", "2", *FAST,
+            "--baseline-time", "120", "--collectives", "all_reduce"]  # rank 0 streams 2 min
+    with subprocess.Popen(argv, env=clean_environ(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        ranks = _ranks_of(psutil.Process(proc.pid), 2, within=30)
+        time.sleep(3)  # let them get into torch / the rendezvous
+        assert all(r.is_running() for r in ranks)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        _, err = proc.communicate(timeout=15)
+        _, alive = psutil.wait_procs(ranks, timeout=3)
+        took = time.monotonic() - signalled
+    assert not alive, alive
+    assert took < 6, took  # the ranks die of the forwarded SIGTERM at once
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err

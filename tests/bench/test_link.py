@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,15 +13,17 @@ import pytest
 from ddpnet.bench.link import (
     Endpoint,
     choose_method,
-    interface_of,
+    local_address,
     measure_link,
+    merge_pairs,
+    nominal_gbps,
     parse_iperf3,
     pinned_interface,
     plan_pairs,
-    read_nominal_gbps,
 )
 from ddpnet.bench.result import PairRate
 from ddpnet.errors import RequirementError
+from ddpnet.net.interfaces import Address, Interface, parse_speed
 
 
 def ep(rank: int, addr: str, iperf3: bool = True) -> Endpoint:
@@ -69,10 +70,19 @@ def test_pinned_interface() -> None:
     assert pinned_interface({}, "gloo") is None
 
 
-def test_interface_of() -> None:
-    addrs = {"lo": ["127.0.0.1", "::1"], "eth0": ["198.18.0.2", "fe80::1"]}
-    assert interface_of("198.18.0.2", addrs) == "eth0"
-    assert interface_of("10.0.0.1", addrs) is None
+def iface(name: str, *ips: str, speed_mbps: int | None = None) -> Interface:
+    addrs = tuple(Address(ip, 64 if ":" in ip else 24, 6 if ":" in ip else 4) for ip in ips)
+    return Interface(name, True, addrs, 1500, speed_mbps, "physical")
+
+
+def test_local_address_of_the_pinned_interface() -> None:
+    # (interface_of moved to net.interfaces.owner_of: tests/net/test_interfaces.py)
+    table = [iface("lo", "127.0.0.1", "::1"), iface("eth1", "fe80::2", "198.18.0.2")]
+    pinned = {"GLOO_SOCKET_IFNAME": "eth1"}
+    assert local_address(pinned, "gloo", "127.0.0.1", table) == "198.18.0.2"
+    # not pinned (or pinned for the other backend): the route's source toward the master
+    assert local_address(pinned, "nccl", "127.0.0.1", table) == "127.0.0.1"
+    assert local_address({}, "gloo", "127.0.0.1", table) == "127.0.0.1"
 
 
 IPERF3_OK = {"start": {}, "end": {"sum_sent": {"bits_per_second": 9.6e8},
@@ -90,15 +100,19 @@ def test_parse_iperf3() -> None:
         parse_iperf3("")
 
 
-def test_read_nominal_gbps(tmp_path: Path) -> None:
-    for name, text in (("eth0", "25000\n"), ("veth1", "-1\n"), ("bad", "x\n")):
-        (tmp_path / "class/net" / name).mkdir(parents=True)
-        (tmp_path / "class/net" / name / "speed").write_text(text)
-    assert read_nominal_gbps("eth0", tmp_path) == 25.0
-    assert read_nominal_gbps("veth1", tmp_path) is None
-    assert read_nominal_gbps("bad", tmp_path) is None
-    assert read_nominal_gbps("missing", tmp_path) is None
-    assert read_nominal_gbps(None, tmp_path) is None
+def test_nominal_gbps() -> None:
+    # the sysfs speed file is read by net.interfaces (parse_speed); the bench converts it
+    for text, gbps in (("25000\n", 25.0), ("-1\n", None), ("x\n", None), (None, None)):
+        assert nominal_gbps(iface("eth0", speed_mbps=parse_speed(text))) == gbps
+    assert nominal_gbps(None) is None
+
+
+def test_merge_pairs_prefers_a_rate_and_marks_the_missing() -> None:
+    pairs = [(0, 1), (1, 2), (2, 0)]
+    reports = [[PairRate(0, 1, None, "refused")], [PairRate(0, 1, 0.9)], []]
+    assert merge_pairs(pairs, reports) == [
+        PairRate(0, 1, 0.9), PairRate(1, 2, None, "not reported"),
+        PairRate(2, 0, None, "not reported")]
 
 
 class ThreadGroup:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.net.interfaces import classify_kind, list_interfaces, parse_speed
+from ddpnet.net.interfaces import (
+    Address,
+    Interface,
+    classify_kind,
+    list_interfaces,
+    owner_of,
+    parse_speed,
+)
 
 
 def _dev(sys_net: Path, name: str, *, arphrd: int = 1, virtual: bool = False,
@@ -61,3 +68,16 @@ def test_real_table_has_loopback_with_prefixes() -> None:
     assert v4 and v4[0].ip == "127.0.0.1" and v4[0].prefix == 8
     assert all(a.family in (4, 6) for i in table.values() for a in i.addresses)
     assert set(table) == {name for _, name in socket.if_nameindex()}
+
+
+def test_owner_of() -> None:
+    """(Was ``bench.link.interface_of`` over its own psutil table.)"""
+    def iface(name: str, *ips: str) -> Interface:
+        addrs = tuple(Address(ip, 64 if ":" in ip else 24, 6 if ":" in ip else 4) for ip in ips)
+        return Interface(name, True, addrs, 1500, None, "physical")
+
+    table = (iface("lo", "127.0.0.1", "::1"), iface("eth0", "198.18.0.2", "fe80::1"))
+    owner = owner_of("198.18.0.2", table)
+    assert owner is not None and owner.name == "eth0"
+    assert owner_of("fe80::1%eth0", table) is table[1]
+    assert owner_of("10.0.0.1", table) is None

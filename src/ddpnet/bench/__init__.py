@@ -3,6 +3,9 @@
 ``run(BenchConfig(...))`` on every rank of an initialised group returns a :class:`BenchResult`
 (rows with algbw/busbw and link efficiency, the link baseline, verdicts). torch is imported
 only when ``run`` is called.
+
+The command ``ddpnet bench`` is :func:`ddpnet.bench.command.run` (options -> outcome); the
+ranks of ``--local N`` run ``python -m ddpnet.bench`` (``__main__``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Pure: parsing sizes, dtypes and ops, and the size sweep, never touch torch or th
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ddpnet.errors import ConfigError
@@ -91,35 +92,35 @@ class BenchConfig:
         return tuple(out)
 
 
+def _unknown(value: str, allowed: Collection[str], what: str) -> tuple[bool, str, str]:
+    return value not in allowed, f"unknown {what} {value!r}", f"choose from: {', '.join(allowed)}"
+
+
+def problems(cfg: BenchConfig) -> list[tuple[str, str]]:
+    """(message, hint) for every bad value, in flag order (pure)."""
+    unknown = [n for n in cfg.collectives if n not in ALL_COLLECTIVES]
+    checks = [
+        (not cfg.collectives, "no collective chosen", "pass --collectives all_reduce,..."),
+        *(_unknown(name, ALL_COLLECTIVES, "collective") for name in unknown),
+        (cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes,
+         f"bad size range {cfg.min_bytes}..{cfg.max_bytes}",
+         "need 1 <= --min-bytes <= --max-bytes"),
+        (cfg.factor < 1, f"bad --factor {cfg.factor}", "use an integer >= 1 (2 doubles)"),
+        (cfg.iters < 1 or cfg.warmup < 0, f"bad --iters {cfg.iters} / --warmup {cfg.warmup}",
+         "need --iters >= 1 and --warmup >= 0"),
+        _unknown(cfg.dtype, DTYPES, "dtype"),
+        _unknown(cfg.op, OPS, "op"),
+        _unknown(cfg.mode, MODES, "mode"),
+        _unknown(cfg.baseline, BASELINES, "baseline"),
+        (cfg.baseline_seconds <= 0, "--baseline-time must be > 0", "e.g. --baseline-time 3"),
+        (cfg.min_busbw_gbps is not None and cfg.min_busbw_gbps < 0,
+         "--min-busbw must be >= 0", "a rate in Gb/s, e.g. --min-busbw 0.9"),
+    ]
+    return [(message, hint) for bad, message, hint in checks if bad]
+
+
 def validate(cfg: BenchConfig) -> None:
-    """Every bad value is a ConfigError naming the flag and the fix."""
-    problems: list[tuple[str, str]] = []
-    if not cfg.collectives:
-        problems.append(("no collective chosen", "pass --collectives all_reduce,..."))
-    for name in cfg.collectives:
-        if name not in ALL_COLLECTIVES:
-            problems.append((f"unknown collective {name!r}",
-                             f"choose from: {', '.join(ALL_COLLECTIVES)}"))
-    if cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes:
-        problems.append((f"bad size range {cfg.min_bytes}..{cfg.max_bytes}",
-                         "need 1 <= --min-bytes <= --max-bytes"))
-    if cfg.factor < 1:
-        problems.append((f"bad --factor {cfg.factor}", "use an integer >= 1 (2 doubles)"))
-    if cfg.iters < 1 or cfg.warmup < 0:
-        problems.append((f"bad --iters {cfg.iters} / --warmup {cfg.warmup}",
-                         "need --iters >= 1 and --warmup >= 0"))
-    if cfg.dtype not in DTYPES:
-        problems.append((f"unknown dtype {cfg.dtype!r}", f"choose from: {', '.join(DTYPES)}"))
-    if cfg.op not in OPS:
-        problems.append((f"unknown op {cfg.op!r}", f"choose from: {', '.join(OPS)}"))
-    if cfg.mode not in MODES:
-        problems.append((f"unknown mode {cfg.mode!r}", f"choose from: {', '.join(MODES)}"))
-    if cfg.baseline not in BASELINES:
-        problems.append((f"unknown baseline {cfg.baseline!r}",
-                         f"choose from: {', '.join(BASELINES)}"))
-    if cfg.baseline_seconds <= 0:
-        problems.append(("--baseline-time must be > 0", "e.g. --baseline-time 3"))
-    if cfg.min_busbw_gbps is not None and cfg.min_busbw_gbps < 0:
-        problems.append(("--min-busbw must be >= 0", "a rate in Gb/s, e.g. --min-busbw 0.9"))
-    if problems:
-        raise ConfigError(problems[0][0], problems[0][1])
+    """Every bad value is a ConfigError naming the flag and the fix (the first one found)."""
+    found = problems(cfg)
+    if found:
+        raise ConfigError(*found[0])

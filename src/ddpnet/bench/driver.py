@@ -149,14 +149,7 @@ def run(
         torch.cuda.set_device(torch.device(plan.device))
     driver = Driver(config, torch, dist, plan, registry)
     if link is None:
-        def allgather(obj: Any) -> list[Any]:
-            out: list[Any] = [None] * driver.world
-            dist.all_gather_object(out, obj)
-            return out
-
-        master = env.get("MASTER_ADDR") or _resolved_master(env)
-        link = measure_link(config.baseline, config.baseline_seconds, driver.rank, allgather,
-                            backend=backend, environ=env, master_addr=master)
+        link = _measure_link(driver, env)
     todo, skipped = driver.work()
     rows = []
     for i, (coll, inplace, size, count) in enumerate(todo):
@@ -167,6 +160,18 @@ def run(
         progress(len(todo), len(todo), "done")
     return BenchResult(backend, driver.world, plan.device, link, tuple(rows), tuple(skipped),
                        config=_config_dict(config))
+
+
+def _measure_link(driver: Driver, env: Mapping[str, str]) -> LinkRate:
+    """The baseline, measured by every rank together (objects exchanged over the group)."""
+    def allgather(obj: Any) -> list[Any]:
+        out: list[Any] = [None] * driver.world
+        driver.dist.all_gather_object(out, obj)
+        return out
+
+    master = env.get("MASTER_ADDR") or _resolved_master(env)
+    return measure_link(driver.cfg.baseline, driver.cfg.baseline_seconds, driver.rank,
+                        allgather, backend=driver.backend, environ=env, master_addr=master)
 
 
 def _resolved_master(environ: Mapping[str, str]) -> str:

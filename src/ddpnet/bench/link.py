@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddpnet.bench.result import LinkRate, PairRate
 from ddpnet.errors import RequirementError
+from ddpnet.net.interfaces import Interface, list_interfaces, owner_of
 from ddpnet.net.ports import free_port
 
 AllGather = Callable[[Any], list[Any]]
@@ -72,14 +72,6 @@ def choose_method(requested: str, endpoints: Sequence[Endpoint]) -> tuple[str, s
     return requested, ""
 
 
-def interface_of(address: str, if_addrs: Mapping[str, Sequence[str]]) -> str | None:
-    """The interface holding ``address`` (``if_addrs``: name -> its addresses)."""
-    for name, addrs in if_addrs.items():
-        if address in addrs:
-            return name
-    return None
-
-
 def pinned_interface(environ: Mapping[str, str], backend: str) -> str | None:
     """The interface GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME pins (first plain name)."""
     var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
@@ -101,15 +93,12 @@ def parse_iperf3(text: str) -> float:
     return float(summary["bits_per_second"]) / 1e9
 
 
-def read_nominal_gbps(interface: str | None, sys_root: Path = Path("/sys")) -> float | None:
-    """The NIC's negotiated speed (``/sys/class/net/IF/speed``, Mb/s); None when unknown."""
-    if not interface:
+def nominal_gbps(interface: Interface | None) -> float | None:
+    """The NIC's negotiated speed in Gb/s (sysfs, read by ``net.interfaces``); None when
+    unknown (virtual links report none)."""
+    if interface is None or interface.speed_mbps is None:
         return None
-    try:
-        mbps = int((sys_root / "class/net" / interface / "speed").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return mbps / 1000.0 if mbps > 0 else None
+    return interface.speed_mbps / 1000.0
 
 
 def summarize(method: str, pairs: Sequence[PairRate], nominal: float | None,
@@ -124,16 +113,16 @@ def summarize(method: str, pairs: Sequence[PairRate], nominal: float | None,
 # ---------------------------------------------------------------- edges
 
 
-def local_address(environ: Mapping[str, str], backend: str, master_addr: str) -> str:
+def local_address(environ: Mapping[str, str], backend: str, master_addr: str,
+                  interfaces: Sequence[Interface]) -> str:
     """The address this rank talks from: the pinned interface's IPv4, else the route's source
     toward MASTER_ADDR (a UDP connect sends nothing)."""
-    import psutil
-
     pinned = pinned_interface(environ, backend)
-    if pinned:
-        for addr in psutil.net_if_addrs().get(pinned, []):
-            if addr.family == socket.AF_INET:
-                return str(addr.address)
+    for iface in interfaces:
+        if iface.name == pinned:
+            v4 = [a.ip for a in iface.addresses if a.family == 4]
+            if v4:
+                return v4[0]
     family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
@@ -143,10 +132,15 @@ def local_address(environ: Mapping[str, str], backend: str, master_addr: str) ->
         return "127.0.0.1"
 
 
-def interfaces_by_address() -> dict[str, list[str]]:
-    import psutil
-
-    return {name: [a.address for a in addrs] for name, addrs in psutil.net_if_addrs().items()}
+def local_endpoint(rank: int, environ: Mapping[str, str], backend: str,
+                   master_addr: str) -> tuple[Endpoint, Interface | None]:
+    """This rank's address, the interface holding it, and whether iperf3 is here (edge)."""
+    interfaces = list_interfaces()
+    address = local_address(environ, backend, master_addr, interfaces)
+    iface = owner_of(address, interfaces)
+    me = Endpoint(rank, address, iface.name if iface else None,
+                  shutil.which("iperf3") is not None)
+    return me, iface
 
 
 class Iperf3Server:
@@ -266,6 +260,26 @@ def tcp_source(src: str, dst: str, port: int, seconds: float) -> None:
         s.recv(1)  # the sink closes once it has read everything
 
 
+def loopback_note(note: str, endpoints: Sequence[Endpoint], address: str) -> str:
+    """Say so when every rank is on this one host talking over loopback."""
+    if len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1")):
+        return "; ".join(filter(None, [note, "loopback: all ranks on one host, so this "
+                                       "measures memory copies, not a network"]))
+    return note
+
+
+def merge_pairs(pairs: Sequence[tuple[int, int]],
+                reports: Sequence[Sequence[PairRate]]) -> list[PairRate]:
+    """Every planned pair from what the ranks reported (a pair appears once: from the sender
+    for iperf3, from the sink for tcp); a measured rate wins over an error."""
+    seen: dict[tuple[int, int], PairRate] = {}
+    for part in reports:
+        for pr in part:
+            if (pr.src, pr.dst) not in seen or seen[(pr.src, pr.dst)].gbps is None:
+                seen[(pr.src, pr.dst)] = pr
+    return [seen.get(p, PairRate(p[0], p[1], None, "not reported")) for p in pairs]
+
+
 def measure_link(
     requested: str,
     seconds: float,
@@ -279,69 +293,75 @@ def measure_link(
     """Collective over all ranks (every rank must call it): the link baseline."""
     if requested == "none":
         return LinkRate(None, "none", note="--baseline none")
-    address = local_address(environ, backend, master_addr)
-    interface = interface_of(address, interfaces_by_address())
-    me = Endpoint(rank, address, interface, shutil.which("iperf3") is not None)
+    me, iface = local_endpoint(rank, environ, backend, master_addr)
     endpoints: list[Endpoint] = allgather(me)
     pairs = plan_pairs(endpoints)
-    nominal = read_nominal_gbps(interface)
+    nominal = nominal_gbps(iface)
     if not pairs:
-        return LinkRate(None, "none", nominal, interface, note="one rank: no link to measure")
+        return LinkRate(None, "none", nominal, me.interface,
+                        note="one rank: no link to measure")
     method, note = choose_method(requested, endpoints)
-    if len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1")):
-        note = "; ".join(filter(None, [note, "loopback: all ranks on one host, so this "
-                                       "measures memory copies, not a network"]))
-    by_rank = {ep.rank: ep for ep in endpoints}
-    receiving = [(s, d) for s, d in pairs if d == rank]
-    sending = [(s, d) for s, d in pairs if s == rank]
+    note = loopback_note(note, endpoints, me.address)
+    streams = Streams(method, seconds, me, {ep.rank: ep for ep in endpoints}, allgather)
+    mine = streams.run(pairs)
+    return summarize(method, merge_pairs(pairs, allgather(mine)), nominal, me.interface, note)
 
-    # 1. receivers listen and publish their ports
-    server: Iperf3Server | TcpSink | None = None
-    error = ""
-    if receiving:
+
+class Streams:
+    """One rank's part of the measurement: listen where it receives, publish the ports, then
+    stream where it sends, all pairs at once (collective: ``allgather`` in the middle)."""
+
+    def __init__(self, method: str, seconds: float, me: Endpoint,
+                 by_rank: Mapping[int, Endpoint], allgather: AllGather) -> None:
+        self.method = method
+        self.seconds = seconds
+        self.me = me
+        self.by_rank = by_rank
+        self.allgather = allgather
+
+    def run(self, pairs: Sequence[tuple[int, int]]) -> list[PairRate]:
+        receiving = [(s, d) for s, d in pairs if d == self.me.rank]
+        sending = [(s, d) for s, d in pairs if s == self.me.rank]
+        server, error = self.listen() if receiving else (None, "")
+        ports: dict[int, int | None] = {}
+        errors: dict[int, str] = {}
+        port = server.port if server is not None and not error else None
+        for who, their_port, their_error in self.allgather((self.me.rank, port, error)):
+            ports[who], errors[who] = their_port, their_error
+        sent = [self.send(src, dst, ports.get(dst), errors.get(dst, ""))
+                for src, dst in sending]
+        return [pr for pr in sent if pr is not None] + self.received(server, receiving, error)
+
+    def listen(self) -> tuple[Iperf3Server | TcpSink | None, str]:
         try:
-            if method == "iperf3":
-                server = Iperf3Server(address)
+            if self.method == "iperf3":
+                server = Iperf3Server(self.me.address)
                 server.started()
-            else:
-                server = TcpSink(address, seconds)
+                return server, ""
+            return TcpSink(self.me.address, self.seconds), ""
         except OSError as exc:
-            error = str(exc)
-    ports: dict[int, int | None] = {}
-    errors: dict[int, str] = {}
-    for item in allgather((rank, server.port if server and not error else None, error)):
-        ports[item[0]] = item[1]
-        errors[item[0]] = item[2]
+            return None, str(exc)
 
-    # 2. senders stream, all pairs at once
-    mine: list[PairRate] = []
-    for src, dst in sending:
-        port = ports.get(dst)
+    def send(self, src: int, dst: int, port: int | None, error: str) -> PairRate | None:
+        """The pair's rate (iperf3), its error, or None: a tcp sink reports its own rate."""
         if port is None:
-            mine.append(PairRate(src, dst, None, errors.get(dst) or f"no listener on rank {dst}"))
-            continue
+            return PairRate(src, dst, None, error or f"no listener on rank {dst}")
+        address = self.by_rank[dst].address
         try:
-            if method == "iperf3":
-                mine.append(PairRate(src, dst, iperf3_client(address, by_rank[dst].address,
-                                                             port, seconds)))
-            else:
-                tcp_source(address, by_rank[dst].address, port, seconds)
+            if self.method == "iperf3":
+                return PairRate(src, dst, iperf3_client(self.me.address, address, port,
+                                                        self.seconds))
+            tcp_source(self.me.address, address, port, self.seconds)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            mine.append(PairRate(src, dst, None, str(exc)))
-    if isinstance(server, TcpSink):
-        server.close(seconds + 30)
-        for src, dst in receiving:
-            mine.append(PairRate(src, dst, server.gbps, server.error))
-    elif isinstance(server, Iperf3Server):
-        server.close()
-    elif error:
-        mine.extend(PairRate(s, d, None, error) for s, d in receiving)
+            return PairRate(src, dst, None, str(exc))
+        return None
 
-    # 3. everyone learns every pair (a pair appears once: sender for iperf3, sink for tcp)
-    seen: dict[tuple[int, int], PairRate] = {}
-    for part in allgather(mine):
-        for pr in part:
-            if (pr.src, pr.dst) not in seen or seen[(pr.src, pr.dst)].gbps is None:
-                seen[(pr.src, pr.dst)] = pr
-    measured = [seen.get(p, PairRate(p[0], p[1], None, "not reported")) for p in pairs]
-    return summarize(method, measured, nominal, interface, note)
+    def received(self, server: Iperf3Server | TcpSink | None,
+                 receiving: Sequence[tuple[int, int]], error: str) -> list[PairRate]:
+        """The sink's rates (tcp); iperf3's sender reports, so its server only closes."""
+        if isinstance(server, TcpSink):
+            server.close(self.seconds + 30)
+            return [PairRate(s, d, server.gbps, server.error) for s, d in receiving]
+        if isinstance(server, Iperf3Server):
+            server.close()
+        return [PairRate(s, d, None, error) for s, d in receiving] if error else []

@@ -1,13 +1,22 @@
-"""Renderers of a BenchResult: the nccl-tests-like table, CSV and the busbw plot."""
+"""Renderers of a BenchResult: the nccl-tests-like table, CSV and the busbw plot; and how a
+``ddpnet bench`` outcome is reported (table or JSON, threshold errors, a failing rank)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpnet.bench.config import format_size
 from ddpnet.bench.result import BenchResult, gbps_to_GBps
+from ddpnet.bench.verdict import BenchOutcome
+from ddpnet.output import finish, format_error
+
+if TYPE_CHECKING:
+    from ddpnet.bench.driver import Progress
 
 CSV_FIELDS = ("collective", "bytes", "count", "dtype", "op", "inplace", "time_us", "min_us",
               "max_us", "algbw_gbps", "busbw_gbps", "wrong", "link_efficiency")
@@ -107,3 +116,40 @@ def write_plot(result: BenchResult, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def render_outcome(outcome: BenchOutcome, console: Any) -> None:
+    if outcome.result is not None:
+        render_table(outcome.result, console)
+
+
+def report(outcome: BenchOutcome, as_json: bool) -> int:
+    """Print what this process reports (rank 0: the table or the JSON object, then one error
+    per failed threshold; the ``--local`` parent: a failing rank's line); its exit code."""
+    if outcome.result is not None:
+        finish(outcome, as_json, render_outcome)
+    lines = [format_error(p.message, p.hint) for p in outcome.problems]
+    lines += list(outcome.notes)
+    if lines:
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+    return int(outcome.exit_code)
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress | None]:
+    """A transient bar on stderr while the sweep runs; None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import Progress as Bar
+
+    from ddpnet.output import err_console
+
+    with Bar(console=err_console(), transient=True) as bar:
+        task = bar.add_task("bench", total=None)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        yield update

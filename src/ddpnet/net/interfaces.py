@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +158,8 @@ def list_interfaces(sys_net: Path = Path("/sys/class/net")) -> tuple[Interface, 
             kind=classify_kind(name, sys_net),
         ))
     return tuple(result)
+
+
+def owner_of(ip: str, interfaces: Sequence[Interface]) -> Interface | None:
+    """The interface holding address ``ip`` (pure; IPv6 scope ids ignored)."""
+    return next((iface for iface in interfaces if iface.owns(ip)), None)

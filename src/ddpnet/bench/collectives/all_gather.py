@@ -5,30 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values, split
+from ddpnet.bench.collectives.base import (
+    Buffers,
+    Collective,
+    Ctx,
+    rank_values,
+    split,
+    whole_and_chunk,
+)
 
 
 class AllGather(Collective):
     name = "all_gather"
     places = (False, True)  # in-place: the input is this rank's slice of the output
+    chunked = True
 
     def bus_factor(self, n: int) -> float:
         return (n - 1) / n
 
-    def count(self, nbytes: int, elsize: int, n: int) -> int:
-        return split(nbytes // elsize, n) * n
-
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
-        per = split(count, ctx.world_size)
-        out = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        if inplace:
-            send = out[ctx.rank * per:(ctx.rank + 1) * per]
-        else:
-            send = ctx.torch.empty(per, dtype=ctx.torch_dtype, device=ctx.device)
+        out, send = whole_and_chunk(ctx, count, inplace)
         return Buffers(send=send, recv=out, out=out)
-
-    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
-        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
 
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
         # torch >= 2.13 names it all_gather_single (all_gather_into_tensor is deprecated)

@@ -5,26 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values, split
+from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values, split, two_buffers
 
 
 class AllToAll(Collective):
     name = "all_to_all"
     places = (False,)  # all_to_all_single cannot alias input and output
+    chunked = True
 
     def bus_factor(self, n: int) -> float:
         return (n - 1) / n
 
-    def count(self, nbytes: int, elsize: int, n: int) -> int:
-        return split(nbytes // elsize, n) * n
-
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
-        send = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        recv = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        return Buffers(send=send, recv=recv, out=recv)
-
-    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
-        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
+        return two_buffers(ctx, count)
 
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
         ctx.dist.all_to_all_single(bufs.recv, bufs.send)

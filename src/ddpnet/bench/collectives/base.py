@@ -43,6 +43,10 @@ class Ctx:
     def reduce_op(self) -> Any:
         return getattr(self.dist.ReduceOp, REDUCE_OPS[self.op])
 
+    def empty(self, count: int) -> Any:
+        """An uninitialised buffer of ``count`` elements in the run's dtype and device."""
+        return self.torch.empty(count, dtype=self.torch_dtype, device=self.device)
+
 
 #: rank r's data at element i: ((i + 3r) mod 7) + 1, a pattern with period 7 in r
 _PERIOD = 7
@@ -108,6 +112,8 @@ class Collective(ABC):
     reduces: bool = False
     #: whether only ``root`` holds the result
     root: int | None = None
+    #: whether the buffer is one chunk per rank (its count a multiple of the world size)
+    chunked: bool = False
 
     @abstractmethod
     def bus_factor(self, n: int) -> float:
@@ -115,7 +121,8 @@ class Collective(ABC):
 
     def count(self, nbytes: int, elsize: int, n: int) -> int:
         """Elements in the total buffer for a size in bytes (rounded down to fit the layout)."""
-        return nbytes // elsize
+        total = nbytes // elsize
+        return split(total, n) * n if self.chunked else total
 
     def unsupported(self, backend: str, op: str, n: int) -> str | None:
         """Why this collective cannot run here, or None."""
@@ -127,9 +134,9 @@ class Collective(ABC):
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
         """Allocate the buffers for ``count`` total elements."""
 
-    @abstractmethod
     def fill(self, ctx: Ctx, bufs: Buffers) -> None:
         """(Re)write this rank's input data."""
+        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
 
     @abstractmethod
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
@@ -147,3 +154,24 @@ class Collective(ABC):
 def split(count: int, n: int) -> int:
     """Per-rank chunk of a total ``count`` (the total is rounded down to a multiple of n)."""
     return count // n
+
+
+def one_buffer(ctx: Ctx, count: int) -> Buffers:
+    """In-place: the collective overwrites its input."""
+    buf = ctx.empty(count)
+    return Buffers(send=buf, recv=buf, out=buf)
+
+
+def two_buffers(ctx: Ctx, count: int) -> Buffers:
+    """Out-of-place, input and output of the same size."""
+    recv = ctx.empty(count)
+    return Buffers(send=ctx.empty(count), recv=recv, out=recv)
+
+
+def whole_and_chunk(ctx: Ctx, count: int, inplace: bool) -> tuple[Any, Any]:
+    """A ``count`` buffer and this rank's chunk: a slice of it in-place, else its own buffer
+    (all_gather's input is the chunk, reduce_scatter's output)."""
+    per = split(count, ctx.world_size)
+    whole = ctx.empty(count)
+    chunk = whole[ctx.rank * per:(ctx.rank + 1) * per] if inplace else ctx.empty(per)
+    return whole, chunk

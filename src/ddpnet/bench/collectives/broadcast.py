@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values
+from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, one_buffer, rank_values
 
 
 class Broadcast(Collective):
@@ -16,11 +16,7 @@ class Broadcast(Collective):
         return 1.0
 
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
-        buf = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        return Buffers(send=buf, recv=buf, out=buf)
-
-    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
-        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
+        return one_buffer(ctx, count)
 
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
         ctx.dist.broadcast(bufs.send, src=self.root)

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.bench.collectives.base import (
-    Buffers,
-    Collective,
-    Ctx,
-    rank_values,
-    reduced_values,
-)
+from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, one_buffer, reduced_values
 
 
 class Reduce(Collective):
@@ -23,11 +17,7 @@ class Reduce(Collective):
         return 1.0
 
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
-        buf = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        return Buffers(send=buf, recv=buf, out=buf)
-
-    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
-        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
+        return one_buffer(ctx, count)
 
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
         ctx.dist.reduce(bufs.send, dst=self.root, op=ctx.reduce_op())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values
+from ddpnet.bench.collectives.base import Buffers, Collective, Ctx, rank_values, two_buffers
 
 
 class SendRecv(Collective):
@@ -21,12 +21,7 @@ class SendRecv(Collective):
         return None
 
     def buffers(self, ctx: Ctx, count: int, inplace: bool) -> Buffers:
-        send = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        recv = ctx.torch.empty(count, dtype=ctx.torch_dtype, device=ctx.device)
-        return Buffers(send=send, recv=recv, out=recv)
-
-    def fill(self, ctx: Ctx, bufs: Buffers) -> None:
-        bufs.send.copy_(rank_values(ctx, ctx.rank, bufs.send.numel()))
+        return two_buffers(ctx, count)
 
     def call(self, ctx: Ctx, bufs: Buffers) -> None:
         dist, n = ctx.dist, ctx.world_size
