@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 system-deps:
 	bash scripts/install-system-deps.sh
 
-demo: setup
+demo: setup system-deps
 	$(VENV)/bin/ddpnet check --local 4 --report report.html
 
 lint: setup
