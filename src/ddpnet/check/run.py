@@ -8,12 +8,14 @@ Every rank runs this; rank 0 hosts torch's c10d TCPStore on MASTER_PORT and judg
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +36,15 @@ from ddpnet.net.select import VARIABLES, Selection
 
 #: how long the --local workers may take to print their line after rank 0's verdict
 WORKER_WAIT = 10.0
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP reached a ``--local`` parent: unwind (stopping the workers) and leave
+    with 128+N. A BaseException, so no stage's ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
@@ -65,13 +76,31 @@ def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
     from ddpnet.local import LocalRanks
 
     assert options.local is not None
-    with LocalRanks(worker_argv(options), options.local, first=1, capture=True,
-                    environ=environ) as ranks:
+    with _terminated_raises(), LocalRanks(worker_argv(options), options.local, first=1,
+                                          capture=True, environ=environ) as ranks:
         result = run_rank(options, ranks.environ(0), tools, progress)
         if result.failure is not None:
             return result  # the workers wait for a rank 0 that is not coming
         done = ranks.wait(timeout=WORKER_WAIT, grace=WORKER_WAIT)
     return replace(result, workers=tuple(WorkerLine.of(e) for e in done.exits))
+
+
+@contextlib.contextmanager
+def _terminated_raises() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def run_rank(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
@@ -177,3 +206,16 @@ def exit_fast(code: int) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def run_and_leave(command: Callable[[], int]) -> int:
+    """Run ``command`` and leave through :func:`exit_fast`, also on Ctrl-C (130) and
+    SIGTERM/SIGHUP (128+N), once the ``--local`` workers are stopped."""
+    try:
+        code = command()
+    except KeyboardInterrupt:
+        sys.stderr.write("ddpnet: interrupted\n")
+        code = 130
+    except Terminated as exc:
+        code = 128 + exc.signum
+    return exit_fast(code)

@@ -32,11 +32,11 @@ def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench:
     MASTER_ADDR/MASTER_PORT), or with --local N on one machine."""
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.render_text import render_result
-    from ddpnet.check.run import exit_fast, run
+    from ddpnet.check.run import run, run_and_leave
     from ddpnet.output import finish
 
     options = CheckOptions(matrix=matrix, bench=bench, stage_timeout=stage_timeout,
                            join_timeout=join_timeout, bw_seconds=bw_seconds, backend=backend,
                            local=local,
                            report_path=str(report_path) if report_path is not None else None)
-    return exit_fast(finish(run(options), as_json, render_result))
+    return run_and_leave(lambda: finish(run(options), as_json, render_result))
