@@ -1,8 +1,9 @@
 """Stage 2, pure part: compare the facts every rank published.
 
 Facts are the doctor's keys (``python torch cuda nccl hostname hostname_loopback interface
-address mtu subnet time``) plus ``clock_offset_s`` measured by the runner against rank 0's
-clock at the start signal. Missing keys are not compared (an older doctor, a CPU node).
+address mtu subnet time``) plus ``clock_offset_s`` measured by each rank against rank 0's
+clock at the start signal (``stages.rendezvous``). Missing keys are not compared (an older
+doctor, a CPU node).
 """
 
 from __future__ import annotations

@@ -82,6 +82,9 @@ def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
         if result.failure is not None:
             return result  # the workers wait for a rank 0 that is not coming
         done = ranks.wait(timeout=WORKER_WAIT, grace=WORKER_WAIT)
+    if done.signals:  # forwarded to the workers while they finished: leave the same way
+        signum = done.signals[-1]
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
     return replace(result, workers=tuple(WorkerLine.of(e) for e in done.exits))
 
 
