@@ -9,16 +9,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ddpnet.check.context import BenchFn
 from ddpnet.check.stages.facts import node_facts
+from ddpnet.check.stages.rendezvous import PreflightFn
 from ddpnet.check.stages.sweep import sweep
 from ddpnet.config import DistConfig
 from ddpnet.net.probe import preflight as probe_preflight
 from ddpnet.net.select import Selection, select_for_host
 
 SelectFn = Callable[[DistConfig, Mapping[str, str]], Selection]
-PreflightFn = Callable[[DistConfig, Mapping[str, str], float], None]
 FactsFn = Callable[[DistConfig, Selection, Mapping[str, str]], dict[str, Any]]
-BenchFn = Callable[[float], dict[str, Any]]
 
 
 def preflight(cfg: DistConfig, environ: Mapping[str, str], connect_timeout: float) -> None:
