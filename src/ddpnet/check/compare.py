@@ -1,8 +1,9 @@
 """Stage 2, pure part: compare the facts every rank published.
 
 Facts are the doctor's keys (``python torch cuda nccl hostname hostname_loopback interface
-address mtu subnet time``) plus ``clock_offset_s`` measured by the runner against rank 0's
-clock at the start signal. Missing keys are not compared (an older doctor, a CPU node).
+address mtu subnet time``) plus ``clock_offset_s`` measured by each rank against rank 0's
+clock at the start signal (``stages.rendezvous``). Missing keys are not compared (an older
+doctor, a CPU node).
 """
 
 from __future__ import annotations
@@ -150,69 +151,84 @@ def _is_loopback(address: Any) -> bool:
 
 def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """hostname-loopback and interface-mismatch: only meaningful across several hosts."""
-    causes: list[Cause] = []
     hosts = {n.host for n in nodes}
     multi = len(hosts) > 1 or len({str(n.facts.get("address")) for n in nodes}) > 1
     if not multi:
-        return causes
+        return []
+    found = (_loopback_address(nodes) or _loopback_hostname(nodes), _subnets(nodes))
+    return [c for c in found if c is not None]
+
+
+def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:
+    """A rank whose selected address is loopback: peers would connect to themselves."""
     loop = [n for n in nodes if _is_loopback(n.facts.get("address"))]
-    if loop:
-        causes.append(Cause(
-            id="hostname-loopback",
-            stage="facts",
-            hosts=tuple(n.host for n in loop),
-            ranks=tuple(n.rank for n in loop),
-            detail="the address peers would use for "
-                   + ", ".join(f"rank {n.rank} on {n.host} is {n.facts.get('address')} "
-                               f"(interface {n.facts.get('interface')})" for n in loop)
-                   + ": a loopback address, so other nodes connect to themselves and "
-                   "gloo/NCCL hang",
-            fix="point the hostname at the node's real address in /etc/hosts (not 127.0.1.1) "
-                "and unset GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=lo, or pin the cluster "
-                "interface: export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface>",
-        ))
-    else:
-        named = [n for n in nodes if n.facts.get("hostname_loopback") is True
-                 and not n.facts.get("interface_pinned")]
-        if named:
-            causes.append(Cause(
-                id="hostname-loopback",
-                stage="facts",
-                severity="warn",
-                hosts=tuple(n.label for n in named),
-                ranks=tuple(n.rank for n in named),
-                detail="hostname resolves to a loopback address on "
-                       + ", ".join(n.label for n in named)
-                       + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers",
-                fix="edit /etc/hosts so the hostname maps to the cluster address, or keep "
-                    "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME pinned (ddpnet.init() does)",
-            ))
+    if not loop:
+        return None
+    return Cause(
+        id="hostname-loopback",
+        stage="facts",
+        hosts=tuple(n.host for n in loop),
+        ranks=tuple(n.rank for n in loop),
+        detail="the address peers would use for "
+               + ", ".join(f"rank {n.rank} on {n.host} is {n.facts.get('address')} "
+                           f"(interface {n.facts.get('interface')})" for n in loop)
+               + ": a loopback address, so other nodes connect to themselves and "
+               "gloo/NCCL hang",
+        fix="point the hostname at the node's real address in /etc/hosts (not 127.0.1.1) "
+            "and unset GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=lo, or pin the cluster "
+            "interface: export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface>",
+    )
+
+
+def _loopback_hostname(nodes: Sequence[NodeFacts]) -> Cause | None:
+    """The hostname resolves to loopback where nothing pins the interface: a warning."""
+    named = [n for n in nodes if n.facts.get("hostname_loopback") is True
+             and not n.facts.get("interface_pinned")]
+    if not named:
+        return None
+    return Cause(
+        id="hostname-loopback",
+        stage="facts",
+        severity="warn",
+        hosts=tuple(n.label for n in named),
+        ranks=tuple(n.rank for n in named),
+        detail="hostname resolves to a loopback address on "
+               + ", ".join(n.label for n in named)
+               + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers",
+        fix="edit /etc/hosts so the hostname maps to the cluster address, or keep "
+            "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME pinned (ddpnet.init() does)",
+    )
+
+
+def _subnets(nodes: Sequence[NodeFacts]) -> Cause | None:
+    """Selected interfaces in more than one network: the minority is named."""
     nets = [(n, _network(n.facts)) for n in nodes if not _is_loopback(n.facts.get("address"))]
-    if len(nets) >= 2 and all(net is not None for _, net in nets):
-        groups: dict[str, list[NodeFacts]] = defaultdict(list)
-        for n, net in nets:
-            groups[str(net)].append(n)
-        if len(groups) > 1:
-            majority = max(groups, key=lambda k: (len(groups[k]), any(n.rank == 0
-                                                                        for n in groups[k])))
-            odd = [n for k, ns in groups.items() if k != majority for n in ns]
-            causes.append(Cause(
-                id="interface-mismatch",
-                stage="facts",
-                hosts=tuple(n.label for n in odd),
-                ranks=tuple(n.rank for n in odd),
-                detail="selected interfaces are not in one network: "
-                       + "; ".join(
-                           f"{k}: " + ", ".join(
-                               f"rank {n.rank} {n.facts.get('interface')} "
-                               f"{n.facts.get('address')}" for n in ns)
-                           for k, ns in groups.items()),
-                fix=f"select the interface in {majority} on "
-                    + ", ".join(n.label for n in odd)
-                    + ": export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface> "
-                    "(or route the networks to each other)",
-            ))
-    return causes
+    if len(nets) < 2 or any(net is None for _, net in nets):
+        return None
+    groups: dict[str, list[NodeFacts]] = defaultdict(list)
+    for n, net in nets:
+        groups[str(net)].append(n)
+    if len(groups) <= 1:
+        return None
+    majority = max(groups, key=lambda k: (len(groups[k]), any(n.rank == 0
+                                                                for n in groups[k])))
+    odd = [n for k, ns in groups.items() if k != majority for n in ns]
+    return Cause(
+        id="interface-mismatch",
+        stage="facts",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail="selected interfaces are not in one network: "
+               + "; ".join(
+                   f"{k}: " + ", ".join(
+                       f"rank {n.rank} {n.facts.get('interface')} "
+                       f"{n.facts.get('address')}" for n in ns)
+                   for k, ns in groups.items()),
+        fix=f"select the interface in {majority} on "
+            + ", ".join(n.label for n in odd)
+            + ": export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface> "
+            "(or route the networks to each other)",
+    )
 
 
 def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:

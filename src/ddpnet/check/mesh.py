@@ -72,60 +72,83 @@ def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
            if i != j and matrix[i][j] not in (OK, SELF, UNKNOWN)]
     if not bad:
         return []
-    causes: list[Cause] = []
     explained: set[tuple[int, int]] = set()
-    # destinations nobody can reach: a receiving-side firewall
-    for j in range(n):
-        incoming = [(i, matrix[i][j]) for i in range(n) if i != j and matrix[i][j] != UNKNOWN]
-        if incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2:
-            kinds = sorted({s for _, s in incoming})
-            explained.update((i, j) for i, _ in incoming)
-            causes.append(Cause(
-                id="peer-port-blocked",
-                stage="reachability",
-                hosts=(labels[j],),
-                ranks=(j,),
-                detail=f"no rank can connect to rank {j} on {labels[j]} at its ephemeral port "
-                       f"{ports[j]} ({'/'.join(kinds)}), although it reached the master port "
-                       f"{master_port}: its firewall allows only fixed ports, but gloo/NCCL "
-                       "listen on ephemeral ones",
-                fix=f"on {labels[j]}: allow TCP from the cluster subnet, e.g. "
-                    f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
-                    f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
-                    f"{subnet} accept",
-            ))
-    # sources that reach nobody: egress filter or routing on that rank
-    for i in range(n):
-        outgoing = [(j, matrix[i][j]) for j in range(n)
-                    if i != j and matrix[i][j] != UNKNOWN and (i, j) not in explained]
-        if len(outgoing) >= 2 and all(s not in (OK, SELF) for _, s in outgoing):
-            kinds = sorted({s for _, s in outgoing})
-            explained.update((i, j) for j, _ in outgoing)
-            causes.append(Cause(
-                id="peer-port-blocked",
-                stage="reachability",
-                hosts=(labels[i],),
-                ranks=(i,),
-                detail=f"rank {i} on {labels[i]} cannot connect to any peer "
-                       f"({'/'.join(kinds)}): outgoing traffic or routes are blocked there",
-                fix=f"on {labels[i]}: check `ip route` toward the cluster subnet and the "
-                    "firewall's output chain (nft list ruleset)",
-            ))
+    causes = [*_unreachable_receivers(matrix, labels, ports, master_port, subnet, explained),
+              *_isolated_senders(matrix, labels, explained)]
     rest = [(i, j, s) for i, j, s in bad if (i, j) not in explained]
     if rest:
-        ranks = sorted({i for i, _, _ in rest} | {j for _, j, _ in rest})
+        causes.append(_broken_pairs(rest, labels, subnet))
+    return causes
+
+
+def _unreachable_receivers(matrix: Sequence[Sequence[str]], labels: Sequence[str],
+                           ports: Sequence[int | None], master_port: int, subnet: str,
+                           explained: set[tuple[int, int]]) -> list[Cause]:
+    """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``)."""
+    n = len(matrix)
+    causes = []
+    for j in range(n):
+        incoming = [(i, matrix[i][j]) for i in range(n) if i != j and matrix[i][j] != UNKNOWN]
+        if not (incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2):
+            continue
+        kinds = sorted({s for _, s in incoming})
+        explained.update((i, j) for i, _ in incoming)
         causes.append(Cause(
             id="peer-port-blocked",
             stage="reachability",
-            hosts=tuple(labels[r] for r in ranks),
-            ranks=tuple(ranks),
-            detail="connections fail between: "
-                   + ", ".join(f"{i}->{j} {s}" for i, j, s in rest[:20])
-                   + (f" (+{len(rest) - 20} more)" if len(rest) > 20 else ""),
-            fix="allow TCP between all cluster nodes on all ports (gloo/NCCL use ephemeral "
-                f"ports), e.g. firewall-cmd --zone=trusted --add-source={subnet}",
+            hosts=(labels[j],),
+            ranks=(j,),
+            detail=f"no rank can connect to rank {j} on {labels[j]} at its ephemeral port "
+                   f"{ports[j]} ({'/'.join(kinds)}), although it reached the master port "
+                   f"{master_port}: its firewall allows only fixed ports, but gloo/NCCL "
+                   "listen on ephemeral ones",
+            fix=f"on {labels[j]}: allow TCP from the cluster subnet, e.g. "
+                f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
+                f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
+                f"{subnet} accept",
         ))
     return causes
+
+
+def _isolated_senders(matrix: Sequence[Sequence[str]], labels: Sequence[str],
+                      explained: set[tuple[int, int]]) -> list[Cause]:
+    """Sources that reach nobody: egress filter or routing on that rank."""
+    n = len(matrix)
+    causes = []
+    for i in range(n):
+        outgoing = [(j, matrix[i][j]) for j in range(n)
+                    if i != j and matrix[i][j] != UNKNOWN and (i, j) not in explained]
+        if not (len(outgoing) >= 2 and all(s not in (OK, SELF) for _, s in outgoing)):
+            continue
+        kinds = sorted({s for _, s in outgoing})
+        explained.update((i, j) for j, _ in outgoing)
+        causes.append(Cause(
+            id="peer-port-blocked",
+            stage="reachability",
+            hosts=(labels[i],),
+            ranks=(i,),
+            detail=f"rank {i} on {labels[i]} cannot connect to any peer "
+                   f"({'/'.join(kinds)}): outgoing traffic or routes are blocked there",
+            fix=f"on {labels[i]}: check `ip route` toward the cluster subnet and the "
+                "firewall's output chain (nft list ruleset)",
+        ))
+    return causes
+
+
+def _broken_pairs(rest: Sequence[tuple[int, int, str]], labels: Sequence[str],
+                  subnet: str) -> Cause:
+    ranks = sorted({i for i, _, _ in rest} | {j for _, j, _ in rest})
+    return Cause(
+        id="peer-port-blocked",
+        stage="reachability",
+        hosts=tuple(labels[r] for r in ranks),
+        ranks=tuple(ranks),
+        detail="connections fail between: "
+               + ", ".join(f"{i}->{j} {s}" for i, j, s in rest[:20])
+               + (f" (+{len(rest) - 20} more)" if len(rest) > 20 else ""),
+        fix="allow TCP between all cluster nodes on all ports (gloo/NCCL use ephemeral "
+            f"ports), e.g. firewall-cmd --zone=trusted --add-source={subnet}",
+    )
 
 
 class Listener:

@@ -146,6 +146,16 @@ def render_html(report: CheckReport) -> str:
            f"<h1>ddpnet check: <span id='verdict' class='{v}'>{v.upper()}</span></h1>",
            f"<p class='muted'>{report.world_size} ranks · master {_e(report.master)} · "
            f"{report.timings.get('total', 0):.1f} s</p>"]
+    out += _causes_html(report)
+    out += _tables_html(report)
+    out.append("<h2>Raw result</h2><details><summary>JSON</summary><pre id='json'>"
+               + _e(json.dumps(data, indent=1, default=str)) + "</pre></details>")
+    out.append("</body></html>\n")
+    return "".join(out)
+
+
+def _causes_html(report: CheckReport) -> list[str]:
+    out = []
     root = report.root
     if root is not None:
         out.append("<h2>Root cause</h2>" if root.severity == "fail" else "<h2>Warning</h2>")
@@ -160,15 +170,23 @@ def render_html(report: CheckReport) -> str:
                    + "".join(f"<tr><td class='l'>{_e(k)}</td><td class='{_e(s)}'>{_e(s)}</td>"
                              f"<td>{report.timings.get(k, 0):.2f}</td></tr>"
                              for k, s in report.stages.items()) + "</table>")
-    if report.nodes:
-        cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
-                "cuda", "clock_offset_s", "doctor")
-        out.append("<h2>Nodes</h2><table id='nodes'><tr>"
-                   + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
-        for n in report.nodes:
-            out.append("<tr>" + "".join(f"<td class='l'>{_e(_cell(n.get(c)))}</td>"
-                                        for c in cols) + "</tr>")
-        out.append("</table>")
+    return out
+
+
+def _nodes_html(report: CheckReport) -> list[str]:
+    cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
+            "cuda", "clock_offset_s", "doctor")
+    out = ["<h2>Nodes</h2><table id='nodes'><tr>" + "".join(f"<th>{c}</th>" for c in cols)
+           + "</tr>"]
+    for n in report.nodes:
+        out.append("<tr>" + "".join(f"<td class='l'>{_e(_cell(n.get(c)))}</td>"
+                                    for c in cols) + "</tr>")
+    out.append("</table>")
+    return out
+
+
+def _tables_html(report: CheckReport) -> list[str]:
+    out = _nodes_html(report) if report.nodes else []
     if report.reachability:
         out.append("<h2>Reachability (row connects to column)</h2>"
                    + _mesh_table(report.reachability))
@@ -184,7 +202,4 @@ def render_html(report: CheckReport) -> str:
     if report.bench:
         out.append("<h2>Collective bench</h2><pre>"
                    + _e(json.dumps(report.bench, indent=1, default=str)[:20000]) + "</pre>")
-    out.append("<h2>Raw result</h2><details><summary>JSON</summary><pre id='json'>"
-               + _e(json.dumps(data, indent=1, default=str)) + "</pre></details>")
-    out.append("</body></html>\n")
-    return "".join(out)
+    return out

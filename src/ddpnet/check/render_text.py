@@ -1,10 +1,13 @@
-"""Human rendering of a :class:`CheckReport` with rich: root cause first, then the rest."""
+"""Human rendering of a check with rich: rank 0's report root cause first, then the rest;
+another rank's one line; the progress lines rank 0 prints on stderr while it runs."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ddpnet.check.report import CheckReport
+from ddpnet.check.result import CheckResult
 
 #: above this many ranks the terminal shows summaries, not N x N tables
 TABLE_MAX = 32
@@ -19,33 +22,75 @@ def _doctor(summary: Any) -> str:
     return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
 
 
+def progress_line(message: str) -> None:
+    """Rank 0's ``[check] ...`` progress on stderr (beside --json's stdout)."""
+    sys.stderr.write(f"[check] {message}\n")
+    sys.stderr.flush()
+
+
+def render_result(result: CheckResult, console: Any) -> None:
+    """What ``ddpnet check`` prints without --json: a failure to join as the error line, the
+    ``--local`` workers' lines on stderr, then the report (or this rank's one line)."""
+    from ddpnet.output import print_error
+
+    if result.failure is not None:
+        print_error(result.failure)
+        return
+    for w in result.workers:
+        sys.stderr.write(f"[exit {w.code}] {w.line}\n")
+    sys.stderr.flush()
+    report = result.report
+    if report is None:
+        assert result.outcome is not None
+        console.out(result.outcome.line, highlight=False)
+        return
+    render(report, console)
+    if result.report_path is not None:
+        console.out(f"report: {result.report_path}", highlight=False)
+
+
 def render(report: CheckReport, console: Any) -> None:
-    from rich.table import Table
+    """The whole report: verdict, root cause, other findings, then the tables."""
+    for section in (_head, _root, _others, _stages, _nodes, _reachability, _bandwidth,
+                    _allreduce, _bench):
+        section(report, console)
+
+
+def _head(report: CheckReport, console: Any) -> None:
     from rich.text import Text
 
     verdict = report.verdict
     color = "green" if verdict == "pass" else "red"
-    warn = [c for c in report.sorted_causes if c.severity == "warn"]
     head = Text(f"ddpnet check: {verdict.upper()}", style=f"bold {color}")
     head.append(f"  ({report.world_size} ranks, master {report.master}, "
                 f"{report.timings.get('total', 0):.1f} s)", style="default")
     console.print(head)
+
+
+def _root(report: CheckReport, console: Any) -> None:
+    from rich.text import Text
+
     root = report.root
-    if root is not None:
-        where = []
-        if root.hosts:
-            where.append("hosts " + ", ".join(root.hosts))
-        if root.ranks:
-            where.append("ranks " + ", ".join(map(str, root.ranks)))
-        title = "ROOT CAUSE" if root.severity == "fail" else "WARNING"
-        style = color if root.severity == "fail" else "yellow"
-        body = Text()
-        body.append(f"{title}: {root.id}", style=f"bold {style}")
-        body.append(f"  [{root.stage}] " + "; ".join(where))
-        console.print(body)
-        console.print(Text("  seen: ", style="bold") + Text(root.detail))
-        console.print(Text("  fix:  ", style="bold") + Text(root.fix))
-    others = [c for c in report.sorted_causes if c is not root]
+    if root is None:
+        return
+    where = []
+    if root.hosts:
+        where.append("hosts " + ", ".join(root.hosts))
+    if root.ranks:
+        where.append("ranks " + ", ".join(map(str, root.ranks)))
+    title = "ROOT CAUSE" if root.severity == "fail" else "WARNING"
+    # a failing root cause makes the verdict fail: red
+    style = "red" if root.severity == "fail" else "yellow"
+    body = Text()
+    body.append(f"{title}: {root.id}", style=f"bold {style}")
+    body.append(f"  [{root.stage}] " + "; ".join(where))
+    console.print(body)
+    console.print(Text("  seen: ", style="bold") + Text(root.detail))
+    console.print(Text("  fix:  ", style="bold") + Text(root.fix))
+
+
+def _others(report: CheckReport, console: Any) -> None:
+    others = [c for c in report.sorted_causes if c is not report.root]
     if others:
         console.print("[bold]Other findings[/]")
         for c in others:
@@ -53,25 +98,42 @@ def render(report: CheckReport, console: Any) -> None:
             console.print(f"  {tag} {c.id}: {c.detail}", markup=True, highlight=False)
             console.print(f"       fix: {c.fix}", markup=False)
     elif not report.causes:
-        console.print("[green]every stage passed[/]" + (f"; {len(warn)} warnings" if warn
-                                                        else ""))
+        console.print("[green]every stage passed[/]")
+
+
+def _stages(report: CheckReport, console: Any) -> None:
     if report.stages:
         console.print("stages: " + ", ".join(f"{k} {v} ({report.timings.get(k, 0):.1f} s)"
                                               for k, v in report.stages.items()))
-    if report.nodes:
-        table = Table(title="nodes", header_style="bold")
-        for col in ("rank", "host", "address", "interface", "mtu", "torch", "python",
-                    "clock", "doctor"):
-            table.add_column(col)
-        for n in report.nodes:
-            off = n.get("clock_offset_s")
-            table.add_row(str(n.get("rank")), str(n.get("host")), str(n.get("address")),
-                          str(n.get("interface")), str(n.get("mtu", "")),
-                          str(n.get("torch", "")), str(n.get("python", "")),
-                          f"{off:+.3f} s" if isinstance(off, (int, float)) else "",
-                          _doctor(n.get("doctor")))
-        console.print(table)
-    if len(report.reachability) > TABLE_MAX or len(report.bandwidth_gbps) > TABLE_MAX:
+
+
+def _nodes(report: CheckReport, console: Any) -> None:
+    from rich.table import Table
+
+    if not report.nodes:
+        return
+    table = Table(title="nodes", header_style="bold")
+    for col in ("rank", "host", "address", "interface", "mtu", "torch", "python",
+                "clock", "doctor"):
+        table.add_column(col)
+    for n in report.nodes:
+        off = n.get("clock_offset_s")
+        table.add_row(str(n.get("rank")), str(n.get("host")), str(n.get("address")),
+                      str(n.get("interface")), str(n.get("mtu", "")),
+                      str(n.get("torch", "")), str(n.get("python", "")),
+                      f"{off:+.3f} s" if isinstance(off, (int, float)) else "",
+                      _doctor(n.get("doctor")))
+    console.print(table)
+
+
+def _too_big(report: CheckReport) -> bool:
+    return len(report.reachability) > TABLE_MAX or len(report.bandwidth_gbps) > TABLE_MAX
+
+
+def _reachability(report: CheckReport, console: Any) -> None:
+    from rich.table import Table
+
+    if _too_big(report):
         size = report.world_size
         bad = sum(s not in ("ok", "self") for row in report.reachability for s in row)
         console.print(f"reachability: {size * (size - 1) - bad} of {size * (size - 1)} links ok "
@@ -84,35 +146,49 @@ def render(report: CheckReport, console: Any) -> None:
         for i, row in enumerate(report.reachability):
             table.add_row(str(i), *[f"[{_MESH_STYLE.get(s, 'default')}]{s}[/]" for s in row])
         console.print(table)
-    if report.bandwidth_gbps and len(report.bandwidth_gbps) <= TABLE_MAX:
-        table = Table(title="bandwidth Gb/s (row sends to column)", header_style="bold")
-        table.add_column("from\\to")
-        for j in range(len(report.bandwidth_gbps)):
-            table.add_column(str(j), justify="right")
-        slow = {(i, j) for c in report.causes if c.id in ("slow-link", "slow-node")
-                for i in range(len(report.bandwidth_gbps)) for j in c.ranks}
-        for i, bw_row in enumerate(report.bandwidth_gbps):
-            cells = []
-            for j, v in enumerate(bw_row):
-                if v is None:
-                    cells.append("-" if i == j else "[yellow]?[/]")
-                else:
-                    style = "yellow" if (i, j) in slow or (j, i) in slow else "default"
-                    cells.append(f"[{style}]{v:.2f}[/]")
-            table.add_row(str(i), *cells)
-        console.print(table)
+
+
+def _bandwidth_cell(v: float | None, i: int, j: int, slow: set[tuple[int, int]]) -> str:
+    if v is None:
+        return "-" if i == j else "[yellow]?[/]"
+    style = "yellow" if (i, j) in slow or (j, i) in slow else "default"
+    return f"[{style}]{v:.2f}[/]"
+
+
+def _bandwidth(report: CheckReport, console: Any) -> None:
+    from rich.table import Table
+
+    bw = report.bandwidth_gbps
+    if not bw or len(bw) > TABLE_MAX:
+        return
+    table = Table(title="bandwidth Gb/s (row sends to column)", header_style="bold")
+    table.add_column("from\\to")
+    for j in range(len(bw)):
+        table.add_column(str(j), justify="right")
+    slow = {(i, j) for c in report.causes if c.id in ("slow-link", "slow-node")
+            for i in range(len(bw)) for j in c.ranks}
+    for i, bw_row in enumerate(bw):
+        table.add_row(str(i), *[_bandwidth_cell(v, i, j, slow) for j, v in enumerate(bw_row)])
+    console.print(table)
+
+
+def _allreduce(report: CheckReport, console: Any) -> None:
     if report.allreduce:
         a = report.allreduce
         console.print(f"all_reduce: {'ok' if a.get('ok') else 'FAILED'} on "
                       f"{a.get('ranks_ok')}/{report.world_size} ranks, backend "
                       f"{a.get('backend')}")
-    if report.bench:
-        rows = [r for r in report.bench.get("rows", []) if isinstance(r, dict)]
-        if "error" in report.bench:
-            console.print(f"bench: failed: {report.bench['error']}", markup=False)
-        elif rows:
-            best = max(rows, key=lambda r: float(r.get("busbw_gbps") or 0))
-            link = report.bench.get("measured_link_gbps")
-            console.print(f"bench: all_reduce busbw up to {float(best.get('busbw_gbps') or 0):.2f}"
-                          f" Gb/s at {int(best.get('bytes') or 0) >> 20} MiB"
-                          + (f" (slowest link {float(link):.2f} Gb/s)" if link else ""))
+
+
+def _bench(report: CheckReport, console: Any) -> None:
+    if not report.bench:
+        return
+    rows = [r for r in report.bench.get("rows", []) if isinstance(r, dict)]
+    if "error" in report.bench:
+        console.print(f"bench: failed: {report.bench['error']}", markup=False)
+    elif rows:
+        best = max(rows, key=lambda r: float(r.get("busbw_gbps") or 0))
+        link = report.bench.get("measured_link_gbps")
+        console.print(f"bench: all_reduce busbw up to {float(best.get('busbw_gbps') or 0):.2f}"
+                      f" Gb/s at {int(best.get('bytes') or 0) >> 20} MiB"
+                      + (f" (slowest link {float(link):.2f} Gb/s)" if link else ""))

@@ -77,7 +77,10 @@ def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
     return sent
 
 
-def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> list[Cause]:
+Gbps = Sequence[Sequence[float | None]]
+
+
+def analyze(gbps: Gbps, labels: Sequence[str]) -> list[Cause]:
     """Name links and nodes below ``SLOW_FRACTION`` of the median link (pure)."""
     n = len(gbps)
     links = [(i, j, gbps[i][j]) for i in range(n) for j in range(n)
@@ -90,51 +93,67 @@ def analyze(gbps: Sequence[Sequence[float | None]], labels: Sequence[str]) -> li
     slow = {(i, j) for i, j, v in links if v is not None and float(v) < limit}
     if not slow:
         return []
-    causes: list[Cause] = []
     explained: set[tuple[int, int]] = set()
+    causes: list[Cause] = []
     if n >= 3:
         for r in range(n):
-            out_links = [(r, j) for j in range(n) if j != r and gbps[r][j] is not None]
-            in_links = [(i, r) for i in range(n) if i != r and gbps[i][r] is not None]
-            out_slow = bool(out_links) and all(p in slow for p in out_links)
-            in_slow = bool(in_links) and all(p in slow for p in in_links)
-            if not (out_slow or in_slow):
-                continue
-            mine = [p for p in (out_links + in_links) if p in slow]
-            rates = [float(gbps[i][j] or 0) for i, j in mine]
-            others = [float(v) for i, j, v in links if v is not None and r not in (i, j)]
-            ref = statistics.median(others) if others else median
-            explained.update(mine)
-            way = "sending and receiving" if out_slow and in_slow else (
-                "sending" if out_slow else "receiving")
-            causes.append(Cause(
-                id="slow-node",
-                stage="bandwidth",
-                severity="fail",
-                hosts=(labels[r],),
-                ranks=(r,),
-                detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
-                       f"{max(rates):.2f} Gb/s while the other links run at {ref:.2f} Gb/s "
-                       f"(median; limit {SLOW_FRACTION:g} x the median of all links)",
-                fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
-                    "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
-                data={"median_gbps": median},
-            ))
+            cause = _slow_node(r, gbps, labels, slow, median, explained)
+            if cause is not None:
+                causes.append(cause)
     rest = sorted(slow - explained)
     if rest:
-        ranks = sorted({i for i, _ in rest} | {j for _, j in rest})
-        causes.append(Cause(
-            id="slow-link",
-            stage="bandwidth",
-            severity="fail",
-            hosts=tuple(labels[r] for r in ranks),
-            ranks=tuple(ranks),
-            detail="links below "
-                   f"{SLOW_FRACTION:g} x median ({median:.2f} Gb/s): "
-                   + ", ".join(f"{i}->{j} {float(gbps[i][j] or 0):.2f} Gb/s"
-                               for i, j in rest[:20]),
-            fix="check the switch ports and cables between these hosts (ethtool -S, "
-                "ip -s link), and any tc shaping on them",
-            data={"median_gbps": median},
-        ))
+        causes.append(_slow_links(rest, gbps, labels, median))
     return causes
+
+
+def _slow_node(r: int, gbps: Gbps, labels: Sequence[str], slow: set[tuple[int, int]],
+               median: float, explained: set[tuple[int, int]]) -> Cause | None:
+    """Rank ``r`` when all its outgoing or all its incoming links are slow (adds them to
+    ``explained``)."""
+    n = len(gbps)
+    out_links = [(r, j) for j in range(n) if j != r and gbps[r][j] is not None]
+    in_links = [(i, r) for i in range(n) if i != r and gbps[i][r] is not None]
+    out_slow = bool(out_links) and all(p in slow for p in out_links)
+    in_slow = bool(in_links) and all(p in slow for p in in_links)
+    if not (out_slow or in_slow):
+        return None
+    mine = [p for p in (out_links + in_links) if p in slow]
+    rates = [float(gbps[i][j] or 0) for i, j in mine]
+    others = [float(v) for i in range(n) for j in range(n)
+              if i != j and r not in (i, j) and (v := gbps[i][j]) is not None]
+    ref = statistics.median(others) if others else median
+    explained.update(mine)
+    way = "sending and receiving" if out_slow and in_slow else (
+        "sending" if out_slow else "receiving")
+    return Cause(
+        id="slow-node",
+        stage="bandwidth",
+        severity="fail",
+        hosts=(labels[r],),
+        ranks=(r,),
+        detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
+               f"{max(rates):.2f} Gb/s while the other links run at {ref:.2f} Gb/s "
+               f"(median; limit {SLOW_FRACTION:g} x the median of all links)",
+        fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
+            "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
+        data={"median_gbps": median},
+    )
+
+
+def _slow_links(rest: Sequence[tuple[int, int]], gbps: Gbps, labels: Sequence[str],
+                median: float) -> Cause:
+    ranks = sorted({i for i, _ in rest} | {j for _, j in rest})
+    return Cause(
+        id="slow-link",
+        stage="bandwidth",
+        severity="fail",
+        hosts=tuple(labels[r] for r in ranks),
+        ranks=tuple(ranks),
+        detail="links below "
+               f"{SLOW_FRACTION:g} x median ({median:.2f} Gb/s): "
+               + ", ".join(f"{i}->{j} {float(gbps[i][j] or 0):.2f} Gb/s"
+                           for i, j in rest[:20]),
+        fix="check the switch ports and cables between these hosts (ethtool -S, "
+            "ip -s link), and any tc shaping on them",
+        data={"median_gbps": median},
+    )

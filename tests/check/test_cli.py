@@ -104,3 +104,47 @@ def test_local_bench_sweeps_all_reduce_against_the_slowest_link(run_cli: RunCli)
     assert rows[0]["bytes"] == 1 << 20 and rows[-1]["bytes"] == 64 << 20
     slowest = min(v for row in data["bandwidth_gbps"] for v in row if v is not None)
     assert data["bench"]["link"]["gbps"] == slowest
+
+
+def test_local_1_is_a_legal_one_rank_check(run_cli: RunCli) -> None:
+    """Issue 17: ``check --local 1`` died with UnboundLocalError 'workers'."""
+    proc = run_cli("check", "--local", "1", "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["verdict"] == "pass" and data["world_size"] == 1
+    assert [n["rank"] for n in data["nodes"]] == [0]
+    human = run_cli("check", "--local", "1", timeout=120)
+    assert human.returncode == 0, human.stderr[-3000:]
+    assert "ddpnet check: PASS" in human.stdout and "Traceback" not in human.stderr
+
+
+@pytest.mark.parametrize(("signame", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_stops_local_workers_promptly(signame: str, code: int) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    from tests.conftest import clean_environ
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpnet", "check", "--local", "3", "--matrix",
+         "--bw-seconds", "30"], env=clean_environ(None), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        seen = ""
+        while "bandwidth:" not in seen and proc.poll() is None:
+            seen += proc.stderr.readline() if proc.stderr else ""
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert len(workers) == 2, seen
+        sent = time.monotonic()
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    assert took < 3, took
+    assert "Traceback" not in err
+    _, alive = psutil.wait_procs(workers, timeout=1)
+    assert alive == [], alive

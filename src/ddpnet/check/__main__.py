@@ -1,0 +1,25 @@
+"""Worker entry for ``ddpnet check --local N``: ``python -m ddpnet.check OPTIONS_JSON``.
+Runs one rank (from the variables ``ddpnet.local`` exported) and prints its JSON."""
+
+from __future__ import annotations
+
+import sys
+
+from ddpnet.errors import DdpnetError
+
+
+def main(argv: list[str]) -> int:
+    from ddpnet.check.options import CheckOptions
+    from ddpnet.check.run import exit_fast, run
+    from ddpnet.output import finish, print_error
+
+    try:
+        result = run(CheckOptions.from_json(argv[0]))
+    except DdpnetError as exc:
+        print_error(exc)
+        return int(exc.exit_code)
+    return exit_fast(finish(result, as_json=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""What every stage of one rank works with: the config, the selected interface, the store,
+the mesh listener, the facts being gathered; and on rank 0 the findings the report is made
+of."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpnet.check.causes import Cause, host_label
+from ddpnet.check.mesh import Listener
+from ddpnet.check.options import CheckOptions
+from ddpnet.check.registration import Registration
+from ddpnet.check.report import CheckReport
+from ddpnet.check.store import Store
+from ddpnet.config import DistConfig
+from ddpnet.net.select import Selection
+
+Progress = Callable[[str], None]
+BenchFn = Callable[[float], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """What this rank prints: rank 0 the report, others one line."""
+
+    rank: int
+    host: str
+    ok: bool
+    line: str
+    report: CheckReport | None = None
+
+
+@dataclass
+class RankContext:
+    cfg: DistConfig
+    opts: CheckOptions
+    sel: Selection
+    store: Store
+    listener: Listener
+    facts: Future[dict[str, Any]]
+    bench: BenchFn
+    host: str
+    started: float
+    progress: Progress = lambda _m: None
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return self.cfg.rank
+
+    @property
+    def world(self) -> int:
+        return self.cfg.world_size
+
+    @property
+    def address(self) -> str:
+        return str(self.sel.address)
+
+    @property
+    def who(self) -> str:
+        """``rank R host (address)``: how this rank names itself in its one line."""
+        return f"rank {self.rank} {host_label(self.host, self.address)}"
+
+    @property
+    def budget(self) -> float:
+        """How long a rank > 0 waits for rank 0's next decision."""
+        return self.opts.join_timeout + self.opts.stage_timeout
+
+    def registration(self) -> Registration:
+        cfg = self.cfg
+        return Registration(
+            rank=cfg.rank, world_size=cfg.world_size, master_port=cfg.master_port,
+            host=self.host, address=self.address, interface=str(self.sel.interface),
+            pid=os.getpid(), uid=self.uid, launcher=cfg.launcher)
+
+    def took(self, name: str, since: float) -> float:
+        """Record the seconds a stage took since ``since`` (a monotonic time)."""
+        self.timings[name] = time.monotonic() - since
+        return self.timings[name]
+
+
+@dataclass
+class Findings:
+    """Rank 0's report in the making: causes, per-stage status, nodes, the matrices."""
+
+    world: int
+    master: str
+    roster: list[Registration] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
+    stages: dict[str, str] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [r.rank for r in self.roster]
+
+    @property
+    def labels(self) -> list[str]:
+        return [r.label for r in self.roster]
+
+    def label_of(self, rank: int) -> str:
+        return self.labels[self.ranks.index(rank)]
+
+    def timeout_cause(self, stage: str, lost: list[int]) -> Cause:
+        by_rank = {r.rank: r.label for r in self.roster}
+        return Cause(
+            id="stage-timeout", stage=stage, ranks=tuple(lost),
+            hosts=tuple(by_rank.get(r, "?") for r in lost),
+            detail=f"rank(s) {', '.join(map(str, lost))} did not finish the {stage} stage "
+                   f"in time",
+            fix="look at those ranks' own output; run `ddpnet doctor` there",
+        )
+
+    def report(self, timings: dict[str, float]) -> CheckReport:
+        return CheckReport(world_size=self.world, master=self.master,
+                           causes=tuple(self.causes), nodes=tuple(self.nodes),
+                           timings=dict(timings), stages=dict(self.stages), **self.extra)

@@ -1,0 +1,224 @@
+"""``run(options) -> CheckResult``: this process's part of a cluster check (edge: sockets,
+the store, torch, with ``--local`` the worker processes, the HTML report file).
+
+Every rank runs this; rank 0 hosts torch's c10d TCPStore on MASTER_PORT and judges
+(``coordinator``), the others follow (``worker``). ``--local N`` runs rank 0 here and ranks
+1..N-1 as ``python -m ddpnet.check OPTIONS_JSON`` through ``ddpnet.local.LocalRanks``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ddpnet.check import mesh
+from ddpnet.check.context import Progress, RankContext, RankOutcome
+from ddpnet.check.coordinator import coordinate
+from ddpnet.check.options import CheckOptions
+from ddpnet.check.result import CheckResult, WorkerLine
+from ddpnet.check.stages.rendezvous import preflight_patiently
+from ddpnet.check.store import host_store, join_store, listen_early
+from ddpnet.check.tools import Tools
+from ddpnet.check.worker import follow
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+from ddpnet.net.select import VARIABLES, Selection
+
+#: how long the --local workers may take to print their line after rank 0's verdict
+WORKER_WAIT = 10.0
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP reached a ``--local`` parent: unwind (stopping the workers) and leave
+    with 128+N. A BaseException, so no stage's ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
+        tools: Tools | None = None, progress: Progress | None = None) -> CheckResult:
+    """This process's rank of the check (all ranks but 0 in workers with ``--local``);
+    writes the HTML report when asked and this is rank 0."""
+    env = dict(os.environ if environ is None else environ)
+    tools = tools or Tools()
+    if options.local is None:
+        result = run_rank(options, env, tools, progress)
+    else:
+        result = _run_local(options, env, tools, progress)
+    if result.report is not None and options.report_path is not None:
+        from ddpnet.check.render_html import render_html
+
+        Path(options.report_path).write_text(render_html(result.report), encoding="utf-8")
+        result = replace(result, report_path=options.report_path)
+    return result
+
+
+def worker_argv(options: CheckOptions) -> list[str]:
+    return [sys.executable, "-m", "ddpnet.check", options.for_worker().to_json()]
+
+
+def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
+               progress: Progress | None) -> CheckResult:
+    """Rank 0 here, the workers through the one local spawner (leaving the block, by a
+    return or Ctrl-C, stops what still runs)."""
+    from ddpnet.local import LocalRanks
+
+    assert options.local is not None
+    with _terminated_raises(), LocalRanks(worker_argv(options), options.local, first=1,
+                                          capture=True, environ=environ) as ranks:
+        result = run_rank(options, ranks.environ(0), tools, progress)
+        if result.failure is not None:
+            return result  # the workers wait for a rank 0 that is not coming
+        done = ranks.wait(timeout=WORKER_WAIT, grace=WORKER_WAIT)
+    if done.signals:  # forwarded to the workers while they finished: leave the same way
+        signum = done.signals[-1]
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+    return replace(result, workers=tuple(WorkerLine.of(e) for e in done.exits))
+
+
+@contextlib.contextmanager
+def _terminated_raises() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_rank(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
+             progress: Progress | None = None) -> CheckResult:
+    """One rank; a rank that cannot even join is a result with its own cause."""
+    from ddpnet.check.render_text import progress_line
+    from ddpnet.env.resolve import resolve
+
+    cfg = resolve(environ)
+    say = progress or (progress_line if cfg.rank == 0 else _quiet)
+    try:
+        outcome = check_rank(cfg, options, tools, environ, say)
+    except RendezvousError as exc:
+        return CheckResult(cfg.rank, exc.host or socket.gethostname(), failure=exc)
+    return CheckResult(cfg.rank, outcome.host, outcome)
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mapping[str, str],
+               progress: Progress) -> RankOutcome:
+    """Run every stage on this rank. Raises RendezvousError when this rank cannot even join."""
+    host = socket.gethostname()
+    started = time.monotonic()
+    sel = tools.select(cfg, environ)
+    facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
+    # plain sockets before torch's (slow) import: an unreachable master is named at once,
+    # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
+    if cfg.rank == 0:
+        tools.preflight(cfg, environ, opts.connect_timeout)  # MASTER_ADDR ours, port free
+    else:
+        preflight_patiently(cfg, environ, opts, tools.preflight)
+    _require_address(cfg, sel, host)
+    listen_fd = listen_early(cfg, host) if cfg.rank == 0 else None
+    _import_torch()
+    export_interface(sel, environ, os.environ)
+    listener = mesh.Listener(str(sel.address))
+    try:
+        store = host_store(cfg, opts, host, listen_fd) if cfg.rank == 0 else \
+            join_store(cfg, opts, host)
+        ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host, started,
+                          progress)
+        ctx.took("connect", started)
+        return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
+    finally:
+        listener.close()
+
+
+def _in_thread(work: Any) -> Future[dict[str, Any]]:
+    """``work()`` in a daemon thread; its result (or exception) in the future."""
+    future: Future[dict[str, Any]] = Future()
+
+    def collect() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # reported as this rank's facts error
+            future.set_exception(exc)
+
+    threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
+    return future
+
+
+def _require_address(cfg: DistConfig, sel: Selection, host: str) -> None:
+    """The preflight passed but no interface here carries the job's traffic: name it."""
+    if sel.address is None:
+        raise RendezvousError(
+            "master-no-route",
+            f"no interface on {host} reaches MASTER_ADDR {cfg.master_addr}: "
+            f"{sel.gloo.reason}",
+            "set MASTER_ADDR to rank 0's address on a network every node shares "
+            "(`ip route get MASTER_ADDR`, `ip -br addr`)", host=host, rank=cfg.rank)
+
+
+def _import_torch() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    # c10d's C++ warnings (a peer's reverse DNS, a store wait's slice) are noise on every
+    # rank's stderr
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    import torch.distributed  # noqa: F401
+
+
+def export_interface(sel: Selection, environ: Mapping[str, str],
+                     target: MutableMapping[str, str]) -> None:
+    """torch reads GLOO/NCCL/TP_SOCKET_IFNAME from the process environment: give it this
+    rank's own value (a ``--local`` rank 0's environment is not the process's) or else the
+    automatic choice."""
+    auto = sel.env()
+    for var in VARIABLES:
+        value = environ.get(var) or auto.get(var)
+        if value:
+            target[var] = value
+
+
+def exit_fast(code: int) -> int:
+    """Everything is printed, written and reaped: skip the interpreter's teardown of torch,
+    gloo and the store (1-3 s on a busy node, most of a fast check's tail)."""
+    if "torch" in sys.modules and os.environ.get("DDPNET_CHECK_NO_FAST_EXIT") != "1":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def run_and_leave(command: Callable[[], int]) -> int:
+    """Run ``command`` and leave through :func:`exit_fast`, also on Ctrl-C (130) and
+    SIGTERM/SIGHUP (128+N), once the ``--local`` workers are stopped."""
+    try:
+        code = command()
+    except KeyboardInterrupt:
+        sys.stderr.write("ddpnet: interrupted\n")
+        code = 130
+    except Terminated as exc:
+        code = 128 + exc.signum
+    return exit_fast(code)

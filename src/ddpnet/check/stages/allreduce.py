@@ -1,0 +1,112 @@
+"""Stage 4: the process group on the check's own store (no second rendezvous), a checked
+all_reduce and a barrier. The group stays up for the bench and is destroyed at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from ddpnet.check.causes import Cause
+from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.store import PREFIX
+
+
+def _device(torch: Any, backend: str) -> Any:
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _backend(torch: Any, dist: Any, requested: str) -> str:
+    """``ddpnet.process_group.pick_backend``: nccl with CUDA devices, gloo without."""
+    from ddpnet.process_group import pick_backend
+
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return pick_backend(requested, cuda, dist.is_nccl_available())[0]
+
+
+def _error(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else repr(exc)
+
+
+def run_group(ctx: RankContext) -> dict[str, Any]:
+    """Join the group and all_reduce ``rank + 1``; what happened, as published."""
+    t = time.monotonic()
+    try:
+        import torch
+        import torch.distributed as dist
+
+        backend = _backend(torch, dist, ctx.opts.backend)
+        dist.init_process_group(
+            backend, store=dist.PrefixStore(PREFIX + "pg", ctx.store.raw),  # type: ignore[attr-defined]
+            rank=ctx.rank, world_size=ctx.world,
+            timeout=timedelta(seconds=ctx.opts.stage_timeout))
+        ta = time.monotonic()
+        x = torch.full((1024,), float(ctx.rank + 1), device=_device(torch, backend))
+        dist.all_reduce(x)
+        expected = ctx.world * (ctx.world + 1) / 2
+        good = bool(torch.all(x == expected).item())
+        allreduce_s = time.monotonic() - ta
+        dist.barrier()
+    except Exception as exc:
+        return {"ok": False, "error": _error(exc), "seconds": time.monotonic() - t}
+    if not good:
+        return {"ok": False, "wrong": True, "backend": backend, "expected": expected,
+                "error": f"all_reduce gave {x[0].item()} instead of {expected}",
+                "seconds": time.monotonic() - t}
+    return {"ok": True, "backend": backend, "expected": expected,
+            "allreduce_s": allreduce_s, "seconds": time.monotonic() - t}
+
+
+def destroy() -> None:
+    with contextlib.suppress(Exception):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def join(ctx: RankContext) -> None:
+    """Ranks > 0."""
+    ctx.store.publish("pg", ctx.rank, run_group(ctx))
+
+
+def summary(pgs: Mapping[int, Any], ranks: list[int]) -> dict[str, Any]:
+    """The report's ``allreduce`` object (pure)."""
+    ok = [r for r in ranks if pgs.get(r, {}).get("ok")]
+    seconds = [float(p.get("allreduce_s", 0)) for p in pgs.values() if p.get("ok")]
+    first: dict[str, Any] = next(iter(pgs.values()), {})
+    return {"ok": len(ok) == len(ranks), "ranks_ok": len(ok), "backend": first.get("backend"),
+            "expected": first.get("expected"), "max_seconds": max(seconds) if seconds else None}
+
+
+def _failed_cause(found: Findings, pgs: Mapping[int, Any], bad: list[int]) -> Cause:
+    return Cause(
+        id="process-group-failed" if any(not pgs.get(r, {}).get("wrong") for r in bad)
+        else "allreduce-wrong",
+        stage="process-group",
+        ranks=tuple(bad), hosts=tuple(found.label_of(r) for r in bad),
+        detail="; ".join(f"rank {r}: {pgs.get(r, {}).get('error', 'no answer')}"
+                         for r in bad),
+        fix="run `ddpnet doctor` on these nodes; pin the interface with "
+            "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME",
+    )
+
+
+def group_stage(ctx: RankContext, found: Findings) -> bool:
+    """Rank 0: join the group, gather every rank's result; whether every rank passed."""
+    ctx.store.publish("pg", 0, run_group(ctx))
+    pgs = ctx.store.gather("pg", found.ranks, ctx.opts.stage_timeout + 5)
+    found.extra["allreduce"] = summary(pgs, found.ranks)
+    bad = [r for r in found.ranks if not pgs.get(r, {}).get("ok")]
+    if bad:
+        found.causes.append(_failed_cause(found, pgs, bad))
+    ctx.timings["process_group"] = max(float(p.get("seconds", 0)) for p in pgs.values()) \
+        if pgs else 0.0
+    found.stages["process_group"] = "fail" if bad else "pass"
+    ctx.progress(f"process group: all_reduce {'ok' if not bad else 'FAILED'} "
+                 f"in {ctx.timings['process_group']:.1f} s")
+    return not bad

@@ -1,0 +1,106 @@
+"""Stage 5: the bandwidth matrix as a round-robin tournament (``check.tournament``): each
+round every rank streams to its partner while the partner streams back; each rank publishes
+the column its listener measured, rank 0 assembles the N x N matrix and analyses it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ddpnet.check import tournament
+from ddpnet.check.causes import Cause
+from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.store import StageTimeout
+
+Matrix = list[list[float | None]]
+
+
+def _round_barrier(ctx: RankContext, rnd: int, timeout: float) -> None:
+    if ctx.store.add(f"bw/{rnd}") == ctx.world:
+        ctx.store.set(f"bw/{rnd}/go", 1)
+    ctx.store.get(f"bw/{rnd}/go", timeout)
+
+
+def _column(received: Mapping[tuple[int, int], tuple[int, float]],
+            world: int) -> list[float | None]:
+    """Gb/s from each sender, as this rank's listener measured it (pure)."""
+    col: list[float | None] = [None] * world
+    for (_rnd, src), (nbytes, secs) in received.items():
+        if secs > 0:
+            col[src] = round(nbytes * 8 / secs / 1e9, 4)
+    return col
+
+
+def play(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
+    """Play every round: stream to this round's partner while it streams to us; publish the
+    incoming column ``[src] -> Gb/s`` measured by our listener. Raises StageTimeout when a
+    round's barrier is not reached in time."""
+    me, opts, received = ctx.rank, ctx.opts, ctx.listener.received
+    rounds = tournament.schedule(ctx.world)
+    for rnd in range(len(rounds)):
+        _round_barrier(ctx, rnd, opts.bw_seconds + opts.stage_timeout)
+        other = tournament.partner(rounds, rnd, me)
+        if other is None or peers[other] is None:
+            continue
+        addr, port = peers[other]  # type: ignore[misc]
+        with contextlib.suppress(OSError):
+            tournament.send_stream(addr, int(port), rnd, me, seconds=opts.bw_seconds,
+                                   timeout=opts.connect_timeout + opts.bw_seconds)
+        deadline = time.monotonic() + opts.connect_timeout + 2
+        while (rnd, other) not in received and time.monotonic() < deadline:
+            time.sleep(0.01)
+    ctx.store.publish("bwcol", me, _column(received, ctx.world))
+
+
+def _stuck_cause(found: Findings, why: str) -> Cause:
+    stuck = [r for r in found.ranks if r != 0]
+    return Cause(
+        id="stage-timeout", stage="bandwidth", ranks=tuple(stuck),
+        hosts=tuple(found.label_of(r) for r in stuck),
+        detail=f"the bandwidth round barrier ({why}) timed out: a rank died or hung",
+        fix="look at those ranks' own output; rerun with --no-matrix to skip the stage",
+    )
+
+
+def assemble(cols: Mapping[int, Sequence[float | None]], world: int) -> Matrix:
+    """``gbps[src][dst]`` from each destination's column (pure)."""
+    gbps: Matrix = [[None] * world for _ in range(world)]
+    for dst, col in cols.items():
+        for src, v in enumerate(col):
+            gbps[src][dst] = v
+    return gbps
+
+
+def _judge(found: Findings, gbps: Matrix) -> list[Cause]:
+    causes = tournament.analyze(gbps, found.labels)
+    if len({(r.host, r.address) for r in found.roster}) == 1:
+        # one host over loopback: the streams compete for CPUs, not for a network
+        causes = [dataclasses.replace(
+            c, severity="warn",
+            detail=c.detail + " (all ranks on one host: this measures CPU contention, "
+            "not the network)") for c in causes]
+    return causes
+
+
+def matrix_stage(ctx: RankContext, found: Findings, peers: Sequence[Sequence[Any] | None]
+                 ) -> None:
+    """Rank 0: play the tournament, gather the columns, analyse the matrix."""
+    t = time.monotonic()
+    world = ctx.world
+    ctx.progress(f"bandwidth: {world - 1 + world % 2} rounds x {ctx.opts.bw_seconds:g} s")
+    try:
+        play(ctx, peers)
+    except StageTimeout as exc:  # a rank stopped answering mid-tournament
+        ctx.store.publish("bwcol", 0, [None] * world)
+        found.causes.append(_stuck_cause(found, str(exc)))
+    gbps = assemble(ctx.store.gather("bwcol", found.ranks, ctx.opts.stage_timeout), world)
+    found.extra["bandwidth_gbps"] = tuple(tuple(r) for r in gbps)
+    causes = _judge(found, gbps)
+    found.causes.extend(causes)
+    found.stages["bandwidth"] = "pass" if not causes else (
+        "fail" if any(c.severity == "fail" for c in causes) else "warn")
+    took = ctx.took("bandwidth", t)
+    ctx.progress(f"bandwidth: done in {took:.1f} s")

@@ -1,0 +1,122 @@
+"""Stage 1: every process registers under its own arrival number; rank 0 waits (bounded)
+for the world, judges the registrations and publishes the plan every rank follows."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.check.context import Findings, RankContext, RankOutcome
+from ddpnet.check.options import CheckOptions
+from ddpnet.check.registration import Registration, judge_registrations
+from ddpnet.check.store import StageTimeout, Store
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+
+PreflightFn = Callable[[DistConfig, Mapping[str, str], float], None]
+
+
+def preflight_patiently(cfg: DistConfig, environ: Mapping[str, str], opts: CheckOptions,
+                        preflight: PreflightFn) -> None:
+    """A dropped SYN is named after ``connect_timeout``; a refusal is retried up to the join
+    timeout, since rank 0 may simply start later than this rank."""
+    deadline = time.monotonic() + opts.join_timeout
+    while True:
+        try:
+            preflight(cfg, environ, opts.connect_timeout)
+            return
+        except RendezvousError as exc:
+            if exc.cause != "master-port-refused" or time.monotonic() >= deadline:
+                raise
+
+
+# ----------------------------------------------------------------------------- rank 0
+
+@dataclass(frozen=True)
+class Plan:
+    """Rank 0's decision after the rendezvous, as every rank reads it."""
+
+    ok: bool
+    matrix: bool
+    bench: bool
+
+
+def _register(store: Store, reg: Registration) -> bool:
+    """Publish ``reg`` under the next arrival number; whether the plan was not out yet."""
+    n = store.add("reg/n")
+    fresh = not store.has("plan")
+    store.set(f"reg/{n}", json.loads(reg.to_json()))
+    return fresh
+
+
+def _arrivals(store: Store, world: int, deadline: float) -> list[Registration]:
+    n = store.wait_count("reg/n", world, deadline - time.monotonic())
+    if n >= world:
+        time.sleep(0.2)  # a duplicate or an extra rank arriving right behind
+        n = store.count("reg/n")
+    arrivals: list[Registration] = []
+    for i in range(1, n + 1):
+        try:
+            arrivals.append(Registration(**store.get(f"reg/{i}", 2.0)))
+        except StageTimeout:
+            continue
+    return arrivals
+
+
+def admit(ctx: RankContext, found: Findings) -> Plan:
+    """Rank 0: wait for every rank to register, judge, publish the plan."""
+    cfg, opts = ctx.cfg, ctx.opts
+    t = time.monotonic()
+    own = ctx.registration()
+    ctx.progress(f"rendezvous: waiting for {ctx.world} ranks on {cfg.master_addr}:"
+                 f"{cfg.master_port} (up to {opts.join_timeout:g} s)")
+    _register(ctx.store, own)
+    arrivals = _arrivals(ctx.store, ctx.world, t + opts.join_timeout)
+    verdict = judge_registrations(own, arrivals, waited_s=time.monotonic() - t)
+    found.causes.extend(verdict.causes)
+    found.roster = list(verdict.roster)
+    found.stages["rendezvous"] = "fail" if verdict.causes else "pass"
+    took = ctx.took("rendezvous", t)
+    ctx.progress(f"rendezvous: {len(arrivals)} joined in {took:.1f} s"
+                 + (f" - {', '.join(c.id for c in verdict.causes)}" if verdict.causes else ""))
+    plan = Plan(verdict.ok, opts.matrix_on(ctx.world), opts.bench)
+    ctx.store.set("plan", {
+        "ok": plan.ok, "t0": time.time(), "world": ctx.world,
+        "uids": {str(r.rank): r.uid for r in found.roster},
+        "matrix": plan.matrix, "bench": plan.bench,
+        "causes": [c.to_dict() for c in verdict.causes]})
+    found.nodes = [{"rank": r.rank, "host": r.host, "address": r.address,
+                    "interface": r.interface, "pid": r.pid, "status": "joined"}
+                   for r in found.roster]
+    return plan
+
+
+# ----------------------------------------------------------------------------- ranks > 0
+
+@dataclass(frozen=True)
+class Joined:
+    """A rank > 0 that rank 0 admitted: the plan and its clock offset to rank 0."""
+
+    plan: Mapping[str, Any]
+    clock_offset: float | None
+
+
+def join(ctx: RankContext) -> Joined | RankOutcome:
+    """Register and read rank 0's plan; a RankOutcome when this process is not in it.
+    Raises StageTimeout when rank 0 does not publish the plan in time."""
+    fresh = _register(ctx.store, ctx.registration())
+    plan = ctx.store.get("plan", ctx.budget)
+    # the offset is only meaningful when the plan was published after we registered
+    clock = time.time() - float(plan["t0"]) if fresh else None
+    holder = plan["uids"].get(str(ctx.rank))
+    if holder == ctx.uid:
+        return Joined(plan, clock)
+    if holder is not None:
+        return RankOutcome(ctx.rank, ctx.host, False, f"{ctx.who}: duplicate-rank: another "
+                           f"process already holds RANK={ctx.rank}")
+    why = (f"RANK={ctx.rank} is outside rank 0's WORLD_SIZE={plan['world']}"
+           if ctx.rank >= int(plan["world"]) else "arrived after rank 0's join deadline")
+    return RankOutcome(ctx.rank, ctx.host, False, f"{ctx.who}: not checked: {why}")

@@ -1,0 +1,170 @@
+"""The check's store protocol over torch's c10d TCPStore (edge).
+
+Rank 0 hosts the store on MASTER_PORT; every rank publishes what it sees under its own keys
+(``STAGE/RANK``) and counts itself in ``STAGE/n``, so store keys per rank are O(1) per stage.
+Rank 0 gathers by polling one counter; the other ranks wait for rank 0's decision keys.
+Every wait is bounded and waits in short slices, so Ctrl-C is answered within one slice
+(torch's wait blocks in C++ where Python cannot see the signal).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+from ddpnet.check.options import CheckOptions
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+
+PREFIX = "ddpnet/check/"
+#: the longest single wait on the store: how late Ctrl-C may be seen
+WAIT_SLICE = 0.5
+#: how often rank 0 looks at a counter while gathering
+POLL = 0.02
+
+
+class StageTimeout(Exception):
+    """A bounded wait on the store ran out (its message is the key waited for)."""
+
+
+class Store:
+    """Keys under :data:`PREFIX`, JSON values, bounded waits."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def key(self, name: str) -> str:
+        return PREFIX + name
+
+    def set(self, name: str, value: Any) -> None:
+        self.raw.set(self.key(name), json.dumps(value))
+
+    def has(self, name: str) -> bool:
+        return bool(self.raw.check([self.key(name)]))
+
+    def add(self, name: str, amount: int = 1) -> int:
+        return int(self.raw.add(self.key(name), amount))
+
+    def count(self, name: str) -> int:
+        return self.add(name, 0)
+
+    def get(self, name: str, timeout: float) -> Any:
+        """The value of ``name`` once it is set; StageTimeout after ``timeout`` seconds."""
+        from torch.distributed import DistStoreError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.raw.wait([self.key(name)], timedelta(seconds=max(min(left, WAIT_SLICE),
+                                                                      0.01)))
+                break
+            except DistStoreError as exc:  # this slice timed out
+                if time.monotonic() >= deadline:
+                    raise StageTimeout(name) from exc
+            except Exception as exc:  # the store is gone (rank 0 died)
+                raise StageTimeout(name) from exc
+        return json.loads(self.raw.get(self.key(name)))
+
+    def publish(self, stage: str, rank: int, value: Any) -> None:
+        self.set(f"{stage}/{rank}", value)
+        self.add(f"{stage}/n")
+
+    def wait_count(self, name: str, want: int, timeout: float) -> int:
+        """Poll counter ``name`` until it reaches ``want`` or ``timeout`` passes; its value."""
+        deadline = time.monotonic() + timeout
+        n = self.count(name)
+        while n < want and time.monotonic() < deadline:
+            time.sleep(POLL)
+            n = self.count(name)
+        return n
+
+    def gather(self, stage: str, ranks: list[int], timeout: float) -> dict[int, Any]:
+        """Rank 0: wait (bounded) until every rank in ``ranks`` published; O(1) polling."""
+        self.wait_count(f"{stage}/n", len(ranks), timeout)
+        out: dict[int, Any] = {}
+        for r in ranks:
+            if self.has(f"{stage}/{r}"):
+                out[r] = json.loads(self.raw.get(self.key(f"{stage}/{r}")))
+        return out
+
+
+# ----------------------------------------------------------------------------- opening it
+
+def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
+    return RendezvousError(
+        "port-in-use",
+        f"rank 0 cannot listen on MASTER_PORT {cfg.master_port} on {host}: "
+        "the port is already in use (another job or a stale rank 0)",
+        f"pick a free port (export MASTER_PORT=...) on every node or stop the process "
+        f"holding it: ss -ltnp 'sport = :{cfg.master_port}'",
+        host=host, rank=0)
+
+
+def listen_early(cfg: DistConfig, host: str) -> int | None:
+    """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
+    being refused; returns the listening fd for TCPStore(master_listen_fd=...)."""
+    if cfg.world_size <= 1:
+        return None
+    family = socket.AF_INET6 if ":" in cfg.master_addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", cfg.master_port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise bind_error(cfg, host) from None
+        return None
+    return int(sock.detach())  # the store owns it from now on
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def host_store(cfg: DistConfig, opts: CheckOptions, host: str,
+               listen_fd: int | None = None) -> Store:
+    """Rank 0 hosts the store on MASTER_PORT (on the early socket when there is one)."""
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {"wait_for_workers": False}
+    if listen_fd is not None:
+        kwargs["master_listen_fd"] = listen_fd
+    try:
+        return Store(dist.TCPStore(  # type: ignore[attr-defined]
+            cfg.master_addr, cfg.master_port, None, True,
+            timedelta(seconds=opts.stage_timeout), **kwargs))
+    except Exception as exc:
+        text = str(exc)
+        if "in use" in text or "EADDRINUSE" in text or "errno: 98" in text:
+            raise bind_error(cfg, host) from None
+        raise RendezvousError(
+            "master-no-route",
+            f"rank 0 cannot host the store on {cfg.master_addr}:{cfg.master_port}: "
+            f"{_first_line(exc)}",
+            "MASTER_ADDR must be an address of rank 0's node",
+            host=host, rank=0) from None
+
+
+def join_store(cfg: DistConfig, opts: CheckOptions, host: str) -> Store:
+    """Ranks > 0 connect to rank 0's store."""
+    import torch.distributed as dist
+
+    try:
+        return Store(dist.TCPStore(  # type: ignore[attr-defined]
+            cfg.master_addr, cfg.master_port, None, False,
+            timedelta(seconds=max(opts.connect_timeout * 3, 5.0))))
+    except Exception as exc:
+        raise RendezvousError(
+            "master-port-refused",
+            f"rank {cfg.rank} on {host} could not join the store at "
+            f"{cfg.master_addr}:{cfg.master_port}: {_first_line(exc)}",
+            "start rank 0 first and use the same MASTER_ADDR/MASTER_PORT everywhere",
+            host=host, rank=cfg.rank) from None

@@ -1,0 +1,37 @@
+"""What a rank says about the interface this check selected (pure parts)."""
+
+from __future__ import annotations
+
+from ddpnet.check.stages.facts import interface_facts, selection_facts, selection_problems
+from ddpnet.net.routes import Route
+from ddpnet.net.select import select
+from tests.net.fixtures import LO, cfg, iface
+
+ETH0 = iface("eth0", "198.18.0.3/24", mtu=9000)
+ROUTE = Route("eth0", "198.18.0.3", None, dst="198.18.0.1")
+
+
+def test_automatic_choice_is_not_pinned_and_has_no_problems() -> None:
+    sel = select(cfg(), (ETH0, LO), ROUTE, {})
+    assert selection_facts(sel) == {"interface": "eth0", "address": "198.18.0.3",
+                                    "interface_pinned": False, "selection_problems": []}
+    assert interface_facts(sel, (ETH0, LO)) == {"mtu": 9000, "subnet": "198.18.0.0/24"}
+
+
+def test_a_user_pin_is_pinned_and_loopback_across_nodes_is_a_problem() -> None:
+    eth1 = iface("eth1", "198.18.1.3/24")
+    pinned = select(cfg(), (ETH0, eth1, LO), ROUTE, {"GLOO_SOCKET_IFNAME": "eth1"})
+    facts = selection_facts(pinned)
+    assert facts["interface"] == "eth1" and facts["interface_pinned"] is True
+    assert interface_facts(pinned, (ETH0, eth1, LO))["subnet"] == "198.18.1.0/24"
+    lo = select(cfg(), (ETH0, LO), ROUTE, {"GLOO_SOCKET_IFNAME": "lo",
+                                          "TP_SOCKET_IFNAME": "nope0"})
+    problems = selection_problems(lo)
+    assert [p[0] for p in problems] == ["hostname-loopback"]  # TensorPipe's is not ours
+    assert problems[0][1].startswith("GLOO_SOCKET_IFNAME=lo: ") and problems[0][2]
+    assert selection_facts(lo)["interface_pinned"] is False
+
+
+def test_interface_facts_of_an_unknown_interface_are_unknown() -> None:
+    sel = select(cfg(), (ETH0, LO), ROUTE, {})
+    assert interface_facts(sel, (LO,)) == {"mtu": None, "subnet": None}

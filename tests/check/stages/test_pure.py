@@ -1,0 +1,32 @@
+"""The pure helpers of the mesh, process-group, tournament and bench stages."""
+
+from __future__ import annotations
+
+from ddpnet.check.stages.allreduce import summary
+from ddpnet.check.stages.bandwidth import _column, assemble
+from ddpnet.check.stages.reachability import as_peers, peers_of
+from ddpnet.check.stages.sweep import slowest_link
+
+
+def test_peers_are_the_ranks_that_published_facts() -> None:
+    got = {0: {"address": "10.0.0.1", "mesh_port": 4000},
+           2: {"address": "10.0.0.3", "mesh_port": 4002}}
+    peers = peers_of(got, 3)
+    assert peers == [["10.0.0.1", 4000], None, ["10.0.0.3", 4002]]
+    assert as_peers(peers) == [("10.0.0.1", 4000), None, ("10.0.0.3", 4002)]
+
+
+def test_columns_make_the_matrix_by_sender_and_receiver() -> None:
+    col = _column({(0, 1): (125_000_000, 1.0), (1, 2): (0, 0.0)}, 3)
+    assert col == [None, 1.0, None]  # 1 Gbit in 1 s from rank 1; nothing timed from 2
+    gbps = assemble({0: col, 2: [2.0, None, None]}, 3)
+    assert gbps == [[None, None, 2.0], [1.0, None, None], [None, None, None]]
+    assert slowest_link(gbps) == 1.0 and slowest_link(()) == 0.0
+
+
+def test_allreduce_summary() -> None:
+    pgs = {0: {"ok": True, "backend": "gloo", "expected": 3.0, "allreduce_s": 0.2},
+           1: {"ok": False, "error": "timeout"}}
+    assert summary(pgs, [0, 1]) == {"ok": False, "ranks_ok": 1, "backend": "gloo",
+                                    "expected": 3.0, "max_seconds": 0.2}
+    assert summary({}, [0])["ok"] is False

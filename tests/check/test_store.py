@@ -1,0 +1,54 @@
+"""The store protocol on a real TCPStore: bounded waits, gathering, Ctrl-C within a slice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from ddpnet.check.store import WAIT_SLICE, StageTimeout, Store
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    import torch.distributed as dist
+
+    raw = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10),
+                        wait_for_workers=False)
+    yield Store(raw)
+
+
+def test_get_returns_what_was_set_and_times_out_on_what_was_not(store: Store) -> None:
+    store.set("plan", {"ok": True})
+    assert store.get("plan", 1.0) == {"ok": True}
+    started = time.monotonic()
+    with pytest.raises(StageTimeout, match="result"):
+        store.get("result", 1.2)
+    assert 1.1 <= time.monotonic() - started < 1.2 + 2 * WAIT_SLICE
+    store.set("result", 1)  # the connection is still in step after timed-out slices
+    assert store.get("result", 1.0) == 1
+
+
+def test_gather_and_counters(store: Store) -> None:
+    for rank in (0, 2):
+        store.publish("facts", rank, {"rank": rank})
+    started = time.monotonic()
+    got = store.gather("facts", [0, 1, 2], timeout=0.5)
+    assert got == {0: {"rank": 0}, 2: {"rank": 2}}  # rank 1 never came: bounded
+    assert time.monotonic() - started >= 0.5
+    assert store.count("facts/n") == 2 and store.wait_count("facts/n", 1, 5.0) == 2
+    assert not store.has("mesh/0")
+
+
+def test_ctrl_c_is_answered_within_one_slice(store: Store) -> None:
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        store.get("never", 30.0)
+    assert time.monotonic() - started < 0.3 + WAIT_SLICE + 0.5
