@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -82,6 +84,31 @@ def print_error(exc: DdpnetError, as_json: bool = False) -> None:
         emit_json(error_object(exc.error_id, exc.message, exc.hint, int(exc.exit_code)))
     sys.stderr.write(format_error(exc.message, exc.hint) + "\n")
     sys.stderr.flush()
+
+
+def debug_requested(argv: list[str] | None = None) -> bool:
+    """``--debug`` among the arguments, or DDPNET_DEBUG set (not to 0)."""
+    return "--debug" in (argv or []) or os.environ.get("DDPNET_DEBUG", "") not in ("", "0")
+
+
+def report_error(exc: DdpnetError, *, as_json: bool = False, debug: bool = False) -> int:
+    """Print a user error (traceback first only with ``debug``); return its exit code."""
+    if debug:
+        traceback.print_exc()
+    print_error(exc, as_json=as_json)
+    return int(exc.exit_code)
+
+
+def guarded(call: Callable[[], int], *, as_json: bool = False) -> int:
+    """Run a rank's body (``python -m ddpnet.<cmd>``) with the CLI's error conventions: a user
+    error is one line + hint (and the JSON object under ``as_json``), Ctrl-C exits 130."""
+    try:
+        return call()
+    except DdpnetError as exc:
+        return report_error(exc, as_json=as_json, debug=debug_requested())
+    except KeyboardInterrupt:
+        sys.stderr.write("ddpnet: interrupted\n")
+        return 130
 
 
 class Result(Protocol):

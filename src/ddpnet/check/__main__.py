@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from ddpnet.errors import DdpnetError
-
 
 def main(argv: list[str]) -> int:
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.run import exit_fast, run
-    from ddpnet.output import finish, print_error
+    from ddpnet.output import finish, guarded
 
-    try:
-        result = run(CheckOptions.from_json(argv[0]))
-    except DdpnetError as exc:
-        print_error(exc)
-        return int(exc.exit_code)
-    return exit_fast(finish(result, as_json=True))
+    return guarded(lambda: exit_fast(finish(run(CheckOptions.from_json(argv[0])),
+                                            as_json=True)))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,8 @@ imported only when run, so ``ddpnet --help`` never imports torch.
 from __future__ import annotations
 
 import importlib
-import os
 import signal
 import sys
-import traceback
 from typing import NoReturn
 
 import click
@@ -75,10 +73,6 @@ _NO_ARGS: type[click.UsageError] = getattr(
 )
 
 
-def _debug_requested(argv: list[str]) -> bool:
-    return "--debug" in argv or os.environ.get("DDPNET_DEBUG", "") not in ("", "0")
-
-
 def _os_error(exc: OSError) -> DdpnetError:
     """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
     permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
@@ -109,12 +103,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _fail(error: DdpnetError, args: list[str]) -> NoReturn:
-    from ddpnet.output import print_error
+    from ddpnet.output import debug_requested, report_error
 
-    if _debug_requested(args):
-        traceback.print_exc()
-    print_error(error, as_json=_json_requested(args))
-    sys.exit(int(error.exit_code))
+    sys.exit(report_error(error, as_json=_json_requested(args), debug=debug_requested(args)))
 
 
 def main(argv: list[str] | None = None) -> None:
