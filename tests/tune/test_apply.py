@@ -201,3 +201,9 @@ def test_a_second_apply_at_the_same_time_is_refused(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_system_runner_reports_absent_and_merged_output() -> None:
+    rc, text = ap.system_runner(["ddpnet-no-such-tool-qa"])
+    assert (rc, text) == (127, "ddpnet-no-such-tool-qa: command not found")
+    assert ap.system_runner(["sh", "-c", "echo a; echo b >&2; exit 3"]) == (3, "a\nb")
