@@ -1,5 +1,5 @@
-"""Pure pieces: sysctl scaling, /etc/hosts fix, distro and firewall detection, interface
-choice, SELinux report, port spec, input validation."""
+"""Pure pieces: sysctl scaling, /etc/hosts fix, distro and firewall detection, SELinux
+report, port spec, input validation (tune's interface choice is tests/net/test_select.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from dataclasses import replace
 import pytest
 
 from ddpnet.errors import ConfigError
-from ddpnet.net.interfaces import Address, Interface
 from ddpnet.tune import detect, hosts, selinux, sysctl
-from ddpnet.tune.facts import _nft_filters_input, choose_interface
+from ddpnet.tune.facts import _nft_filters_input
 from ddpnet.tune.firewall import PortSpec
 from ddpnet.tune.plan import build_plan
 from ddpnet.tune.validate import parse_static_ip, parse_subnet
@@ -101,23 +100,6 @@ def test_nft_ruleset_detection_ignores_our_table() -> None:
     theirs = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority 0;\n"
     assert not _nft_filters_input(ours)
     assert _nft_filters_input(ours + "}\n" + theirs)
-
-
-def _iface(name: str, ip: str, kind: str = "physical") -> Interface:
-    return Interface(name, True, (Address(ip, 24, 4),), 1500, None, kind)
-
-
-def test_interface_choice_order() -> None:
-    ifs = [_iface("lo", "127.0.0.1", "loopback"), _iface("eth0", "192.168.1.5"),
-           _iface("ib0", "10.0.0.11")]
-    net = ipaddress.ip_network("10.0.0.0/24")
-    assert choose_interface(ifs, flag="eth0")[0].name == "eth0"
-    assert choose_interface(ifs, subnet=net)[0].name == "ib0"
-    assert choose_interface(ifs, selected=("eth0", "routes to MASTER_ADDR"))[1] == \
-        "routes to MASTER_ADDR"
-    assert choose_interface(ifs, selected=("lo", "x"), default_route="eth0")[0].name == "eth0"
-    with pytest.raises(ConfigError, match="no such interface"):
-        choose_interface(ifs, flag="ens99")
 
 
 def test_selinux_is_reported_never_disabled() -> None:

@@ -1,10 +1,10 @@
 """The edge that reads the host for ``ddpnet tune``: files under ``--root``, the live kernel
-(sysctls, SELinux, firewalls) only when the root is ``/``, and the interface selection from
-:mod:`ddpnet.net`. :func:`choose_interface` is the pure part."""
+(sysctls, SELinux, firewalls) only when the root is ``/``, and the interface as
+:func:`ddpnet.net.select.choose_for_host` chooses it (--iface, the user's *_SOCKET_IFNAME, the
+cluster subnet, the route to MASTER_ADDR, the default route, the first usable NIC)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import socket
@@ -12,45 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddpnet.errors import ConfigError
-from ddpnet.net.interfaces import Interface
 from ddpnet.subproc import run_command
 from ddpnet.tune.model import HostFacts, IPNetwork
 from ddpnet.tune.sysctl import all_keys
 
 PROBE_TIMEOUT_S = 5
-
-
-def choose_interface(
-    interfaces: Sequence[Interface],
-    *,
-    flag: str | None = None,
-    subnet: IPNetwork | None = None,
-    selected: tuple[str | None, str] = (None, ""),
-    default_route: str | None = None,
-) -> tuple[Interface, str]:
-    """``(interface, reason)``: --iface, else the one with an address in the cluster subnet,
-    else ddpnet.net's selection toward MASTER_ADDR, else the default route's."""
-    by_name = {i.name: i for i in interfaces}
-    if flag:
-        if flag not in by_name:
-            raise ConfigError(f"--iface {flag}: no such interface on this host",
-                              "choose one of: " + ", ".join(sorted(by_name)))
-        return by_name[flag], "--iface"
-    if subnet is not None:
-        for i in interfaces:
-            for a in i.addresses:
-                if a.family == subnet.version and ipaddress.ip_address(a.ip) in subnet:
-                    return i, f"has {a.ip} in the cluster subnet {subnet}"
-    name, why = selected
-    if name and name in by_name and by_name[name].kind != "loopback":
-        return by_name[name], why
-    if default_route and default_route in by_name:
-        return by_name[default_route], "carries the default route"
-    usable = [i for i in interfaces if i.kind != "loopback" and i.up and i.addresses]
-    if usable:
-        return usable[0], "first interface that is up with an address"
-    raise ConfigError("no usable network interface found",
-                      "pass --iface NAME (the interface on the cluster network)")
 
 
 def _read(path: Path) -> str | None:
@@ -75,14 +41,6 @@ def _quiet(argv: Sequence[str]) -> tuple[int, str]:
         return 127, ""
     proc = run_command(argv, PROBE_TIMEOUT_S)
     return (124, "") if proc is None else (proc.returncode, proc.stdout)
-
-
-def default_route_iface(proc: Path = Path("/proc")) -> str | None:
-    for line in (_read(proc / "net/route") or "").splitlines()[1:]:
-        f = line.split()
-        if len(f) > 2 and f[1] == "00000000":
-            return f[0]
-    return None
 
 
 def firewall_active(root: Path, live: bool) -> dict[str, bool]:
@@ -127,25 +85,23 @@ def gather(
 ) -> HostFacts:
     """Read what the renderers need; the network view is always this host's."""
     from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.select import choose_for_host
     from ddpnet.tune.plan import files_to_read
 
     live = root.resolve() == Path("/")
     interfaces = list_interfaces()
-    selected: tuple[str | None, str] = (None, "")
     env = os.environ if environ is None else environ
-    if not iface and subnet is None and env.get("MASTER_ADDR"):
-        from ddpnet.net.select import select_for_host
-
-        try:
-            sel = select_for_host(environ=env)
-            selected = (sel.interface, sel.gloo.reason)
-        except Exception:  # a broken launcher environment must not stop tuning files
-            selected = (None, "")
-    chosen, why = choose_interface(interfaces, flag=iface, subnet=subnet, selected=selected,
-                                   default_route=default_route_iface())
-    address = next((a.ip for a in chosen.addresses
-                    if (subnet is None or a.family == subnet.version) and not a.is_link_local
-                    and not a.is_loopback), None)
+    choice = choose_for_host(flag=iface, flag_name="--iface", environ=env, subnet=subnet,
+                             route_master=bool(env.get("MASTER_ADDR")), loopback_ok=False,
+                             interfaces=interfaces)
+    if choice.name is None:
+        raise ConfigError(f"no usable network interface found ({choice.reason})",
+                          "pass --iface NAME (the interface on the cluster network)")
+    chosen, why = next(i for i in interfaces if i.name == choice.name), choice.reason
+    # the selector's address: the one in the subnet, the route's source toward MASTER_ADDR
+    address = choice.address or next(
+        (a.ip for a in chosen.addresses if (subnet is None or a.family == subnet.version)
+         and not a.is_link_local and not a.is_loopback), None)
     hostname = (_read(root / "etc/hostname") or "").strip() if not live else ""
     hostname = hostname or socket.gethostname()
     proc_sys = Path("/proc/sys")
