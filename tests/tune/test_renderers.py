@@ -1,5 +1,6 @@
-"""Pure pieces: sysctl scaling, /etc/hosts fix, distro and firewall detection, SELinux
-report, port spec, input validation (tune's interface choice is tests/net/test_select.py)."""
+"""Pure pieces: sysctl scaling, /etc/hosts fix, distro detection, SELinux report, port spec,
+input validation (interface choice: tests/net/test_choose.py; firewall detection:
+tests/net/test_firewall.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 
 from ddpnet.errors import ConfigError
 from ddpnet.tune import detect, hosts, selinux, sysctl
-from ddpnet.tune.facts import _nft_filters_input
 from ddpnet.tune.firewall import PortSpec
 from ddpnet.tune.plan import build_plan
 from ddpnet.tune.validate import parse_static_ip, parse_subnet
@@ -87,19 +87,6 @@ def test_unknown_distro_asks_for_the_flag(os_release: str | None) -> None:
     with pytest.raises(ConfigError) as err:
         detect.detect_distro(os_release)
     assert "--distro" in err.value.hint
-
-
-def test_front_end_firewalls_win() -> None:
-    assert detect.choose_firewall({"nftables": True, "firewalld": True})[0] == "firewalld"
-    assert detect.choose_firewall({"iptables": True, "ufw": True})[0] == "ufw"
-    assert detect.choose_firewall({})[0] == "none"
-
-
-def test_nft_ruleset_detection_ignores_our_table() -> None:
-    ours = "table inet ddpnet {\n\tchain input {\n\t\ttype filter hook input priority -10;\n"
-    theirs = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority 0;\n"
-    assert not _nft_filters_input(ours)
-    assert _nft_filters_input(ours + "}\n" + theirs)
 
 
 def test_selinux_is_reported_never_disabled() -> None:

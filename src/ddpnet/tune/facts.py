@@ -6,13 +6,11 @@ cluster subnet, the route to MASTER_ADDR, the default route, the first usable NI
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from ddpnet.errors import ConfigError
-from ddpnet.subproc import run_command
 from ddpnet.tune.model import HostFacts, IPNetwork
 from ddpnet.tune.sysctl import all_keys
 
@@ -36,43 +34,13 @@ def _tail(path: Path, size: int = 1 << 20) -> str | None:
         return None
 
 
-def _quiet(argv: Sequence[str]) -> tuple[int, str]:
-    if shutil.which(argv[0]) is None:
-        return 127, ""
-    proc = run_command(argv, PROBE_TIMEOUT_S)
-    return (124, "") if proc is None else (proc.returncode, proc.stdout)
-
-
 def firewall_active(root: Path, live: bool) -> dict[str, bool]:
-    """Which firewalls filter input on this host (or are enabled in the image under root)."""
-    ufw = _read(root / "etc/ufw/ufw.conf") or ""
-    active = {"ufw": any(line.strip().replace(" ", "").lower() == "enabled=yes"
-                         for line in ufw.splitlines())}
-    if not live:
-        active["firewalld"] = (root / "etc/systemd/system/multi-user.target.wants/"
-                               "firewalld.service").exists()
-        return active
-    active["firewalld"] = _quiet(("firewall-cmd", "--state"))[0] == 0
-    rc, ruleset = _quiet(("nft", "list", "ruleset"))
-    active["nftables"] = rc == 0 and _nft_filters_input(ruleset)
-    rc, rules = _quiet(("iptables", "-S", "INPUT"))
-    active["iptables"] = rc == 0 and any(
-        (line.startswith("-A INPUT") and "DDPNET" not in line) or line == "-P INPUT DROP"
-        for line in rules.splitlines())
-    return active
+    """Which firewalls are switched on, by :func:`ddpnet.net.firewall.read_state`: the live
+    host's (ddpnet's own table and chain not counted), or what the image under ``root``
+    enables."""
+    from ddpnet.net.firewall import read_state
 
-
-def _nft_filters_input(ruleset: str) -> bool:
-    """A table other than ddpnet's (and iptables-nft's own) with an input hook chain."""
-    table = ""
-    for line in ruleset.splitlines():
-        s = line.strip()
-        if s.startswith("table "):
-            table = s
-        elif "hook input" in s and "ddpnet" not in table and not table.endswith(
-                ("ip filter {", "ip6 filter {")):
-            return True
-    return False
+    return read_state(root, live=live, timeout=PROBE_TIMEOUT_S).active()
 
 
 def gather(
