@@ -35,10 +35,14 @@ def test_flag_is_not_checked_against_the_launching_host() -> None:
     assert set(c.env.values()) == {"ib7"} and len(c.env) == 3
 
 
-def test_user_variables_are_forwarded_as_they_are() -> None:
+def test_user_variables_are_forwarded_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    route_to(monkeypatch, Route("eth0", "198.18.0.3", None, dst="198.18.0.1"))
+    c = iface.choose(None, {"NCCL_SOCKET_IFNAME": "=ib0", "GLOO_SOCKET_IFNAME": "ib0,ib1"})
+    assert c.env == {"GLOO_SOCKET_IFNAME": "ib0,ib1", "NCCL_SOCKET_IFNAME": "=ib0"}
+    assert c.name == "ib0" and "already set" in c.reason
+    # an exclusion names no interface to pin mpirun to (was: docker0, the excluded one)
     c = iface.choose(None, {"NCCL_SOCKET_IFNAME": "^docker0,lo"})
-    assert c.env == {"NCCL_SOCKET_IFNAME": "^docker0,lo"}
-    assert c.name == "docker0" and "already set" in c.reason
+    assert c.env == {"NCCL_SOCKET_IFNAME": "^docker0,lo"} and c.name is None
 
 
 def test_route_toward_master(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -94,6 +94,21 @@ def test_user_variable_naming_no_interface_here_falls_through_unless_elsewhere()
     assert (away.name, away.source, away.env) == ("ens99", "environ", {NCCL: "=ens99"})
 
 
+@pytest.mark.parametrize(("env", "name"), [
+    ({NCCL: "^lo,docker"}, "eth0"),  # an exclusion names nothing: the route decides
+    ({NCCL: "=ib0"}, "ib0"), ({TP: "ib0", NCCL: "^lo"}, "ib0"),
+    ({GLOO: "ib0,eth0", NCCL: "=eth0"}, "ib0"),  # gloo's plain names first
+])
+def test_the_interface_the_user_s_variables_name(env: dict[str, str], name: str) -> None:
+    assert choose_interface(TABLE, environ=env, selection=routed()).name == name
+
+
+def test_user_loopback_is_skipped_where_a_nic_is_needed() -> None:
+    c = choose_interface(TABLE, environ={GLOO: "lo"}, selection=routed(), loopback_ok=False)
+    assert (c.name, c.source) == ("eth0", "route")
+    assert choose_interface(TABLE, environ={GLOO: "lo"}).source == "environ"
+
+
 def test_subnet_picks_the_address_inside_it() -> None:
     two = iface("eth1", "192.168.9.9/24", "10.0.0.12/24")
     c = choose_interface((LO, ETH0, two), subnet=NET, selection=routed())

@@ -18,6 +18,7 @@ then the default route, then the first usable interface.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -200,13 +201,10 @@ def _suggest(auto: _Auto, by_name: Mapping[str, Interface], var: str, nccl: bool
     return f"export {var}=<interface that reaches MASTER_ADDR> (up here: {names})"
 
 
-def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interface],
-                 family: int | None, single_host: bool, auto: _Auto,
-                 many: bool) -> Choice:
-    """gloo (comma list) / TensorPipe (one name): plain names, each present and usable."""
-    lib = "gloo" if var == GLOO else "TensorPipe"
-    names = [n.strip() for n in value.split(",")] if many else [value.strip()]
-    fix = _suggest(auto, by_name, var)
+def _plain_syntax(var: str, value: str, source: str, names: Sequence[str], lib: str,
+                  by_name: Mapping[str, Interface], fix: str, many: bool) -> Choice | None:
+    """A syntax problem of a gloo / TensorPipe value (NCCL syntax, an address, an empty
+    entry, a list where one name is taken), or None."""
     if not many and "," in value:
         return Choice(value, source, f"{var}={value!r}: {lib} takes one interface name",
                       "ifname-syntax", fix)
@@ -223,23 +221,46 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
         if not name:
             return Choice(value, source, f"{var}={value!r} has an empty entry",
                           "ifname-syntax", fix)
+    return None
+
+
+def _plain_usable(var: str, value: str, source: str, name: str,
+                  by_name: Mapping[str, Interface], family: int | None, single_host: bool,
+                  fix: str) -> Choice | None:
+    """Why the interface ``name`` cannot carry the job (absent, down, no address of
+    MASTER_ADDR's family, loopback in a multi-node job), or None."""
+    iface = by_name.get(name)
+    if iface is None:
+        up = ", ".join(n for n, i in by_name.items() if i.up)
+        return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
+                      "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
+                      f"so leave it unset and let ddpnet.init() pick per host)")
+    if not iface.up:
+        return Choice(value, source, f"{var}={value!r}: interface {name} is down",
+                      "ifname-down", f"ip link set {name} up, or {fix}")
+    if family is not None and not iface.has_family(family):
+        return Choice(value, source, f"{var}={value!r}: {name} has no IPv{family} address "
+                      f"(MASTER_ADDR is IPv{family})", "ifname-no-address", fix)
+    if iface.kind == "loopback" and not single_host:
+        return Choice(value, source, f"{var}={value!r} binds loopback in a multi-node job: "
+                      f"other nodes would be told to connect to 127.0.0.1",
+                      "hostname-loopback", fix)
+    return None
+
+
+def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interface],
+                 family: int | None, single_host: bool, auto: _Auto,
+                 many: bool) -> Choice:
+    """gloo (comma list) / TensorPipe (one name): plain names, each present and usable."""
+    lib = "gloo" if var == GLOO else "TensorPipe"
+    names = [n.strip() for n in value.split(",")] if many else [value.strip()]
+    fix = _suggest(auto, by_name, var)
+    problem = _plain_syntax(var, value, source, names, lib, by_name, fix, many)
     for name in names:
-        iface = by_name.get(name)
-        if iface is None:
-            up = ", ".join(n for n, i in by_name.items() if i.up)
-            return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
-                          "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
-                          f"so leave it unset and let ddpnet.init() pick per host)")
-        if not iface.up:
-            return Choice(value, source, f"{var}={value!r}: interface {name} is down",
-                          "ifname-down", f"ip link set {name} up, or {fix}")
-        if family is not None and not iface.has_family(family):
-            return Choice(value, source, f"{var}={value!r}: {name} has no IPv{family} address "
-                          f"(MASTER_ADDR is IPv{family})", "ifname-no-address", fix)
-        if iface.kind == "loopback" and not single_host:
-            return Choice(value, source, f"{var}={value!r} binds loopback in a multi-node job: "
-                          f"other nodes would be told to connect to 127.0.0.1",
-                          "hostname-loopback", fix)
+        problem = problem or _plain_usable(var, value, source, name, by_name, family,
+                                           single_host, fix)
+    if problem is not None:
+        return problem
     reason = f"set by {source}"
     if auto.iface is not None and not auto.cause and auto.iface.name not in names:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
@@ -416,21 +437,37 @@ def _from_flag(flag: str, flag_name: str, here: bool,
     if here and flag not in by_name:
         raise ConfigError(f"{flag_name} {flag}: no such interface on this host",
                           "choose one of: " + ", ".join(sorted(by_name)))
-    return InterfaceChoice(flag, "flag", flag_name, _address(by_name.get(flag)),
+    return InterfaceChoice(flag, "flag", flag_name,
+                           _address(by_name.get(flag)) if here else None,
                            {v: flag for v in VARIABLES})
 
 
-def _from_environ(user: Mapping[str, str], here: bool,
-                  by_name: Mapping[str, Interface]) -> InterfaceChoice | None:
-    """Variables the user exported win and are forwarded as they are. Their first name is
-    the interface; on this host (``here``) it must exist, else the next rule decides."""
+def _first_named(user: Mapping[str, str]) -> str | None:
+    """The interface the user's variables name first: gloo's and TensorPipe's plain names
+    before NCCL's (an exclusion like ``^lo`` names none, ``=eth0`` names eth0)."""
+    for var in (GLOO, TP, NCCL):
+        value = user.get(var, "").strip()
+        if value and not value.startswith("^"):
+            name = value.split(",")[0].strip().lstrip("=")
+            if name:
+                return name
+    return None
+
+
+def _from_environ(user: Mapping[str, str], here: bool, by_name: Mapping[str, Interface],
+                  loopback_ok: bool) -> InterfaceChoice | None:
+    """Variables the user exported win and are forwarded as they are. On this host
+    (``here``) the interface they name must exist (and be a NIC unless ``loopback_ok``),
+    else the next rule decides; for ranks elsewhere they are passed on unchecked."""
     if not user:
         return None
-    first = next(iter(user.values())).split(",")[0].strip().lstrip("^=") or None
-    if here and first not in by_name:
+    name, reason = _first_named(user), f"{', '.join(user)} already set"
+    if not here:
+        return InterfaceChoice(name, "environ", reason, None, dict(user))
+    iface = by_name.get(name or "")
+    if iface is None or (not loopback_ok and iface.kind == "loopback"):
         return None
-    return InterfaceChoice(first, "environ", f"{', '.join(user)} already set",
-                           _address(by_name.get(first or "")), dict(user))
+    return InterfaceChoice(iface.name, "environ", reason, _address(iface), dict(user))
 
 
 def _from_subnet(subnet: IPNetwork, interfaces: Sequence[Interface]) -> InterfaceChoice | None:
@@ -494,7 +531,7 @@ def choose_interface(
     by_name = {i.name: i for i in interfaces}
     if flag:
         return _from_flag(flag, flag_name, here, by_name)
-    picked = _from_environ(user_variables(environ or {}), here, by_name)
+    picked = _from_environ(user_variables(environ or {}), here, by_name, loopback_ok)
     if picked is None and subnet is not None:
         picked = _from_subnet(subnet, interfaces)
     if picked is None and selection is not None:
@@ -532,11 +569,11 @@ def choose_for_host(
     from ddpnet.net.routes import default_route_iface
 
     env = _environ(environ)
-    interfaces = list_interfaces() if interfaces is None else interfaces
-    ask: dict[str, Any] = dict(flag=flag, flag_name=flag_name, here=here, environ=env,
-                               subnet=subnet, loopback_ok=loopback_ok)
-    early = choose_interface(interfaces, **ask, fallback=False)
-    if early.name is not None:
+    decide = functools.partial(
+        choose_interface, list_interfaces() if interfaces is None else interfaces, flag=flag,
+        flag_name=flag_name, here=here, environ=env, subnet=subnet, loopback_ok=loopback_ok)
+    early = decide(fallback=False)
+    if early.name is not None or early.source != "none":
         return early
     selection, why = None, "MASTER_ADDR is not set"
     if route_master:
@@ -544,9 +581,8 @@ def choose_for_host(
             selection = select_for_host(cfg, env)
         except Exception as exc:  # a broken launcher environment is "no selection" here
             why = f"no interface selection ({exc})"
-    return choose_interface(interfaces, **ask, selection=selection, no_selection=why,
-                            default_route=default_route_iface(proc) if fallback else None,
-                            fallback=fallback)
+    return decide(selection=selection, no_selection=why, fallback=fallback,
+                  default_route=default_route_iface(proc) if fallback else None)
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
