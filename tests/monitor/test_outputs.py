@@ -123,19 +123,19 @@ def test_no_gpu_is_skipped_cleanly() -> None:
 def test_auto_is_the_one_selector_s_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     from ddpnet.monitor import select as monitor_select
     from ddpnet.net import select as net_select
-    from ddpnet.net.select import InterfaceChoice
+    from ddpnet.net.select import Ask, InterfaceChoice
 
-    asked: list[dict[str, object]] = []
+    asked: list[Ask] = []
 
-    def fake(**kw: object) -> InterfaceChoice:
-        asked.append(kw)
+    def fake(ask: Ask) -> InterfaceChoice:
+        asked.append(ask)
         return InterfaceChoice("eth0", "route", "routes to MASTER_ADDR 10.0.0.1")
 
     monkeypatch.setattr(net_select, "choose_for_host", fake)
     c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
     assert c.names == ("eth0",) and "routes to MASTER_ADDR 10.0.0.1" in c.reason
-    assert asked == [{"fallback": False}]
+    assert asked == [Ask(fallback=False)]  # no guess: the view falls back instead
     monkeypatch.setattr(net_select, "choose_for_host",
-                        lambda **kw: InterfaceChoice(None, "none", "no route to MASTER_ADDR"))
+                        lambda ask: InterfaceChoice(None, "none", "no route to MASTER_ADDR"))
     c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
     assert c.names == ("eth0",) and "no route to MASTER_ADDR" in c.reason

@@ -18,6 +18,7 @@ from ddpnet.net.select import (
     GLOO,
     NCCL,
     TP,
+    Ask,
     Selection,
     choose_for_host,
     choose_interface,
@@ -47,19 +48,19 @@ def loopback_selection() -> Selection:
 def test_tune_order_flag_subnet_route_default_route() -> None:
     # the assertions of tune's former choose_interface, through the one selector
     ifs = (LO, ETH0, IB0)
-    assert choose_interface(ifs, flag="eth0").name == "eth0"
-    assert choose_interface(ifs, subnet=NET).name == "ib0"
+    assert choose_interface(ifs, Ask(flag="eth0")).name == "eth0"
+    assert choose_interface(ifs, Ask(subnet=NET)).name == "ib0"
     assert choose_interface(ifs, selection=routed()).reason.startswith(
         "routes to MASTER_ADDR")
-    picked = choose_interface(ifs, selection=loopback_selection(), default_route="eth0",
-                              loopback_ok=False)
+    picked = choose_interface(ifs, Ask(loopback_ok=False), selection=loopback_selection(),
+                              default_route="eth0")
     assert (picked.name, picked.source) == ("eth0", "default-route")
     with pytest.raises(ConfigError, match="no such interface"):
-        choose_interface(ifs, flag="ens99", flag_name="--iface")
+        choose_interface(ifs, Ask(flag="ens99", flag_name="--iface"))
 
 
 def test_flag_wins_over_everything_and_sets_all_three() -> None:
-    c = choose_interface(TABLE, flag="ib0", environ={GLOO: "eth0"}, subnet=NET,
+    c = choose_interface(TABLE, Ask(flag="ib0", subnet=NET), environ={GLOO: "eth0"},
                          selection=routed(), default_route="eth0")
     assert (c.name, c.source, c.reason, c.address) == ("ib0", "flag", "--ifname", "10.0.0.11")
     assert c.env == {GLOO: "ib0", NCCL: "ib0", TP: "ib0"}
@@ -67,20 +68,20 @@ def test_flag_wins_over_everything_and_sets_all_three() -> None:
 
 def test_missing_flag_names_the_flag_and_the_interfaces_here() -> None:
     with pytest.raises(ConfigError) as err:
-        choose_interface(TABLE, flag="ens99", flag_name="--iface")
+        choose_interface(TABLE, Ask(flag="ens99", flag_name="--iface"))
     assert str(err.value).startswith("--iface ens99: no such interface")
     assert "eth0" in err.value.hint and "ib0" in err.value.hint
 
 
 def test_flag_for_other_hosts_is_passed_on_unchecked() -> None:
-    c = choose_interface(TABLE, flag="ens99", here=False)
+    c = choose_interface(TABLE, Ask(flag="ens99", here=False))
     assert (c.name, c.source, c.address) == ("ens99", "flag", None)
 
 
 def test_user_variables_win_over_subnet_and_route_and_are_forwarded_as_set() -> None:
     env = {NCCL: "^docker,lo", GLOO: "ib0", "OTHER": "x", TP: " "}
-    c = choose_interface(TABLE, environ=env, subnet=ipaddress.ip_network("192.168.1.0/24"),
-                         selection=routed())
+    c = choose_interface(TABLE, Ask(subnet=ipaddress.ip_network("192.168.1.0/24")),
+                         environ=env, selection=routed())
     assert (c.name, c.source) == ("ib0", "environ")
     assert c.env == {GLOO: "ib0", NCCL: "^docker,lo"}  # our order, blank TP left out
     assert c.reason == f"{GLOO}, {NCCL} already set"
@@ -90,7 +91,7 @@ def test_user_variable_naming_no_interface_here_falls_through_unless_elsewhere()
     env = {GLOO: "ens99"}
     here = choose_interface(TABLE, environ=env, selection=routed())
     assert (here.name, here.source) == ("eth0", "route")
-    away = choose_interface(TABLE, environ={NCCL: "=ens99"}, here=False)
+    away = choose_interface(TABLE, Ask(here=False), environ={NCCL: "=ens99"})
     assert (away.name, away.source, away.env) == ("ens99", "environ", {NCCL: "=ens99"})
 
 
@@ -104,20 +105,21 @@ def test_the_interface_the_user_s_variables_name(env: dict[str, str], name: str)
 
 
 def test_user_loopback_is_skipped_where_a_nic_is_needed() -> None:
-    c = choose_interface(TABLE, environ={GLOO: "lo"}, selection=routed(), loopback_ok=False)
+    c = choose_interface(TABLE, Ask(loopback_ok=False), environ={GLOO: "lo"},
+                         selection=routed())
     assert (c.name, c.source) == ("eth0", "route")
     assert choose_interface(TABLE, environ={GLOO: "lo"}).source == "environ"
 
 
 def test_subnet_picks_the_address_inside_it() -> None:
     two = iface("eth1", "192.168.9.9/24", "10.0.0.12/24")
-    c = choose_interface((LO, ETH0, two), subnet=NET, selection=routed())
+    c = choose_interface((LO, ETH0, two), Ask(subnet=NET), selection=routed())
     assert (c.name, c.source, c.address) == ("eth1", "subnet", "10.0.0.12")
     assert c.reason == "has 10.0.0.12 in the cluster subnet 10.0.0.0/24"
 
 
 def test_subnet_without_a_match_goes_on_to_the_route() -> None:
-    c = choose_interface(TABLE, subnet=ipaddress.ip_network("10.9.0.0/16"),
+    c = choose_interface(TABLE, Ask(subnet=ipaddress.ip_network("10.9.0.0/16")),
                          selection=routed())
     assert c.source == "route"
 
@@ -132,13 +134,13 @@ def test_route_carries_init_s_variables_and_reason() -> None:
 def test_loopback_is_an_answer_for_a_one_host_job_unless_a_nic_is_needed() -> None:
     c = choose_interface(TABLE, selection=loopback_selection())
     assert (c.name, c.source) == ("lo", "route")
-    nic = choose_interface(TABLE, selection=loopback_selection(), loopback_ok=False)
+    nic = choose_interface(TABLE, Ask(loopback_ok=False), selection=loopback_selection())
     assert (nic.name, nic.source) == ("ib0", "first-usable")  # infiniband before physical
     assert "first up infiniband interface" in nic.reason
 
 
 def test_default_route_on_loopback_is_skipped_when_a_nic_is_needed() -> None:
-    c = choose_interface(TABLE, default_route="lo", loopback_ok=False)
+    c = choose_interface(TABLE, Ask(loopback_ok=False), default_route="lo")
     assert c.source == "first-usable" and c.name == "ib0"
 
 
@@ -154,7 +156,7 @@ def test_first_usable_never_docker_and_none_when_nothing_is_up() -> None:
 
 def test_without_fallback_no_route_means_no_choice_with_the_selection_s_reason() -> None:
     sel = select(cfg(), TABLE, None, {})  # no route to MASTER_ADDR
-    c = choose_interface(TABLE, selection=sel, default_route="eth0", fallback=False)
+    c = choose_interface(TABLE, Ask(fallback=False), selection=sel, default_route="eth0")
     assert (c.name, c.source, c.env) == (None, "none", {})
     assert "no route to MASTER_ADDR 198.18.0.1" in c.reason
     with_fallback = choose_interface(TABLE, selection=sel, default_route="eth0")
@@ -162,7 +164,7 @@ def test_without_fallback_no_route_means_no_choice_with_the_selection_s_reason()
 
 
 def test_to_dict() -> None:
-    d = choose_interface(TABLE, flag="eth0").to_dict()
+    d = choose_interface(TABLE, Ask(flag="eth0")).to_dict()
     assert d == {"name": "eth0", "source": "flag", "reason": "--ifname",
                  "address": "192.168.1.5", "env": {GLOO: "eth0", NCCL: "eth0", TP: "eth0"}}
 
@@ -205,7 +207,7 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[str]]
 
 
 def test_edge_reads_the_route_only_when_needed(host: list[str], tmp_path: Path) -> None:
-    assert choose_for_host(flag="ib0", environ={}, proc=tmp_path).source == "flag"
+    assert choose_for_host(Ask(flag="ib0"), environ={}, proc=tmp_path).source == "flag"
     assert choose_for_host(environ={GLOO: "ib0"}, proc=tmp_path).source == "environ"
     assert host == []
     c = choose_for_host(environ={}, proc=tmp_path)
@@ -220,7 +222,7 @@ def test_edge_turns_a_broken_launcher_environment_into_a_reason(
         raise ConfigError("WORLD_SIZE='abc' is not an integer", "fix it")
 
     monkeypatch.setattr(select_mod, "select_for_host", broken)
-    c = choose_for_host(environ={}, fallback=False, proc=tmp_path)
+    c = choose_for_host(Ask(fallback=False), environ={}, proc=tmp_path)
     assert (c.name, c.source) == (None, "none")
     assert c.reason == "no interface selection (WORLD_SIZE='abc' is not an integer)"
     assert choose_for_host(environ={}, proc=tmp_path).source == "default-route"

@@ -6,11 +6,9 @@ tree with canned outputs, and the real tools in a scratch network namespace."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 from ddpnet.net import firewall as fw
 from ddpnet.subproc import CommandOutput, run_command
 from tests.doctor.helpers import fixture
+from tests.lab_util import requires_netns, unique_name
 
 
 def ok(text: str, rc: int = 0) -> CommandOutput:
@@ -229,40 +228,31 @@ def test_process_running(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- real tools
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nft"),
-    reason="needs root, ip and nft to build a scratch network namespace")
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    name = f"net-fw-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
 @pytest.mark.root
-@needs_root
-def test_real_tools_in_a_namespace(tmp_path: Path, netns: str) -> None:
+@requires_netns
+def test_real_tools_in_a_namespace(tmp_path: Path) -> None:
     """tune's table alone: doctor sees a filtering nftables, tune sees nothing of the user's;
     a user table next to it: both see it."""
+    ns = unique_name("netfw")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+
     def in_ns(*argv: str) -> None:
-        subprocess.run(["ip", "netns", "exec", netns, *argv], check=True, capture_output=True)
+        subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True)
 
     def run(argv: Sequence[str], timeout: float) -> CommandOutput | None:
-        return run_command(["ip", "netns", "exec", netns, *argv], timeout)
+        return run_command(["ip", "netns", "exec", ns, *argv], timeout)
 
-    in_ns("nft", "add", "table", "inet", "ddpnet")
-    in_ns("nft", "add", "chain", "inet", "ddpnet", "input",
-          "{ type filter hook input priority -10; policy accept; }")
-    in_ns("nft", "add", "rule", "inet", "ddpnet", "input", "tcp", "dport", "29500", "drop")
-    state = fw.read_state(tmp_path, run=run, which=shutil.which)
-    assert "nftables" in state.managers and not state.active()["nftables"]
-    in_ns("nft", "add", "table", "inet", "mine")
-    in_ns("nft", "add", "chain", "inet", "mine", "input",
-          "{ type filter hook input priority 0; policy accept; }")
-    state = fw.read_state(tmp_path, run=run, which=shutil.which)
-    assert state.active()["nftables"]
+    try:
+        in_ns("nft", "add", "table", "inet", "ddpnet")
+        in_ns("nft", "add", "chain", "inet", "ddpnet", "input",
+              "{ type filter hook input priority -10; policy accept; }")
+        in_ns("nft", "add", "rule", "inet", "ddpnet", "input", "tcp", "dport", "29500", "drop")
+        state = fw.read_state(tmp_path, run=run, which=shutil.which)
+        assert "nftables" in state.managers and not state.active()["nftables"]
+        in_ns("nft", "add", "table", "inet", "mine")
+        in_ns("nft", "add", "chain", "inet", "mine", "input",
+              "{ type filter hook input priority 0; policy accept; }")
+        state = fw.read_state(tmp_path, run=run, which=shutil.which)
+        assert state.active()["nftables"]
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ddpnet.config import DistConfig
-from ddpnet.net.select import InterfaceChoice, choose_for_host
+from ddpnet.net.select import Ask, InterfaceChoice, choose_for_host
 
 
 def choose(cfg: DistConfig | None, environ: Mapping[str, str],
            ifname: str | None = None) -> InterfaceChoice:
     """--ifname, else the user's variables, else the route toward MASTER_ADDR."""
-    return choose_for_host(flag=ifname, flag_name="--ifname", here=False, environ=environ,
-                           cfg=cfg, fallback=False)
+    return choose_for_host(Ask(flag=ifname, flag_name="--ifname", here=False, fallback=False),
+                           environ=environ, cfg=cfg)

@@ -19,9 +19,9 @@ class IfaceChoice:
 def _init_selection() -> tuple[str, str]:
     """The interface :mod:`ddpnet.net.select` chooses for this host's job, with its reason
     (edge: reads routes and environment); LookupError with the reason when there is none."""
-    from ddpnet.net.select import choose_for_host
+    from ddpnet.net.select import Ask, choose_for_host
 
-    choice = choose_for_host(fallback=False)
+    choice = choose_for_host(Ask(fallback=False))
     if choice.name is None:
         raise LookupError(choice.reason)
     return choice.name, choice.reason

@@ -18,7 +18,6 @@ then the default route, then the first usable interface.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -505,62 +504,66 @@ def _fallback(default_route: str | None, by_name: Mapping[str, Interface],
                            _variables_for(first.iface.name))
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What a command asks the selector: its flag (``flag_name`` in messages), its cluster
+    subnet, and its policy. ``here`` is False where the ranks may run on other hosts (a
+    launcher): names are then passed on unchecked. ``loopback_ok`` is False where a NIC is
+    needed (tune). ``fallback``: past the route to MASTER_ADDR, take the default route's
+    interface, then the first usable one (a launcher leaves the choice to torch instead)."""
+
+    flag: str | None = None
+    flag_name: str = "--ifname"
+    here: bool = True
+    subnet: IPNetwork | None = None
+    loopback_ok: bool = True
+    fallback: bool = True
+
+
 def choose_interface(
     interfaces: Sequence[Interface],
+    ask: Ask = Ask(),
     *,
-    flag: str | None = None,
-    flag_name: str = "--ifname",
-    here: bool = True,
     environ: Mapping[str, str] | None = None,
-    subnet: IPNetwork | None = None,
     selection: Selection | None = None,
     no_selection: str = "no MASTER_ADDR to route to",
     default_route: str | None = None,
-    loopback_ok: bool = True,
-    fallback: bool = True,
 ) -> InterfaceChoice:
-    """Which interface the job uses here, first rule that answers (pure):
-
-    ``flag`` (``flag_name`` in messages; a ConfigError when it is not on this host and
-    ``here``), the user's ``*_SOCKET_IFNAME`` in ``environ``, an interface with an address in
-    ``subnet``, ``selection`` (the route to MASTER_ADDR, :func:`select`; ``no_selection`` says
-    why there is none), and with ``fallback`` the ``default_route``'s interface, then the
-    first usable one. ``here`` is False where the ranks may run on other hosts (a launcher):
-    names are then passed on unchecked. ``loopback_ok`` is False where a NIC is needed (tune).
+    """Which interface the job uses here, first rule that answers (pure): ``ask.flag`` (a
+    ConfigError when it is not on this host and ``ask.here``), the user's
+    ``*_SOCKET_IFNAME`` in ``environ``, an interface with an address in ``ask.subnet``,
+    ``selection`` (the route to MASTER_ADDR, :func:`select`; ``no_selection`` says why there
+    is none), and with ``ask.fallback`` the ``default_route``'s interface, then the first
+    usable one.
     """
     by_name = {i.name: i for i in interfaces}
-    if flag:
-        return _from_flag(flag, flag_name, here, by_name)
-    picked = _from_environ(user_variables(environ or {}), here, by_name, loopback_ok)
-    if picked is None and subnet is not None:
-        picked = _from_subnet(subnet, interfaces)
+    if ask.flag:
+        return _from_flag(ask.flag, ask.flag_name, ask.here, by_name)
+    picked = _from_environ(user_variables(environ or {}), ask.here, by_name, ask.loopback_ok)
+    if picked is None and ask.subnet is not None:
+        picked = _from_subnet(ask.subnet, interfaces)
     if picked is None and selection is not None:
-        picked = _from_selection(selection, by_name, loopback_ok)
+        picked = _from_selection(selection, by_name, ask.loopback_ok)
     if picked is not None:
         return picked
     why = selection.gloo.reason if selection is not None else no_selection
-    if not fallback:
+    if not ask.fallback:
         return InterfaceChoice(None, "none", why)
-    return _fallback(default_route, by_name, loopback_ok, why)
+    return _fallback(default_route, by_name, ask.loopback_ok, why)
 
 
 def choose_for_host(
+    ask: Ask = Ask(),
     *,
-    flag: str | None = None,
-    flag_name: str = "--ifname",
-    here: bool = True,
     environ: Mapping[str, str] | None = None,
     cfg: DistConfig | None = None,
-    subnet: IPNetwork | None = None,
     route_master: bool = True,
-    loopback_ok: bool = True,
-    fallback: bool = True,
     proc: Path = Path("/proc"),
     interfaces: Sequence[Interface] | None = None,
 ) -> InterfaceChoice:
-    """Read this host (interfaces; the route to MASTER_ADDR only when no earlier rule answers
-    and ``route_master``; the default route from ``proc``) and :func:`choose_interface`.
-    ``interfaces`` already read by the caller are used as they are.
+    """Read this host (interfaces, unless the caller already read them; the route to
+    MASTER_ADDR only when no earlier rule answers and ``route_master``; the default route
+    from ``proc``) and :func:`choose_interface`.
 
     A launcher configuration that cannot be resolved, or any failure reading the route, is
     no selection (its message becomes the reason): a dry run or a tune must not stop on it.
@@ -569,10 +572,8 @@ def choose_for_host(
     from ddpnet.net.routes import default_route_iface
 
     env = _environ(environ)
-    decide = functools.partial(
-        choose_interface, list_interfaces() if interfaces is None else interfaces, flag=flag,
-        flag_name=flag_name, here=here, environ=env, subnet=subnet, loopback_ok=loopback_ok)
-    early = decide(fallback=False)
+    table = list_interfaces() if interfaces is None else interfaces
+    early = choose_interface(table, replace(ask, fallback=False), environ=env)
     if early.name is not None or early.source != "none":
         return early
     selection, why = None, "MASTER_ADDR is not set"
@@ -581,8 +582,8 @@ def choose_for_host(
             selection = select_for_host(cfg, env)
         except Exception as exc:  # a broken launcher environment is "no selection" here
             why = f"no interface selection ({exc})"
-    return decide(selection=selection, no_selection=why, fallback=fallback,
-                  default_route=default_route_iface(proc) if fallback else None)
+    return choose_interface(table, ask, environ=env, selection=selection, no_selection=why,
+                            default_route=default_route_iface(proc) if ask.fallback else None)
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:

@@ -53,14 +53,14 @@ def gather(
 ) -> HostFacts:
     """Read what the renderers need; the network view is always this host's."""
     from ddpnet.net.interfaces import list_interfaces
-    from ddpnet.net.select import choose_for_host
+    from ddpnet.net.select import Ask, choose_for_host
     from ddpnet.tune.plan import files_to_read
 
     live = root.resolve() == Path("/")
     interfaces = list_interfaces()
     env = os.environ if environ is None else environ
-    choice = choose_for_host(flag=iface, flag_name="--iface", environ=env, subnet=subnet,
-                             route_master=bool(env.get("MASTER_ADDR")), loopback_ok=False,
+    ask = Ask(flag=iface, flag_name="--iface", subnet=subnet, loopback_ok=False)
+    choice = choose_for_host(ask, environ=env, route_master=bool(env.get("MASTER_ADDR")),
                              interfaces=interfaces)
     if choice.name is None:
         raise ConfigError(f"no usable network interface found ({choice.reason})",
