@@ -77,12 +77,6 @@ def test_nft_no_input_chain_means_no_decision() -> None:
     assert fr.evaluate_nft('{"nftables": []}', fr.Packet(29500)) is None
 
 
-def test_nft_skips_iptables_nft_chain_when_iptables_save_read() -> None:
-    text = fixture("firewall/nft_of_iptables_nft.json")
-    assert fr.has_nft_rules(fr.parse_nft(text))
-    assert not fr.has_nft_rules(fr.parse_nft(text), skip_iptables=True)
-
-
 @pytest.mark.parametrize(("port", "src", "verdict"), [
     (29500, PEER, "accept"), (29400, PEER, "accept"), (40000, PEER, "accept"),
     (29500, OUTSIDER, "reject"), (22, OUTSIDER, "accept"), (61000, PEER, "reject"),
@@ -98,8 +92,6 @@ def test_iptables_block_and_policy() -> None:
     assert ipt("ipt_block_master.txt", 29501).verdict == "accept"  # type: ignore
     d = ipt("ipt_policy_drop.txt", 29500)
     assert d is not None and d.verdict == "drop" and "policy" in d.by
-    assert fr.has_ipt_rules(fr.parse_iptables_save(fixture("firewall/ipt_policy_drop.txt")))
-    assert not fr.has_ipt_rules(fr.parse_iptables_save(fixture("firewall/ipt_empty.txt")))
 
 
 def test_iptables_unknown_match_is_uncertain() -> None:

@@ -118,3 +118,24 @@ def test_no_gpu_is_skipped_cleanly() -> None:
     gpus = NvmlGpus(FakeNvml(fail_init=True))
     assert not gpus.available and "no NVIDIA driver" in gpus.reason
     assert gpus.read() == ()
+
+
+def test_auto_is_the_one_selector_s_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpnet.monitor import select as monitor_select
+    from ddpnet.net import select as net_select
+    from ddpnet.net.select import Ask, InterfaceChoice
+
+    asked: list[Ask] = []
+
+    def fake(ask: Ask) -> InterfaceChoice:
+        asked.append(ask)
+        return InterfaceChoice("eth0", "route", "routes to MASTER_ADDR 10.0.0.1")
+
+    monkeypatch.setattr(net_select, "choose_for_host", fake)
+    c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
+    assert c.names == ("eth0",) and "routes to MASTER_ADDR 10.0.0.1" in c.reason
+    assert asked == [Ask(fallback=False)]  # no guess: the view falls back instead
+    monkeypatch.setattr(net_select, "choose_for_host",
+                        lambda ask: InterfaceChoice(None, "none", "no route to MASTER_ADDR"))
+    c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
+    assert c.names == ("eth0",) and "no route to MASTER_ADDR" in c.reason

@@ -201,3 +201,27 @@ def test_a_second_apply_at_the_same_time_is_refused(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_system_runner_reports_absent_and_merged_output() -> None:
+    rc, text = ap.system_runner(["ddpnet-no-such-tool-qa"])
+    assert (rc, text) == (127, "ddpnet-no-such-tool-qa: command not found")
+    assert ap.system_runner(["sh", "-c", "echo a; echo b >&2; exit 3"]) == (3, "a\nb")
+
+
+def test_gather_maps_the_address_inside_the_cluster_subnet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interface with two IPv4 addresses: /etc/hosts gets the one in --cluster-subnet."""
+    import ipaddress
+
+    from ddpnet.net import interfaces as interfaces_mod
+    from ddpnet.net.interfaces import Address, Interface
+    from ddpnet.tune.facts import gather
+
+    eth = Interface("eth0", True, (Address("192.168.9.9", 24, 4), Address("10.0.0.12", 24, 4)),
+                    1500, None, "physical")
+    monkeypatch.setattr(interfaces_mod, "list_interfaces", lambda: (eth,))
+    facts = gather(tmp_path, subnet=ipaddress.ip_network("10.0.0.0/24"), distro="debian",
+                   environ={})
+    assert (facts.iface, facts.address) == ("eth0", "10.0.0.12")
+    assert facts.iface_reason == "has 10.0.0.12 in the cluster subnet 10.0.0.0/24"

@@ -1,5 +1,6 @@
-"""Pure pieces: sysctl scaling, /etc/hosts fix, distro and firewall detection, interface
-choice, SELinux report, port spec, input validation."""
+"""Pure pieces: sysctl scaling, /etc/hosts fix, distro detection, SELinux report, port spec,
+input validation (interface choice: tests/net/test_choose.py; firewall detection:
+tests/net/test_firewall.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from dataclasses import replace
 import pytest
 
 from ddpnet.errors import ConfigError
-from ddpnet.net.interfaces import Address, Interface
 from ddpnet.tune import detect, hosts, selinux, sysctl
-from ddpnet.tune.facts import _nft_filters_input, choose_interface
 from ddpnet.tune.firewall import PortSpec
 from ddpnet.tune.plan import build_plan
 from ddpnet.tune.validate import parse_static_ip, parse_subnet
@@ -88,36 +87,6 @@ def test_unknown_distro_asks_for_the_flag(os_release: str | None) -> None:
     with pytest.raises(ConfigError) as err:
         detect.detect_distro(os_release)
     assert "--distro" in err.value.hint
-
-
-def test_front_end_firewalls_win() -> None:
-    assert detect.choose_firewall({"nftables": True, "firewalld": True})[0] == "firewalld"
-    assert detect.choose_firewall({"iptables": True, "ufw": True})[0] == "ufw"
-    assert detect.choose_firewall({})[0] == "none"
-
-
-def test_nft_ruleset_detection_ignores_our_table() -> None:
-    ours = "table inet ddpnet {\n\tchain input {\n\t\ttype filter hook input priority -10;\n"
-    theirs = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority 0;\n"
-    assert not _nft_filters_input(ours)
-    assert _nft_filters_input(ours + "}\n" + theirs)
-
-
-def _iface(name: str, ip: str, kind: str = "physical") -> Interface:
-    return Interface(name, True, (Address(ip, 24, 4),), 1500, None, kind)
-
-
-def test_interface_choice_order() -> None:
-    ifs = [_iface("lo", "127.0.0.1", "loopback"), _iface("eth0", "192.168.1.5"),
-           _iface("ib0", "10.0.0.11")]
-    net = ipaddress.ip_network("10.0.0.0/24")
-    assert choose_interface(ifs, flag="eth0")[0].name == "eth0"
-    assert choose_interface(ifs, subnet=net)[0].name == "ib0"
-    assert choose_interface(ifs, selected=("eth0", "routes to MASTER_ADDR"))[1] == \
-        "routes to MASTER_ADDR"
-    assert choose_interface(ifs, selected=("lo", "x"), default_route="eth0")[0].name == "eth0"
-    with pytest.raises(ConfigError, match="no such interface"):
-        choose_interface(ifs, flag="ens99")
 
 
 def test_selinux_is_reported_never_disabled() -> None:

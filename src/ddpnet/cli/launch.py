@@ -230,7 +230,7 @@ def _mpirun(target: Target, environ: dict[str, str], nproc_per_node: str | None,
     choice = iface.choose(None, {**environ, "MASTER_ADDR": master, "MASTER_PORT": str(port)},
                           ifname)
     cfg = MpirunConfig(target=target, np=np, master_addr=master, master_port=port,
-                       hosts=hosts, interface=choice.interface, python=sys.executable,
+                       hosts=hosts, interface=choice.name, python=sys.executable,
                        iface_env=choice.env, allow_run_as_root=allow_root,
                        oversubscribe=oversubscribe)
     warnings = []

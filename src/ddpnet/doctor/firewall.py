@@ -6,99 +6,20 @@ and NCCL listen on for their peer connections."""
 from __future__ import annotations
 
 import ipaddress
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from ddpnet.doctor import firewall_rules as fr
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 from ddpnet.doctor.rendezvous import is_master_host
 from ddpnet.env.jobport import C10D_PORT, parse_port_range
+from ddpnet.net.firewall import FirewallState, read_state
 
-_TIMEOUT = 1.0
 _PAST = {"drop": "dropped", "reject": "rejected", "accept": "accepted"}
 
 
-@dataclass(frozen=True)
-class FirewallState:
-    """The rule dumps of every active manager (None = not active / not readable)."""
-
-    managers: tuple[str, ...]
-    nft: str | None
-    iptables: str | None
-    firewalld: str | None
-    ufw_status: str | None
-    ufw_policy: str
-    unreadable: tuple[str, ...]
-
-    def facts(self) -> dict[str, object]:
-        return {"managers": list(self.managers) or ["none"],
-                "unreadable": list(self.unreadable)}
-
-
-def process_running(host: Host, name: str) -> bool:
-    """Whether a process called ``name`` runs (``<proc>/<pid>/comm``): cheaper than asking
-    ``firewall-cmd``, a Python program that takes a few hundred ms just to start."""
-    try:
-        pids = [p for p in host.proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        return False
-    return any((host.read(p / "comm") or "").strip() == name for p in pids)
-
-
-def read_state(host: Host) -> FirewallState:
-    """Ask each manager for its rules (edge through ``host.run``, concurrently), once."""
-    unreadable: list[str] = []
-    managers: list[str] = []
-    ufw_on = "ENABLED=yes" in (host.read(host.etc / "ufw" / "ufw.conf") or "").replace(" ", "")
-    jobs: dict[str, list[str]] = {}
-    if host.which("firewall-cmd") and process_running(host, "firewalld"):
-        jobs["firewalld"] = ["firewall-cmd", "--list-all-zones"]
-    if ufw_on and host.which("ufw"):
-        jobs["ufw"] = ["ufw", "status"]
-    if host.which("iptables-save"):
-        jobs["iptables"] = ["iptables-save", "-t", "filter"]
-    if host.which("nft"):
-        jobs["nftables"] = ["nft", "-j", "list", "ruleset"]
-    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-        futures = {k: pool.submit(host.run, argv, _TIMEOUT * 2) for k, argv in jobs.items()}
-        outs = {k: f.result() for k, f in futures.items()}
-
-    def text(key: str, needle: str = "") -> str | None:
-        out = outs.get(key)
-        if key not in jobs:
-            return None
-        if out is None or out.returncode != 0 or needle not in out.stdout:
-            if out is None or out.returncode != 0:
-                unreadable.append(key)
-            return None
-        return out.stdout
-
-    firewalld = text("firewalld")
-    if firewalld:
-        managers.append("firewalld")
-    ufw_status = text("ufw", "Status: active")
-    if ufw_status:
-        managers.append("ufw")
-    policy = ""
-    for line in (host.read(host.etc / "default" / "ufw") or "").splitlines():
-        if line.startswith("DEFAULT_INPUT_POLICY="):
-            policy = line.split("=", 1)[1]
-    ipt = text("iptables")
-    if ipt is not None and not ufw_status and fr.has_ipt_rules(fr.parse_iptables_save(ipt)):
-        managers.append("iptables")
-    nft = text("nftables")
-    if nft is not None:
-        try:
-            if not firewalld and fr.has_nft_rules(fr.parse_nft(nft), ipt is not None):
-                managers.append("nftables")
-        except (ValueError, KeyError):
-            unreadable.append("nftables")
-    return FirewallState(tuple(managers), nft, ipt, firewalld, ufw_status, policy,
-                         tuple(unreadable))
-
-
 def state_of(host: Host) -> FirewallState:
-    return host.memo.get("firewall", lambda: read_state(host))
+    """The host's firewall state from :mod:`ddpnet.net.firewall`, read once per doctor run."""
+    return host.memo.get("firewall", lambda: read_state(etc=host.etc, proc=host.proc,
+                                                        run=host.run, which=host.which))
 
 
 def cluster_net(inputs: Inputs) -> ipaddress.IPv4Network | None:

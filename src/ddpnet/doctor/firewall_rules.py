@@ -3,8 +3,9 @@ host's ``port`` (arriving on ``iif``) be accepted? One evaluator per manager: nf
 -j list ruleset``), iptables (``iptables-save``), firewalld (``firewall-cmd
 --list-all-zones``), ufw (``ufw status``).
 
-Matches we cannot evaluate are treated as not matching and reported, so a verdict is either
-certain or names the rule that makes it uncertain.
+The rule sets are parsed by :mod:`ddpnet.net.firewall` (the one firewall reader); only the
+evaluation lives here. Matches we cannot evaluate are treated as not matching and reported,
+so a verdict is either certain or names the rule that makes it uncertain.
 """
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from ddpnet.net.firewall import (
+    IptRules,
+    NftRuleset,
+    nft_input_chains,
+    parse_iptables_save,
+    parse_nft,
+)
 
 Verdict = Literal["accept", "drop", "reject"]
 
@@ -163,8 +171,9 @@ _NFT_NONTERMINAL = {"counter", "log", "limit", "comment", "quota", "meta", "mang
 
 @dataclass
 class _NftState:
-    chains: dict[tuple[str, str, str], dict[str, Any]]
-    rules: dict[tuple[str, str, str], list[dict[str, Any]]]
+    """One evaluation over a parsed ruleset: what could not be evaluated, the jump depth."""
+
+    ruleset: NftRuleset
     uncertain: list[str]
     depth: int = 0
 
@@ -207,7 +216,7 @@ def _nft_chain(state: _NftState, key: tuple[str, str, str], pkt: Packet
     """Evaluate one chain: a terminal verdict with its rule, or None (fall through/return)."""
     if state.depth > 32:
         raise _Unknown("jump depth")
-    for rule in state.rules.get(key, []):
+    for rule in state.ruleset.rules.get(key, ()):
         # expressions in order: a failed match ends the rule, a verdict ends the chain
         for expr in rule.get("expr", []):
             if "match" in expr:
@@ -274,46 +283,11 @@ def _nft_terminal(rule: Mapping[str, Any]) -> str | None:
     return None
 
 
-def parse_nft(text: str) -> _NftState:
-    data = json.loads(text)
-    chains: dict[tuple[str, str, str], dict[str, Any]] = {}
-    rules: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for item in data.get("nftables", []):
-        if "chain" in item:
-            c = item["chain"]
-            chains[(c["family"], c["table"], c["name"])] = c
-        elif "rule" in item:
-            r = item["rule"]
-            rules.setdefault((r["family"], r["table"], r["chain"]), []).append(r)
-    return _NftState(chains, rules, [])
-
-
-def nft_input_chains(state: _NftState, skip_iptables: bool = False
-                     ) -> list[tuple[str, str, str]]:
-    """Base chains on the IPv4 input hook of filter type, by priority. ``skip_iptables``
-    drops the ``ip filter INPUT`` chain of iptables-nft (evaluated from iptables-save)."""
-    found = []
-    for key, c in state.chains.items():
-        if c.get("hook") != "input" or c.get("type", "filter") != "filter":
-            continue
-        if key[0] not in ("ip", "inet"):
-            continue
-        if skip_iptables and key[0] == "ip" and key[2] == "INPUT":
-            continue
-        found.append(key)
-    return sorted(found, key=lambda k: int(state.chains[k].get("prio", 0)))
-
-
-def has_nft_rules(state: _NftState, skip_iptables: bool = False) -> bool:
-    chains = nft_input_chains(state, skip_iptables)
-    return any(state.rules.get(k) or state.chains[k].get("policy", "accept") != "accept"
-               for k in chains)
-
-
 def evaluate_nft(text: str, pkt: Packet, skip_iptables: bool = False) -> Decision | None:
     """None when no input chain exists (nftables filters nothing)."""
-    state = parse_nft(text)
-    chains = nft_input_chains(state, skip_iptables)
+    ruleset = parse_nft(text)
+    state = _NftState(ruleset, [])
+    chains = nft_input_chains(ruleset, skip_iptables)
     if not chains:
         return None
     last: Decision | None = None
@@ -321,7 +295,7 @@ def evaluate_nft(text: str, pkt: Packet, skip_iptables: bool = False) -> Decisio
         result = _nft_chain(state, key, pkt)
         where = " ".join(key)
         if result is None:
-            policy = state.chains[key].get("policy", "accept")
+            policy = ruleset.chains[key].get("policy", "accept")
             verdict: Verdict = "accept" if policy == "accept" else "drop"
             result = (verdict, f"[{where}] policy {policy}", where)
         if result[0] != "accept":
@@ -331,46 +305,6 @@ def evaluate_nft(text: str, pkt: Packet, skip_iptables: bool = False) -> Decisio
 
 
 # --------------------------------------------------------------------------- iptables
-
-@dataclass(frozen=True)
-class IptRules:
-    policies: Mapping[str, str]
-    rules: Mapping[str, tuple[tuple[str, ...], ...]]
-
-
-def parse_iptables_save(text: str, table: str = "filter") -> IptRules | None:
-    """The ``*filter`` table of ``iptables-save`` output; None when absent."""
-    policies: dict[str, str] = {}
-    rules: dict[str, list[tuple[str, ...]]] = {}
-    current = None
-    seen = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("*"):
-            current = line[1:]
-            seen = seen or current == table
-            continue
-        if current != table or not line or line.startswith("#"):
-            continue
-        if line.startswith(":"):
-            name, policy = ([*line[1:].split(), "-"])[:2]
-            policies[name] = policy
-            rules.setdefault(name, [])
-        elif line.startswith("-A "):
-            try:
-                tokens = shlex.split(line)
-            except ValueError:
-                tokens = line.split()
-            rules.setdefault(tokens[1], []).append(tuple(tokens[2:]))
-    if not seen:
-        return None
-    return IptRules(policies, {k: tuple(v) for k, v in rules.items()})
-
-
-def has_ipt_rules(rules: IptRules | None) -> bool:
-    return rules is not None and (bool(rules.rules.get("INPUT"))
-                                  or rules.policies.get("INPUT", "ACCEPT") != "ACCEPT")
-
 
 _IPT_IGNORED_MODULES = {"tcp", "comment", "limit", "multiport", "state", "conntrack",
                         "addrtype", "hashlimit"}

@@ -1,5 +1,5 @@
-"""Which interfaces the monitor shows: ``auto`` (what ``ddpnet.init()`` would pick), ``all``,
-or one name. Returns the names with the reason, like every other choice ddpnet makes."""
+"""Which interfaces the monitor shows (a view choice): ``auto`` (the job's interface as
+:mod:`ddpnet.net.select` chooses it, with its reason), ``all``, or names."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ class IfaceChoice:
 
 
 def _init_selection() -> tuple[str, str]:
-    """The interface init() would select on this host (edge: reads routes and environment)."""
-    from ddpnet.net.select import select_for_host
+    """The interface :mod:`ddpnet.net.select` chooses for this host's job, with its reason
+    (edge: reads routes and environment); LookupError with the reason when there is none."""
+    from ddpnet.net.select import Ask, choose_for_host
 
-    sel = select_for_host()
-    if sel.interface is None:
-        raise LookupError(sel.gloo.reason)
-    return sel.interface, sel.gloo.reason
+    choice = choose_for_host(Ask(fallback=False))
+    if choice.name is None:
+        raise LookupError(choice.reason)
+    return choice.name, choice.reason
 
 
 def all_but_loopback(names: Iterable[str]) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 The kernel's answer (``ip -j route get``, a routing-table lookup that sends nothing) is the
 truth gloo and NCCL will live with, so selection starts from it. ``parse_route_get`` is pure;
 ``route_to`` is the edge, with a UDP ``connect`` fallback (also sends nothing) where
-iproute2 is absent.
+iproute2 is absent. The default route comes from ``<proc>/net/route`` (``parse_default_route``
+pure, ``default_route_iface`` the edge).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import shutil
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddpnet.subproc import run_command
 
@@ -82,6 +84,28 @@ def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     if proc.returncode != 0:
         return None  # "Network is unreachable" and friends
     return parse_route_get(proc.stdout, addr)
+
+
+def parse_default_route(text: str) -> str | None:
+    """The interface of the IPv4 default route in ``/proc/net/route`` text (pure), or None.
+
+    Columns: Iface Destination Gateway ...; the default route has destination 00000000.
+    """
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def default_route_iface(proc: Path = Path("/proc")) -> str | None:
+    """The interface carrying this host's default route, or None (edge; ``proc`` is a root
+    for tests and for images under ``tune --root``)."""
+    try:
+        text = (proc / "net" / "route").read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return parse_default_route(text)
 
 
 #: neighbour states meaning "nobody answered ARP / neighbour discovery"

@@ -1,12 +1,19 @@
 """Which interface gloo, NCCL and TensorPipe should use on this host, and why.
 
-Rule: the interface the kernel routes MASTER_ADDR through (interface names may differ per
-host, so every host decides for itself); loopback only when the whole job is on this host.
+Rule (:func:`select`, what ``init()`` exports): the interface the kernel routes MASTER_ADDR
+through (interface names may differ per host, so every host decides for itself); loopback only
+when the whole job is on this host.
 A user-set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME / TP_SOCKET_IFNAME wins but is checked:
 it exists, is up, has an address of MASTER_ADDR's family, and speaks its library's syntax
 (gloo and TensorPipe take plain names, gloo a comma list of them; NCCL its own syntax).
 
-:func:`select` is pure; :func:`select_for_host` reads this host and calls it.
+:func:`choose_interface` answers the wider question every command asks, "which interface
+does this job use": an explicit flag (``--ifname``/``--iface``), then the user's exported
+``*_SOCKET_IFNAME``, then the cluster subnet, then the route to MASTER_ADDR (:func:`select`),
+then the default route, then the first usable interface.
+
+:func:`select` and :func:`choose_interface` are pure; :func:`select_for_host` and
+:func:`choose_for_host` read this host and call them.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ddpnet.config import DistConfig
-from ddpnet.errors import RendezvousError
+from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.interfaces import Interface
 from ddpnet.net.names import HostResolution
 from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
@@ -27,6 +35,8 @@ GLOO = "GLOO_SOCKET_IFNAME"
 NCCL = "NCCL_SOCKET_IFNAME"
 TP = "TP_SOCKET_IFNAME"
 VARIABLES = (GLOO, NCCL, TP)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True)
@@ -190,13 +200,10 @@ def _suggest(auto: _Auto, by_name: Mapping[str, Interface], var: str, nccl: bool
     return f"export {var}=<interface that reaches MASTER_ADDR> (up here: {names})"
 
 
-def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interface],
-                 family: int | None, single_host: bool, auto: _Auto,
-                 many: bool) -> Choice:
-    """gloo (comma list) / TensorPipe (one name): plain names, each present and usable."""
-    lib = "gloo" if var == GLOO else "TensorPipe"
-    names = [n.strip() for n in value.split(",")] if many else [value.strip()]
-    fix = _suggest(auto, by_name, var)
+def _plain_syntax(var: str, value: str, source: str, names: Sequence[str], lib: str,
+                  by_name: Mapping[str, Interface], fix: str, many: bool) -> Choice | None:
+    """A syntax problem of a gloo / TensorPipe value (NCCL syntax, an address, an empty
+    entry, a list where one name is taken), or None."""
     if not many and "," in value:
         return Choice(value, source, f"{var}={value!r}: {lib} takes one interface name",
                       "ifname-syntax", fix)
@@ -213,23 +220,46 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
         if not name:
             return Choice(value, source, f"{var}={value!r} has an empty entry",
                           "ifname-syntax", fix)
+    return None
+
+
+def _plain_usable(var: str, value: str, source: str, name: str,
+                  by_name: Mapping[str, Interface], family: int | None, single_host: bool,
+                  fix: str) -> Choice | None:
+    """Why the interface ``name`` cannot carry the job (absent, down, no address of
+    MASTER_ADDR's family, loopback in a multi-node job), or None."""
+    iface = by_name.get(name)
+    if iface is None:
+        up = ", ".join(n for n, i in by_name.items() if i.up)
+        return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
+                      "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
+                      f"so leave it unset and let ddpnet.init() pick per host)")
+    if not iface.up:
+        return Choice(value, source, f"{var}={value!r}: interface {name} is down",
+                      "ifname-down", f"ip link set {name} up, or {fix}")
+    if family is not None and not iface.has_family(family):
+        return Choice(value, source, f"{var}={value!r}: {name} has no IPv{family} address "
+                      f"(MASTER_ADDR is IPv{family})", "ifname-no-address", fix)
+    if iface.kind == "loopback" and not single_host:
+        return Choice(value, source, f"{var}={value!r} binds loopback in a multi-node job: "
+                      f"other nodes would be told to connect to 127.0.0.1",
+                      "hostname-loopback", fix)
+    return None
+
+
+def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interface],
+                 family: int | None, single_host: bool, auto: _Auto,
+                 many: bool) -> Choice:
+    """gloo (comma list) / TensorPipe (one name): plain names, each present and usable."""
+    lib = "gloo" if var == GLOO else "TensorPipe"
+    names = [n.strip() for n in value.split(",")] if many else [value.strip()]
+    fix = _suggest(auto, by_name, var)
+    problem = _plain_syntax(var, value, source, names, lib, by_name, fix, many)
     for name in names:
-        iface = by_name.get(name)
-        if iface is None:
-            up = ", ".join(n for n, i in by_name.items() if i.up)
-            return Choice(value, source, f"{var}={value!r}: no interface {name} on this host",
-                          "ifname-missing", f"{fix} (up here: {up}; names differ per host, "
-                          f"so leave it unset and let ddpnet.init() pick per host)")
-        if not iface.up:
-            return Choice(value, source, f"{var}={value!r}: interface {name} is down",
-                          "ifname-down", f"ip link set {name} up, or {fix}")
-        if family is not None and not iface.has_family(family):
-            return Choice(value, source, f"{var}={value!r}: {name} has no IPv{family} address "
-                          f"(MASTER_ADDR is IPv{family})", "ifname-no-address", fix)
-        if iface.kind == "loopback" and not single_host:
-            return Choice(value, source, f"{var}={value!r} binds loopback in a multi-node job: "
-                          f"other nodes would be told to connect to 127.0.0.1",
-                          "hostname-loopback", fix)
+        problem = problem or _plain_usable(var, value, source, name, by_name, family,
+                                           single_host, fix)
+    if problem is not None:
+        return problem
     reason = f"set by {source}"
     if auto.iface is not None and not auto.cause and auto.iface.name not in names:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
@@ -361,3 +391,202 @@ def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | 
                         (*sel.notes, f"MASTER_ADDR {cfg.master_addr} does not resolve: "
                          f"{resolution.error}"))
     return sel
+
+
+# --------------------------------------------------------------------------- the job's NIC
+
+@dataclass(frozen=True)
+class InterfaceChoice:
+    """Which interface a job uses on this host (``name``, None when nothing was chosen), where
+    the answer came from (``source``: ``flag``, ``environ``, ``subnet``, ``route``,
+    ``default-route``, ``first-usable`` or ``none``) and why. ``env`` holds the
+    ``*_SOCKET_IFNAME`` variables a launcher exports to its ranks for this choice."""
+
+    name: str | None
+    source: str
+    reason: str
+    address: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "reason": self.reason,
+                "address": self.address, "env": dict(self.env)}
+
+
+def user_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``*_SOCKET_IFNAME`` variables the user exported (non-empty), in our order."""
+    return {v: environ[v] for v in VARIABLES if environ.get(v, "").strip()}
+
+
+def _variables_for(name: str) -> dict[str, str]:
+    """What ``init()`` would export for ``name`` (NCCL's exact-match syntax)."""
+    return {GLOO: name, NCCL: f"={name}", TP: name}
+
+
+def _address(iface: Interface | None, family: int | None = None) -> str | None:
+    if iface is None:
+        return None
+    return next((a.ip for a in iface.addresses if not a.is_link_local and not a.is_loopback
+                 and (family is None or a.family == family)), None)
+
+
+def _from_flag(flag: str, flag_name: str, here: bool,
+               by_name: Mapping[str, Interface]) -> InterfaceChoice:
+    """An explicit flag wins; it must exist here unless the ranks run elsewhere (launch)."""
+    if here and flag not in by_name:
+        raise ConfigError(f"{flag_name} {flag}: no such interface on this host",
+                          "choose one of: " + ", ".join(sorted(by_name)))
+    return InterfaceChoice(flag, "flag", flag_name,
+                           _address(by_name.get(flag)) if here else None,
+                           {v: flag for v in VARIABLES})
+
+
+def _first_named(user: Mapping[str, str]) -> str | None:
+    """The interface the user's variables name first: gloo's and TensorPipe's plain names
+    before NCCL's (an exclusion like ``^lo`` names none, ``=eth0`` names eth0)."""
+    for var in (GLOO, TP, NCCL):
+        value = user.get(var, "").strip()
+        if value and not value.startswith("^"):
+            name = value.split(",")[0].strip().lstrip("=")
+            if name:
+                return name
+    return None
+
+
+def _from_environ(user: Mapping[str, str], here: bool, by_name: Mapping[str, Interface],
+                  loopback_ok: bool) -> InterfaceChoice | None:
+    """Variables the user exported win and are forwarded as they are. On this host
+    (``here``) the interface they name must exist (and be a NIC unless ``loopback_ok``),
+    else the next rule decides; for ranks elsewhere they are passed on unchecked."""
+    if not user:
+        return None
+    name, reason = _first_named(user), f"{', '.join(user)} already set"
+    if not here:
+        return InterfaceChoice(name, "environ", reason, None, dict(user))
+    iface = by_name.get(name or "")
+    if iface is None or (not loopback_ok and iface.kind == "loopback"):
+        return None
+    return InterfaceChoice(iface.name, "environ", reason, _address(iface), dict(user))
+
+
+def _from_subnet(subnet: IPNetwork, interfaces: Sequence[Interface]) -> InterfaceChoice | None:
+    for i in interfaces:
+        for a in i.addresses:
+            if a.family == subnet.version and ipaddress.ip_address(a.ip) in subnet:
+                return InterfaceChoice(i.name, "subnet",
+                                       f"has {a.ip} in the cluster subnet {subnet}", a.ip,
+                                       _variables_for(i.name))
+    return None
+
+
+def _from_selection(sel: Selection, by_name: Mapping[str, Interface],
+                    loopback_ok: bool) -> InterfaceChoice | None:
+    """The route to MASTER_ADDR, as ``init()`` selects it (its automatic variables only)."""
+    if sel.interface is None:
+        return None
+    if not loopback_ok and by_name.get(sel.interface, _LO).kind == "loopback":
+        return None
+    env = sel.env()
+    return InterfaceChoice(sel.interface, "route", sel.gloo.reason, sel.address, env)
+
+
+def _fallback(default_route: str | None, by_name: Mapping[str, Interface],
+              loopback_ok: bool, why: str) -> InterfaceChoice:
+    """Nothing names an interface: the default route's, else the first usable one."""
+    iface = by_name.get(default_route or "")
+    if iface is not None and (loopback_ok or iface.kind != "loopback"):
+        return InterfaceChoice(iface.name, "default-route", "carries the default route",
+                               _address(iface), _variables_for(iface.name))
+    first = _first_usable(by_name, why)
+    if first.iface is None:
+        return InterfaceChoice(None, "none", first.reason)
+    return InterfaceChoice(first.iface.name, "first-usable", first.reason, first.address,
+                           _variables_for(first.iface.name))
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a command asks the selector: its flag (``flag_name`` in messages), its cluster
+    subnet, and its policy. ``here`` is False where the ranks may run on other hosts (a
+    launcher): names are then passed on unchecked. ``loopback_ok`` is False where a NIC is
+    needed (tune). ``fallback``: past the route to MASTER_ADDR, take the default route's
+    interface, then the first usable one (a launcher leaves the choice to torch instead)."""
+
+    flag: str | None = None
+    flag_name: str = "--ifname"
+    here: bool = True
+    subnet: IPNetwork | None = None
+    loopback_ok: bool = True
+    fallback: bool = True
+
+
+def choose_interface(
+    interfaces: Sequence[Interface],
+    ask: Ask = Ask(),
+    *,
+    environ: Mapping[str, str] | None = None,
+    selection: Selection | None = None,
+    no_selection: str = "no MASTER_ADDR to route to",
+    default_route: str | None = None,
+) -> InterfaceChoice:
+    """Which interface the job uses here, first rule that answers (pure): ``ask.flag`` (a
+    ConfigError when it is not on this host and ``ask.here``), the user's
+    ``*_SOCKET_IFNAME`` in ``environ``, an interface with an address in ``ask.subnet``,
+    ``selection`` (the route to MASTER_ADDR, :func:`select`; ``no_selection`` says why there
+    is none), and with ``ask.fallback`` the ``default_route``'s interface, then the first
+    usable one.
+    """
+    by_name = {i.name: i for i in interfaces}
+    if ask.flag:
+        return _from_flag(ask.flag, ask.flag_name, ask.here, by_name)
+    picked = _from_environ(user_variables(environ or {}), ask.here, by_name, ask.loopback_ok)
+    if picked is None and ask.subnet is not None:
+        picked = _from_subnet(ask.subnet, interfaces)
+    if picked is None and selection is not None:
+        picked = _from_selection(selection, by_name, ask.loopback_ok)
+    if picked is not None:
+        return picked
+    why = selection.gloo.reason if selection is not None else no_selection
+    if not ask.fallback:
+        return InterfaceChoice(None, "none", why)
+    return _fallback(default_route, by_name, ask.loopback_ok, why)
+
+
+def choose_for_host(
+    ask: Ask = Ask(),
+    *,
+    environ: Mapping[str, str] | None = None,
+    cfg: DistConfig | None = None,
+    route_master: bool = True,
+    proc: Path = Path("/proc"),
+    interfaces: Sequence[Interface] | None = None,
+) -> InterfaceChoice:
+    """Read this host (interfaces, unless the caller already read them; the route to
+    MASTER_ADDR only when no earlier rule answers and ``route_master``; the default route
+    from ``proc``) and :func:`choose_interface`.
+
+    A launcher configuration that cannot be resolved, or any failure reading the route, is
+    no selection (its message becomes the reason): a dry run or a tune must not stop on it.
+    """
+    from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.routes import default_route_iface
+
+    env = _environ(environ)
+    table = list_interfaces() if interfaces is None else interfaces
+    early = choose_interface(table, replace(ask, fallback=False), environ=env)
+    if early.name is not None or early.source != "none":
+        return early
+    selection, why = None, "MASTER_ADDR is not set"
+    if route_master:
+        try:
+            selection = select_for_host(cfg, env)
+        except Exception as exc:  # a broken launcher environment is "no selection" here
+            why = f"no interface selection ({exc})"
+    return choose_interface(table, ask, environ=env, selection=selection, no_selection=why,
+                            default_route=default_route_iface(proc) if ask.fallback else None)
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    import os
+
+    return os.environ if environ is None else environ

@@ -16,13 +16,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddpnet.errors import CheckFailed, ConfigError
+from ddpnet.subproc import run_tool
 from ddpnet.tune.model import Command, FileChange, Plan
 
 JOURNAL_DIR = "/var/lib/ddpnet"
@@ -34,15 +34,11 @@ COMMAND_TIMEOUT_S = 60
 Runner = Callable[[Sequence[str]], tuple[int, str]]
 
 
-def run_command(argv: Sequence[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        return 127, f"{argv[0]}: command not found"
-    except subprocess.TimeoutExpired:
-        return 124, f"timed out after {COMMAND_TIMEOUT_S} s"
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+def system_runner(argv: Sequence[str]) -> tuple[int, str]:
+    """The real runner: :func:`ddpnet.subproc.run_tool` bounded by ``COMMAND_TIMEOUT_S``, its
+    stdout and stderr merged (127 and a line when the tool is absent, 124 when it hung)."""
+    out = run_tool(argv, COMMAND_TIMEOUT_S)
+    return out.returncode, out.merged
 
 
 def under(root: Path, path: str) -> Path:
@@ -237,7 +233,7 @@ def _is_live(root: Path) -> bool:
     return root.resolve() == Path("/")
 
 
-def apply(plan: Plan, root: Path, runner: Runner = run_command,
+def apply(plan: Plan, root: Path, runner: Runner = system_runner,
           live: bool | None = None) -> Outcome:
     """Write every file, run every part's commands (only when ``live``: the root is ``/``);
     a second run changes nothing."""
@@ -314,7 +310,7 @@ def _apply(plan: Plan, root: Path, runner: Runner, live: bool | None) -> Outcome
     return out
 
 
-def revert(root: Path, runner: Runner = run_command, live: bool | None = None) -> Outcome:
+def revert(root: Path, runner: Runner = system_runner, live: bool | None = None) -> Outcome:
     """Undo every command and restore every file byte for byte; remove what we added."""
     with _locked(root):
         return _revert(root, runner, live)

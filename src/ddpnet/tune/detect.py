@@ -1,9 +1,9 @@
-"""Pure detection: the distribution from os-release, the active firewall from observed facts."""
+"""Pure detection: the distribution from os-release (the firewall in charge is
+:func:`ddpnet.net.firewall.front_end`)."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 
 from ddpnet.errors import ConfigError
 
@@ -45,17 +45,3 @@ def detect_distro(os_release: str | None, where: str = "/etc/os-release") -> tup
         if major.isdigit() and int(major) > 9:
             return "rhel9", label + " (newer than 9: rendered as rhel9)"
     raise ConfigError(f"unknown distribution ({label})", hint)
-
-
-def choose_firewall(active: Mapping[str, bool]) -> tuple[str, str]:
-    """The active firewall, front-ends first: firewalld and ufw drive nftables/iptables
-    themselves, so their own rules are what a user must change."""
-    for name, why in (
-        ("firewalld", "firewalld is running"),
-        ("ufw", "ufw is enabled"),
-        ("nftables", "an nftables ruleset filters input"),
-        ("iptables", "iptables INPUT has rules or a DROP policy"),
-    ):
-        if active.get(name):
-            return name, why
-    return "none", "no active firewall found"

@@ -1,56 +1,20 @@
 """The edge that reads the host for ``ddpnet tune``: files under ``--root``, the live kernel
-(sysctls, SELinux, firewalls) only when the root is ``/``, and the interface selection from
-:mod:`ddpnet.net`. :func:`choose_interface` is the pure part."""
+(sysctls, SELinux, firewalls) only when the root is ``/``, and the interface as
+:func:`ddpnet.net.select.choose_for_host` chooses it (--iface, the user's *_SOCKET_IFNAME, the
+cluster subnet, the route to MASTER_ADDR, the default route, the first usable NIC)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import shutil
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from ddpnet.errors import ConfigError
-from ddpnet.net.interfaces import Interface
-from ddpnet.subproc import run_command
 from ddpnet.tune.model import HostFacts, IPNetwork
 from ddpnet.tune.sysctl import all_keys
 
 PROBE_TIMEOUT_S = 5
-
-
-def choose_interface(
-    interfaces: Sequence[Interface],
-    *,
-    flag: str | None = None,
-    subnet: IPNetwork | None = None,
-    selected: tuple[str | None, str] = (None, ""),
-    default_route: str | None = None,
-) -> tuple[Interface, str]:
-    """``(interface, reason)``: --iface, else the one with an address in the cluster subnet,
-    else ddpnet.net's selection toward MASTER_ADDR, else the default route's."""
-    by_name = {i.name: i for i in interfaces}
-    if flag:
-        if flag not in by_name:
-            raise ConfigError(f"--iface {flag}: no such interface on this host",
-                              "choose one of: " + ", ".join(sorted(by_name)))
-        return by_name[flag], "--iface"
-    if subnet is not None:
-        for i in interfaces:
-            for a in i.addresses:
-                if a.family == subnet.version and ipaddress.ip_address(a.ip) in subnet:
-                    return i, f"has {a.ip} in the cluster subnet {subnet}"
-    name, why = selected
-    if name and name in by_name and by_name[name].kind != "loopback":
-        return by_name[name], why
-    if default_route and default_route in by_name:
-        return by_name[default_route], "carries the default route"
-    usable = [i for i in interfaces if i.kind != "loopback" and i.up and i.addresses]
-    if usable:
-        return usable[0], "first interface that is up with an address"
-    raise ConfigError("no usable network interface found",
-                      "pass --iface NAME (the interface on the cluster network)")
 
 
 def _read(path: Path) -> str | None:
@@ -70,51 +34,13 @@ def _tail(path: Path, size: int = 1 << 20) -> str | None:
         return None
 
 
-def _quiet(argv: Sequence[str]) -> tuple[int, str]:
-    if shutil.which(argv[0]) is None:
-        return 127, ""
-    proc = run_command(argv, PROBE_TIMEOUT_S)
-    return (124, "") if proc is None else (proc.returncode, proc.stdout)
-
-
-def default_route_iface(proc: Path = Path("/proc")) -> str | None:
-    for line in (_read(proc / "net/route") or "").splitlines()[1:]:
-        f = line.split()
-        if len(f) > 2 and f[1] == "00000000":
-            return f[0]
-    return None
-
-
 def firewall_active(root: Path, live: bool) -> dict[str, bool]:
-    """Which firewalls filter input on this host (or are enabled in the image under root)."""
-    ufw = _read(root / "etc/ufw/ufw.conf") or ""
-    active = {"ufw": any(line.strip().replace(" ", "").lower() == "enabled=yes"
-                         for line in ufw.splitlines())}
-    if not live:
-        active["firewalld"] = (root / "etc/systemd/system/multi-user.target.wants/"
-                               "firewalld.service").exists()
-        return active
-    active["firewalld"] = _quiet(("firewall-cmd", "--state"))[0] == 0
-    rc, ruleset = _quiet(("nft", "list", "ruleset"))
-    active["nftables"] = rc == 0 and _nft_filters_input(ruleset)
-    rc, rules = _quiet(("iptables", "-S", "INPUT"))
-    active["iptables"] = rc == 0 and any(
-        (line.startswith("-A INPUT") and "DDPNET" not in line) or line == "-P INPUT DROP"
-        for line in rules.splitlines())
-    return active
+    """Which firewalls are switched on, by :func:`ddpnet.net.firewall.read_state`: the live
+    host's (ddpnet's own table and chain not counted), or what the image under ``root``
+    enables."""
+    from ddpnet.net.firewall import read_state
 
-
-def _nft_filters_input(ruleset: str) -> bool:
-    """A table other than ddpnet's (and iptables-nft's own) with an input hook chain."""
-    table = ""
-    for line in ruleset.splitlines():
-        s = line.strip()
-        if s.startswith("table "):
-            table = s
-        elif "hook input" in s and "ddpnet" not in table and not table.endswith(
-                ("ip filter {", "ip6 filter {")):
-            return True
-    return False
+    return read_state(root, live=live, timeout=PROBE_TIMEOUT_S).active()
 
 
 def gather(
@@ -127,25 +53,23 @@ def gather(
 ) -> HostFacts:
     """Read what the renderers need; the network view is always this host's."""
     from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.select import Ask, choose_for_host
     from ddpnet.tune.plan import files_to_read
 
     live = root.resolve() == Path("/")
     interfaces = list_interfaces()
-    selected: tuple[str | None, str] = (None, "")
     env = os.environ if environ is None else environ
-    if not iface and subnet is None and env.get("MASTER_ADDR"):
-        from ddpnet.net.select import select_for_host
-
-        try:
-            sel = select_for_host(environ=env)
-            selected = (sel.interface, sel.gloo.reason)
-        except Exception:  # a broken launcher environment must not stop tuning files
-            selected = (None, "")
-    chosen, why = choose_interface(interfaces, flag=iface, subnet=subnet, selected=selected,
-                                   default_route=default_route_iface())
-    address = next((a.ip for a in chosen.addresses
-                    if (subnet is None or a.family == subnet.version) and not a.is_link_local
-                    and not a.is_loopback), None)
+    ask = Ask(flag=iface, flag_name="--iface", subnet=subnet, loopback_ok=False)
+    choice = choose_for_host(ask, environ=env, route_master=bool(env.get("MASTER_ADDR")),
+                             interfaces=interfaces)
+    if choice.name is None:
+        raise ConfigError(f"no usable network interface found ({choice.reason})",
+                          "pass --iface NAME (the interface on the cluster network)")
+    chosen, why = next(i for i in interfaces if i.name == choice.name), choice.reason
+    # the selector's address: the one in the subnet, the route's source toward MASTER_ADDR
+    address = choice.address or next(
+        (a.ip for a in chosen.addresses if (subnet is None or a.family == subnet.version)
+         and not a.is_link_local and not a.is_loopback), None)
     hostname = (_read(root / "etc/hostname") or "").strip() if not live else ""
     hostname = hostname or socket.gethostname()
     proc_sys = Path("/proc/sys")

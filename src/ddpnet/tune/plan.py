@@ -6,9 +6,10 @@ import ipaddress
 from collections.abc import Mapping
 
 from ddpnet.errors import ConfigError
+from ddpnet.net.firewall import front_end
 from ddpnet.tune import envfile, hosts, netconf, selinux, sysctl
 from ddpnet.tune import firewall as fw
-from ddpnet.tune.detect import choose_firewall, detect_distro
+from ddpnet.tune.detect import detect_distro
 from ddpnet.tune.model import HostFacts, Plan, TuneRequest
 from ddpnet.tune.validate import (
     parse_dns,
@@ -42,7 +43,7 @@ def build_request(
     else:
         sources["distro"] = "--distro"
     if firewall == "auto":
-        firewall, sources["firewall"] = choose_firewall(firewall_active or {})
+        firewall, sources["firewall"] = front_end(firewall_active or {})
     else:
         sources["firewall"] = "--firewall"
     if profile == "auto":
