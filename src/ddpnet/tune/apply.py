@@ -18,12 +18,12 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ddpnet.errors import CheckFailed, ConfigError
 from ddpnet.subproc import run_tool
-from ddpnet.tune.model import Command, FileChange, Plan
+from ddpnet.tune.model import Command, FileChange, Part, Plan
 
 JOURNAL_DIR = "/var/lib/ddpnet"
 JOURNAL = JOURNAL_DIR + "/journal.json"
@@ -42,7 +42,25 @@ def system_runner(argv: Sequence[str]) -> tuple[int, str]:
 
 
 def under(root: Path, path: str) -> Path:
-    return root / path.lstrip("/")
+    """``path`` (absolute, as on the target system) inside ``root``, symlinks resolved, so a
+    symlinked file is written where it points. A ConfigError when it leads out of the root
+    (``..`` or a symlink), so a crafted journal cannot reach anything else."""
+    base = root.resolve()
+    rel = PurePosixPath(path.lstrip("/"))
+    target = (base / rel).resolve()
+    if ".." in rel.parts or (target != base and base not in target.parents):
+        raise ConfigError(f"{path!r} leads outside --root {root} (to {target})",
+                          "ddpnet only writes inside the root; check the journal under "
+                          f"{JOURNAL_DIR} and any symlink on that path")
+    return target
+
+
+def _backup_name(name: str) -> str:
+    """A journal's backup entry must be a plain file name inside the backups directory."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ConfigError(f"journal names backup {name!r}, not a file in {BACKUPS}",
+                          "the journal was edited by hand; restore it from a copy")
+    return name
 
 
 def _sha(data: bytes) -> str:
@@ -85,8 +103,10 @@ def dry_run(plan: Plan, root: Path) -> list[FileDiff]:
 
 
 def atomic_write(path: Path, data: bytes, mode: int, like: os.stat_result | None = None) -> None:
-    """Write via a temp file in the same directory and rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.ddpnet-{os.getpid()}")
+    """Write via a temp file in the same directory and rename over ``path``, after removing
+    temp files of this name that a killed run left behind."""
+    _remove_stale_temps(path)
+    tmp = path.with_name(f".{path.name}{_TMP_TAG}{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -106,6 +126,27 @@ def atomic_write(path: Path, data: bytes, mode: int, like: os.stat_result | None
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+_TMP_TAG = ".ddpnet-"
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """``.NAME.ddpnet-PID`` files beside ``path`` whose writer is gone (a kill -9)."""
+    for tmp in path.parent.glob(f".{path.name}{_TMP_TAG}*"):
+        pid = tmp.name.rsplit(_TMP_TAG, 1)[1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass
@@ -152,7 +193,7 @@ class Journal:
             p = p.parent
         for d in reversed(missing):
             d.mkdir(mode=0o755)
-            rel = "/" + str(d.relative_to(self.root))
+            rel = "/" + str(d.relative_to(self.root.resolve()))
             if rel not in self.dirs:
                 self.dirs.append(rel)
 
@@ -174,7 +215,7 @@ class Journal:
         if backup is None:
             target.unlink(missing_ok=True)
             return
-        src = under(self.root, BACKUPS) / backup
+        src = under(self.root, BACKUPS) / _backup_name(backup)
         st = src.stat()
         atomic_write(target, src.read_bytes(), st.st_mode & 0o7777, like=st)
 
@@ -248,66 +289,79 @@ def _apply(plan: Plan, root: Path, runner: Runner, live: bool | None) -> Outcome
     for part in plan.parts:
         changed_files = False
         for fc in part.files:
-            target = under(root, fc.path)
-            current = _read(target)
-            new = fc.content.encode()
-            if current == new:
-                out.files.append({"path": fc.path, "action": "unchanged"})
-                continue
-            old_stat = target.stat() if current is not None else None
-            if fc.path not in journal.files:
-                journal.files[fc.path] = {
-                    "action": "modified" if current is not None else "created",
-                    "backup": journal.backup(fc.path) if current is not None else None,
-                }
-                journal.save()
-            journal.ensure_dir(str(Path(fc.path).parent))
-            mode = fc.mode
-            if old_stat is not None and fc.mode == 0o644:
-                mode = old_stat.st_mode & 0o7777  # an edited file keeps its mode
-            atomic_write(target, new, mode, like=None)
-            if old_stat is not None:
-                os.chown(target, old_stat.st_uid, old_stat.st_gid)
-            journal.files[fc.path]["sha256"] = _sha(new)
-            journal.save()
-            changed_files = True
-            out.files.append({"path": fc.path,
-                              "action": "modify" if current is not None else "create"})
-        if not part.apply:
-            continue
-        applied = [c.to_dict() for c in part.apply]
-        prev = journal.parts.get(part.name)
-        if not live:
-            for c in part.apply:
-                out.commands.append({"part": part.name, "argv": list(c.argv),
-                                     "status": "skipped (--root is not /)"})
-            continue
-        if prev and prev.get("ran") and prev["apply"] == applied and not changed_files:
-            for c in part.apply:
-                out.commands.append({"part": part.name, "argv": list(c.argv),
-                                     "status": "already"})
-            continue
-        if prev and prev.get("ran") and prev["apply"] != applied and not part.keep_first_revert:
-            for c in prev["revert"]:
-                _run_cmd(Command.from_dict(c), runner, out, part.name)
-        for path in part.touches:
-            if path not in journal.touched:
-                journal.touched[path] = {"backup": journal.backup(path)}
-        revert = [c.to_dict() for c in part.revert]
-        if prev and part.keep_first_revert:
-            revert = prev["revert"]
-        journal.parts[part.name] = {"apply": applied, "revert": revert, "ran": True}
-        journal.save()
-        for c in part.apply:
-            if not _run_cmd(c, runner, out, part.name):
-                journal.save()
-                raise CheckFailed(
-                    f"tune --apply: part {part.name} failed: {out.failed[-1]}",
-                    "fix the cause and run --apply again, or undo everything with "
-                    "`ddpnet tune --revert`")
+            changed_files = _write_file(fc, root, journal, out) or changed_files
+        if part.apply:
+            _run_part(part, journal, runner, out, live=live, changed_files=changed_files)
     if journal.files or journal.parts:
         journal.save()
     return out
+
+
+def _write_file(fc: FileChange, root: Path, journal: Journal, out: Outcome) -> bool:
+    """Back the file up (first change only, journal saved before the write), write it
+    atomically keeping an edited file's mode and owner; True when it changed."""
+    target = under(root, fc.path)
+    current = _read(target)
+    new = fc.content.encode()
+    if current == new:
+        out.files.append({"path": fc.path, "action": "unchanged"})
+        return False
+    old_stat = target.stat() if current is not None else None
+    if fc.path not in journal.files:
+        journal.files[fc.path] = {
+            "action": "modified" if current is not None else "created",
+            "backup": journal.backup(fc.path) if current is not None else None,
+        }
+        journal.save()
+    journal.ensure_dir(str(Path(fc.path).parent))
+    mode = fc.mode
+    if old_stat is not None and fc.mode == 0o644:
+        mode = old_stat.st_mode & 0o7777  # an edited file keeps its mode
+    atomic_write(target, new, mode, like=None)
+    if old_stat is not None:
+        os.chown(target, old_stat.st_uid, old_stat.st_gid)
+    journal.files[fc.path]["sha256"] = _sha(new)
+    journal.save()
+    out.files.append({"path": fc.path, "action": "modify" if current is not None else "create"})
+    return True
+
+
+def _note_all(part: Part, out: Outcome, status: str) -> None:
+    for c in part.apply:
+        out.commands.append({"part": part.name, "argv": list(c.argv), "status": status})
+
+
+def _run_part(part: Part, journal: Journal, runner: Runner, out: Outcome, *, live: bool,
+              changed_files: bool) -> None:
+    """Run a part's commands (live root only), once: unchanged parts are "already"; a part
+    whose commands changed first reverts the previous ones. The journal records the revert
+    commands before anything runs."""
+    applied = [c.to_dict() for c in part.apply]
+    prev = journal.parts.get(part.name)
+    if not live:
+        _note_all(part, out, "skipped (--root is not /)")
+        return
+    ran_before = bool(prev and prev.get("ran"))
+    if prev and ran_before and prev["apply"] == applied and not changed_files:
+        _note_all(part, out, "already")
+        return
+    if prev and ran_before and prev["apply"] != applied and not part.keep_first_revert:
+        for c in prev["revert"]:
+            _run_cmd(Command.from_dict(c), runner, out, part.name)
+    for path in part.touches:
+        if path not in journal.touched:
+            journal.touched[path] = {"backup": journal.backup(path)}
+    revert = prev["revert"] if prev and part.keep_first_revert else [
+        c.to_dict() for c in part.revert]
+    journal.parts[part.name] = {"apply": applied, "revert": revert, "ran": True}
+    journal.save()
+    for c in part.apply:
+        if not _run_cmd(c, runner, out, part.name):
+            journal.save()
+            raise CheckFailed(
+                f"tune --apply: part {part.name} failed: {out.failed[-1]}",
+                "fix the cause and run --apply again, or undo everything with "
+                "`ddpnet tune --revert`")
 
 
 def revert(root: Path, runner: Runner = system_runner, live: bool | None = None) -> Outcome:
