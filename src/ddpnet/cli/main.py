@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 import traceback
+from typing import cast
 
 import click
 
@@ -92,40 +93,47 @@ def _os_error(exc: OSError) -> DdpnetError:
                        "check the path named in the command; --debug shows where it failed")
 
 
+#: what :func:`main` turns into one line and an exit code (any other exception is a bug)
+_HANDLED = (DdpnetError, click.ClickException, click.Abort, KeyboardInterrupt, OSError)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map every error to its exit code, one line and a hint, no traceback."""
-    # imported here, not at the top: ``ddpnet --help`` does not need rich
-    from ddpnet.output import format_error, print_error
-
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
-    except DdpnetError as exc:
-        if _debug_requested(args):
-            traceback.print_exc()
-        print_error(exc)
-        sys.exit(int(exc.exit_code))
-    except _NO_ARGS as exc:  # bare `ddpnet`: show the help
+    except _HANDLED as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) \
+                and exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
+            raise
+        sys.exit(_report(exc, args))
+    sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
+
+
+def _report(exc: BaseException, args: list[str]) -> int:
+    """Say what went wrong the way a user should see it (called while handling ``exc``);
+    return the exit code."""
+    # imported here, not at the top: ``ddpnet --help`` does not need rich
+    from ddpnet.output import format_error, print_error
+
+    if isinstance(exc, _NO_ARGS):  # bare `ddpnet`: show the help
         click.echo(exc.format_message())
-        sys.exit(int(ExitCode.OK))
-    except click.UsageError as exc:
+        return int(ExitCode.OK)
+    if isinstance(exc, click.UsageError):
         command = exc.ctx.command_path if exc.ctx else "ddpnet"
         sys.stderr.write(format_error(exc.format_message(), f"see: {command} --help") + "\n")
-        sys.exit(int(ExitCode.USAGE))
-    except click.ClickException as exc:
+        return int(ExitCode.USAGE)
+    if isinstance(exc, click.ClickException):
         sys.stderr.write(format_error(exc.format_message()) + "\n")
-        sys.exit(int(ExitCode.USAGE))
-    except (click.Abort, KeyboardInterrupt):
+        return int(ExitCode.USAGE)
+    if isinstance(exc, (click.Abort, KeyboardInterrupt)):
         sys.stderr.write("ddpnet: interrupted\n")
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(int(ExitCode.OK))
-    except OSError as exc:  # a path the user gave that cannot be read or written
-        if exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
-            raise
-        if _debug_requested(args):
-            traceback.print_exc()
-        error = _os_error(exc)
-        print_error(error)
-        sys.exit(int(error.exit_code))
-    sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return int(ExitCode.OK)
+    # a DdpnetError, or an OSError on a path the user gave that cannot be read or written
+    error = _os_error(exc) if isinstance(exc, OSError) else cast(DdpnetError, exc)
+    if _debug_requested(args):
+        traceback.print_exc()
+    print_error(error)
+    return int(error.exit_code)
