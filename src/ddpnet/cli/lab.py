@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from ddpnet.lab import ops, render
+from ddpnet.output import finish
+
 _NAME = click.option("--name", default="lab", show_default=True, metavar="NAME",
                      help="Lab name (several labs coexist by name).")
 
@@ -41,13 +44,9 @@ def command() -> None:
 def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | None,
            loss: str | None, mtu: int, ifname: str, as_json: bool, slurm: bool = False) -> int:
     """Build the lab (a no-op when it is already up with this shape)."""
-    from ddpnet.lab.ops import UpOptions, up
-    from ddpnet.lab.render import render_up
-    from ddpnet.output import finish
-
-    options = UpOptions(name=name, nodes=nodes, subnet=subnet, rate=rate, delay=delay,
+    options = ops.UpOptions(name=name, nodes=nodes, subnet=subnet, rate=rate, delay=delay,
                         loss=loss, mtu=mtu, ifname=ifname, slurm=slurm)
-    return finish(up(options), as_json, render_up)
+    return finish(ops.up(options), as_json, render.render_up)
 
 
 @command.command("run", context_settings={"ignore_unknown_options": True})
@@ -67,12 +66,9 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
     Exports NNODES, NODE_RANK, MASTER_ADDR (node 0, or the first chosen node), MASTER_PORT,
     RANK and WORLD_SIZE (one process per node).
     """
-    from ddpnet.lab.ops import RunOptions, run
-    from ddpnet.output import finish
-
-    options = RunOptions(name=name, argv=argv, nodes=nodes, timeout=timeout, env=env,
+    options = ops.RunOptions(name=name, argv=argv, nodes=nodes, timeout=timeout, env=env,
                          master_port=master_port)
-    return finish(run(options), False)
+    return finish(ops.run(options), False)
 
 
 @command.command("fault")
@@ -97,12 +93,8 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
           link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
           mtu --mtu M | hostname-loopback | extra-iface [--iface NAME] | clear
     """
-    from ddpnet.lab.ops import FaultOptions, fault
-    from ddpnet.lab.render import render_fault
-    from ddpnet.output import finish
-
-    options = FaultOptions(name=name, kind=kind, node=node, params=opts)
-    return finish(fault(options), as_json, render_fault)
+    options = ops.FaultOptions(name=name, kind=kind, node=node, params=opts)
+    return finish(ops.fault(options), as_json, render.render_fault)
 
 
 @command.command("status")
@@ -110,19 +102,11 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status_cmd(name: str, as_json: bool) -> int:
     """Show the lab's nodes, addresses, shaping and faults."""
-    from ddpnet.lab.ops import status
-    from ddpnet.lab.render import render_status
-    from ddpnet.output import finish
-
-    return finish(status(name), as_json, render_status)
+    return finish(ops.status(name), as_json, render.render_status)
 
 
 @command.command("down")
 @_NAME
 def down_cmd(name: str) -> int:
     """Remove the lab: its namespaces, veths, /etc/netns files, processes (also half-built)."""
-    from ddpnet.lab.ops import down
-    from ddpnet.lab.render import render_down
-    from ddpnet.output import finish
-
-    return finish(down(name), False, render_down)
+    return finish(ops.down(name), False, render.render_down)
