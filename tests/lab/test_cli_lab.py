@@ -133,3 +133,15 @@ def test_not_root_is_exit_3_with_a_hint() -> None:
     if "Permission denied" in proc.stderr and "ddpnet: error" not in proc.stderr:
         pytest.skip("the checkout is not readable by an unprivileged user")
     assert_user_error(proc, 3, "needs root")
+
+
+@pytest.mark.parametrize("bad", ["lab\n", "a/b", "../etc", "x" * 100, ""])
+def test_bad_lab_names_are_refused_by_every_subcommand(run_cli: RunCli, bad: str) -> None:
+    """Issue 17: a name is a file name under /run and a namespace prefix; "lab\\n" passed
+    the old check (``$`` matches before a trailing newline)."""
+    for args in (("up", "--nodes", "2"), ("status",), ("down",), ("run", "--", "true"),
+                 ("fault", "clear", "--node", "all")):
+        sub, *rest = args
+        proc = run_cli("lab", sub, "--name", bad, *rest)
+        assert_user_error(proc, 2, "bad lab name")
+        assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 2, proc.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 
@@ -20,14 +18,7 @@ def command(ifname: str | None, program: tuple[str, ...]) -> int:
     srun -N 2 --ntasks-per-node 4 ddpnet exec -- train.py
     mpirun -np 8 -x MASTER_ADDR ddpnet exec -- train.py
     """
-    from ddpnet.env.jobport import read_port_range
-    from ddpnet.env.resolve import resolve_config
-    from ddpnet.launch import iface
-    from ddpnet.launch.command import Target
-    from ddpnet.launch.wrap import exec_target, torch_env
+    from ddpnet.launch.wrap import ExecOptions, run
 
-    target = Target.parse(program)
-    cfg = resolve_config(os.environ, {}, port_range=read_port_range())
-    choice = iface.choose(cfg, os.environ, ifname)
-    exec_target(target, torch_env(cfg, choice.env))
+    run(ExecOptions(program=program, ifname=ifname))
     return 0  # pragma: no cover - exec does not return

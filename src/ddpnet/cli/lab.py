@@ -5,51 +5,15 @@ Every subcommand finds its lab by ``--name`` from the state file, so they work f
 
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Any
 
 import click
 
-from ddpnet.errors import ConfigError
-from ddpnet.exitcodes import ExitCode
+from ddpnet.lab import ops, render
+from ddpnet.output import finish
 
 _NAME = click.option("--name", default="lab", show_default=True, metavar="NAME",
                      help="Lab name (several labs coexist by name).")
-
-
-def _attach(name: str) -> Any:
-    from ddpnet.lab import Lab
-    from ddpnet.lab import state as statemod
-
-    if statemod.load(name) is None:
-        others = statemod.names()
-        hint = (f"labs that are up: {', '.join(others)} (use --name)" if others
-                else f"start one: ddpnet lab up --name {name} --nodes N")
-        raise ConfigError(f"no lab named {name!r} is up", hint)
-    return Lab.attach(name)
-
-
-def _print_nodes(status: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from ddpnet.lab.faults import describe
-    from ddpnet.output import console
-
-    table = Table(title=f"lab {status['name']} ({status['subnet']})", header_style="bold")
-    for col in ("node", "hostname", "address", "ifname", "shaping", "faults"):
-        table.add_column(col)
-    for n in status["nodes"]:
-        sh = n["shaping"]
-        shaping = ", ".join(
-            f"{k} {v}" for k, v in (("rate", sh["rate"]),
-                                    ("delay", f"{sh['delay_ms']:g}ms" if sh["delay_ms"] else None),
-                                    ("loss", f"{sh['loss_pct']:g}%" if sh["loss_pct"] else None))
-            if v) or "-"
-        addrs = " ".join([n["address"], *n.get("extra_addresses", [])])
-        faults = ", ".join(describe(f) for f in n["faults"]) or "-"
-        table.add_row(n["namespace"], n["hostname"], addrs, n["ifname"], shaping, faults)
-    console().print(table)
 
 
 @click.group("lab")
@@ -80,46 +44,9 @@ def command() -> None:
 def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | None,
            loss: str | None, mtu: int, ifname: str, as_json: bool, slurm: bool = False) -> int:
     """Build the lab (a no-op when it is already up with this shape)."""
-    import time
-
-    from ddpnet.lab import Lab
-
-    lab = Lab(name=name, nodes=nodes, subnet=subnet, rate=rate, delay=delay, loss=loss,
-              mtu=mtu, ifname=ifname)
-    started = time.monotonic()
-    built = lab.up()
-    if slurm:  # SLURM on the lab lives in ddpnet.lab.slurm (owner: launch)
-        from ddpnet.lab import slurm as labslurm
-
-        labslurm.start(lab)
-    took = time.monotonic() - started
-    status = lab.status()
-    if as_json:
-        from ddpnet.output import emit_json
-
-        emit_json({**status, "created": built, "seconds": round(took, 3)})
-        return int(ExitCode.OK)
-    from ddpnet.output import console
-
-    _print_nodes(status)
-    console().print(f"lab {name}: {'up' if built else 'already up'} "
-                    f"({len(lab.nodes)} nodes, {took:.2f} s); "
-                    f"run: ddpnet lab run --name {name} -- CMD; remove: ddpnet lab down "
-                    f"--name {name}", markup=False)
-    if slurm:
-        console().print(labslurm.describe(name), markup=False)
-    return int(ExitCode.OK)
-
-
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"bad --env {pair!r}: expected KEY=VALUE",
-                              "e.g. --env NCCL_DEBUG=INFO")
-        env[key] = value
-    return env
+    options = ops.UpOptions(name=name, nodes=nodes, subnet=subnet, rate=rate, delay=delay,
+                        loss=loss, mtu=mtu, ifname=ifname, slurm=slurm)
+    return finish(ops.up(options), as_json, render.render_up)
 
 
 @command.command("run", context_settings={"ignore_unknown_options": True})
@@ -139,29 +66,9 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
     Exports NNODES, NODE_RANK, MASTER_ADDR (node 0, or the first chosen node), MASTER_PORT,
     RANK and WORLD_SIZE (one process per node).
     """
-    from ddpnet.lab.topology import LabNode
-
-    lab = _attach(name)
-    lab.node(0)
-    extra = _parse_env(env)
-    width = max(len(n.name) for n in lab.nodes)
-    lock = threading.Lock()
-
-    def sink(node: LabNode, stream: str, line: str) -> None:
-        out = sys.stdout if stream == "stdout" else sys.stderr
-        with lock:
-            out.write(f"{node.name:<{width}} | {line}\n")
-            out.flush()
-
-    results = lab.run(list(argv), nodes=nodes, env=extra, timeout=timeout,
-                      master_port=master_port, on_line=sink)
-    for r in results:
-        if r.timed_out:
-            sink(r.node, "stderr", f"killed after the {timeout:g} s timeout (exit 124)")
-        elif r.returncode != 0:
-            sink(r.node, "stderr", f"exit {r.returncode}")
-    codes = [r.returncode if r.returncode >= 0 else 128 - r.returncode for r in results]
-    return int(max(codes))
+    options = ops.RunOptions(name=name, argv=argv, nodes=nodes, timeout=timeout, env=env,
+                         master_port=master_port)
+    return finish(ops.run(options), False)
 
 
 @command.command("fault")
@@ -186,38 +93,8 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
           link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
           mtu --mtu M | hostname-loopback | extra-iface [--iface NAME] | clear
     """
-    from ddpnet.lab.faults import KINDS, describe
-    from ddpnet.output import console, emit_json
-
-    if kind != "clear" and kind not in KINDS:
-        raise ConfigError(f"unknown fault kind {kind!r}",
-                          "kinds: " + ", ".join(KINDS) + ", clear")
-    lab = _attach(name)
-    if kind == "clear":
-        target = None if node == "all" else _node_index(node)
-        lab.clear(target)
-        if as_json:
-            emit_json({"name": name, "cleared": "all" if target is None else target})
-        else:
-            console().print(f"lab {name}: cleared faults on "
-                            f"{'all nodes' if target is None else lab.node(target).name}",
-                            markup=False)
-        return int(ExitCode.OK)
-    index = _node_index(node)
-    rec = lab.fault(kind, index, **{k: v for k, v in opts.items() if v is not None})
-    if as_json:
-        emit_json({"name": name, "node": index, "fault": rec, "faults": lab.faults(index)})
-    else:
-        console().print(f"lab {name}: {lab.node(index).name}: {describe(rec)}", markup=False)
-    return int(ExitCode.OK)
-
-
-def _node_index(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"bad --node {text!r}: expected a node index",
-                          "for example --node 1 (clear also takes --node all)") from None
+    options = ops.FaultOptions(name=name, kind=kind, node=node, params=opts)
+    return finish(ops.fault(options), as_json, render.render_fault)
 
 
 @command.command("status")
@@ -225,25 +102,11 @@ def _node_index(text: str) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status_cmd(name: str, as_json: bool) -> int:
     """Show the lab's nodes, addresses, shaping and faults."""
-    status = _attach(name).status()
-    if as_json:
-        from ddpnet.output import emit_json
-
-        emit_json(status)
-    else:
-        _print_nodes(status)
-    return int(ExitCode.OK)
+    return finish(ops.status(name), as_json, render.render_status)
 
 
 @command.command("down")
 @_NAME
 def down_cmd(name: str) -> int:
     """Remove the lab: its namespaces, veths, /etc/netns files, processes (also half-built)."""
-    from ddpnet.lab import slurm as labslurm
-    from ddpnet.lab.lab import remove_lab
-    from ddpnet.output import console
-
-    labslurm.stop(name)
-    remove_lab(name)
-    console().print(f"lab {name}: down", markup=False)
-    return int(ExitCode.OK)
+    return finish(ops.down(name), False, render.render_down)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
-from typing import NoReturn
+from typing import cast
 
 import click
 
@@ -73,6 +73,20 @@ _NO_ARGS: type[click.UsageError] = getattr(
 )
 
 
+def _json_requested(argv: list[str]) -> bool:
+    """``--json`` among ddpnet's own arguments (not a launched script's, after ``--``)."""
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    return "--json" in own
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so ``finally`` blocks stop children and clean up."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def _os_error(exc: OSError) -> DdpnetError:
     """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
     permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
@@ -88,24 +102,9 @@ def _os_error(exc: OSError) -> DdpnetError:
                        "check the path named in the command; --debug shows where it failed")
 
 
-def _json_requested(argv: list[str]) -> bool:
-    """``--json`` among ddpnet's own arguments (not a launched script's, after ``--``)."""
-    own = argv[:argv.index("--")] if "--" in argv else argv
-    return "--json" in own
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so ``finally`` blocks stop children and clean up."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
-def _fail(error: DdpnetError, args: list[str]) -> NoReturn:
-    from ddpnet.output import debug_requested, report_error
-
-    sys.exit(report_error(error, as_json=_json_requested(args), debug=debug_requested(args)))
+#: what :func:`main` turns into one line and an exit code (any other exception is a bug)
+_HANDLED = (DdpnetError, click.ClickException, click.Abort, KeyboardInterrupt, _Terminated,
+            OSError)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,26 +114,41 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
-    except DdpnetError as exc:
-        _fail(exc, args)
-    except _NO_ARGS as exc:  # bare `ddpnet`: show the help
-        click.echo(exc.format_message())
-        sys.exit(int(ExitCode.OK))
-    except click.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx else "ddpnet"
-        _fail(UsageError(exc.format_message(), f"see: {command} --help"), args)
-    except click.ClickException as exc:
-        _fail(UsageError(exc.format_message()), args)
-    except (click.Abort, KeyboardInterrupt):
-        sys.stderr.write("ddpnet: interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except _Terminated:
-        sys.stderr.write("ddpnet: terminated\n")
-        sys.exit(int(ExitCode.TERMINATED))
-    except BrokenPipeError:
-        sys.exit(int(ExitCode.OK))
-    except OSError as exc:  # a path the user gave that cannot be read or written
-        if exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
+    except _HANDLED as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) \
+                and exc.filename is None:  # not about a path (a socket, a pipe): a bug, show it
             raise
-        _fail(_os_error(exc), args)
+        sys.exit(_report(exc, args))
     sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
+
+
+def _report(exc: BaseException, args: list[str]) -> int:
+    """Say what went wrong the way a user should see it (called while handling ``exc``);
+    return the exit code."""
+    # imported here, not at the top: ``ddpnet --help`` does not need rich
+    from ddpnet.output import debug_requested, report_error
+
+    if isinstance(exc, _NO_ARGS):  # bare `ddpnet`: show the help
+        click.echo(exc.format_message())
+        return int(ExitCode.OK)
+    if isinstance(exc, (click.Abort, KeyboardInterrupt, _Terminated)):
+        sys.stderr.write("ddpnet: interrupted\n" if not isinstance(exc, _Terminated)
+                         else "ddpnet: terminated\n")
+        return int(ExitCode.TERMINATED if isinstance(exc, _Terminated)
+                   else ExitCode.INTERRUPTED)
+    if isinstance(exc, BrokenPipeError):
+        return int(ExitCode.OK)
+    return report_error(_as_user_error(exc), as_json=_json_requested(args),
+                        debug=debug_requested(args))
+
+
+def _as_user_error(exc: BaseException) -> DdpnetError:
+    """A click error, or an OSError on a path the user gave, as our one-line error."""
+    if isinstance(exc, click.UsageError):
+        command = exc.ctx.command_path if exc.ctx else "ddpnet"
+        return UsageError(exc.format_message(), f"see: {command} --help")
+    if isinstance(exc, click.ClickException):
+        return UsageError(exc.format_message())
+    if isinstance(exc, OSError):
+        return _os_error(exc)
+    return cast(DdpnetError, exc)

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
-from pathlib import Path
 
 import click
-
-from ddpnet.errors import ConfigError, RequirementError
 
 
 @click.command("sbatch", context_settings={"ignore_unknown_options": True,
@@ -50,7 +45,10 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
     ddpnet sbatch --nodes 2 --ntasks-per-node 4 --preflight --submit -- train.py
     """
     from ddpnet.launch.command import Target
-    from ddpnet.launch.sbatch import SbatchConfig, render
+    from ddpnet.launch.render import render_sbatch
+    from ddpnet.launch.sbatch import SbatchConfig
+    from ddpnet.launch.submit import SbatchOptions, run
+    from ddpnet.output import finish
 
     cfg = SbatchConfig(
         target=Target.parse(program), nodes=nodes, ntasks_per_node=ntasks_per_node,
@@ -59,38 +57,5 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
         preflight=preflight, requeue=requeue, ifname=ifname, max_restarts=max_restarts,
         python=sys.executable,
     )
-    text = render(cfg)
-    if script_path:
-        Path(script_path).write_text(text)
-        Path(script_path).chmod(0o755)
-    elif not submit:
-        click.echo(text, nl=False)
-    if not submit:
-        return 0
-    return _submit(text, script_path)
-
-
-def _submit(text: str, script_path: str | None) -> int:
-    argv = ["sbatch", "--parsable"]
-    if script_path:
-        argv.append(script_path)
-    try:
-        proc = subprocess.run(argv, input=None if script_path else text, capture_output=True,
-                              text=True, timeout=60)
-    except FileNotFoundError:
-        raise RequirementError("sbatch not found on PATH",
-                               "install the SLURM client (apt-get install slurm-client) or "
-                               "drop --submit and copy the script to a login node") from None
-    except subprocess.TimeoutExpired:
-        raise RequirementError("sbatch did not answer within 60 s",
-                               "is slurmctld reachable? try: sinfo") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"sbatch rejected the job: {detail}",
-                          "check the partition, time limit and node count with sinfo")
-    m = re.match(r"(\d+)", proc.stdout.strip())
-    if not m:
-        raise ConfigError(f"sbatch printed no job id: {proc.stdout.strip()!r}",
-                          "submit the script by hand: sbatch job.sh")
-    click.echo(m.group(1))
-    return 0
+    result = run(SbatchOptions(cfg, script_path=script_path, submit=submit))
+    return finish(result, False, render_sbatch)

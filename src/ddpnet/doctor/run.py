@@ -42,6 +42,7 @@ from ddpnet.doctor.base import (
     worst,
 )
 from ddpnet.errors import ConfigError, DdpnetError
+from ddpnet.exitcodes import ExitCode
 
 #: the registry, in display order (one module per family)
 REGISTRY: Mapping[str, tuple[Check, ...]] = {
@@ -96,6 +97,11 @@ class DoctorReport:
     @property
     def failed(self) -> tuple[CheckResult, ...]:
         return tuple(c for c in self.checks if c.status == "fail")
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any check failed (the ``ddpnet doctor`` exit status), else 0."""
+        return int(ExitCode.CHECK_FAILED if self.verdict == "fail" else ExitCode.OK)
 
 
 def _guarded(check: Check, host: Host, inputs: Inputs) -> CheckResult:
@@ -269,3 +275,19 @@ def run_doctor(cfg: DistConfig | None = None, master_addr: str | None = None,
         report = run_checks(host, inputs, prefetch=False)
     return DoctorReport(report.verdict, report.checks, report.facts,
                         time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """What ``ddpnet doctor`` was asked; ``None`` means ``ddpnet env``'s value."""
+
+    master_addr: str | None = None
+    master_port: int | None = None
+    cluster_subnet: str | None = None
+
+
+def run(options: DoctorOptions, environ: Mapping[str, str] | None = None) -> DoctorReport:
+    """``ddpnet doctor``: check this node with the process's environment (edge)."""
+    return run_doctor(master_addr=options.master_addr, master_port=options.master_port,
+                      cluster_subnet=options.cluster_subnet,
+                      environ=os.environ if environ is None else environ)

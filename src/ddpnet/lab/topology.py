@@ -186,7 +186,7 @@ class Plan:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME_RE.match(name or ""):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ConfigError(
             f"bad lab name {name!r}: lowercase letters, digits and '-', starting with a letter, "
             "at most 24 characters",

@@ -59,6 +59,7 @@ class SbatchConfig:
 
 
 def validate(cfg: SbatchConfig) -> None:
+    """Every flag alone and against the others; a ConfigError names the first problem."""
     if cfg.nodes < 1:
         raise ConfigError(f"--nodes {cfg.nodes} is below 1", "a job needs --nodes 1 or more")
     if cfg.engine not in ENGINES:
@@ -67,29 +68,8 @@ def validate(cfg: SbatchConfig) -> None:
     if cfg.ntasks_per_node is not None and cfg.ntasks_per_node < 1:
         raise ConfigError(f"--ntasks-per-node {cfg.ntasks_per_node} is below 1",
                           "give the ranks per node (GPUs per node), e.g. --ntasks-per-node 4")
-    if cfg.ntasks is not None:
-        if cfg.ntasks < 1:
-            raise ConfigError(f"--ntasks {cfg.ntasks} is below 1", "drop --ntasks")
-        if cfg.ntasks_per_node is None and cfg.nodes > 1:
-            raise ConfigError(
-                f"--ntasks {cfg.ntasks} across --nodes {cfg.nodes} without --ntasks-per-node: "
-                "SLURM may place the tasks unevenly (e.g. 3+1), which breaks LOCAL_RANK and "
-                "one-rank-per-GPU",
-                f"use --ntasks-per-node {max(1, cfg.ntasks // cfg.nodes)} instead of --ntasks")
-        if cfg.ntasks_per_node is not None and cfg.ntasks != cfg.nodes * cfg.ntasks_per_node:
-            raise ConfigError(
-                f"--ntasks {cfg.ntasks} contradicts --nodes {cfg.nodes} x --ntasks-per-node "
-                f"{cfg.ntasks_per_node} = {cfg.nodes * cfg.ntasks_per_node}",
-                "drop --ntasks: --nodes and --ntasks-per-node define the job")
-    if cfg.gpus_per_node is not None:
-        if cfg.gpus_per_node < 0:
-            raise ConfigError(f"--gpus-per-node {cfg.gpus_per_node} is negative",
-                              "use 0 or more")
-        if cfg.gpus_per_node and cfg.tasks_per_node > cfg.gpus_per_node:
-            raise ConfigError(
-                f"--ntasks-per-node {cfg.tasks_per_node} exceeds --gpus-per-node "
-                f"{cfg.gpus_per_node}: NCCL needs one GPU per rank",
-                f"use --ntasks-per-node {cfg.gpus_per_node} (one rank per GPU)")
+    _check_ntasks(cfg)
+    _check_gpus(cfg)
     if cfg.time is not None and not _TIME.fullmatch(cfg.time):
         raise ConfigError(f"--time {cfg.time!r} is not a SLURM time",
                           "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. --time 02:00:00")
@@ -100,9 +80,52 @@ def validate(cfg: SbatchConfig) -> None:
                               f"give {flag} a single-line value")
 
 
+def _check_ntasks(cfg: SbatchConfig) -> None:
+    if cfg.ntasks is None:
+        return
+    if cfg.ntasks < 1:
+        raise ConfigError(f"--ntasks {cfg.ntasks} is below 1", "drop --ntasks")
+    if cfg.ntasks_per_node is None and cfg.nodes > 1:
+        raise ConfigError(
+            f"--ntasks {cfg.ntasks} across --nodes {cfg.nodes} without --ntasks-per-node: "
+            "SLURM may place the tasks unevenly (e.g. 3+1), which breaks LOCAL_RANK and "
+            "one-rank-per-GPU",
+            f"use --ntasks-per-node {max(1, cfg.ntasks // cfg.nodes)} instead of --ntasks")
+    if cfg.ntasks_per_node is not None and cfg.ntasks != cfg.nodes * cfg.ntasks_per_node:
+        raise ConfigError(
+            f"--ntasks {cfg.ntasks} contradicts --nodes {cfg.nodes} x --ntasks-per-node "
+            f"{cfg.ntasks_per_node} = {cfg.nodes * cfg.ntasks_per_node}",
+            "drop --ntasks: --nodes and --ntasks-per-node define the job")
+
+
+def _check_gpus(cfg: SbatchConfig) -> None:
+    if cfg.gpus_per_node is None:
+        return
+    if cfg.gpus_per_node < 0:
+        raise ConfigError(f"--gpus-per-node {cfg.gpus_per_node} is negative", "use 0 or more")
+    if cfg.gpus_per_node and cfg.tasks_per_node > cfg.gpus_per_node:
+        raise ConfigError(
+            f"--ntasks-per-node {cfg.tasks_per_node} exceeds --gpus-per-node "
+            f"{cfg.gpus_per_node}: NCCL needs one GPU per rank",
+            f"use --ntasks-per-node {cfg.gpus_per_node} (one rank per GPU)")
+
+
 def render(cfg: SbatchConfig) -> str:
     """The batch script text."""
-    q = shlex.quote
+    lines = [*_directives(cfg), *_environment(cfg)]
+    if cfg.preflight:
+        lines += [
+            "# Preflight: every node checks its network, versions and the rendezvous first;",
+            "# a failing check ends the job before the training starts.",
+            'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet check',
+            "",
+        ]
+    lines += _step(cfg)
+    return "\n".join(lines) + "\n"
+
+
+def _directives(cfg: SbatchConfig) -> list[str]:
+    """The shebang, a summary and the #SBATCH lines."""
     tpn = cfg.tasks_per_node
     lines = [
         "#!/bin/bash",
@@ -110,26 +133,25 @@ def render(cfg: SbatchConfig) -> str:
         f"{cfg.engine}.",
         f"#SBATCH --job-name={cfg.job_name}",
         f"#SBATCH --nodes={cfg.nodes}",
+        f"#SBATCH --ntasks-per-node={1 if cfg.engine == 'torchrun' else tpn}",
     ]
-    if cfg.engine == "torchrun":
-        lines.append("#SBATCH --ntasks-per-node=1")
-        if cfg.cpus_per_task:
-            lines.append(f"#SBATCH --cpus-per-task={cfg.cpus_per_task}")
-    else:
-        lines.append(f"#SBATCH --ntasks-per-node={tpn}")
-        if cfg.cpus_per_task:
-            lines.append(f"#SBATCH --cpus-per-task={cfg.cpus_per_task}")
-    if cfg.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={cfg.gpus_per_node}")
-    if cfg.partition:
-        lines.append(f"#SBATCH --partition={cfg.partition}")
-    if cfg.time:
-        lines.append(f"#SBATCH --time={cfg.time}")
+    for key, value in (("cpus-per-task", cfg.cpus_per_task),
+                       ("gpus-per-node", cfg.gpus_per_node), ("partition", cfg.partition),
+                       ("time", cfg.time)):
+        if value:
+            lines.append(f"#SBATCH --{key}={value}")
     lines.append(f"#SBATCH --output={cfg.output}")
     if cfg.requeue:
         # append: a requeued run keeps the log of the runs before it
         lines += ["#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append"]
-    lines += [
+    return lines
+
+
+def _environment(cfg: SbatchConfig) -> list[str]:
+    """PY, MASTER_ADDR and MASTER_PORT (computed once, exported to every step), the pinned
+    interface, and a line in the log that says what was chosen."""
+    q = shlex.quote
+    lines = [
         "",
         "set -euo pipefail",
         "# The Python environment ddpnet is installed in (the same path on every node).",
@@ -140,24 +162,24 @@ def render(cfg: SbatchConfig) -> str:
         "# A port derived from the job id, outside the ephemeral range (no collision with",
         "# outgoing connections or with another job's port on a shared node).",
         'MASTER_PORT=$("$PY" -m ddpnet.launch.port "$SLURM_JOB_ID")',
+        "export MASTER_ADDR MASTER_PORT",
     ]
-    lines.append("export MASTER_ADDR MASTER_PORT")
     if cfg.ifname:
         lines.append(f"export GLOO_SOCKET_IFNAME={q(cfg.ifname)} "
                      f"NCCL_SOCKET_IFNAME={q(cfg.ifname)} TP_SOCKET_IFNAME={q(cfg.ifname)}")
     lines.append('echo "ddpnet: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, '
                  'MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"')
-    lines.append("")
-    if cfg.preflight:
-        lines += [
-            "# Preflight: every node checks its network, versions and the rendezvous first;",
-            "# a failing check ends the job before the training starts.",
-            'srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet check',
-            "",
-        ]
+    return [*lines, ""]
+
+
+def _step(cfg: SbatchConfig) -> list[str]:
+    """The srun step that starts the ranks, under a requeue trap with ``requeue``."""
+    q = shlex.quote
+    tpn = cfg.tasks_per_node
     target = " ".join(q(a) for a in cfg.target.raw())
     # srun >= 22.05 does not inherit --cpus-per-task from the allocation: pass it on
     cpus = f" --cpus-per-task={cfg.cpus_per_task}" if cfg.cpus_per_task else ""
+    lines = []
     if cfg.engine == "torchrun":
         if not cfg.cpus_per_task:
             lines += [f"# One srun task per node starts {tpn} rank(s): with CPU binding "
@@ -167,22 +189,21 @@ def render(cfg: SbatchConfig) -> str:
                 f"--nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
     else:
         step = f'srun{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
-    if cfg.requeue:
-        lines += [
-            "# Requeue: SLURM sends SIGUSR1 to this script 120 s before the time limit; we",
-            "# requeue the job (it restarts from your last checkpoint) and stop the step.",
-            "requeue() {",
-            '  echo "ddpnet: time limit near, requeueing job $SLURM_JOB_ID"',
-            '  scontrol requeue "$SLURM_JOB_ID"',
-            "}",
-            "trap requeue USR1",
-            f"{step} &",
-            "wait $!  # returns early on USR1; the requeue then ends this run",
-        ]
-    else:
-        lines += [
-            "# To requeue near the time limit, render with --requeue (#SBATCH --signal=B:USR1@120",
-            "# plus a trap that runs scontrol requeue).",
-            step,
-        ]
-    return "\n".join(lines) + "\n"
+    if not cfg.requeue:
+        return [*lines,
+                "# To requeue near the time limit, render with --requeue (#SBATCH "
+                "--signal=B:USR1@120",
+                "# plus a trap that runs scontrol requeue).",
+                step]
+    return [
+        *lines,
+        "# Requeue: SLURM sends SIGUSR1 to this script 120 s before the time limit; we",
+        "# requeue the job (it restarts from your last checkpoint) and stop the step.",
+        "requeue() {",
+        '  echo "ddpnet: time limit near, requeueing job $SLURM_JOB_ID"',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "}",
+        "trap requeue USR1",
+        f"{step} &",
+        "wait $!  # returns early on USR1; the requeue then ends this run",
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
 from ddpnet.launch.command import Target
@@ -41,3 +42,24 @@ def exec_target(target: Target, env: Mapping[str, str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(argv[0], argv, merged)
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    """``ddpnet exec``: what to run, and the interface to pin (None: the selection's)."""
+
+    program: tuple[str, ...]
+    ifname: str | None = None
+
+
+def run(options: ExecOptions) -> None:
+    """Resolve the job from this process's launcher, then exec the program (edge; returns
+    only by raising: a bad program or configuration is a ConfigError before the exec)."""
+    from ddpnet.env.jobport import read_port_range
+    from ddpnet.env.resolve import resolve_config
+    from ddpnet.launch import iface
+
+    target = Target.parse(options.program)
+    cfg = resolve_config(os.environ, {}, port_range=read_port_range())
+    choice = iface.choose(cfg, os.environ, options.ifname)
+    exec_target(target, torch_env(cfg, choice.env))

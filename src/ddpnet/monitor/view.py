@@ -62,23 +62,32 @@ def render(sample: Sample, history: History, title: str = "ddpnet monitor",
         tcp.stylize("bold red")
     parts.append(tcp)
     if sample.peers:
-        peers = Table(title="peers", header_style="bold")
-        for col in ("address", "rx Gb/s", "tx Gb/s", "conns"):
-            peers.add_column(col, justify="left" if col == "address" else "right")
-        for p in sample.peers[:10]:
-            peers.add_row(p.address, _fmt(p.rx_gbps), _fmt(p.tx_gbps), str(p.connections))
-        parts.append(peers)
+        parts.append(_peers(sample))
     if sample.gpus:
-        gpus = Table(title="GPUs", header_style="bold")
-        for col in ("gpu", "name", "util %", "mem GiB", "power W", "PCIe tx MB/s",
-                    "PCIe rx MB/s"):
-            gpus.add_column(col)
-        for g in sample.gpus:
-            gpus.add_row(str(g.index), g.name, f"{g.util_percent:.0f}",
-                         f"{g.memory_used_mib / 1024:.1f}/{g.memory_total_mib / 1024:.1f}",
-                         _fmt(g.power_w, ".0f"), _fmt(g.pcie_tx_mbps, ".0f"),
-                         _fmt(g.pcie_rx_mbps, ".0f"))
-        parts.append(gpus)
+        parts.append(_gpus(sample))
     if live:
         parts.append(Text("Ctrl-C to quit", style="dim"))
     return Group(*parts)
+
+
+def _peers(sample: Sample) -> Table:
+    """The ten busiest remote addresses."""
+    peers = Table(title="peers", header_style="bold")
+    for col in ("address", "rx Gb/s", "tx Gb/s", "conns"):
+        peers.add_column(col, justify="left" if col == "address" else "right")
+    for p in sample.peers[:10]:
+        peers.add_row(p.address, _fmt(p.rx_gbps), _fmt(p.tx_gbps), str(p.connections))
+    return peers
+
+
+def _gpus(sample: Sample) -> Table:
+    gpus = Table(title="GPUs", header_style="bold")
+    for col in ("gpu", "name", "util %", "mem GiB", "power W", "PCIe tx MB/s",
+                "PCIe rx MB/s"):
+        gpus.add_column(col)
+    for g in sample.gpus:
+        gpus.add_row(str(g.index), g.name, f"{g.util_percent:.0f}",
+                     f"{g.memory_used_mib / 1024:.1f}/{g.memory_total_mib / 1024:.1f}",
+                     _fmt(g.power_w, ".0f"), _fmt(g.pcie_tx_mbps, ".0f"),
+                     _fmt(g.pcie_rx_mbps, ".0f"))
+    return gpus

@@ -1,0 +1,221 @@
+"""``ddpnet lab``'s subcommands: up, run, fault, status, down. Each takes frozen options
+and returns a result that ``--json`` prints; every one finds its lab by name (validated
+first: a name is also a file name under /run and a namespace prefix)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpnet.errors import ConfigError
+from ddpnet.lab.lab import Lab
+from ddpnet.lab.topology import validate_name
+
+
+def attach(name: str) -> Lab:
+    """The lab ``name`` that is up; a ConfigError naming the labs that are, if it is not."""
+    from ddpnet.lab import state as statemod
+
+    validate_name(name)
+    if statemod.load(name) is None:
+        others = statemod.names()
+        hint = (f"labs that are up: {', '.join(others)} (use --name)" if others
+                else f"start one: ddpnet lab up --name {name} --nodes N")
+        raise ConfigError(f"no lab named {name!r} is up", hint)
+    return Lab.attach(name)
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    name: str
+    nodes: int
+    subnet: str
+    rate: str | None = None
+    delay: str | None = None
+    loss: str | None = None
+    mtu: int = 1500
+    ifname: str = "eth0"
+    slurm: bool = False
+
+
+@dataclass(frozen=True)
+class UpResult:
+    """The lab's status, whether this call built it, and how long that took."""
+
+    status: Mapping[str, Any]
+    created: bool
+    seconds: float
+    slurm: str | None = None
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.status, "created": self.created, "seconds": round(self.seconds, 3)}
+
+
+def up(options: UpOptions) -> UpResult:
+    """Build the lab (a no-op when it is already up with this shape), SLURM on it if asked."""
+    validate_name(options.name)
+    lab = Lab(name=options.name, nodes=options.nodes, subnet=options.subnet,
+              rate=options.rate, delay=options.delay, loss=options.loss, mtu=options.mtu,
+              ifname=options.ifname)
+    started = time.monotonic()
+    built = lab.up()
+    note = None
+    if options.slurm:  # SLURM on the lab lives in ddpnet.lab.slurm (owner: launch)
+        from ddpnet.lab import slurm as labslurm
+
+        labslurm.start(lab)
+        note = labslurm.describe(options.name)
+    return UpResult(lab.status(), built, time.monotonic() - started, note)
+
+
+def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--env K=V`` pairs."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"bad --env {pair!r}: expected KEY=VALUE",
+                              "e.g. --env NCCL_DEBUG=INFO")
+        env[key] = value
+    return env
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    name: str
+    argv: tuple[str, ...]
+    nodes: str = "all"
+    timeout: float | None = None
+    env: tuple[str, ...] = ()
+    master_port: int = 29500
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Each node's exit status (128+N for a signal N); the command's is the worst."""
+
+    name: str
+    codes: Mapping[str, int] = field(default_factory=dict)
+    timed_out: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return max(self.codes.values(), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "exit_codes": dict(self.codes),
+                "timed_out": list(self.timed_out)}
+
+
+def run(options: RunOptions) -> RunResult:
+    """Run the command in every chosen node at once, its lines prefixed with the node as
+    they come; then a line per node that failed or was killed at the timeout."""
+    from ddpnet.lab.render import PrefixedLines
+
+    lab = attach(options.name)
+    lab.node(0)
+    extra = parse_env(options.env)
+    sink = PrefixedLines(max(len(n.name) for n in lab.nodes))
+    results = lab.run(list(options.argv), nodes=options.nodes, env=extra,
+                      timeout=options.timeout, master_port=options.master_port, on_line=sink)
+    for r in results:
+        if r.timed_out:
+            sink(r.node, "stderr", f"killed after the {options.timeout:g} s timeout (exit 124)")
+        elif r.returncode != 0:
+            sink(r.node, "stderr", f"exit {r.returncode}")
+    codes = {r.node.name: r.returncode if r.returncode >= 0 else 128 - r.returncode
+             for r in results}
+    return RunResult(options.name, codes, tuple(r.node.name for r in results if r.timed_out))
+
+
+@dataclass(frozen=True)
+class FaultOptions:
+    name: str
+    kind: str
+    node: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultResult:
+    """A fault injected on a node (its record and the node's faults), or faults cleared
+    (``node`` is None for all nodes)."""
+
+    name: str
+    node: int | None
+    node_name: str | None
+    fault: Mapping[str, Any] | None = None
+    faults: tuple[Mapping[str, Any], ...] = ()
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.fault is None:
+            return {"name": self.name, "cleared": "all" if self.node is None else self.node}
+        return {"name": self.name, "node": self.node, "fault": dict(self.fault),
+                "faults": [dict(f) for f in self.faults]}
+
+
+def fault(options: FaultOptions) -> FaultResult:
+    """Inject ``kind`` on one node, or ``clear`` one node's (or every node's) faults."""
+    from ddpnet.lab.faults import KINDS
+
+    if options.kind != "clear" and options.kind not in KINDS:
+        raise ConfigError(f"unknown fault kind {options.kind!r}",
+                          "kinds: " + ", ".join(KINDS) + ", clear")
+    lab = attach(options.name)
+    if options.kind == "clear":
+        target = None if options.node == "all" else node_index(options.node)
+        lab.clear(target)
+        return FaultResult(options.name, target,
+                           None if target is None else lab.node(target).name)
+    index = node_index(options.node)
+    params = {k: v for k, v in options.params.items() if v is not None}
+    rec = lab.fault(options.kind, index, **params)
+    return FaultResult(options.name, index, lab.node(index).name, rec,
+                       tuple(lab.faults(index)))
+
+
+def node_index(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"bad --node {text!r}: expected a node index",
+                          "for example --node 1 (clear also takes --node all)") from None
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    """``lab status``: the lab's nodes, addresses, shaping and faults."""
+
+    status: Mapping[str, Any]
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.status)
+
+
+def status(name: str) -> StatusResult:
+    return StatusResult(attach(name).status())
+
+
+@dataclass(frozen=True)
+class DownResult:
+    name: str
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "down": True}
+
+
+def down(name: str) -> DownResult:
+    """Remove the lab whatever its state (SLURM on it first)."""
+    from ddpnet.lab import slurm as labslurm
+    from ddpnet.lab.lab import remove_lab
+
+    validate_name(name)
+    labslurm.stop(name)
+    remove_lab(name)
+    return DownResult(name)

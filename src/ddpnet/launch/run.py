@@ -1,0 +1,262 @@
+"""``ddpnet launch``: its options, the plan they resolve to (the engine's argv and added
+environment; each node's command for ``--dry-run``), and the engine run as a child.
+
+:func:`prepare` reads this host through small edges (the environment, /dev, its names, the
+interface selection); :func:`run` starts the engine unless it is a dry run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ddpnet.errors import ConfigError
+from ddpnet.launch.command import NNodes, Target
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """``ddpnet launch``'s flags, as given (``None``: from the launcher or a default)."""
+
+    program: tuple[str, ...]
+    nproc_per_node: str | None = None
+    nnodes: str | None = None
+    node_rank: str | None = None
+    master_addr: str | None = None
+    master_port: str | None = None
+    rdzv: str | None = None
+    max_restarts: int = 0
+    local: int | None = None
+    via: str = "torchrun"
+    hosts: str | None = None
+    ifname: str | None = None
+    allow_run_as_root: bool = False
+    oversubscribe: bool = False
+    dry_run: bool = False
+    as_json: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the engine runs, and with ``dry_run`` the command per node (``--dry-run``'s
+    JSON object); warnings are about where rank 0 will run."""
+
+    engine: str
+    dry_run: bool
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    nodes: tuple[dict[str, Any], ...] = ()
+    sources: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "nodes": list(self.nodes), "sources": dict(self.sources),
+                "notes": list(self.notes), "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class Ran:
+    """The engine's exit status (128+N when a signal ended it)."""
+
+    exit_code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exit_code": self.exit_code}
+
+
+def prepare(options: LaunchOptions, environ: Mapping[str, str] | None = None) -> LaunchPlan:
+    """Check the flags against each other, resolve the job and build the engine's command."""
+    if options.as_json and not options.dry_run:
+        raise ConfigError("--json prints the plan and needs --dry-run",
+                          "add --dry-run, or drop --json to run the job")
+    target = Target.parse(options.program)
+    opts, env = _fold_local(options, dict(os.environ if environ is None else environ))
+    if opts.hosts is not None and opts.via != "mpirun":
+        raise ConfigError("--hosts is for --via mpirun",
+                          "add --via mpirun, or launch torchrun on each node with --node-rank")
+    nn = NNodes.parse(opts.nnodes) if opts.nnodes is not None else None
+    if opts.via == "mpirun":
+        _refuse_for_mpirun(opts)
+        return _mpirun_plan(opts, target, env, nn)
+    return _torchrun_plan(opts, target, env, nn)
+
+
+def run(plan: LaunchPlan) -> LaunchPlan | Ran:
+    """Start the engine and wait for it (edge); a dry run is its own result."""
+    if plan.dry_run:
+        return plan
+    from ddpnet.launch import engine
+
+    return Ran(engine.run(plan.argv, plan.env))
+
+
+def _fold_local(options: LaunchOptions, environ: dict[str, str]
+                ) -> tuple[LaunchOptions, dict[str, str]]:
+    """``--local N`` is one node of N processes on loopback, whatever the scheduler says."""
+    if options.local is None:
+        return options, environ
+    from ddpnet.local import check_world
+
+    check_world(options.local)
+    if options.nnodes not in (None, "1") or options.hosts:
+        raise ConfigError("--local runs on this machine only; it excludes --nnodes/--hosts",
+                          "drop --local, or drop --nnodes/--hosts")
+    opts = replace(options, nproc_per_node=str(options.local), nnodes="1", node_rank="0",
+                   master_addr=options.master_addr or "127.0.0.1")
+    # a launch on one machine ignores the scheduler's view of the job
+    return opts, {k: v for k, v in environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+
+
+def _refuse_for_mpirun(opts: LaunchOptions) -> None:
+    for flag, value, why in (
+            ("--node-rank", opts.node_rank, "mpirun starts every node's ranks from one host"),
+            ("--max-restarts", opts.max_restarts or None, "mpirun does not restart failed ranks"),
+            ("--rdzv", opts.rdzv, "mpirun ranks rendezvous at MASTER_ADDR (rank 0)")):
+        if value is not None:
+            raise ConfigError(f"{flag} does not apply to --via mpirun: {why}",
+                              f"drop {flag}, or launch with torchrun (the default engine)")
+
+
+def _rdzv(opts: LaunchOptions, nn: NNodes | None) -> tuple[str, list[str]]:
+    """``--rdzv``, else c10d when torchrun may restart or the node count is elastic."""
+    if opts.rdzv is not None:
+        return opts.rdzv, []
+    if opts.max_restarts > 0 or (nn is not None and nn.elastic):
+        return "c10d", ["rendezvous c10d: --max-restarts/elastic --nnodes need a fresh "
+                        "store per round (static reuses one)"]
+    return "static", []
+
+
+def _overrides(opts: LaunchOptions, nn: NNodes | None) -> dict[str, tuple[Any, str]]:
+    overrides: dict[str, tuple[Any, str]] = {}
+    for key, value, flag in (("num_nodes", nn.max if nn else None, "--nnodes"),
+                             ("node_rank", opts.node_rank, "--node-rank"),
+                             ("master_addr", opts.master_addr, "--master-addr"),
+                             ("master_port", opts.master_port, "--master-port")):
+        if value is not None:
+            overrides[key] = (value, flag)
+    return overrides
+
+
+def _check_node_rank(node_rank: str | None, nn: NNodes | None) -> None:
+    if nn is None or node_rank is None:
+        return
+    try:
+        rank_given = int(node_rank)
+    except ValueError:
+        rank_given = -1
+    if not 0 <= rank_given < nn.max:
+        raise ConfigError(
+            f"--node-rank {node_rank} is outside 0..{nn.max - 1} for --nnodes {nn}",
+            "node ranks run from 0 to NNODES-1; give each node its own --node-rank")
+
+
+def _refuse_batch_step(environ: Mapping[str, str], nn: NNodes | None) -> None:
+    """In a multi-node batch script only this node would train: say how to start all."""
+    from ddpnet.env.slurm import batch_nodes
+
+    job_nodes = batch_nodes(environ)
+    if job_nodes and job_nodes > 1 and nn is None:
+        raise ConfigError(
+            f"ddpnet launch runs in the batch script of a {job_nodes}-node SLURM job: only "
+            "this node would train",
+            "start it on every node: srun --ntasks-per-node=1 ddpnet launch ... "
+            "(ddpnet sbatch renders this)")
+
+
+def _without_torch_vars(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """Inside a torchrun worker, ``launch`` starts a new job: ignore the worker's variables."""
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        return environ
+    return {k: v for k, v in environ.items()
+            if not k.startswith("TORCHELASTIC_") and k not in ("RANK", "LOCAL_RANK",
+                                                               "GROUP_RANK", "WORLD_SIZE")}
+
+
+def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
+                   nn: NNodes | None) -> LaunchPlan:
+    from ddpnet.env.jobport import read_port_range
+    from ddpnet.env.resolve import resolve_config
+    from ddpnet.launch import host, iface
+    from ddpnet.launch.command import build_torchrun, rank0_warnings
+    from ddpnet.launch.plan import make_config, parse_nproc, per_node
+
+    rdzv, rdzv_note = _rdzv(opts, nn)
+    _check_node_rank(opts.node_rank, nn)
+    _refuse_batch_step(environ, nn)
+    dist = resolve_config(_without_torch_vars(environ), _overrides(opts, nn),
+                          port_range=read_port_range())
+    nproc = parse_nproc(opts.nproc_per_node, environ, host.dev_entries())
+    choice = iface.choose(dist, environ, opts.ifname)
+    cfg = make_config(dist, target=target, nproc=nproc, nnodes=nn or NNodes(dist.num_nodes,
+                      dist.num_nodes), rdzv=rdzv, max_restarts=opts.max_restarts,
+                      python=sys.executable, iface_env=choice.env,
+                      notes=[*rdzv_note, f"interface: {choice.reason}"])
+    all_nodes = opts.dry_run and dist.launcher in ("local", "manual") and opts.node_rank is None
+    # a dry run that shows every node's command is not about this host: no placement warning
+    warnings = () if all_nodes else tuple(rank0_warnings(
+        cfg, host.local_names(), host.resolve_addresses(cfg.master_addr)))
+    plan = LaunchPlan("torchrun", opts.dry_run, sources=cfg.sources, notes=cfg.notes,
+                      warnings=warnings)
+    if opts.dry_run:
+        return replace(plan, nodes=tuple(per_node(cfg, all_nodes=all_nodes)))
+    argv, env = build_torchrun(cfg)
+    return replace(plan, argv=tuple(argv), env=env)
+
+
+def _mpirun_np(opts: LaunchOptions, environ: Mapping[str, str], hosts: tuple[Any, ...],
+               nn: NNodes | None) -> int:
+    """Ranks in all: the hosts' slots (or nproc per host), else nproc x nodes."""
+    from ddpnet.launch import host
+    from ddpnet.launch.plan import parse_nproc
+
+    if nn is not None and hosts and nn.max != len(hosts):
+        raise ConfigError(f"--nnodes {nn} contradicts the {len(hosts)} hosts of --hosts",
+                          "drop --nnodes: with --via mpirun the node count is len(--hosts)")
+    if not hosts:
+        return parse_nproc(opts.nproc_per_node, environ, host.dev_entries())[0] * (
+            nn.max if nn else 1)
+    if opts.nproc_per_node not in (None, "auto"):
+        return parse_nproc(opts.nproc_per_node, environ, [])[0] * len(hosts)
+    return sum(h.slots for h in hosts)
+
+
+def _mpirun_port(opts: LaunchOptions, environ: Mapping[str, str]) -> int:
+    from ddpnet.env.base import parse_int
+    from ddpnet.env.jobport import TORCH_DEFAULT_PORT
+
+    if opts.master_port:
+        return parse_int(opts.master_port, "--master-port", minimum=1)
+    return parse_int(environ.get("MASTER_PORT", str(TORCH_DEFAULT_PORT)), "MASTER_PORT",
+                     minimum=1)
+
+
+def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
+                 nn: NNodes | None) -> LaunchPlan:
+    from ddpnet.launch import iface
+    from ddpnet.launch.command import MpirunConfig, build_mpirun, parse_hosts, shell_line
+
+    hosts = parse_hosts(opts.hosts) if opts.hosts else ()
+    np = _mpirun_np(opts, environ, hosts, nn)
+    master = opts.master_addr or (hosts[0].name.strip("[]") if hosts
+                                  else environ.get("MASTER_ADDR", "127.0.0.1"))
+    port = _mpirun_port(opts, environ)
+    choice = iface.choose(None, {**environ, "MASTER_ADDR": master, "MASTER_PORT": str(port)},
+                          opts.ifname)
+    cfg = MpirunConfig(target=target, np=np, master_addr=master, master_port=port,
+                       hosts=hosts, interface=choice.name, python=sys.executable,
+                       iface_env=choice.env, allow_run_as_root=opts.allow_run_as_root,
+                       oversubscribe=opts.oversubscribe)
+    warnings = []
+    if hosts and opts.master_addr and opts.master_addr != hosts[0].name:
+        warnings.append(f"--master-addr {opts.master_addr} is not the first host of --hosts "
+                        f"({hosts[0].name}): mpirun maps rank 0 to {hosts[0].name}")
+    argv, env = build_mpirun(cfg, environ)
+    nodes = ({"node_rank": None, "argv": argv, "env": env, "command": shell_line(argv, env),
+              "ranks": list(range(np))},) if opts.dry_run else ()
+    return LaunchPlan("mpirun", opts.dry_run, tuple(argv), env, nodes,
+                      {"interface": choice.reason}, (), tuple(warnings))

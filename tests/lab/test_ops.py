@@ -1,0 +1,55 @@
+"""``ddpnet lab``'s subcommands without a lab: names, --env, --node, the results' JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpnet.errors import ConfigError
+from ddpnet.lab.ops import (
+    DownResult,
+    FaultOptions,
+    FaultResult,
+    RunResult,
+    attach,
+    fault,
+    node_index,
+    parse_env,
+)
+
+
+@pytest.mark.parametrize("bad", ["lab\n", "a/b", "../x", "x" * 100, "Lab", ""])
+def test_attach_validates_the_name_before_any_file_is_read(bad: str) -> None:
+    with pytest.raises(ConfigError, match="bad lab name"):
+        attach(bad)
+
+
+def test_env_pairs() -> None:
+    assert parse_env(("A=1", "B=x=y", "C=")) == {"A": "1", "B": "x=y", "C": ""}
+    for bad in ("A", "=1"):
+        with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+            parse_env((bad,))
+
+
+def test_node_index() -> None:
+    assert node_index("2") == 2
+    with pytest.raises(ConfigError, match="expected a node index"):
+        node_index("all")
+
+
+def test_unknown_fault_kind_before_the_lab_is_looked_up() -> None:
+    with pytest.raises(ConfigError, match="unknown fault kind 'meteor'"):
+        fault(FaultOptions("nosuchlab", "meteor", "0"))
+
+
+def test_results_json_and_exit_codes() -> None:
+    run = RunResult("l", {"l-n0": 0, "l-n1": 124, "l-n2": 7}, ("l-n1",))
+    assert run.exit_code == 124
+    assert run.to_dict() == {"name": "l", "exit_codes": {"l-n0": 0, "l-n1": 124, "l-n2": 7},
+                             "timed_out": ["l-n1"]}
+    assert RunResult("l").exit_code == 0
+    assert FaultResult("l", None, None).to_dict() == {"name": "l", "cleared": "all"}
+    assert FaultResult("l", 1, "l-n1").to_dict() == {"name": "l", "cleared": 1}
+    rec = {"kind": "loss", "percent": 5.0}
+    assert FaultResult("l", 1, "l-n1", rec, (rec,)).to_dict() == {
+        "name": "l", "node": 1, "fault": rec, "faults": [rec]}
+    assert DownResult("l").to_dict() == {"name": "l", "down": True}

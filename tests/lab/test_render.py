@@ -1,0 +1,58 @@
+"""``ddpnet lab``'s human output: the nodes table, one line per change, prefixed run lines."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from ddpnet.lab.ops import FaultResult, UpResult
+from ddpnet.lab.render import PrefixedLines, nodes_table, render_fault, render_up, shaping_text
+from ddpnet.lab.topology import LabNode
+
+STATUS: dict[str, Any] = {
+    "name": "l", "subnet": "198.18.0.0/24",
+    "nodes": [{"namespace": "l-n0", "hostname": "l-n0", "address": "198.18.0.1",
+               "extra_addresses": ["198.18.1.1/24"], "ifname": "eth0",
+               "shaping": {"rate": "1gbit", "delay_ms": 0.5, "loss_pct": 0},
+               "faults": [{"kind": "hostname-loopback"}]}],
+}
+
+
+def _text(fn: Any, *args: Any) -> str:
+    buf = io.StringIO()
+    fn(*args, Console(file=buf, width=200, color_system=None, soft_wrap=True))
+    return buf.getvalue()
+
+
+def test_shaping_shows_only_what_is_set() -> None:
+    assert shaping_text({"rate": "1gbit", "delay_ms": 0.5, "loss_pct": 0}) == \
+        "rate 1gbit, delay 0.5ms"
+    assert shaping_text({"rate": None, "delay_ms": 0, "loss_pct": 0}) == "-"
+
+
+def test_table_and_up_line() -> None:
+    table = _text(nodes_table, STATUS)
+    assert "lab l (198.18.0.0/24)" in table and "198.18.0.1 198.18.1.1/24" in table
+    up = _text(render_up, UpResult(STATUS, False, 0.25, "slurm: sinfo"))
+    assert "lab l: already up (1 nodes, 0.25 s); run: ddpnet lab run --name l -- CMD" in up
+    assert up.rstrip().endswith("slurm: sinfo")
+
+
+def test_fault_lines() -> None:
+    assert _text(render_fault, FaultResult("l", None, None)) == \
+        "lab l: cleared faults on all nodes\n"
+    assert _text(render_fault, FaultResult("l", 1, "l-n1")) == "lab l: cleared faults on l-n1\n"
+    shown = _text(render_fault, FaultResult("l", 1, "l-n1", {"kind": "hostname-loopback"}))
+    assert shown.startswith("lab l: l-n1: ")
+
+
+def test_run_lines_are_prefixed_and_padded(capsys: pytest.CaptureFixture[str]) -> None:
+    sink = PrefixedLines(6)
+    node = LabNode(0, "l-n0", "l-n0", "l-n0", "eth0", "198.18.0.1")
+    sink(node, "stdout", "hello")
+    sink(node, "stderr", "exit 7")
+    out = capsys.readouterr()
+    assert out.out == "l-n0   | hello\n" and out.err == "l-n0   | exit 7\n"

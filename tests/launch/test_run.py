@@ -1,0 +1,64 @@
+"""``ddpnet launch``'s options to plan: flag conflicts, --local, the dry-run JSON object."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpnet.errors import ConfigError
+from ddpnet.launch.run import LaunchOptions, LaunchPlan, prepare, run
+
+SCRIPT = ("--", "train.py", "--lr", "0.1")
+
+
+def _opts(**kw: object) -> LaunchOptions:
+    return LaunchOptions(program=SCRIPT, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"as_json": True, "dry_run": False}, "needs --dry-run"),
+    ({"local": 0}, "need at least 1 rank"),
+    ({"local": 65}, "more than 64 ranks"),
+    ({"local": 2, "nnodes": "2"}, "this machine only"),
+    ({"hosts": "n0:2"}, "--hosts is for --via mpirun"),
+    ({"via": "mpirun", "node_rank": "1"}, "--node-rank does not apply"),
+    ({"via": "mpirun", "max_restarts": 2}, "--max-restarts does not apply"),
+    ({"via": "mpirun", "hosts": "n0:2,n1:2", "nnodes": "3"}, "contradicts the 2 hosts"),
+    ({"nnodes": "2", "node_rank": "2"}, "outside 0..1"),
+])
+def test_conflicting_flags_are_config_errors(kw: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        prepare(_opts(**{"dry_run": True, **kw}), environ={})
+
+
+def test_batch_step_of_a_multi_node_job_is_refused() -> None:
+    env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_NODELIST": "n[1-2]"}
+    with pytest.raises(ConfigError, match="only this node would train"):
+        prepare(_opts(dry_run=True), environ=env)
+
+
+def test_local_dry_run_is_one_node_on_loopback_ignoring_slurm() -> None:
+    plan = prepare(_opts(local=2, dry_run=True, ifname="lo"),
+                   environ={"SLURM_JOB_ID": "7", "SLURM_NNODES": "4"})
+    assert plan.engine == "torchrun" and plan.dry_run and plan.argv == ()
+    (node,) = plan.nodes
+    assert node["ranks"] == [0, 1] and "--nproc-per-node 2" in node["command"]
+    assert "127.0.0.1" in node["command"] and node["env"]["GLOO_SOCKET_IFNAME"] == "lo"
+    assert run(plan) is plan
+    obj = plan.to_dict()
+    assert set(obj) == {"engine", "nodes", "sources", "notes", "warnings"}
+    assert obj["sources"]["nproc_per_node"] == "--nproc-per-node"
+
+
+def test_max_restarts_picks_c10d_with_a_note() -> None:
+    plan = prepare(_opts(max_restarts=2, dry_run=True, ifname="lo"), environ={})
+    assert any("rendezvous c10d" in n for n in plan.notes)
+    assert "c10d" in plan.nodes[0]["command"]
+
+
+def test_mpirun_plan_counts_slots_and_warns_on_another_master() -> None:
+    plan = prepare(_opts(via="mpirun", hosts="n0:4,n1:4", master_addr="n1", ifname="eth0",
+                         dry_run=True), environ={})
+    assert isinstance(plan, LaunchPlan) and plan.engine == "mpirun"
+    assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--ifname"}
+    assert plan.warnings and "not the first host of --hosts" in plan.warnings[0]
