@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.cli.main import _os_error
+from ddpnet.errors import from_os_error as _os_error
 from ddpnet.exitcodes import ExitCode
 from tests.conftest import RunCli, assert_user_error, clean_environ
 
@@ -42,7 +42,8 @@ def test_os_error_on_a_user_path_is_one_line(run_cli: RunCli, tmp_path: Path) ->
     (tmp_path / "etc" / "sysctl.d" / "90-ddpnet.conf").mkdir(parents=True)
     proc = run_cli("tune", "--root", str(tmp_path), "--distro", "ubuntu", "--json")
     assert_user_error(proc, ExitCode.USAGE, "90-ddpnet.conf", "Is a directory")
-    assert proc.stdout == ""
+    # issue 17: under --json the error is an object on stdout, never nothing
+    assert json.loads(proc.stdout)["error"]["exit_code"] == ExitCode.USAGE
 
 
 def test_os_error_debug_keeps_the_traceback(run_cli: RunCli, tmp_path: Path) -> None:
@@ -74,10 +75,11 @@ def test_bare_ddpnet_shows_help(run_cli: RunCli) -> None:
     assert proc.returncode == 0 and "Commands" in proc.stdout
 
 
-def test_json_error_leaves_stdout_empty(run_cli: RunCli) -> None:
+def test_json_error_is_one_object_on_stdout(run_cli: RunCli) -> None:
+    # issue 17 reverses the old rule (stdout stayed empty: a script parsing it got "")
     proc = run_cli("env", "--json", env={"RANK": "1"})
     assert_user_error(proc, ExitCode.USAGE, "WORLD_SIZE")
-    assert proc.stdout == ""
+    assert json.loads(proc.stdout)["error"]["id"] == "config"
     ok = run_cli("env", "--json")
     assert isinstance(json.loads(ok.stdout), dict)
 

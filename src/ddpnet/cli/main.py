@@ -14,7 +14,7 @@ from typing import cast
 import click
 
 from ddpnet import __version__
-from ddpnet.errors import DdpnetError, UsageError
+from ddpnet.errors import DdpnetError, UsageError, from_os_error
 from ddpnet.exitcodes import ExitCode
 
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
@@ -87,21 +87,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _os_error(exc: OSError) -> DdpnetError:
-    """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
-    permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
-    from ddpnet.errors import ConfigError, RequirementError
-
-    where = f" {exc.filename}" if exc.filename is not None else ""
-    what = exc.strerror or type(exc).__name__
-    if isinstance(exc, PermissionError):
-        return RequirementError(f"permission denied:{where} ({what})",
-                                "run as a user allowed to read and write it (root for "
-                                "system paths), or choose another path")
-    return ConfigError(f"cannot use{where}: {what}",
-                       "check the path named in the command; --debug shows where it failed")
-
-
 #: what :func:`main` turns into one line and an exit code (any other exception is a bug)
 _HANDLED = (DdpnetError, click.ClickException, click.Abort, KeyboardInterrupt, _Terminated,
             OSError)
@@ -150,5 +135,5 @@ def _as_user_error(exc: BaseException) -> DdpnetError:
     if isinstance(exc, click.ClickException):
         return UsageError(exc.format_message())
     if isinstance(exc, OSError):
-        return _os_error(exc)
+        return from_os_error(exc)
     return cast(DdpnetError, exc)

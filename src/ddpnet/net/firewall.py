@@ -334,3 +334,11 @@ def read_state(
         futures = {name: pool.submit(run, argv, timeout) for name, argv in jobs.items()}
         outs = {name: f.result() for name, f in futures.items()}
     return live_state(outs, ufw_conf, ufw_defaults, running)
+
+
+def firewalld_default_zone(timeout: float = 2.0) -> str:
+    """firewalld's default zone (``public`` when firewall-cmd cannot say): where tune opens
+    the cluster's ports."""
+    proc = run_command(("firewall-cmd", "--get-default-zone"), timeout)
+    zone = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    return zone or "public"

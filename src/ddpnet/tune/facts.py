@@ -34,15 +34,6 @@ def _tail(path: Path, size: int = 1 << 20) -> str | None:
         return None
 
 
-def firewall_active(root: Path, live: bool) -> dict[str, bool]:
-    """Which firewalls are switched on, by :func:`ddpnet.net.firewall.read_state`: the live
-    host's (ddpnet's own table and chain not counted), or what the image under ``root``
-    enables."""
-    from ddpnet.net.firewall import read_state
-
-    return read_state(root, live=live, timeout=PROBE_TIMEOUT_S).active()
-
-
 def gather(
     root: Path,
     *,

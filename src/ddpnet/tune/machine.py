@@ -41,15 +41,6 @@ def read_os_release(root: Path) -> tuple[str | None, Path]:
     return None, root / "etc/os-release"
 
 
-def firewalld_default_zone() -> str:
-    from ddpnet.subproc import run_command
-    from ddpnet.tune.facts import PROBE_TIMEOUT_S
-
-    proc = run_command(("firewall-cmd", "--get-default-zone"), PROBE_TIMEOUT_S)
-    zone = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
-    return zone or "public"
-
-
 def read_sysctls(keys: Iterable[str]) -> dict[str, str | None]:
     """Each key's value in /proc/sys now; None when the kernel has no such key here."""
     live: dict[str, str | None] = {}

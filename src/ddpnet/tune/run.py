@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.errors import ConfigError
+from ddpnet.net.firewall import firewalld_default_zone, read_state
 from ddpnet.tune import machine
 from ddpnet.tune.apply import FileDiff, Journal, Outcome
+from ddpnet.tune.facts import PROBE_TIMEOUT_S
 from ddpnet.tune.model import Plan, TuneRequest
 
 
@@ -130,7 +132,7 @@ def build(options: TuneOptions) -> Plan:
     req = replace(req, sources={**req.sources, "distro": pre.sources["distro"],
                                 "firewall": fw_source or pre.sources["firewall"]})
     if req.firewall == "firewalld" and options.zone is None and live:
-        req = replace(req, zone=machine.firewalld_default_zone())
+        req = replace(req, zone=firewalld_default_zone(PROBE_TIMEOUT_S))
     return build_plan(req, facts)
 
 
@@ -146,11 +148,9 @@ def _request(options: TuneOptions, **given: Any) -> TuneRequest:
 
 def _firewall(options: TuneOptions, live: bool) -> tuple[str, str, dict[str, bool]]:
     """The firewall to render for, where that came from, and which firewalls are active."""
-    from ddpnet.tune.facts import firewall_active
-
     if options.firewall != "auto":
         return options.firewall, "", {}
-    active = firewall_active(options.root, live)
+    active = read_state(options.root, live=live, timeout=PROBE_TIMEOUT_S).active()
     # our own table/chain does not count as "a firewall is active", but what we applied
     # before is what a re-run must render again
     previous = previous_firewall(Journal.load(options.root))
