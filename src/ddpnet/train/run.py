@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from ddpnet.train.config import TrainConfig, resolve_device, validate
+from ddpnet.train.config import TrainConfig, validate
 from ddpnet.train.loop import StepCallback, StepEvent, Summary
 
 if TYPE_CHECKING:
@@ -115,8 +115,7 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
     from ddpnet.train.loop import train
 
     validate(cfg, cuda_available=torch.cuda.is_available())
-    device = resolve_device(cfg.device, cuda_available=torch.cuda.is_available())
-    d = init_distributed(device, timeout_s=cfg.pg_timeout_s)
+    d = init_distributed(cfg.device, timeout_s=cfg.pg_timeout_s)
     human = sys.stderr if as_json else sys.stdout
     reporter = Reporter(human) if d.rank == 0 else None
 
