@@ -3,12 +3,9 @@ ranks with ``--local N``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
-
-from ddpnet.errors import ConfigError
 
 
 @click.command("train")
@@ -67,28 +64,13 @@ def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: f
 
     Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
     """
-    import os
-
-    from ddpnet.train import hugepages
-    from ddpnet.train.config import TrainConfig, validate
-
-    # before anything imports torch: it reads the variable once, at its first allocation
-    os.environ.update(hugepages.default_env(os.environ))
-
-    def cuda_available() -> bool:
-        import torch
-
-        return bool(torch.cuda.is_available())
+    from ddpnet.train.config import TrainConfig, TrainOptions
+    from ddpnet.train.report import report
+    from ddpnet.train.run import leave, run
 
     flags["monitor_interval_s"] = monitor_interval if monitor else 0.0
-    cfg = validate(TrainConfig(**flags), cuda_available=cuda_available)
-    if local is not None:
-        if local < 1:
-            raise ConfigError(f"--local must be 1 or more, got {local}",
-                              "e.g. --local 2 starts two ranks on this machine")
-        from ddpnet.train.local import run_local
-
-        return run_local(local, json.dumps(cfg.to_dict()), as_json=as_json)
-    from ddpnet.train.run import leave, run_rank
-
-    leave(run_rank(cfg, as_json=as_json))  # see leave(): a finished rank skips C++ teardown
+    result = run(TrainOptions(TrainConfig(**flags), local=local, as_json=as_json))
+    code = report(result, as_json)
+    if result.rank is None:  # the --local parent: its ranks ran the group
+        return code
+    leave(code)  # see leave(): a finished rank skips C++ teardown

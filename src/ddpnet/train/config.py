@@ -159,3 +159,13 @@ def _check_timing(cfg: TrainConfig) -> None:
                           "seconds before a stuck collective fails the rank, e.g. 300")
     if cfg.step_sleep_s < 0:
         raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """One ``ddpnet train`` invocation: the run's configuration, ``--local N`` (None: this
+    process is one rank of a launcher's job) and ``--json``."""
+
+    config: TrainConfig
+    local: int | None = None
+    as_json: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch.distributed as dist
 
@@ -31,7 +32,7 @@ class Dist:
     interface: str | None = None
 
 
-def lone_overrides(cfg: DistConfig, port: Callable[[], int] = free_port) -> dict[str, object]:
+def lone_overrides(cfg: DistConfig, port: Callable[[], int] = free_port) -> dict[str, Any]:
     """A lone process (world size 1, no launcher) rendezvouses with itself on any free
     loopback port; a rank of a larger group keeps what its launcher said (pure but ``port``)."""
     if cfg.world_size != 1:
