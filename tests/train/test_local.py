@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -42,12 +43,16 @@ def _ranks(parent: psutil.Process) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_parent_stops_every_rank() -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_stops_every_rank(signum: int, tmp_path: Path) -> None:
+    """SIGTERM (a scheduler) or SIGINT (Ctrl-C) reaches every rank, none is left behind,
+    the parent exits 128+N, and no rank prints a traceback."""
     argv = [sys.executable, "-m", "ddpnet", "train", "--local", "2", "--samples", "4096",
             "--batch-size", "16", "--epochs", "50", "--log-every", "1",
             "--step-sleep", "0.05"]
+    err = (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen(argv, env=clean_environ({"OMP_NUM_THREADS": "1"}),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdout=subprocess.PIPE, stderr=err, text=True,
                             start_new_session=True)
     ranks: list[psutil.Process] = []
     try:
@@ -59,11 +64,13 @@ def test_sigterm_to_the_parent_stops_every_rank() -> None:
             pytest.fail(f"no step line; exit {proc.wait()}")
         ranks = _ranks(psutil.Process(proc.pid))
         assert len(ranks) == 2, [p.cmdline() for p in ranks]
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=15)
         _gone, alive = psutil.wait_procs(ranks, timeout=3)
         assert not alive, [p.cmdline() for p in alive]  # no orphans
-        assert code == 128 + signal.SIGTERM  # the forwarded signal, as a shell reports it
+        assert code == 128 + signum  # the forwarded signal, as a shell reports it
+        err.seek(0)
+        assert "Traceback" not in err.read()
     finally:
         for p in ranks:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -71,3 +78,4 @@ def test_sigterm_to_the_parent_stops_every_rank() -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait()
+        err.close()

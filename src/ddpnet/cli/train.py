@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from ddpnet.local import MAX_LOCAL_RANKS
+
 
 @click.command("train")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "transformer"]), default="mlp",
@@ -49,7 +51,7 @@ import click
 @click.option("--pg-timeout", "pg_timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds before a stuck connect or collective fails this rank.")
 @click.option("--local", "local", type=int, default=None,
-              help="Start N ranks on this machine (no launcher needed).")
+              help=f"Start N ranks on this machine (1 to {MAX_LOCAL_RANKS}; no launcher needed).")
 @click.option("--step-sleep", "step_sleep_s", type=float, default=0.0, hidden=True,
               help="Sleep per step in seconds (fault drills, demos).")
 @click.option("--monitor", is_flag=True,

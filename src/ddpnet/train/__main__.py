@@ -21,6 +21,8 @@ def main(argv: list[str]) -> int:
     except DdpnetError as exc:
         print_error(exc)
         return int(exc.exit_code)
+    except KeyboardInterrupt:  # the parent forwarded Ctrl-C: stop quietly, as a shell would
+        return 130
 
 
 if __name__ == "__main__":
