@@ -4,6 +4,9 @@ It resolves the configuration from whatever launched the process, picks the inte
 host (``ddpnet.net.select``), proves the rendezvous can work within ``connect_timeout``
 (``ddpnet.net.probe.preflight``) and only then calls ``init_process_group``. It sets only
 the variables it reports in ``Handle.environ_set`` and puts them back on shutdown.
+
+:func:`pick_backend` is the one choice of backend and device (nccl on cuda, gloo on cpu),
+used by init() and so by ``train`` and ``bench``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,25 @@ from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
 
 BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
 
 #: variables init() set, with the value they had before (None: unset), for shutdown()
 _saved: dict[str, str | None] = {}
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The process group's backend and the device its tensors live on, each with why."""
+
+    backend: str
+    #: "cuda" or "cpu"
+    device: str
+    reason: str
+    device_reason: str
+
+    def device_for(self, local_rank: int) -> str:
+        """The torch device string of local rank ``local_rank``."""
+        return f"cuda:{local_rank}" if self.device == "cuda" else "cpu"
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,8 @@ class Handle:
     config: DistConfig
     selection: Selection | None = None
     environ_set: dict[str, str] = field(default_factory=dict)
+    #: the backend/device choice with its reasons
+    choice: BackendChoice | None = None
 
     @property
     def local_rank(self) -> int:
@@ -55,21 +76,63 @@ class Handle:
         shutdown()
 
 
-def pick_backend(requested: str, cuda_devices: int, nccl_available: bool) -> tuple[str, str]:
-    """(backend, reason): explicit wins; auto is nccl when CUDA devices are visible (pure)."""
-    if requested not in BACKENDS:
-        raise ConfigError(f"backend {requested!r} is not one of {', '.join(BACKENDS)}",
+def check_requested(backend: str, device: str = "auto") -> None:
+    """ConfigError unless ``backend`` and ``device`` are names we know (pure, no torch)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}",
                           "use backend='auto' (nccl with GPUs, else gloo), 'nccl' or 'gloo'")
-    if requested == "nccl" and (cuda_devices == 0 or not nccl_available):
+    if device not in DEVICES:
+        raise ConfigError(f"device {device!r} is not one of {', '.join(DEVICES)}",
+                          "use device='auto' (cuda with GPUs, else cpu), 'cuda' or 'cpu'")
+
+
+def pick_backend(requested: str, cuda_devices: int, nccl_available: bool,
+                 device: str = "auto") -> BackendChoice:
+    """THE backend/device choice (pure): nccl on cuda, gloo on cpu; an explicit backend or
+    device wins, an impossible one is a ConfigError. Used by init(), train and bench."""
+    check_requested(requested, device)
+    _check_possible(requested, device, cuda_devices, nccl_available)
+    chosen_device, device_why = _pick_device(requested, device, cuda_devices, nccl_available)
+    if requested != "auto":
+        return BackendChoice(requested, chosen_device, "argument backend", device_why)
+    if chosen_device == "cuda" and nccl_available:
+        return BackendChoice("nccl", "cuda", f"{cuda_devices} CUDA device(s) visible",
+                             device_why)
+    why = "torch has no NCCL" if chosen_device == "cuda" else "no CUDA device visible"
+    return BackendChoice("gloo", chosen_device, why, device_why)
+
+
+def _check_possible(backend: str, device: str, cuda_devices: int,
+                    nccl_available: bool) -> None:
+    if device == "cuda" and cuda_devices == 0:
+        raise ConfigError("device 'cuda' requested but torch sees no CUDA device on this node",
+                          "use the cpu device (--device cpu), or check `nvidia-smi`, "
+                          "CUDA_VISIBLE_DEVICES and that torch is a CUDA build")
+    if backend != "nccl":
+        return
+    if cuda_devices == 0 or not nccl_available:
         why = "no CUDA device is visible" if cuda_devices == 0 else "torch has no NCCL"
         raise ConfigError(f"backend 'nccl' requested but {why}",
                           "use backend='gloo' on CPU-only nodes, or install a CUDA build of "
                           "torch and check `nvidia-smi` / CUDA_VISIBLE_DEVICES")
-    if requested != "auto":
-        return requested, "argument backend"
-    if cuda_devices > 0 and nccl_available:
-        return "nccl", f"{cuda_devices} CUDA device(s) visible"
-    return "gloo", "no CUDA device visible"
+    if device == "cpu":
+        raise ConfigError("backend 'nccl' with device 'cpu': NCCL only moves CUDA tensors",
+                          "use backend 'gloo' for cpu tensors, or device 'cuda'")
+
+
+def _pick_device(backend: str, device: str, cuda_devices: int,
+                 nccl_available: bool) -> tuple[str, str]:
+    if device != "auto":
+        return device, "argument device"
+    if backend == "nccl":
+        return "cuda", "NCCL moves CUDA tensors"
+    if backend == "gloo":
+        return "cpu", "backend gloo: tensors stay on cpu"
+    if cuda_devices == 0:
+        return "cpu", "no CUDA device visible"
+    if not nccl_available:
+        return "cpu", f"{cuda_devices} CUDA device(s) visible but torch has no NCCL"
+    return "cuda", f"{cuda_devices} CUDA device(s) visible"
 
 
 def init_url(cfg: DistConfig) -> str:
@@ -110,15 +173,17 @@ def _seconds(name: str, value: Any, hint: str) -> float:
 
 
 def init(backend: str = "auto", init_method: str | None = None, timeout: float | None = None,
-         connect_timeout: float = 60, *, ifname: str | None = None,
+         connect_timeout: float = 60, *, ifname: str | None = None, device: str = "auto",
          **overrides: Any) -> Handle:
     """Bring up the default process group on the right interface, or fail fast with a cause.
 
     ``timeout`` (seconds) is torch's process-group timeout (None: torch's default);
     ``connect_timeout`` bounds the preflight. ``ifname`` forces one interface for gloo,
-    NCCL and TensorPipe. ``overrides``: rank, world_size, local_rank, master_addr,
-    master_port, ... as for ``ddpnet.resolve``. Raises ConfigError (bad input) or
-    RendezvousError (``.cause``: master-unresolvable, master-no-route, master-port-filtered,
+    NCCL and TensorPipe. ``device`` ("auto", "cpu", "cuda") is where tensors live, chosen
+    with the backend by :func:`pick_backend`; on cuda the local rank's GPU becomes the
+    current device. ``overrides``: rank, world_size, local_rank, master_addr, master_port,
+    ... as for ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError
+    (``.cause``: master-unresolvable, master-no-route, master-port-filtered,
     master-port-refused, port-in-use, hostname-loopback, master-loopback, ifname-*,
     group-failed).
     """
@@ -132,43 +197,68 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         timeout = _seconds("timeout", timeout,
                            "leave it out for torch's default, or e.g. timeout=1800")
     cfg = resolve(init_method=init_method, **overrides)
-    if backend not in BACKENDS:
-        pick_backend(backend, 0, False)  # raises the ConfigError
-    dist_mod = sys.modules.get("torch.distributed")
-    if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
-        raise ConfigError(f"the default process group already exists (rank {cfg.rank})",
-                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
+    check_requested(backend, device)
+    _refuse_second_group(cfg)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch
     selection = select_for_host(cfg, os.environ, ifname=ifname)
     preflight(cfg, selection, connect_timeout, backend="nccl" if backend == "nccl" else "gloo")
+    choice = choose(backend, device)
+    placed = _place(choice, cfg, selection)
+    to_set = selection.env()
+    _set_env(to_set)
+    _init_group(choice.backend, cfg, selection, timeout)
+    return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
+                  selection, dict(to_set), choice)
 
+
+def choose(backend: str = "auto", device: str = "auto") -> BackendChoice:
+    """:func:`pick_backend` with this process's facts from torch (imports torch)."""
     import torch
     import torch.distributed as dist
 
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    chosen, _why = pick_backend(backend, cuda, dist.is_nccl_available())
-    device = "cpu"
-    if chosen == "nccl":
+    return pick_backend(backend, cuda, dist.is_nccl_available(), device)
+
+
+def _refuse_second_group(cfg: DistConfig) -> None:
+    dist_mod = sys.modules.get("torch.distributed")
+    if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
+        raise ConfigError(f"the default process group already exists (rank {cfg.rank})",
+                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
+
+
+def _place(choice: BackendChoice, cfg: DistConfig, selection: Selection) -> str:
+    """This rank's device string; on cuda, make the local rank's GPU the current device."""
+    import torch
+
+    if choice.backend == "nccl":
         problem = selection.error(host=socket.gethostname(), rank=cfg.rank, backend="nccl")
         if problem is not None:
             raise problem
-        if cfg.local_rank >= cuda:
-            raise ConfigError(
-                f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
-                f"(rank {cfg.rank})",
-                "run one process per GPU (--nproc-per-node = GPUs per node) or check "
-                "CUDA_VISIBLE_DEVICES")
-        torch.cuda.set_device(cfg.local_rank)
-        device = f"cuda:{cfg.local_rank}"
+    if choice.device != "cuda":
+        return "cpu"
+    cuda = torch.cuda.device_count()
+    if cfg.local_rank >= cuda:
+        raise ConfigError(
+            f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
+            f"(rank {cfg.rank})",
+            "run one process per GPU (--nproc-per-node = GPUs per node) or check "
+            "CUDA_VISIBLE_DEVICES")
+    torch.cuda.set_device(cfg.local_rank)
+    return choice.device_for(cfg.local_rank)
 
-    to_set = selection.env()
-    _set_env(to_set)
+
+def _init_group(backend: str, cfg: DistConfig, selection: Selection,
+                timeout: float | None) -> None:
+    """init_process_group, its failure explained as a RendezvousError (env restored)."""
+    import torch.distributed as dist
+
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = timedelta(seconds=timeout)
     try:
-        dist.init_process_group(chosen, init_method=init_url(cfg), rank=cfg.rank,
+        dist.init_process_group(backend, init_method=init_url(cfg), rank=cfg.rank,
                                 world_size=cfg.world_size, **kwargs)
     except Exception as exc:  # torch raises DistError / RuntimeError subclasses
         _restore_env()
@@ -176,13 +266,11 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         host = socket.gethostname()
         raise RendezvousError(
             "group-failed",
-            f"init_process_group({chosen!r}) failed on {host} (rank {cfg.rank}) after the "
+            f"init_process_group({backend!r}) failed on {host} (rank {cfg.rank}) after the "
             f"preflight passed: {first[:300]}",
             f"ranks connect to each other on ephemeral ports over {selection.interface}: "
             f"check no firewall drops them between nodes (`ddpnet doctor`, `ddpnet tune`)",
             host=host, rank=cfg.rank, detail=str(exc)) from exc
-    return Handle(cfg.rank, cfg.world_size, chosen, device, selection.interface, cfg,
-                  selection, dict(to_set))
 
 
 def shutdown() -> None:

@@ -137,10 +137,11 @@ def test_world_of_one_in_process_and_context_manager(solo: pytest.MonkeyPatch) -
 
 
 def test_pick_backend() -> None:
-    assert pick_backend("auto", 0, True)[0] == "gloo"
-    assert pick_backend("auto", 2, True)[0] == "nccl"
-    assert pick_backend("auto", 2, False)[0] == "gloo"
-    assert pick_backend("gloo", 8, True) == ("gloo", "argument backend")
+    assert pick_backend("auto", 0, True).backend == "gloo"
+    assert pick_backend("auto", 2, True).backend == "nccl"
+    assert pick_backend("auto", 2, False).backend == "gloo"
+    chosen = pick_backend("gloo", 8, True)
+    assert (chosen.backend, chosen.reason) == ("gloo", "argument backend")
     with pytest.raises(ConfigError, match="no CUDA device"):
         pick_backend("nccl", 0, True)
     with pytest.raises(ConfigError, match="not one of"):

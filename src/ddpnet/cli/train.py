@@ -3,12 +3,11 @@ ranks with ``--local N``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from ddpnet.errors import ConfigError
+from ddpnet.local import MAX_LOCAL_RANKS
 
 
 @click.command("train")
@@ -52,7 +51,7 @@ from ddpnet.errors import ConfigError
 @click.option("--pg-timeout", "pg_timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds before a stuck connect or collective fails this rank.")
 @click.option("--local", "local", type=int, default=None,
-              help="Start N ranks on this machine (no launcher needed).")
+              help=f"Start N ranks on this machine (1 to {MAX_LOCAL_RANKS}; no launcher needed).")
 @click.option("--step-sleep", "step_sleep_s", type=float, default=0.0, hidden=True,
               help="Sleep per step in seconds (fault drills, demos).")
 @click.option("--monitor", is_flag=True,
@@ -67,28 +66,13 @@ def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: f
 
     Run it on every rank (torchrun, srun, mpirun, `ddpnet lab run`), or `--local N`.
     """
-    import os
-
-    from ddpnet.train import hugepages
-    from ddpnet.train.config import TrainConfig, validate
-
-    # before anything imports torch: it reads the variable once, at its first allocation
-    os.environ.update(hugepages.default_env(os.environ))
-
-    def cuda_available() -> bool:
-        import torch
-
-        return bool(torch.cuda.is_available())
+    from ddpnet.train.config import TrainConfig, TrainOptions
+    from ddpnet.train.report import report
+    from ddpnet.train.run import leave, run
 
     flags["monitor_interval_s"] = monitor_interval if monitor else 0.0
-    cfg = validate(TrainConfig(**flags), cuda_available=cuda_available)
-    if local is not None:
-        if local < 1:
-            raise ConfigError(f"--local must be 1 or more, got {local}",
-                              "e.g. --local 2 starts two ranks on this machine")
-        from ddpnet.train.local import run_local
-
-        return run_local(local, json.dumps(cfg.to_dict()), as_json=as_json)
-    from ddpnet.train.run import leave, run_rank
-
-    leave(run_rank(cfg, as_json=as_json))  # see leave(): a finished rank skips C++ teardown
+    result = run(TrainOptions(TrainConfig(**flags), local=local, as_json=as_json))
+    code = report(result, as_json)
+    if result.rank is None:  # the --local parent: its ranks ran the group
+        return code
+    leave(code)  # see leave(): a finished rank skips C++ teardown

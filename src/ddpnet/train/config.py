@@ -59,6 +59,34 @@ class TrainConfig:
 def validate(cfg: TrainConfig, *,
              cuda_available: bool | Callable[[], bool]) -> TrainConfig:
     """Reject combinations that would crash deep inside torch or silently train wrong."""
+    _check_names_and_sizes(cfg)
+    _check_optimisation(cfg)
+    _check_comm_hook(cfg)
+    _check_checkpoints(cfg)
+    _check_timing(cfg)
+    # last: asking torch about CUDA imports torch (seconds), so flag errors come first
+    has_cuda = cuda_available() if callable(cuda_available) else cuda_available
+    device = device_kind(cfg.device, cuda_available=has_cuda)
+    if cfg.amp == "fp16" and device != "cuda":
+        raise ConfigError(
+            "--amp fp16 needs a CUDA device (fp16 autocast with GradScaler); this run is on CPU",
+            "use --amp bf16 on CPU, or run on a node with a GPU",
+        )
+    return cfg
+
+
+def device_kind(device: str, *, cuda_available: bool) -> str:
+    """"cuda" or "cpu" as ``ddpnet.init()`` will choose for ``--device`` (the one choice,
+    ``process_group.pick_backend``); an explicit ``cuda`` without a GPU is a ConfigError.
+    Only CUDA's presence is known here: a CUDA build of torch is taken to have NCCL, as
+    every Linux one does (init() decides with the real facts)."""
+    from ddpnet.process_group import pick_backend
+
+    gpus = 1 if cuda_available else 0
+    return pick_backend("auto", gpus, cuda_available, device).device
+
+
+def _check_names_and_sizes(cfg: TrainConfig) -> None:
     if cfg.model not in MODELS:
         raise ConfigError(f"unknown --model {cfg.model!r}", f"choose one of {', '.join(MODELS)}")
     if cfg.dataset not in DATASETS:
@@ -76,6 +104,9 @@ def validate(cfg: TrainConfig, *,
     if not (cfg.monitor_interval_s == 0 or 0.05 <= cfg.monitor_interval_s <= 3600):
         raise ConfigError(f"--monitor-interval must be between 0.05 and 3600 s, got "
                           f"{cfg.monitor_interval_s}", "e.g. --monitor --monitor-interval 1")
+
+
+def _check_optimisation(cfg: TrainConfig) -> None:
     if cfg.lr <= 0:
         raise ConfigError(f"--lr must be positive, got {cfg.lr}", "try --lr 0.05")
     if cfg.bucket_cap_mb <= 0:
@@ -83,25 +114,32 @@ def validate(cfg: TrainConfig, *,
                           "DDP's default is 25 (MB); larger buckets mean fewer all-reduces")
     if cfg.amp not in AMP_MODES:
         raise ConfigError(f"unknown --amp {cfg.amp!r}", f"choose one of {', '.join(AMP_MODES)}")
+
+
+def _check_comm_hook(cfg: TrainConfig) -> None:
     if cfg.comm_hook not in COMM_HOOKS:
         raise ConfigError(f"unknown --comm-hook {cfg.comm_hook!r}",
                           f"choose one of {', '.join(COMM_HOOKS)}")
-    if cfg.comm_hook == "powersgd":
-        if cfg.powersgd_rank < 1:
-            raise ConfigError(
-                f"--powersgd-rank must be a positive integer, got {cfg.powersgd_rank}",
-                "PowerSGD approximates each gradient matrix with this rank; 1-8 is typical, "
-                "try --powersgd-rank 4",
-            )
-        if cfg.powersgd_start_iter < 2:
-            raise ConfigError(
-                f"--powersgd-start-iter must be at least 2, got {cfg.powersgd_start_iter}",
-                "DDP rebuilds its buckets after the first step; PowerSGD with error feedback "
-                "must start after that",
-            )
-    elif cfg.powersgd_rank != 4:
-        raise ConfigError("--powersgd-rank only applies to --comm-hook powersgd",
-                          "add --comm-hook powersgd or drop --powersgd-rank")
+    if cfg.comm_hook != "powersgd":
+        if cfg.powersgd_rank != 4:
+            raise ConfigError("--powersgd-rank only applies to --comm-hook powersgd",
+                              "add --comm-hook powersgd or drop --powersgd-rank")
+        return
+    if cfg.powersgd_rank < 1:
+        raise ConfigError(
+            f"--powersgd-rank must be a positive integer, got {cfg.powersgd_rank}",
+            "PowerSGD approximates each gradient matrix with this rank; 1-8 is typical, "
+            "try --powersgd-rank 4",
+        )
+    if cfg.powersgd_start_iter < 2:
+        raise ConfigError(
+            f"--powersgd-start-iter must be at least 2, got {cfg.powersgd_start_iter}",
+            "DDP rebuilds its buckets after the first step; PowerSGD with error feedback "
+            "must start after that",
+        )
+
+
+def _check_checkpoints(cfg: TrainConfig) -> None:
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every must be 0 or more, got {cfg.checkpoint_every}",
                           "0 disables periodic checkpoints")
@@ -111,6 +149,9 @@ def validate(cfg: TrainConfig, *,
     if cfg.keep_checkpoints < 1:
         raise ConfigError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}",
                           "keep at least the newest checkpoint")
+
+
+def _check_timing(cfg: TrainConfig) -> None:
     if cfg.log_every < 1:
         raise ConfigError(f"--log-every must be positive, got {cfg.log_every}", "try 10")
     if cfg.pg_timeout_s <= 0:
@@ -118,24 +159,13 @@ def validate(cfg: TrainConfig, *,
                           "seconds before a stuck collective fails the rank, e.g. 300")
     if cfg.step_sleep_s < 0:
         raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
-    # last: asking torch about CUDA imports torch (seconds), so flag errors come first
-    has_cuda = cuda_available() if callable(cuda_available) else cuda_available
-    device = resolve_device(cfg.device, cuda_available=has_cuda)
-    if cfg.amp == "fp16" and device != "cuda":
-        raise ConfigError(
-            "--amp fp16 needs a CUDA device (fp16 autocast with GradScaler); this run is on CPU",
-            "use --amp bf16 on CPU, or run on a node with a GPU",
-        )
-    return cfg
 
 
-def resolve_device(device: str, *, cuda_available: bool) -> str:
-    """``auto`` picks CUDA when present; an explicit ``cuda`` without a GPU is an error."""
-    if device == "auto":
-        return "cuda" if cuda_available else "cpu"
-    if device == "cuda" and not cuda_available:
-        raise ConfigError("--device cuda but torch sees no CUDA device on this node",
-                          "use --device cpu, or check `nvidia-smi` and the torch build")
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"unknown --device {device!r}", "choose auto, cpu or cuda")
-    return device
+@dataclass(frozen=True)
+class TrainOptions:
+    """One ``ddpnet train`` invocation: the run's configuration, ``--local N`` (None: this
+    process is one rank of a launcher's job) and ``--json``."""
+
+    config: TrainConfig
+    local: int | None = None
+    as_json: bool = False

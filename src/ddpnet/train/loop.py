@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,92 +23,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddpnet.errors import ConfigError
-from ddpnet.train import checkpoint as ckpt
 from ddpnet.train import hugepages
-from ddpnet.train.comm import register_hook
+from ddpnet.train.comm import HookPlan, register_hook
 from ddpnet.train.config import TrainConfig
-from ddpnet.train.data import NUM_CLASSES, load_dataset, make_loader
+from ddpnet.train.data import NUM_CLASSES, Split, load_dataset, make_loader
 from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """What the loop tells its callbacks after every optimizer step, on every rank.
-
-    This is the hook point for telemetry (``--monitor``): append a callable taking a
-    ``StepEvent`` to ``train(..., callbacks=[...])``. Callbacks run on the training thread,
-    so they must be cheap; ``eval_*`` and ``global_loss`` are set on log steps only.
-    """
-
-    rank: int
-    world_size: int
-    step: int
-    total_steps: int
-    epoch: int
-    #: this rank's mean loss over the step's micro-batches
-    loss: float
-    #: samples all ranks processed in this step
-    global_samples: int
-    step_time_s: float
-    #: forward+backward time without communication (estimated, see ``comm_wait_s``)
-    compute_s: float
-    #: time the synchronising backward took beyond pure compute: all-reduce not hidden
-    #: behind backward (estimated as sync backward minus a no_sync forward/backward)
-    comm_wait_s: float
-    bytes_allreduced: int
-    is_log_step: bool = False
-    global_loss: float | None = None
-    eval_loss: float | None = None
-    eval_accuracy: float | None = None
-    samples_per_s: float | None = None
-
-
-StepCallback = Callable[[StepEvent], None]
-
-
-@dataclass(frozen=True)
-class Summary:
-    steps: int
-    final_loss: float
-    eval_loss: float
-    eval_accuracy: float
-    samples_per_s: float
-    bytes_per_step: int
-    step_time_s: float
-    compute_s: float
-    comm_wait_s: float
-    comm_share: float
-    parameters: int
-    world_size: int
-    resumed_from: int | None
-    config: dict[str, Any]
-    backend: str
-    device: str
-    bytes_note: str
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "final_loss": self.final_loss,
-            "eval_loss": self.eval_loss,
-            "eval_accuracy": self.eval_accuracy,
-            "samples_per_s": self.samples_per_s,
-            "bytes_per_step": self.bytes_per_step,
-            "bytes_note": self.bytes_note,
-            "step_time_s": self.step_time_s,
-            "compute_s": self.compute_s,
-            "comm_wait_s": self.comm_wait_s,
-            "comm_share": self.comm_share,
-            "parameters": self.parameters,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "device": self.device,
-            "resumed_from": self.resumed_from,
-            "notes": list(self.notes),
-            "config": self.config,
-        }
+from ddpnet.train.resume import due, restore, save
+from ddpnet.train.summary import StepCallback, StepEvent, Summary
 
 
 def autocast_context(amp: str, device: str) -> contextlib.AbstractContextManager[Any]:
@@ -132,11 +53,53 @@ def _batches(loader: Any, skip: int) -> Iterator[tuple[torch.Tensor, torch.Tenso
     return islice(iter(loader), skip, None)
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What a run trains with, built in the guides' order (data, then model, optimizer and
+    scaler) after the seed, so every rank starts from the same weights."""
+
+    split: Split
+    loader: Any
+    sampler: Any
+    steps_per_epoch: int
+    total_steps: int
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+
+
 def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
           note: Callable[[str], None] = lambda _msg: None) -> Summary:
     """Train on this rank; every rank calls this with the same ``cfg``."""
-    device = d.device
     torch.manual_seed(cfg.seed)  # the same initial weights everywhere (DDP also broadcasts)
+    parts = build(cfg, d)
+    notes = [f"process group via {d.via}"]
+    if d.device == "cpu":
+        notes.append(hugepages.describe(os.environ))
+    # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
+    # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
+    resumed_from = restore(cfg, d, parts.model, parts.optimizer, parts.scaler, notes)
+    for line in notes:
+        note(line)
+    forward_backward = make_forward_backward(cfg, parts.scaler, d.device)
+    # measured on the bare model, before DDP attaches its gradient hooks
+    compute_per_micro = _calibrate(parts.model, parts.loader, forward_backward,
+                                   parts.optimizer, d.device)
+    ddp = DDP(parts.model, device_ids=[d.local_rank] if d.device.startswith("cuda") else None,
+              bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
+              gradient_as_bucket_view=True)
+    plan = register_hook(ddp, cfg.comm_hook, powersgd_rank=cfg.powersgd_rank,
+                         start_iter=cfg.powersgd_start_iter)
+    loop = Loop(cfg, d, parts, ddp, plan, forward_backward, callbacks,
+                start_step=0 if resumed_from is None else resumed_from,
+                compute_per_micro=compute_per_micro)
+    loop.run()
+    return loop.summary(resumed_from, notes)
+
+
+def build(cfg: TrainConfig, d: Dist) -> Parts:
+    """Data over this rank's shard, the model on this rank's device, SGD and the scaler;
+    a ConfigError when the data is smaller than one global step."""
     split = load_dataset(cfg.dataset, samples=cfg.samples, eval_samples=cfg.eval_samples,
                          seed=cfg.seed)
     loader, sampler = make_loader(split.train, batch_size=cfg.batch_size, rank=d.rank,
@@ -149,35 +112,20 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
             "lower --batch-size or --grad-accum, or raise --samples",
         )
     total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * steps_per_epoch
-
-    model = build_model(cfg.model, cfg.width, cfg.depth, NUM_CLASSES).to(device)
+    model = build_model(cfg.model, cfg.width, cfg.depth, NUM_CLASSES).to(d.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16")
+    return Parts(split, loader, sampler, steps_per_epoch, total_steps, model, optimizer,
+                 scaler)
 
-    # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
-    # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
-    start_step, resumed_from, notes = 0, None, [f"process group via {d.via}"]
-    if device == "cpu":
-        notes.append(hugepages.describe(os.environ))
-    if cfg.checkpoint_dir:
-        start_step, state = _resume(Path(cfg.checkpoint_dir), d, notes)
-        if state is not None:
-            resumed_from = start_step
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scaler.load_state_dict(state["scaler"])
-            rngs = state["rng"]
-            if len(rngs) == d.world_size:
-                ckpt.set_rng_state(rngs[d.rank])
-            else:
-                notes.append(f"world size changed {len(rngs)} -> {d.world_size}: "
-                             "RNG states reseeded, data order continues by epoch")
-            if state["config"]["batch_size"] != cfg.batch_size or \
-                    state["world_size"] != d.world_size:
-                notes.append("global batch differs from the checkpoint's: the step count "
-                             "continues, the samples seen per step change")
-    for line in notes:
-        note(line)
+
+ForwardBackward = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def make_forward_backward(cfg: TrainConfig, scaler: torch.amp.GradScaler,
+                          device: str) -> ForwardBackward:
+    """One micro-batch: forward under autocast, loss scaled for accumulation (and by the
+    GradScaler for fp16), backward; returns the detached loss."""
 
     def forward_backward(net: torch.nn.Module, x: torch.Tensor,
                          y: torch.Tensor) -> torch.Tensor:
@@ -186,108 +134,176 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
         scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         return loss.detach()
 
-    # measured on the bare model, before DDP attaches its gradient hooks
-    compute_per_micro = _calibrate(model, loader, forward_backward, optimizer, device)
+    return forward_backward
 
-    ddp = DDP(model, device_ids=[d.local_rank] if device.startswith("cuda") else None,
-              bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
-              gradient_as_bucket_view=True)
-    plan = register_hook(ddp, cfg.comm_hook, powersgd_rank=cfg.powersgd_rank,
-                         start_iter=cfg.powersgd_start_iter)
 
-    global_samples = cfg.batch_size * cfg.grad_accum * d.world_size
-    # untimed steps: the first builds DDP's buckets, the second rebuilds them in gradient
-    # order and allocates the new ones (and a hook's buffers); PowerSGD runs plain all-reduce
-    # for start_iter steps, then allocates its factors on the first compressed one
-    warmup = cfg.powersgd_start_iter + 1 if cfg.comm_hook == "powersgd" else 2
-    timed_steps, timed_wall, sum_compute, sum_comm = 0, 0.0, 0.0, 0.0
-    last_loss, step = float("nan"), start_step
-    interval_start, interval_steps = time.perf_counter(), 0
-    ev_loss, ev_acc = float("nan"), float("nan")
-    while step < total_steps:
-        epoch, offset = divmod(step, steps_per_epoch)
-        sampler.set_epoch(epoch)  # a new shuffle per epoch, the same on every rank
-        batches = _batches(loader, offset * cfg.grad_accum)
-        while step < total_steps and offset < steps_per_epoch:
+@dataclass(frozen=True)
+class StepTimes:
+    """One optimizer step as measured: the summed loss, the wall time, and the time of the
+    no_sync micro-batches and of the synchronising one."""
+
+    loss: float
+    step_time: float
+    no_sync_time: float
+    sync_time: float
+
+
+@dataclass
+class Meter:
+    """Step timing: the averages over the timed steps (not the warm-up ones) and the
+    current log interval's start, for the samples/s of each log line."""
+
+    timed_steps: int = 0
+    timed_wall: float = 0.0
+    sum_compute: float = 0.0
+    sum_comm: float = 0.0
+    interval_start: float = field(default_factory=time.perf_counter)
+    interval_steps: int = 0
+
+    def add(self, step_time: float, compute: float, comm_wait: float) -> None:
+        self.timed_steps += 1
+        self.timed_wall += step_time
+        self.sum_compute += compute
+        self.sum_comm += comm_wait
+
+    def interval_rate(self, global_samples: int) -> float:
+        elapsed = max(time.perf_counter() - self.interval_start, 1e-9)
+        return self.interval_steps * global_samples / elapsed
+
+    def new_interval(self) -> None:
+        self.interval_start, self.interval_steps = time.perf_counter(), 0
+
+    def mean(self, total: float) -> float:
+        return total / self.timed_steps if self.timed_steps else float("nan")
+
+
+class Loop:
+    """The steps of one run, from ``start_step`` to the total: per step ``no_sync`` for all
+    but the last micro-batch, the optimizer step, timing, metrics on log steps, callbacks
+    and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, d: Dist, parts: Parts, ddp: DDP, plan: HookPlan,
+                 forward_backward: ForwardBackward, callbacks: Sequence[StepCallback], *,
+                 start_step: int, compute_per_micro: float) -> None:
+        self.cfg, self.d, self.parts, self.ddp, self.plan = cfg, d, parts, ddp, plan
+        self.forward_backward = forward_backward
+        self.callbacks = callbacks
+        self.start_step = self.step = start_step
+        self.compute_per_micro = compute_per_micro
+        self.global_samples = cfg.batch_size * cfg.grad_accum * d.world_size
+        # untimed steps: the first builds DDP's buckets, the second rebuilds them in gradient
+        # order and allocates the new ones (and a hook's buffers); PowerSGD runs plain
+        # all-reduce for start_iter steps, then allocates its factors on the first compressed
+        self.warmup = cfg.powersgd_start_iter + 1 if cfg.comm_hook == "powersgd" else 2
+        self.meter = Meter()
+        self.last_loss = float("nan")
+        self.ev_loss, self.ev_acc = float("nan"), float("nan")
+
+    def run(self) -> None:
+        spe = self.parts.steps_per_epoch
+        while self.step < self.parts.total_steps:
+            epoch, offset = divmod(self.step, spe)
+            self.parts.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same everywhere
+            batches = _batches(self.parts.loader, offset * self.cfg.grad_accum)
+            while self.step < self.parts.total_steps and offset < spe:
+                self.one_step(epoch, batches)
+                offset += 1
+
+    def one_step(self, epoch: int, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+                 ) -> None:
+        times = self.optimizer_step(batches)
+        self.step += 1
+        cfg = self.cfg
+        if cfg.grad_accum > 1:  # a fresh compute estimate from this step's no_sync passes
+            self.compute_per_micro = times.no_sync_time / (cfg.grad_accum - 1)
+        comm_wait = max(0.0, times.sync_time - self.compute_per_micro)
+        compute = times.step_time - comm_wait
+        if self.step > self.start_step + self.warmup:  # not the bucket-building steps
+            self.meter.add(times.step_time, compute, comm_wait)
+        self.last_loss = times.loss
+        self.meter.interval_steps += 1
+        is_log = self.step % cfg.log_every == 0 or self.step == self.parts.total_steps
+        extra = self.log_metrics(times.loss) if is_log else {}
+        event = StepEvent(
+            rank=self.d.rank, world_size=self.d.world_size, step=self.step,
+            total_steps=self.parts.total_steps, epoch=epoch, loss=times.loss,
+            global_samples=self.global_samples, step_time_s=times.step_time,
+            compute_s=compute, comm_wait_s=comm_wait,
+            bytes_allreduced=self.plan.bytes_per_step, **extra)
+        for callback in self.callbacks:
+            callback(event)
+        if is_log:
+            self.meter.new_interval()
+        self.checkpoint()
+        if cfg.step_sleep_s:
+            time.sleep(cfg.step_sleep_s)
+
+    def optimizer_step(self, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+                       ) -> StepTimes:
+        """``grad_accum`` micro-batches (all-reduce on the last one only), then the
+        optimizer step."""
+        device, accum = self.d.device, self.cfg.grad_accum
+        _sync(device)
+        t0 = time.perf_counter()
+        losses, no_sync_time, sync_time = [], 0.0, 0.0
+        for micro in range(accum):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            last = micro == accum - 1
+            tm = time.perf_counter()
+            # no_sync: accumulate locally, all-reduce only on the group's last backward
+            with contextlib.nullcontext() if last else self.ddp.no_sync():
+                losses.append(self.forward_backward(self.ddp, x, y))
             _sync(device)
-            t0 = time.perf_counter()
-            losses, no_sync_time, sync_time = [], 0.0, 0.0
-            for micro in range(cfg.grad_accum):
-                x, y = next(batches)
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                last = micro == cfg.grad_accum - 1
-                tm = time.perf_counter()
-                # no_sync: accumulate locally, all-reduce only on the group's last backward
-                with contextlib.nullcontext() if last else ddp.no_sync():
-                    losses.append(forward_backward(ddp, x, y))
-                _sync(device)
-                if last:
-                    sync_time = time.perf_counter() - tm
-                else:
-                    no_sync_time += time.perf_counter() - tm
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = float(torch.stack(losses).sum())
-            _sync(device)
-            step_time = time.perf_counter() - t0
-            step += 1
-            offset += 1
-            if cfg.grad_accum > 1:  # a fresh compute estimate from this step's no_sync passes
-                compute_per_micro = no_sync_time / (cfg.grad_accum - 1)
-            comm_wait = max(0.0, sync_time - compute_per_micro)
-            compute = step_time - comm_wait
-            if step > start_step + warmup:  # not the steps that build buckets, warm caches
-                timed_steps += 1
-                timed_wall += step_time
-                sum_compute += compute
-                sum_comm += comm_wait
-            last_loss = loss_value
-            interval_steps += 1
-            is_log = step % cfg.log_every == 0 or step == total_steps
-            event_extra: dict[str, Any] = {}
-            if is_log:
-                now = time.perf_counter()
-                rate = interval_steps * global_samples / max(now - interval_start, 1e-9)
-                glob = _mean_across_ranks(loss_value, device)
-                ev_loss, ev_acc = evaluate(ddp.module, split.eval, d, cfg)
-                event_extra = {"is_log_step": True, "global_loss": glob, "eval_loss": ev_loss,
-                               "eval_accuracy": ev_acc, "samples_per_s": rate}
-                last_loss = glob
-            event = StepEvent(
-                rank=d.rank, world_size=d.world_size, step=step, total_steps=total_steps,
-                epoch=epoch, loss=loss_value, global_samples=global_samples,
-                step_time_s=step_time, compute_s=compute, comm_wait_s=comm_wait,
-                bytes_allreduced=plan.bytes_per_step, **event_extra)
-            for callback in callbacks:
-                callback(event)
-            if is_log:
-                interval_start, interval_steps = time.perf_counter(), 0
-            if cfg.checkpoint_dir and (step == total_steps or (
-                    cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
-                _save(cfg, d, step, ddp.module, optimizer, scaler,
-                      sampler={"epoch": (step) // steps_per_epoch,
-                               "offset": step % steps_per_epoch,
-                               "steps_per_epoch": steps_per_epoch, "seed": cfg.seed})
-            if cfg.step_sleep_s:
-                time.sleep(cfg.step_sleep_s)
+            if last:
+                sync_time = time.perf_counter() - tm
+            else:
+                no_sync_time += time.perf_counter() - tm
+        scaler, optimizer = self.parts.scaler, self.parts.optimizer
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        loss = float(torch.stack(losses).sum())
+        _sync(device)
+        return StepTimes(loss, time.perf_counter() - t0, no_sync_time, sync_time)
 
-    if math.isnan(ev_loss):
-        ev_loss, ev_acc = evaluate(ddp.module, split.eval, d, cfg)
-    mean_step = timed_wall / timed_steps if timed_steps else float("nan")
-    return Summary(
-        steps=step, final_loss=last_loss, eval_loss=ev_loss, eval_accuracy=ev_acc,
-        samples_per_s=global_samples / mean_step if timed_steps else float("nan"),
-        bytes_per_step=plan.bytes_per_step, bytes_note=plan.note,
-        step_time_s=mean_step,
-        compute_s=sum_compute / timed_steps if timed_steps else float("nan"),
-        comm_wait_s=sum_comm / timed_steps if timed_steps else float("nan"),
-        comm_share=sum_comm / timed_wall if timed_wall else float("nan"),
-        parameters=count_parameters(model), world_size=d.world_size,
-        resumed_from=resumed_from, config=cfg.to_dict(), backend=d.backend, device=device,
-        notes=tuple(notes),
-    )
+    def log_metrics(self, loss: float) -> dict[str, Any]:
+        """A log step's extra fields: the loss averaged over ranks, eval, samples/s."""
+        rate = self.meter.interval_rate(self.global_samples)
+        glob = _mean_across_ranks(loss, self.d.device)
+        self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval, self.d,
+                                             self.cfg)
+        self.last_loss = glob
+        return {"is_log_step": True, "global_loss": glob, "eval_loss": self.ev_loss,
+                "eval_accuracy": self.ev_acc, "samples_per_s": rate}
 
+    def checkpoint(self) -> None:
+        if not due(self.cfg, self.step, self.parts.total_steps):
+            return
+        spe = self.parts.steps_per_epoch
+        save(self.cfg, self.d, self.step, self.ddp.module, self.parts.optimizer,
+             self.parts.scaler,
+             sampler={"epoch": self.step // spe, "offset": self.step % spe,
+                      "steps_per_epoch": spe, "seed": self.cfg.seed})
+
+    def summary(self, resumed_from: int | None, notes: Sequence[str]) -> Summary:
+        if math.isnan(self.ev_loss):
+            self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval,
+                                                 self.d, self.cfg)
+        m, timed = self.meter, self.meter.timed_steps
+        mean_step = m.mean(m.timed_wall)
+        return Summary(
+            steps=self.step, final_loss=self.last_loss, eval_loss=self.ev_loss,
+            eval_accuracy=self.ev_acc,
+            samples_per_s=self.global_samples / mean_step if timed else float("nan"),
+            bytes_per_step=self.plan.bytes_per_step, bytes_note=self.plan.note,
+            step_time_s=mean_step, compute_s=m.mean(m.sum_compute),
+            comm_wait_s=m.mean(m.sum_comm),
+            comm_share=m.sum_comm / m.timed_wall if m.timed_wall else float("nan"),
+            parameters=count_parameters(self.parts.model), world_size=self.d.world_size,
+            resumed_from=resumed_from, config=self.cfg.to_dict(), backend=self.d.backend,
+            device=self.d.device, notes=tuple(notes),
+        )
 
 
 def _calibrate(model: torch.nn.Module, loader: Any,
@@ -340,42 +356,3 @@ def evaluate(model: torch.nn.Module, dataset: Any, d: Dist,
     dist.all_reduce(totals)
     n = max(float(totals[2]), 1.0)
     return float(totals[0]) / n, float(totals[1]) / n
-
-
-def _resume(directory: Path, d: Dist, notes: list[str]) -> tuple[int, dict[str, Any] | None]:
-    """Rank 0 loads the newest complete checkpoint and broadcasts it (no shared disk needed)."""
-    payload: list[Any] = [None]
-    if d.rank == 0:
-        loaded = ckpt.load_newest(directory)
-        if loaded is not None:
-            payload = [(loaded.step, loaded.state, loaded.skipped, str(loaded.path))]
-    if d.world_size > 1:
-        dist.broadcast_object_list(payload, src=0)
-    if payload[0] is None:
-        return 0, None
-    step, state, skipped, path = payload[0]
-    notes.extend(f"skipped damaged checkpoint {s}" for s in skipped)
-    notes.append(f"resumed from {path} (step {step})")
-    return int(step), state
-
-
-def _save(cfg: TrainConfig, d: Dist, step: int, model: torch.nn.Module,
-          optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-          sampler: dict[str, int]) -> None:
-    """Every rank contributes its RNG state; rank 0 alone writes the file."""
-    rngs: list[Any] = [None] * d.world_size
-    dist.all_gather_object(rngs, ckpt.rng_state())
-    if d.rank != 0:
-        return
-    assert cfg.checkpoint_dir is not None
-    state = {
-        "step": step,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict(),
-        "rng": rngs,
-        "sampler": sampler,
-        "world_size": d.world_size,
-        "config": cfg.to_dict(),
-    }
-    ckpt.save_atomic(state, Path(cfg.checkpoint_dir), step, keep=cfg.keep_checkpoints)

@@ -1,88 +1,79 @@
-"""One rank's whole run: validate, join the group, train, report, leave the group."""
+"""``ddpnet train``: :func:`run` is one rank's whole run (validate, join the group, train,
+leave the group) or, with ``--local N``, N such ranks on this machine through the one spawner
+(``ddpnet.local.LocalRanks``). Importing this module does not import torch."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ddpnet.train.config import TrainConfig, resolve_device, validate
-from ddpnet.train.loop import StepCallback, StepEvent, Summary
+from ddpnet.train import hugepages
+from ddpnet.train.config import TrainConfig, TrainOptions, validate
+from ddpnet.train.report import Reporter
 
 if TYPE_CHECKING:
     from ddpnet.monitor.recorder import Recorder
     from ddpnet.train.dist import Dist
+    from ddpnet.train.summary import StepCallback, Summary
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
+@dataclass(frozen=True)
+class TrainResult:
+    """How this process's part of a run ended. Rank 0 of a run carries the summary (and
+    every rank's telemetry with ``--monitor``); other ranks and the ``--local`` parent carry
+    only the exit code. ``rank`` is None in the ``--local`` parent (it ran no group)."""
+
+    exit_code: int
+    rank: int | None = None
+    summary: Summary | None = None
+    telemetry: tuple[dict[str, Any], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.summary.to_dict() if self.summary is not None else {}
+        if self.telemetry is not None:
+            out["telemetry"] = list(self.telemetry)
+        return out
 
 
-def format_log_line(e: StepEvent) -> str:
-    """The per-interval line rank 0 prints (pure, for tests and for the README)."""
-    return (
-        f"step {e.step}/{e.total_steps} epoch {e.epoch} loss {e.global_loss:.4f} "
-        f"eval_acc {e.eval_accuracy:.3f} {e.samples_per_s:.0f} samples/s "
-        f"step {e.step_time_s * 1e3:.1f} ms (compute {e.compute_s * 1e3:.1f}, "
-        f"comm wait {e.comm_wait_s * 1e3:.1f}) all-reduce {human_bytes(e.bytes_allreduced)}/step"
-    )
+def run(options: TrainOptions) -> TrainResult:
+    """Validate, then run this rank, or ``--local N`` ranks and wait for them."""
+    # before anything imports torch: it reads the variable once, at its first allocation
+    os.environ.update(hugepages.default_env(os.environ))
+    if options.local is not None:
+        from ddpnet.local import check_world
+
+        check_world(options.local)  # before torch is imported or anything spawns
+    cfg = validate(options.config, cuda_available=_cuda_available)
+    if options.local is not None:
+        return TrainResult(run_local(options.local, cfg, as_json=options.as_json))
+    return run_rank(cfg, as_json=options.as_json)
 
 
-class Reporter:
-    """Rank 0's progress: a rich bar on a terminal, one line per log interval otherwise."""
+def _cuda_available() -> bool:
+    import torch
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self._progress: Any = None
-        self._task: Any = None
-        if stream.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self._progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.description}"),
-                                      console=Console(file=stream), transient=True)
-
-    def __call__(self, e: StepEvent) -> None:
-        if self._progress is not None:
-            if self._task is None:
-                self._progress.start()
-                self._task = self._progress.add_task("", total=e.total_steps)
-            self._progress.update(self._task, completed=e.step)
-        if e.is_log_step:
-            line = format_log_line(e)
-            if self._progress is not None:
-                self._progress.console.print(line, markup=False, highlight=False)
-            else:
-                self.stream.write(line + "\n")
-                self.stream.flush()
-
-    def close(self) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.stop()
+    return bool(torch.cuda.is_available())
 
 
-def render_summary(s: Summary) -> str:
-    share = "n/a" if math.isnan(s.comm_share) else f"{s.comm_share:.0%}"
-    lines = [
-        f"trained {s.steps} steps on {s.world_size} rank(s) ({s.backend}, {s.device}), "
-        f"{s.parameters:,} parameters",
-        f"final loss {s.final_loss:.4f}  eval loss {s.eval_loss:.4f}  "
-        f"eval accuracy {s.eval_accuracy:.3f}",
-        f"{s.samples_per_s:.0f} samples/s  step {s.step_time_s * 1e3:.1f} ms  "
-        f"comm share {share}  all-reduce {human_bytes(s.bytes_per_step)}/step "
-        f"({s.bytes_note})",
-    ]
-    if s.resumed_from is not None:
-        lines.append(f"resumed from step {s.resumed_from}")
-    return "\n".join(lines)
+def worker_argv(cfg: TrainConfig, as_json: bool) -> list[str]:
+    """The command of one ``--local`` rank (``ddpnet.train.__main__``)."""
+    argv = [sys.executable, "-m", "ddpnet.train", json.dumps(cfg.to_dict())]
+    return [*argv, "--json"] if as_json else argv
+
+
+def run_local(n: int, cfg: TrainConfig, *, as_json: bool) -> int:
+    """``n`` ranks on 127.0.0.1 until all finish; the first failure's code (or 128+N for a
+    signal, forwarded to every rank). Rank 0's output is this process's; the others' is
+    prefixed ``[rank K]`` on stderr. GLOO_SOCKET_IFNAME is not pinned: each rank's
+    ``ddpnet.init()`` selects loopback itself, as before."""
+    from ddpnet.local import LocalRanks
+
+    with LocalRanks(worker_argv(cfg, as_json), n, pin_loopback=False) as ranks:
+        return ranks.wait().code
 
 
 def leave(code: int) -> NoReturn:
@@ -107,16 +98,15 @@ def leave(code: int) -> NoReturn:
 
 
 def run_rank(cfg: TrainConfig, *, as_json: bool,
-             callbacks: Sequence[StepCallback] = ()) -> int:
-    """Run this rank (called on every rank by any launcher); 0 on success."""
+             callbacks: Sequence[StepCallback] = ()) -> TrainResult:
+    """Run this rank (called on every rank by any launcher); rank 0's result has the summary."""
     import torch
 
     from ddpnet.train.dist import init_distributed, shutdown
     from ddpnet.train.loop import train
 
     validate(cfg, cuda_available=torch.cuda.is_available())
-    device = resolve_device(cfg.device, cuda_available=torch.cuda.is_available())
-    d = init_distributed(device, timeout_s=cfg.pg_timeout_s)
+    d = init_distributed(cfg.device, timeout_s=cfg.pg_timeout_s)
     human = sys.stderr if as_json else sys.stdout
     reporter = Reporter(human) if d.rank == 0 else None
 
@@ -137,18 +127,9 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
         if recorder is not None:
             recorder.stop()
         shutdown()
-    if d.rank == 0:
-        out = summary.to_dict()
-        if telemetry is not None:
-            out["telemetry"] = telemetry
-        if as_json:
-            sys.stdout.write(json.dumps(out, indent=2) + "\n")
-        else:
-            human.write(render_summary(summary) + "\n")
-            if telemetry is not None:
-                human.write(render_telemetry(telemetry) + "\n")
-        sys.stdout.flush()
-    return 0
+    if d.rank != 0:
+        return TrainResult(0, d.rank)
+    return TrainResult(0, 0, summary, None if telemetry is None else tuple(telemetry))
 
 
 def start_telemetry(cfg: TrainConfig, d: Dist) -> Recorder | None:
@@ -179,15 +160,3 @@ def gather_telemetry(d: Dist, mine: dict[str, Any]) -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * d.world_size
     tdist.all_gather_object(gathered, mine)
     return [g for g in gathered if g is not None]
-
-
-def render_telemetry(per_rank: list[dict[str, Any]]) -> str:
-    """One line per rank: mean/peak rx+tx on the training interface, TCP retransmits."""
-    lines = ["network during training (per rank):"]
-    for t in per_rank:
-        parts = [f"{name} rx {v['rx_gbps_mean']:.3f}/{v['rx_gbps_max']:.3f} "
-                 f"tx {v['tx_gbps_mean']:.3f}/{v['tx_gbps_max']:.3f} Gb/s (mean/peak)"
-                 for name, v in t["interfaces"].items()]
-        lines.append(f"  rank {t['rank']} {t['host']}: {'; '.join(parts) or 'no samples'}; "
-                     f"TCP retrans {t['retrans_per_s_mean']:.1f}/s")
-    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""What rank 0 shows (pure rendering, no torch): the per-interval log line, the progress bar,
+the final summary and the telemetry lines; :func:`report` hands a result to ``ddpnet.output``."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ddpnet.train.run import TrainResult
+    from ddpnet.train.summary import StepEvent, Summary
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def format_log_line(e: StepEvent) -> str:
+    """The per-interval line rank 0 prints (pure, for tests and for the README)."""
+    return (
+        f"step {e.step}/{e.total_steps} epoch {e.epoch} loss {e.global_loss:.4f} "
+        f"eval_acc {e.eval_accuracy:.3f} {e.samples_per_s:.0f} samples/s "
+        f"step {e.step_time_s * 1e3:.1f} ms (compute {e.compute_s * 1e3:.1f}, "
+        f"comm wait {e.comm_wait_s * 1e3:.1f}) all-reduce {human_bytes(e.bytes_allreduced)}/step"
+    )
+
+
+class Reporter:
+    """Rank 0's progress: a rich bar on a terminal, one line per log interval otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._progress: Any = None
+        self._task: Any = None
+        if stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.description}"),
+                                      console=Console(file=stream), transient=True)
+
+    def __call__(self, e: StepEvent) -> None:
+        if self._progress is not None:
+            if self._task is None:
+                self._progress.start()
+                self._task = self._progress.add_task("", total=e.total_steps)
+            self._progress.update(self._task, completed=e.step)
+        if e.is_log_step:
+            line = format_log_line(e)
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False)
+            else:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+    def close(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.stop()
+
+
+def render_summary(s: Summary) -> str:
+    share = "n/a" if math.isnan(s.comm_share) else f"{s.comm_share:.0%}"
+    lines = [
+        f"trained {s.steps} steps on {s.world_size} rank(s) ({s.backend}, {s.device}), "
+        f"{s.parameters:,} parameters",
+        f"final loss {s.final_loss:.4f}  eval loss {s.eval_loss:.4f}  "
+        f"eval accuracy {s.eval_accuracy:.3f}",
+        f"{s.samples_per_s:.0f} samples/s  step {s.step_time_s * 1e3:.1f} ms  "
+        f"comm share {share}  all-reduce {human_bytes(s.bytes_per_step)}/step "
+        f"({s.bytes_note})",
+    ]
+    if s.resumed_from is not None:
+        lines.append(f"resumed from step {s.resumed_from}")
+    return "\n".join(lines)
+
+
+def render_telemetry(per_rank: list[dict[str, Any]]) -> str:
+    """One line per rank: mean/peak rx+tx on the training interface, TCP retransmits."""
+    lines = ["network during training (per rank):"]
+    for t in per_rank:
+        parts = [f"{name} rx {v['rx_gbps_mean']:.3f}/{v['rx_gbps_max']:.3f} "
+                 f"tx {v['tx_gbps_mean']:.3f}/{v['tx_gbps_max']:.3f} Gb/s (mean/peak)"
+                 for name, v in t["interfaces"].items()]
+        lines.append(f"  rank {t['rank']} {t['host']}: {'; '.join(parts) or 'no samples'}; "
+                     f"TCP retrans {t['retrans_per_s_mean']:.1f}/s")
+    return "\n".join(lines)
+
+
+def render(result: TrainResult, out: Console) -> None:
+    """The human form of rank 0's result: the summary, then the telemetry (if recorded)."""
+    if result.summary is None:
+        return
+    out.print(render_summary(result.summary), markup=False)
+    if result.telemetry is not None:
+        out.print(render_telemetry(list(result.telemetry)), markup=False)
+
+
+def report(result: TrainResult, as_json: bool) -> int:
+    """Print ``result`` through ``ddpnet.output`` where there is something to print (rank 0
+    of a run); other ranks and the ``--local`` parent print nothing (their rank 0 does)."""
+    if result.summary is None:
+        return result.exit_code
+    from ddpnet.output import finish
+
+    return finish(result, as_json, render)

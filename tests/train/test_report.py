@@ -1,0 +1,58 @@
+"""What a ``ddpnet train`` process prints at the end goes through ``ddpnet.output``: rank 0 of
+a run prints its summary (one JSON object with --json), every other process nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ddpnet.train.report import report
+from ddpnet.train.run import TrainResult
+from ddpnet.train.summary import Summary
+from tests.conftest import clean_environ
+
+SUMMARY = Summary(
+    steps=4, final_loss=2.25, eval_loss=2.5, eval_accuracy=0.125, samples_per_s=1000.0,
+    bytes_per_step=35880, step_time_s=0.01, compute_s=0.004, comm_wait_s=0.006,
+    comm_share=0.6, parameters=8970, world_size=2, resumed_from=None, config={"width": 64},
+    backend="gloo", device="cpu", bytes_note="fp32 gradients", notes=("a note",))
+TELEMETRY = ({"rank": 0, "host": "h", "interfaces": {"lo": {
+    "rx_gbps_mean": 1.0, "rx_gbps_max": 2.0, "tx_gbps_mean": 1.0, "tx_gbps_max": 2.0}},
+    "retrans_per_s_mean": 0.0, "samples": 3},)
+
+
+@pytest.mark.parametrize("result", [TrainResult(0, rank=1), TrainResult(143)])
+@pytest.mark.parametrize("as_json", [True, False])
+def test_other_ranks_and_the_local_parent_print_nothing(
+        capsys: pytest.CaptureFixture[str], result: TrainResult, as_json: bool) -> None:
+    assert report(result, as_json) == result.exit_code
+    assert capsys.readouterr() == ("", "")
+
+
+def test_rank0_json_is_one_object_with_the_telemetry(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert report(TrainResult(0, 0, SUMMARY, TELEMETRY), as_json=True) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 4 and out["notes"] == ["a note"]
+    assert out["telemetry"] == list(TELEMETRY)
+    assert "telemetry" not in TrainResult(0, 0, SUMMARY).to_dict()
+
+
+def test_rank0_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert report(TrainResult(0, 0, SUMMARY, TELEMETRY), as_json=False) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trained 4 steps on 2 rank(s) (gloo, cpu), 8,970 parameters\n")
+    assert "comm share 60%" in out and "network during training (per rank):" in out
+    assert "rank 0 h: lo rx 1.000/2.000" in out
+
+
+def test_the_train_command_imports_no_torch_before_run() -> None:
+    """run() sets THP_MEM_ALLOC_ENABLE first; torch reads it once, at its first allocation."""
+    code = ("import sys, ddpnet.cli.train, ddpnet.train.run, ddpnet.train.report; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=clean_environ())
+    assert out.stdout.strip() == "False"
