@@ -20,14 +20,6 @@ def _device(torch: Any, backend: str) -> Any:
     return torch.device("cpu")
 
 
-def _backend(torch: Any, dist: Any, requested: str) -> str:
-    """``ddpnet.process_group.pick_backend``: nccl with CUDA devices, gloo without."""
-    from ddpnet.process_group import pick_backend
-
-    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return pick_backend(requested, cuda, dist.is_nccl_available())[0]
-
-
 def _error(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else repr(exc)
 
@@ -39,7 +31,9 @@ def run_group(ctx: RankContext) -> dict[str, Any]:
         import torch
         import torch.distributed as dist
 
-        backend = _backend(torch, dist, ctx.opts.backend)
+        from ddpnet.process_group import choose
+
+        backend = choose(ctx.opts.backend).backend
         dist.init_process_group(
             backend, store=dist.PrefixStore(PREFIX + "pg", ctx.store.raw),  # type: ignore[attr-defined]
             rank=ctx.rank, world_size=ctx.world,
