@@ -123,8 +123,6 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     group-failed).
     """
     from ddpnet.env.resolve import resolve
-    from ddpnet.net.probe import preflight
-    from ddpnet.net.select import select_for_host
 
     connect_timeout = _seconds("connect_timeout", connect_timeout,
                                "use a few seconds to a minute, e.g. connect_timeout=60")
@@ -134,14 +132,10 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     cfg = resolve(init_method=init_method, **overrides)
     if backend not in BACKENDS:
         pick_backend(backend, 0, False)  # raises the ConfigError
-    dist_mod = sys.modules.get("torch.distributed")
-    if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
-        raise ConfigError(f"the default process group already exists (rank {cfg.rank})",
-                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
+    _refuse_second_group(cfg.rank)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch
-    selection = select_for_host(cfg, os.environ, ifname=ifname)
-    preflight(cfg, selection, connect_timeout, backend="nccl" if backend == "nccl" else "gloo")
+    selection = _select_and_probe(cfg, backend, connect_timeout, ifname)
 
     import torch
     import torch.distributed as dist
@@ -150,20 +144,56 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     chosen, _why = pick_backend(backend, cuda, dist.is_nccl_available())
     device = "cpu"
     if chosen == "nccl":
-        problem = selection.error(host=socket.gethostname(), rank=cfg.rank, backend="nccl")
-        if problem is not None:
-            raise problem
-        if cfg.local_rank >= cuda:
-            raise ConfigError(
-                f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
-                f"(rank {cfg.rank})",
-                "run one process per GPU (--nproc-per-node = GPUs per node) or check "
-                "CUDA_VISIBLE_DEVICES")
-        torch.cuda.set_device(cfg.local_rank)
-        device = f"cuda:{cfg.local_rank}"
+        device = _nccl_device(cfg, selection, cuda)
 
     to_set = selection.env()
     _set_env(to_set)
+    _init_group(chosen, cfg, selection, timeout)
+    return Handle(cfg.rank, cfg.world_size, chosen, device, selection.interface, cfg,
+                  selection, dict(to_set))
+
+
+def _refuse_second_group(rank: int) -> None:
+    """Only when torch is already imported: init() must not import it before the preflight."""
+    dist_mod = sys.modules.get("torch.distributed")
+    if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
+        raise ConfigError(f"the default process group already exists (rank {rank})",
+                          "call ddpnet.shutdown() (or destroy_process_group()) before init()")
+
+
+def _select_and_probe(cfg: DistConfig, backend: str, connect_timeout: float,
+                      ifname: str | None) -> Selection:
+    """This host's interface selection, once the rendezvous preflight passed."""
+    from ddpnet.net.probe import preflight
+    from ddpnet.net.select import select_for_host
+
+    selection = select_for_host(cfg, os.environ, ifname=ifname)
+    preflight(cfg, selection, connect_timeout, backend="nccl" if backend == "nccl" else "gloo")
+    return selection
+
+
+def _nccl_device(cfg: DistConfig, selection: Selection, cuda: int) -> str:
+    """Bind this rank to its GPU (``cuda:LOCAL_RANK``); NCCL's interface must be usable."""
+    import torch
+
+    problem = selection.error(host=socket.gethostname(), rank=cfg.rank, backend="nccl")
+    if problem is not None:
+        raise problem
+    if cfg.local_rank >= cuda:
+        raise ConfigError(
+            f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
+            f"(rank {cfg.rank})",
+            "run one process per GPU (--nproc-per-node = GPUs per node) or check "
+            "CUDA_VISIBLE_DEVICES")
+    torch.cuda.set_device(cfg.local_rank)
+    return f"cuda:{cfg.local_rank}"
+
+
+def _init_group(chosen: str, cfg: DistConfig, selection: Selection,
+                timeout: float | None) -> None:
+    """torch's init_process_group; its failure becomes a RendezvousError (env put back)."""
+    import torch.distributed as dist
+
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = timedelta(seconds=timeout)
@@ -181,8 +211,6 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
             f"ranks connect to each other on ephemeral ports over {selection.interface}: "
             f"check no firewall drops them between nodes (`ddpnet doctor`, `ddpnet tune`)",
             host=host, rank=cfg.rank, detail=str(exc)) from exc
-    return Handle(cfg.rank, cfg.world_size, chosen, device, selection.interface, cfg,
-                  selection, dict(to_set))
 
 
 def shutdown() -> None:
