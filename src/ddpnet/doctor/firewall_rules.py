@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -81,72 +81,116 @@ class _Unknown(Exception):
 def _nft_value_match(value: Any, right: Any) -> bool:
     """Does the packet's ``value`` (int port / str address / str name) match ``right``?"""
     if isinstance(right, dict):
-        if "set" in right:
-            return any(_nft_value_match(value, item) for item in right["set"])
-        if "range" in right:
-            low, high = right["range"]
-            if isinstance(value, int):
-                return bool(low <= value <= high)
-            lo, v, hi = (ipaddress.ip_address(x) for x in (low, value, high))
-            if not lo.version == v.version == hi.version:
-                return False
-            return bool(lo <= v <= hi)  # type: ignore[operator]
-        if "prefix" in right:
-            net = f"{right['prefix']['addr']}/{right['prefix']['len']}"
-            return bool(_addr_in(value, net))
-        raise _Unknown(json.dumps(right))
+        return _nft_dict_match(value, right)
     if isinstance(right, list):
         return any(_nft_value_match(value, item) for item in right)
     if isinstance(right, str) and right.startswith("@"):
         raise _Unknown(f"named set {right}")
     if isinstance(value, int):
         return bool(value == right)
-    if isinstance(value, str) and isinstance(right, str) and ("." in value or ":" in value) \
-            and ("." in right or ":" in right):
+    if _looks_like_address(value) and _looks_like_address(right):
         return _addr_in(value, right) is True
     if isinstance(right, str) and right.endswith("*"):
         return str(value).startswith(right[:-1])
     return bool(value == right)
 
 
+def _looks_like_address(text: Any) -> bool:
+    return isinstance(text, str) and ("." in text or ":" in text)
+
+
+def _nft_dict_match(value: Any, right: Mapping[str, Any]) -> bool:
+    """A set, range or prefix on the right side of a match."""
+    if "set" in right:
+        return any(_nft_value_match(value, item) for item in right["set"])
+    if "range" in right:
+        low, high = right["range"]
+        return _nft_in_range(value, low, high)
+    if "prefix" in right:
+        net = f"{right['prefix']['addr']}/{right['prefix']['len']}"
+        return bool(_addr_in(value, net))
+    raise _Unknown(json.dumps(right))
+
+
+def _nft_in_range(value: Any, low: Any, high: Any) -> bool:
+    """A port range, or an address range (never matching across IP versions)."""
+    if isinstance(value, int):
+        return bool(low <= value <= high)
+    lo, v, hi = (ipaddress.ip_address(x) for x in (low, value, high))
+    if not lo.version == v.version == hi.version:
+        return False
+    return bool(lo <= v <= hi)  # type: ignore[operator]
+
+
+#: the left side reads a header of another family (udp, ip6): the match never hits our packet
+_NOT_THIS_FAMILY = object()
+#: the reader does not model this left side
+_NO_VALUE = object()
+
+
+def _pkt_src(pkt: Packet) -> Any:
+    if pkt.src is None:
+        raise _Unknown("ip saddr (no cluster subnet known)")
+    return pkt.src
+
+
+def _pkt_dst(pkt: Packet) -> Any:
+    if pkt.dst is None:
+        raise _Unknown("ip daddr")
+    return pkt.dst
+
+
+#: (protocol, field) of a payload match -> the packet's value for it
+_NFT_PAYLOAD: tuple[tuple[str, str, Callable[[Packet], Any]], ...] = (
+    ("tcp", "dport", lambda pkt: pkt.port),
+    ("th", "dport", lambda pkt: pkt.port),
+    ("ip", "saddr", _pkt_src),
+    ("ip", "daddr", _pkt_dst),
+    ("ip", "protocol", lambda pkt: "tcp"),
+)
+
+
+def _nft_payload(payload: Any, pkt: Packet) -> Any:
+    proto, fld = payload.get("protocol"), payload.get("field")
+    for want_proto, want_fld, read in _NFT_PAYLOAD:
+        if proto == want_proto and fld == want_fld:
+            return read(pkt)
+    if proto in ("ip6", "udp"):
+        return _NOT_THIS_FAMILY
+    return _NO_VALUE
+
+
+def _nft_meta(meta: Any, pkt: Packet) -> Any:
+    key = meta.get("key")
+    if key == "l4proto":
+        return "tcp"
+    if key == "nfproto":
+        return "ipv4"
+    if key in ("iifname", "iif"):
+        if pkt.iif is None:
+            raise _Unknown(f"meta {key}")
+        return pkt.iif
+    return _NO_VALUE
+
+
+def _nft_ct(ct: Any, pkt: Packet) -> Any:
+    return "new" if ct.get("key") == "state" else _NO_VALUE
+
+
+_NFT_LEFT: tuple[tuple[str, Callable[[Any, Packet], Any]], ...] = (
+    ("payload", _nft_payload), ("meta", _nft_meta), ("ct", _nft_ct),
+)
+
+
 def _nft_left(left: Any, pkt: Packet) -> Any:
     """The packet's value for a match's left side; raises _Unknown for what we do not model."""
-    if isinstance(left, dict) and "payload" in left:
-        proto, fld = left["payload"].get("protocol"), left["payload"].get("field")
-        if proto == "tcp" and fld == "dport":
-            return pkt.port
-        if proto in ("tcp", "th") and fld == "dport":
-            return pkt.port
-        if proto == "ip" and fld == "saddr":
-            if pkt.src is None:
-                raise _Unknown("ip saddr (no cluster subnet known)")
-            return pkt.src
-        if proto == "ip" and fld == "daddr":
-            if pkt.dst is None:
-                raise _Unknown("ip daddr")
-            return pkt.dst
-        if proto == "ip" and fld == "protocol":
-            return "tcp"
-        if proto in ("ip6",):
-            return _NOT_THIS_FAMILY
-        if proto == "udp":
-            return _NOT_THIS_FAMILY
-    if isinstance(left, dict) and "meta" in left:
-        key = left["meta"].get("key")
-        if key == "l4proto":
-            return "tcp"
-        if key == "nfproto":
-            return "ipv4"
-        if key in ("iifname", "iif"):
-            if pkt.iif is None:
-                raise _Unknown(f"meta {key}")
-            return pkt.iif
-    if isinstance(left, dict) and "ct" in left and left["ct"].get("key") == "state":
-        return "new"
+    if isinstance(left, dict):
+        for kind, read in _NFT_LEFT:
+            if kind in left:
+                value = read(left[kind], pkt)
+                if value is not _NO_VALUE:
+                    return value
     raise _Unknown(json.dumps(left))
-
-
-_NOT_THIS_FAMILY = object()
 
 
 def _nft_match(expr: Mapping[str, Any], pkt: Packet) -> bool:
@@ -181,84 +225,129 @@ class _NftState:
 def _nft_rule_text(rule: Mapping[str, Any]) -> str:
     parts = []
     for expr in rule.get("expr", []):
-        if "match" in expr:
-            m = expr["match"]
-            left = m["left"]
-            if isinstance(left, dict) and "payload" in left:
-                name = f"{left['payload'].get('protocol')} {left['payload'].get('field')}"
-            elif isinstance(left, dict) and "meta" in left:
-                name = f"meta {left['meta'].get('key')}"
-            elif isinstance(left, dict) and "ct" in left:
-                name = f"ct {left['ct'].get('key')}"
-            else:
-                name = json.dumps(left)
-            op = m.get("op", "==")
-            right = m["right"]
-            if isinstance(right, dict) and "prefix" in right:
-                right = f"{right['prefix']['addr']}/{right['prefix']['len']}"
-            elif isinstance(right, dict) and "range" in right:
-                right = "-".join(str(x) for x in right["range"])
-            elif isinstance(right, dict) and "set" in right:
-                right = "{ " + ", ".join(str(x) for x in right["set"]) + " }"
-            parts.append(f"{name} {'' if op in ('==', 'in') else op + ' '}{right}")
-        else:
-            key = next(iter(expr), "")
-            if key in ("jump", "goto"):
-                parts.append(f"{key} {expr[key].get('target')}")
-            elif key not in ("counter",):
-                parts.append(key)
+        text = _nft_match_text(expr["match"]) if "match" in expr else _nft_statement_text(expr)
+        if text is not None:
+            parts.append(text)
     where = f"{rule.get('family')} {rule.get('table')} {rule.get('chain')}"
     return f"[{where}] " + " ".join(parts)
 
 
-def _nft_chain(state: _NftState, key: tuple[str, str, str], pkt: Packet
-               ) -> tuple[Verdict, str, str] | None:
+def _nft_match_text(m: Mapping[str, Any]) -> str:
+    """A match as ``nft list`` would roughly print it: ``ip saddr 10.0.0.0/8``."""
+    op = m.get("op", "==")
+    name = _nft_left_name(m["left"])
+    return f"{name} {'' if op in ('==', 'in') else op + ' '}{_nft_right_text(m['right'])}"
+
+
+def _nft_left_name(left: Any) -> str:
+    if isinstance(left, dict):
+        if "payload" in left:
+            return f"{left['payload'].get('protocol')} {left['payload'].get('field')}"
+        if "meta" in left:
+            return f"meta {left['meta'].get('key')}"
+        if "ct" in left:
+            return f"ct {left['ct'].get('key')}"
+    return json.dumps(left)
+
+
+def _nft_right_text(right: Any) -> Any:
+    if isinstance(right, dict) and "prefix" in right:
+        return f"{right['prefix']['addr']}/{right['prefix']['len']}"
+    if isinstance(right, dict) and "range" in right:
+        return "-".join(str(x) for x in right["range"])
+    if isinstance(right, dict) and "set" in right:
+        return "{ " + ", ".join(str(x) for x in right["set"]) + " }"
+    return right
+
+
+def _nft_statement_text(expr: Mapping[str, Any]) -> str | None:
+    """A statement's keyword (with a jump's target); None for the counter we leave out."""
+    key = next(iter(expr), "")
+    if key in ("jump", "goto"):
+        return f"{key} {expr[key].get('target')}"
+    if key not in ("counter",):
+        return str(key)
+    return None
+
+
+_ChainResult = tuple[Verdict, str, str] | None
+#: (ends the chain, its result): a rule either ends the chain or lets the next rule run
+_Step = tuple[bool, _ChainResult]
+_NFT_VERDICTS: tuple[Verdict, ...] = ("accept", "drop", "reject")
+_NFT_ERRORS = (_Unknown, ValueError, TypeError, KeyError)
+
+
+def _nft_chain(state: _NftState, key: tuple[str, str, str], pkt: Packet) -> _ChainResult:
     """Evaluate one chain: a terminal verdict with its rule, or None (fall through/return)."""
     if state.depth > 32:
         raise _Unknown("jump depth")
     for rule in state.ruleset.rules.get(key, ()):
-        # expressions in order: a failed match ends the rule, a verdict ends the chain
-        for expr in rule.get("expr", []):
-            if "match" in expr:
-                try:
-                    if not _nft_match(expr, pkt):
-                        break
-                except (_Unknown, ValueError, TypeError, KeyError) as exc:
-                    if _nft_terminal(rule) is not None:
-                        state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
-                    break
-                continue
-            if "vmap" in expr:  # a verdict map (firewalld uses them to dispatch to zones)
-                try:
-                    expr = _nft_vmap(expr["vmap"], pkt)
-                except (_Unknown, ValueError, TypeError, KeyError) as exc:
-                    state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
-                    break
-                if expr is None:
-                    break
-            if "accept" in expr:
-                return "accept", _nft_rule_text(rule), " ".join(key)
-            if "drop" in expr:
-                return "drop", _nft_rule_text(rule), " ".join(key)
-            if "reject" in expr:
-                return "reject", _nft_rule_text(rule), " ".join(key)
-            if "return" in expr:
-                return None
-            for jump in ("jump", "goto"):
-                if jump in expr:
-                    target = (key[0], key[1], expr[jump]["target"])
-                    state.depth += 1
-                    result = _nft_chain(state, target, pkt)
-                    state.depth -= 1
-                    if result is not None or jump == "goto":
-                        return result
-                    break
-            else:
-                if not any(k in _NFT_NONTERMINAL for k in expr):
-                    state.uncertain.append(f"{_nft_rule_text(rule)} (statement "
-                                           f"{next(iter(expr))})")
-                    break
+        ends, result = _nft_rule(state, key, rule, pkt)
+        if ends:
+            return result
     return None
+
+
+def _nft_rule(state: _NftState, key: tuple[str, str, str], rule: Mapping[str, Any],
+              pkt: Packet) -> _Step:
+    """Expressions in order: a failed match ends the rule, a verdict ends the chain."""
+    for expr in rule.get("expr", []):
+        if "match" in expr:
+            if not _nft_rule_matches(state, rule, expr, pkt):
+                return False, None
+            continue
+        if "vmap" in expr:  # a verdict map (firewalld uses them to dispatch to zones)
+            expr = _nft_vmap_verdict(state, rule, expr, pkt)
+            if expr is None:
+                return False, None
+        step = _nft_statement(state, key, rule, expr, pkt)
+        if step is not None:
+            return step
+    return False, None
+
+
+def _nft_rule_matches(state: _NftState, rule: Mapping[str, Any], expr: Mapping[str, Any],
+                      pkt: Packet) -> bool:
+    """False too when the match cannot be evaluated (noted when the rule could decide)."""
+    try:
+        return _nft_match(expr, pkt)
+    except _NFT_ERRORS as exc:
+        if _nft_terminal(rule) is not None:
+            state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
+        return False
+
+
+def _nft_vmap_verdict(state: _NftState, rule: Mapping[str, Any], expr: Mapping[str, Any],
+                      pkt: Packet) -> dict[str, Any] | None:
+    try:
+        return _nft_vmap(expr["vmap"], pkt)
+    except _NFT_ERRORS as exc:
+        state.uncertain.append(f"{_nft_rule_text(rule)} ({exc})")
+        return None
+
+
+def _nft_statement(state: _NftState, key: tuple[str, str, str], rule: Mapping[str, Any],
+                   expr: Mapping[str, Any], pkt: Packet) -> _Step | None:
+    """(ends the chain, result) for a statement that ends the rule; None lets the rule's next
+    expression run (non-terminal statements, a jump whose chain returned)."""
+    for verdict in _NFT_VERDICTS:
+        if verdict in expr:
+            return True, (verdict, _nft_rule_text(rule), " ".join(key))
+    if "return" in expr:
+        return True, None
+    for jump in ("jump", "goto"):
+        if jump in expr:
+            target = (key[0], key[1], expr[jump]["target"])
+            state.depth += 1
+            result = _nft_chain(state, target, pkt)
+            state.depth -= 1
+            if result is not None or jump == "goto":
+                return True, result
+            return None  # the jumped-to chain returned: go on after the jump
+    if any(k in _NFT_NONTERMINAL for k in expr):
+        return None
+    state.uncertain.append(f"{_nft_rule_text(rule)} (statement {next(iter(expr))})")
+    return False, None
 
 
 def _nft_vmap(vmap: Mapping[str, Any], pkt: Packet) -> dict[str, Any] | None:
@@ -310,73 +399,89 @@ _IPT_IGNORED_MODULES = {"tcp", "comment", "limit", "multiport", "state", "conntr
                         "addrtype", "hashlimit"}
 
 
-def _ipt_match(args: Sequence[str], pkt: Packet) -> tuple[bool, str | None]:
-    """(matches, target) for one rule's tokens; raises _Unknown on options we do not model."""
-    i = 0
-    target = None
-    negate = False
-    matched = True
+def _ipt_addr(addr: str | None, spec: str) -> bool | None:
+    """``-s``/``-d``: a comma-separated list of networks; None when the address is unknown."""
+    return None if addr is None else any(_addr_in(addr, s) for s in spec.split(","))
 
-    def apply(hit: bool | None, what: str) -> None:
-        nonlocal matched, negate
+
+def _ipt_iface(iif: str | None, spec: str) -> bool | None:
+    """``-i eth0`` or ``-i eth+`` (a prefix); None when the interface is unknown."""
+    if iif is None:
+        return None
+    return iif.startswith(spec[:-1]) if spec.endswith("+") else iif == spec
+
+
+#: an option with one value -> (hit, what to report when the hit is unknown) for the packet
+_IptTest = Callable[[str, str, Packet], tuple[bool | None, str]]
+_IPT_TESTS: dict[str, _IptTest] = {
+    **dict.fromkeys(("-p", "--protocol"), lambda tok, val, pkt: (val in ("tcp", "6", "all"), tok)),
+    **dict.fromkeys(("-s", "--source"), lambda tok, val, pkt: (
+        _ipt_addr(pkt.src, val), "-s (no cluster subnet known)")),
+    **dict.fromkeys(("-d", "--destination"), lambda tok, val, pkt: (_ipt_addr(pkt.dst, val), "-d")),
+    **dict.fromkeys(("-i", "--in-interface"),
+                    lambda tok, val, pkt: (_ipt_iface(pkt.iif, val), "-i")),
+    **dict.fromkeys(("--dport", "--destination-port", "--dports", "--destination-ports"),
+                    lambda tok, val, pkt: (_port_in(pkt.port, val), tok)),
+    **dict.fromkeys(("--state", "--ctstate"),
+                    lambda tok, val, pkt: ("NEW" in val.upper().split(","), tok)),
+    "--dst-type": lambda tok, val, pkt: (val == "LOCAL" or None, f"--dst-type {val}"),
+    "--src-type": lambda tok, val, pkt: (val in ("UNICAST",) or None, f"--src-type {val}"),
+}
+
+
+@dataclass
+class _IptScan:
+    """The state of reading one rule's matches: a pending ``!`` and whether all matched."""
+
+    matched: bool = True
+    negate: bool = False
+
+    def apply(self, hit: bool | None, what: str) -> None:
         if hit is None:
             raise _Unknown(what)
-        if negate:
+        if self.negate:
             hit = not hit
-        negate = False
+        self.negate = False
         if not hit:
-            matched = False
+            self.matched = False
 
+
+def _ipt_match(args: Sequence[str], pkt: Packet) -> tuple[bool, str | None]:
+    """(matches, target) for one rule's tokens; raises _Unknown on options we do not model."""
+    scan = _IptScan()
+    i = 0
     while i < len(args):
         tok = args[i]
         val = args[i + 1] if i + 1 < len(args) else ""
-        if tok == "!":
-            negate = True
-            i += 1
-            continue
         if tok in ("-j", "-g"):
-            target = ("goto:" if tok == "-g" else "") + val
-            i += 2
             # target options (--reject-with ...) follow; ignore them
-            break
-        if tok in ("-p", "--protocol"):
-            apply(val in ("tcp", "6", "all"), tok)
-        elif tok in ("-s", "--source"):
-            apply(None if pkt.src is None else any(_addr_in(pkt.src, s) for s in val.split(",")),
-                  "-s (no cluster subnet known)")
-        elif tok in ("-d", "--destination"):
-            apply(None if pkt.dst is None else any(_addr_in(pkt.dst, s) for s in val.split(",")),
-                  "-d")
-        elif tok in ("-i", "--in-interface"):
-            if pkt.iif is None:
-                apply(None, "-i")
-            else:
-                apply(pkt.iif.startswith(val[:-1]) if val.endswith("+") else pkt.iif == val,
-                      "-i")
-        elif tok == "-m":
-            if val not in _IPT_IGNORED_MODULES:
-                raise _Unknown(f"-m {val}")
-        elif tok in ("--dport", "--destination-port", "--dports", "--destination-ports"):
-            apply(_port_in(pkt.port, val), tok)
-        elif tok in ("--state", "--ctstate"):
-            apply("NEW" in val.upper().split(","), tok)
-        elif tok in ("--comment", "--limit", "--limit-burst"):
-            pass
-        elif tok == "--dst-type":
-            apply(val == "LOCAL" or None, f"--dst-type {val}")
-        elif tok == "--src-type":
-            apply(val in ("UNICAST",) or None, f"--src-type {val}")
-        elif tok == "--tcp-flags":
-            i += 3
-            continue
-        elif tok == "--syn":
-            apply(True, tok)
-            i += 1
-            continue
-        else:
-            raise _Unknown(tok)
-        i += 2
-    return matched, target
+            return scan.matched, ("goto:" if tok == "-g" else "") + val
+        i += _ipt_option(scan, tok, val, pkt)
+    return scan.matched, None
+
+
+def _ipt_option(scan: _IptScan, tok: str, val: str, pkt: Packet) -> int:
+    """Apply one match option to ``scan``; the number of tokens it takes."""
+    if tok == "!":
+        scan.negate = True
+        return 1
+    test = _IPT_TESTS.get(tok)
+    if test is not None:
+        scan.apply(*test(tok, val, pkt))
+        return 2
+    if tok == "-m" and val not in _IPT_IGNORED_MODULES:
+        raise _Unknown(f"-m {val}")
+    if tok in ("-m", "--comment", "--limit", "--limit-burst"):
+        return 2
+    if tok == "--tcp-flags":
+        return 3
+    if tok == "--syn":
+        scan.apply(True, tok)
+        return 1
+    raise _Unknown(tok)
+
+
+_IPT_VERDICTS: dict[str, Verdict] = {"ACCEPT": "accept", "DROP": "drop", "REJECT": "reject"}
 
 
 def _ipt_chain(rules: IptRules, chain: str, pkt: Packet, uncertain: list[str], depth: int = 0
@@ -385,30 +490,41 @@ def _ipt_chain(rules: IptRules, chain: str, pkt: Packet, uncertain: list[str], d
         return None
     for args in rules.rules.get(chain, ()):
         text = f"-A {chain} " + " ".join(args)
-        try:
-            matched, target = _ipt_match(args, pkt)
-        except _Unknown as exc:
-            if any(t in args for t in ("-j", "-g")):
-                uncertain.append(f"{text} ({exc})")
+        target = _ipt_rule_target(args, pkt, text, uncertain)
+        if target is None:
             continue
-        if not matched or target is None:
-            continue
-        goto = target.startswith("goto:")
-        target = target.removeprefix("goto:")
-        if target == "ACCEPT":
-            return "accept", text
-        if target == "DROP":
-            return "drop", text
-        if target == "REJECT":
-            return "reject", text
-        if target == "RETURN":
-            return None
-        if target in rules.rules or target in rules.policies:
-            result = _ipt_chain(rules, target, pkt, uncertain, depth + 1)
-            if result is not None or goto:
-                return result
-        # LOG, NFLOG and other non-terminal targets fall through
+        ends, result = _ipt_target(rules, target, text, pkt, uncertain, depth)
+        if ends:
+            return result
     return None
+
+
+def _ipt_rule_target(args: Sequence[str], pkt: Packet, text: str, uncertain: list[str]
+                     ) -> str | None:
+    """The target of a rule that matches; None when it does not (or cannot be evaluated)."""
+    try:
+        matched, target = _ipt_match(args, pkt)
+    except _Unknown as exc:
+        if any(t in args for t in ("-j", "-g")):
+            uncertain.append(f"{text} ({exc})")
+        return None
+    return target if matched else None
+
+
+def _ipt_target(rules: IptRules, target: str, text: str, pkt: Packet, uncertain: list[str],
+                depth: int) -> tuple[bool, tuple[Verdict, str] | None]:
+    """(ends the chain, its result) for a matching rule's target."""
+    goto = target.startswith("goto:")
+    name = target.removeprefix("goto:")
+    if name in _IPT_VERDICTS:
+        return True, (_IPT_VERDICTS[name], text)
+    if name == "RETURN":
+        return True, None
+    if name in rules.rules or name in rules.policies:
+        result = _ipt_chain(rules, name, pkt, uncertain, depth + 1)
+        return result is not None or goto, result
+    # LOG, NFLOG and other non-terminal targets fall through
+    return False, None
 
 
 def evaluate_iptables(text: str, pkt: Packet) -> Decision | None:

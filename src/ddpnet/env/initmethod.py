@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ddpnet.errors import ConfigError
 
@@ -32,31 +32,40 @@ def parse_init_method(url: str, source: str = "init_method") -> InitMethod:
     text = url.strip()
     if text in ("env://", "env:"):
         return InitMethod("env")
+    where = f"{source}={url!r}"
     try:
         parts = urlsplit(text)
         port = parts.port if parts.scheme == "tcp" else None
     except ValueError as exc:
-        raise ConfigError(f"{source}={url!r} is malformed ({exc})", _HINT) from None
+        raise ConfigError(f"{where} is malformed ({exc})", _HINT) from None
     if parts.scheme == "tcp":
-        if not parts.hostname:
-            raise ConfigError(f"{source}={url!r} has no host", _HINT)
-        if port is None:
-            raise ConfigError(f"{source}={url!r} has no port", _HINT)
-        if not 1 <= port <= 65535:
-            raise ConfigError(f"{source}={url!r}: port {port} is outside 1..65535", _HINT)
-        if parts.path not in ("", "/") or parts.query:
-            raise ConfigError(f"{source}={url!r} has a path or query after the port", _HINT)
-        return InitMethod("tcp", host=parts.hostname, port=port)
+        return _tcp_method(parts, port, where)
     if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise ConfigError(
-                f"{source}={url!r} is not an absolute file URL",
-                "use three slashes: file:///shared/dir/init_file",
-            )
-        if parts.path.endswith("/"):
-            raise ConfigError(
-                f"{source}={url!r} names a directory, not a file",
-                "name a file in a shared directory: file:///shared/dir/init_file",
-            )
-        return InitMethod("file", path=parts.path)
-    raise ConfigError(f"{source}={url!r}: unknown scheme {parts.scheme!r}", _HINT)
+        return _file_method(parts, where)
+    raise ConfigError(f"{where}: unknown scheme {parts.scheme!r}", _HINT)
+
+
+def _tcp_method(parts: SplitResult, port: int | None, where: str) -> InitMethod:
+    if not parts.hostname:
+        raise ConfigError(f"{where} has no host", _HINT)
+    if port is None:
+        raise ConfigError(f"{where} has no port", _HINT)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{where}: port {port} is outside 1..65535", _HINT)
+    if parts.path not in ("", "/") or parts.query:
+        raise ConfigError(f"{where} has a path or query after the port", _HINT)
+    return InitMethod("tcp", host=parts.hostname, port=port)
+
+
+def _file_method(parts: SplitResult, where: str) -> InitMethod:
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise ConfigError(
+            f"{where} is not an absolute file URL",
+            "use three slashes: file:///shared/dir/init_file",
+        )
+    if parts.path.endswith("/"):
+        raise ConfigError(
+            f"{where} names a directory, not a file",
+            "name a file in a shared directory: file:///shared/dir/init_file",
+        )
+    return InitMethod("file", path=parts.path)

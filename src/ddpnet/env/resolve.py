@@ -69,25 +69,46 @@ def resolve_config(
     dir_check: Callable[[str], str | None] = _dir_writable,
 ) -> DistConfig:
     """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``."""
-    unknown = set(overrides) - _OVERRIDABLE
-    if unknown:
-        raise ConfigError(
-            f"unknown setting(s): {', '.join(sorted(unknown))}",
-            f"use only: {', '.join(sorted(_OVERRIDABLE))}",
-        )
+    _reject_unknown(overrides)
     launcher_cls, reason = detect_launcher(environ)
     launcher = launcher_cls()
     notes: list[str] = [f"launcher {launcher.name}: {reason}"]
     values: dict[str, Sourced] = dict(launcher.read(environ, ReadContext(port_range=port_range)))
 
     _check_torch_vars(launcher.name, environ, values, notes)
-    if launcher.name == "local" and ("RANK" in environ) != ("WORLD_SIZE" in environ):
+    if launcher.name == "local":
+        _check_rank_pair(environ)
+    _apply_overrides(overrides, values)
+
+    init = _init_method(overrides, values, notes, dir_check)
+    job_id = values.pop("job_id", (None, ""))[0]
+    _derive(launcher.name, values, notes, job_id, port_range)
+    cfg = _config(launcher.name, values, overrides, init, job_id, notes)
+    _validate(cfg)
+    return cfg
+
+
+def _reject_unknown(overrides: Mapping[str, Sourced]) -> None:
+    unknown = set(overrides) - _OVERRIDABLE
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s): {', '.join(sorted(unknown))}",
+            f"use only: {', '.join(sorted(_OVERRIDABLE))}",
+        )
+
+
+def _check_rank_pair(environ: Mapping[str, str]) -> None:
+    """Without a launcher, RANK and WORLD_SIZE come together or not at all."""
+    if ("RANK" in environ) != ("WORLD_SIZE" in environ):
         have, missing = ("RANK", "WORLD_SIZE") if "RANK" in environ else ("WORLD_SIZE", "RANK")
         raise ConfigError(
             f"{have} is set but {missing} is not",
             f"export both, e.g. export {missing}=... {have}={environ[have]}, or unset {have}",
         )
 
+
+def _apply_overrides(overrides: Mapping[str, Sourced], values: dict[str, Sourced]) -> None:
+    """Explicit settings win over the launcher's (the init method is applied on its own)."""
     for key, (value, source) in overrides.items():
         if key == "init_method":
             continue
@@ -96,16 +117,21 @@ def resolve_config(
         else:
             values[key] = (parse_int(str(value), source, minimum=_minimum(key)), source)
 
-    init = _init_method(overrides, values, notes, dir_check)
-    job_id = values.pop("job_id", (None, ""))[0]
-    _derive(launcher.name, values, notes, job_id, port_range)
 
+def _config(
+    launcher: str,
+    values: Mapping[str, Sourced],
+    overrides: Mapping[str, Sourced],
+    init: InitMethod,
+    job_id: str | None,
+    notes: list[str],
+) -> DistConfig:
     sources = {k: s for k, (_, s) in values.items()}
     sources["launcher"] = "detected"
     sources["init_method"] = overrides["init_method"][1] if "init_method" in overrides \
         else "default"
-    cfg = DistConfig(
-        launcher=launcher.name,
+    return DistConfig(
+        launcher=launcher,
         rank=values["rank"][0],
         world_size=values["world_size"][0],
         local_rank=values["local_rank"][0],
@@ -120,8 +146,6 @@ def resolve_config(
         sources=MappingProxyType(sources),
         notes=tuple(notes),
     )
-    _validate(cfg)
-    return cfg
 
 
 def _minimum(key: str) -> int:
@@ -187,20 +211,19 @@ def _derive(
     """Fill what the launcher did not say, marking each value ``derived`` or ``default``."""
     values.setdefault("rank", (0, "default"))
     values.setdefault("world_size", (1, "default"))
+    _derive_layout(launcher, values, notes)
+    if "master_addr" not in values:
+        values["master_addr"] = _master_addr(launcher, values, notes)
+    if "master_port" not in values:
+        values["master_port"] = _master_port(launcher, job_id, port_range, notes)
+
+
+def _derive_layout(launcher: str, values: dict[str, Sourced], notes: list[str]) -> None:
+    """Local world size, local rank, node count and node rank."""
     world = values["world_size"][0]
     hosts = values.get("hosts", ((), ""))[0]
-
     if "local_world_size" not in values:
-        if "num_nodes" in values and world % values["num_nodes"][0] == 0:
-            values["local_world_size"] = (world // values["num_nodes"][0], "derived")
-        elif hosts and world % len(hosts) == 0:
-            values["local_world_size"] = (world // len(hosts), "derived")
-        elif launcher == "local":
-            values["local_world_size"] = (world, "default")
-        else:
-            values["local_world_size"] = (1, "default")
-            if world > 1:
-                notes.append("local_world_size unknown: assuming one process per node")
+        values["local_world_size"] = _local_world_size(launcher, values, notes)
     lws = values["local_world_size"][0]
     if "local_rank" not in values:
         values["local_rank"] = (values["rank"][0] % lws, "derived")
@@ -212,33 +235,58 @@ def _derive(
         if launcher in _MPI and values["num_nodes"][0] > 1:
             notes.append("node_rank derived as rank // local_world_size (mpirun --map-by slot)")
 
-    if "master_addr" not in values:
-        if hosts:
-            values["master_addr"] = (hosts[0], "derived")
-            notes.append(f"MASTER_ADDR is the first host of the node list: {hosts[0]}")
-        elif values["num_nodes"][0] > 1:
-            hint = {
-                "openmpi": "forward it: mpirun -x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=...",
-                "mpich": "forward it: mpiexec -genv MASTER_ADDR <rank-0 host> ...",
-                "mvapich": "forward it: mpirun_rsh ... MASTER_ADDR=<rank-0 host> ...",
-            }.get(launcher, "export MASTER_ADDR=<address of the rank-0 host> on every node")
-            raise ConfigError(
-                f"MASTER_ADDR is not set for a {values['num_nodes'][0]}-node {launcher} job "
-                f"(rank {values['rank'][0]})",
-                hint,
-            )
-        else:
-            values["master_addr"] = ("127.0.0.1", "default")
-    if "master_port" not in values:
-        if job_id and launcher in ("slurm", "lsf"):
-            port = derive_port(job_id, port_range)
-            values["master_port"] = (port, "derived")
-            notes.append(
-                f"MASTER_PORT {port} derived from job id {job_id}, outside the ephemeral "
-                f"range {port_range[0]}-{port_range[1]}"
-            )
-        else:
-            values["master_port"] = (TORCH_DEFAULT_PORT, "default")
+
+def _local_world_size(launcher: str, values: Mapping[str, Sourced], notes: list[str]
+                      ) -> Sourced:
+    """From the node count or the host list when they divide the world; else a default."""
+    world = values["world_size"][0]
+    hosts = values.get("hosts", ((), ""))[0]
+    if "num_nodes" in values and world % values["num_nodes"][0] == 0:
+        return world // values["num_nodes"][0], "derived"
+    if hosts and world % len(hosts) == 0:
+        return world // len(hosts), "derived"
+    if launcher == "local":
+        return world, "default"
+    if world > 1:
+        notes.append("local_world_size unknown: assuming one process per node")
+    return 1, "default"
+
+
+#: how to hand MASTER_ADDR to every rank, per launcher
+_MASTER_ADDR_HINTS = {
+    "openmpi": "forward it: mpirun -x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=...",
+    "mpich": "forward it: mpiexec -genv MASTER_ADDR <rank-0 host> ...",
+    "mvapich": "forward it: mpirun_rsh ... MASTER_ADDR=<rank-0 host> ...",
+}
+
+
+def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str]) -> Sourced:
+    """The first host of the node list; 127.0.0.1 on one node; an error on several."""
+    hosts = values.get("hosts", ((), ""))[0]
+    if hosts:
+        notes.append(f"MASTER_ADDR is the first host of the node list: {hosts[0]}")
+        return hosts[0], "derived"
+    if values["num_nodes"][0] > 1:
+        raise ConfigError(
+            f"MASTER_ADDR is not set for a {values['num_nodes'][0]}-node {launcher} job "
+            f"(rank {values['rank'][0]})",
+            _MASTER_ADDR_HINTS.get(
+                launcher, "export MASTER_ADDR=<address of the rank-0 host> on every node"),
+        )
+    return "127.0.0.1", "default"
+
+
+def _master_port(launcher: str, job_id: str | None, port_range: tuple[int, int],
+                 notes: list[str]) -> Sourced:
+    """Derived from a Slurm/LSF job id (the same on every node), else torch's default."""
+    if job_id and launcher in ("slurm", "lsf"):
+        port = derive_port(job_id, port_range)
+        notes.append(
+            f"MASTER_PORT {port} derived from job id {job_id}, outside the ephemeral "
+            f"range {port_range[0]}-{port_range[1]}"
+        )
+        return port, "derived"
+    return TORCH_DEFAULT_PORT, "default"
 
 
 def _validate(cfg: DistConfig) -> None:

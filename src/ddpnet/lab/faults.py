@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,59 +55,86 @@ def _port(value: Any) -> int:
     return port
 
 
+#: kind -> the options it takes (CLI spelling with ``_`` for ``-``)
+_OPTIONS: dict[str, set[str]] = {
+    "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
+    "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
+    "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
+}
+
+
 def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -> dict[str, Any]:
     """A validated fault record; ConfigError naming the kind and option otherwise."""
     o = {k.replace("-", "_"): v for k, v in opts.items() if v is not None}
     if kind not in KINDS:
         raise ConfigError(f"unknown fault kind {kind!r}",
                           "kinds: " + ", ".join(KINDS) + " (or clear)")
-    allowed: dict[str, set[str]] = {
-        "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
-        "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
-        "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
-    }
-    unknown = sorted(set(o) - allowed[kind])
+    allowed = _OPTIONS[kind]
+    unknown = sorted(set(o) - allowed)
     if unknown:
         raise ConfigError(f"fault {kind} takes no option {unknown[0]!r}",
-                          f"options of {kind}: {', '.join(sorted(allowed[kind])) or 'none'}")
-    rec: dict[str, Any] = {"kind": kind}
-    if kind == "block-port":
-        if "port" not in o:
-            raise ConfigError("fault block-port needs a port", "for example --port 29500")
-        rec["port"] = _port(o["port"])
-        rec["reject"] = bool(o.get("reject", False))
-    elif kind == "block-ephemeral":
-        rec["port"] = _port(o.get("port", DEFAULT_MASTER_PORT))
-    elif kind == "link-down":
-        if o.get("for_s") is not None:
-            for_s = float(o["for_s"])
-            if not 0 < for_s < float("inf"):  # nan fails too
-                raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
-            rec["for_s"] = for_s
-            rec["until"] = (time.time() if now is None else now) + for_s
-    elif kind == "rate":
-        if "rate" not in o:
-            raise ConfigError("fault rate needs a rate", "for example --rate 100mbit")
-        rate_bits(str(o["rate"]))
-        rec["rate"] = str(o["rate"])
-    elif kind == "loss":
-        if "percent" not in o:
-            raise ConfigError("fault loss needs a percentage", "for example --percent 5")
-        rec["percent"] = loss_percent(o["percent"])
-    elif kind == "delay":
-        if "ms" not in o:
-            raise ConfigError("fault delay needs a delay", "for example --ms 20")
-        rec["ms"] = delay_ms(o["ms"])
-    elif kind == "mtu":
-        mtu = int(o.get("mtu", 0))
-        if not 68 <= mtu <= 65535:
-            raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
-        rec["mtu"] = mtu
-    elif kind == "extra-iface":
-        rec["iface"] = check_ifname(str(o.get("iface", EXTRA_IFACE)), "--iface docker0")
-        if "address" in o:
-            rec["address"] = str(o["address"])
+                          f"options of {kind}: {', '.join(sorted(allowed)) or 'none'}")
+    return {"kind": kind, **_RECORDS[kind](o, now)}
+
+
+def _need(o: Mapping[str, Any], option: str, kind: str, what: str, example: str) -> Any:
+    if option not in o:
+        raise ConfigError(f"fault {kind} needs {what}", f"for example {example}")
+    return o[option]
+
+
+def _block_port(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    port = _need(o, "port", "block-port", "a port", "--port 29500")
+    return {"port": _port(port), "reject": bool(o.get("reject", False))}
+
+
+def _block_ephemeral(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    return {"port": _port(o.get("port", DEFAULT_MASTER_PORT))}
+
+
+def _link_down(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    if o.get("for_s") is None:
+        return {}
+    for_s = float(o["for_s"])
+    if not 0 < for_s < float("inf"):  # nan fails too
+        raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
+    return {"for_s": for_s, "until": (time.time() if now is None else now) + for_s}
+
+
+def _rate(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    rate = _need(o, "rate", "rate", "a rate", "--rate 100mbit")
+    rate_bits(str(rate))
+    return {"rate": str(rate)}
+
+
+def _loss(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    return {"percent": loss_percent(_need(o, "percent", "loss", "a percentage", "--percent 5"))}
+
+
+def _delay(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    return {"ms": delay_ms(_need(o, "ms", "delay", "a delay", "--ms 20"))}
+
+
+def _mtu(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    mtu = int(o.get("mtu", 0))
+    if not 68 <= mtu <= 65535:
+        raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
+    return {"mtu": mtu}
+
+
+def _extra_iface(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
+    rec = {"iface": check_ifname(str(o.get("iface", EXTRA_IFACE)), "--iface docker0")}
+    if "address" in o:
+        rec["address"] = str(o["address"])
     return rec
+
+
+#: kind -> its options checked and turned into the record's fields
+_RECORDS: dict[str, Callable[[Mapping[str, Any], float | None], dict[str, Any]]] = {
+    "block-port": _block_port, "block-ephemeral": _block_ephemeral, "link-down": _link_down,
+    "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu,
+    "hostname-loopback": lambda o, now: {}, "extra-iface": _extra_iface,
+}
 
 
 def active(faults: Sequence[Mapping[str, Any]], now: float | None = None) -> list[dict[str, Any]]:

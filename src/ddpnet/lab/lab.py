@@ -504,11 +504,32 @@ def _teardown(name: str, st: LabState | None) -> None:
                               "a process may still hold them; see: ip netns pids NS")
 
 
+_Buffers = dict[tuple[int, str], list[str]]
+
+
 def _collect(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]], started: float,
              timeout: float | None, on_line: LineSink | None) -> list[NodeResult]:
     """Read every node's stdout/stderr concurrently (line by line when streaming) and wait,
     killing whatever still runs at the deadline."""
-    bufs: dict[tuple[int, str], list[str]] = {}
+    bufs, threads = _start_readers(procs, on_line)
+    waited = _wait_all(procs, started, timeout)
+    for t in threads:
+        t.join(timeout=5)
+    out = []
+    for node, proc, timed_out, took in waited:
+        stderr = "".join(bufs[(node.index, "stderr")])
+        if timed_out:
+            stderr += f"ddpnet lab: killed on {node.name} after the {timeout:g} s timeout\n"
+        out.append(NodeResult(node=node, returncode=TIMEOUT_EXIT if timed_out else proc.returncode,
+                              stdout="".join(bufs[(node.index, "stdout")]), stderr=stderr,
+                              duration_s=took, timed_out=timed_out))
+    return out
+
+
+def _start_readers(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]],
+                   on_line: LineSink | None) -> tuple[_Buffers, list[threading.Thread]]:
+    """One thread per node and stream, filling a buffer (and ``on_line`` when streaming)."""
+    bufs: _Buffers = {}
     threads = []
 
     def reader(node: LabNode, stream: str, pipe: Any) -> None:
@@ -525,6 +546,13 @@ def _collect(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]], started: fl
             t = threading.Thread(target=reader, args=(node, stream, pipe), daemon=True)
             t.start()
             threads.append(t)
+    return bufs, threads
+
+
+def _wait_all(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]], started: float,
+              timeout: float | None
+              ) -> list[tuple[LabNode, subprocess.Popen[str], bool, float]]:
+    """(node, process, timed out, seconds) for each, killing the group at the deadline."""
     deadline = None if timeout is None else started + timeout
     results = []
     for node, proc in procs:
@@ -537,14 +565,4 @@ def _collect(procs: Sequence[tuple[LabNode, subprocess.Popen[str]]], started: fl
             _kill_group(proc)
             proc.wait()
         results.append((node, proc, timed_out, time.monotonic() - started))
-    for t in threads:
-        t.join(timeout=5)
-    out = []
-    for node, proc, timed_out, took in results:
-        stderr = "".join(bufs[(node.index, "stderr")])
-        if timed_out:
-            stderr += f"ddpnet lab: killed on {node.name} after the {timeout:g} s timeout\n"
-        out.append(NodeResult(node=node, returncode=TIMEOUT_EXIT if timed_out else proc.returncode,
-                              stdout="".join(bufs[(node.index, "stdout")]), stderr=stderr,
-                              duration_s=took, timed_out=timed_out))
-    return out
+    return results

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
-from ddpnet.net.routes import NEIGH_DEAD
+from ddpnet.net.routes import NEIGH_DEAD, Route
 from ddpnet.net.select import Selection
 
 #: outcomes of one connect attempt
@@ -217,22 +217,34 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
     no port; rank 0 (the TCPStore host, unless torchrun's agent is) checks MASTER_PORT is
     free and that MASTER_ADDR is its own; every other rank connects to it.
     """
-    from ddpnet.net.names import resolve_host
-    from ddpnet.net.routes import neighbor_state, route_to
-
     env = os.environ if environ is None else environ
     me = socket.gethostname() if host is None else host
-    rank = cfg.rank
     if selection is not None:
-        problem = selection.error(host=me, rank=rank, backend=backend)
+        problem = selection.error(host=me, rank=cfg.rank, backend=backend)
         if problem is not None:
             raise problem
     if cfg.init_method.startswith("file://"):
         return  # the file is the rendezvous; interface problems were checked above
     started = time.monotonic()
-    if rank == 0 and not _agent_store(env) and cfg.world_size == 1:
+    hosts_store = cfg.rank == 0 and not _agent_store(env)
+    if hosts_store and cfg.world_size == 1:
         _bind_or_raise(cfg, me)  # torch still hosts a TCPStore for a group of one
         return
+    addr, route = _master_route(cfg, me, connect_timeout)
+    if hosts_store:
+        _require_local_master(cfg, addr, route, me)
+        _bind_or_raise(cfg, me)
+        return
+    left = connect_timeout - (time.monotonic() - started)
+    _connect_or_raise(cfg, addr, route, me, max(left, 0.1), connect)
+
+
+def _master_route(cfg: DistConfig, me: str, connect_timeout: float) -> tuple[str, Route]:
+    """MASTER_ADDR's first address and this host's route to it, or the error naming why not."""
+    from ddpnet.net.names import resolve_host
+    from ddpnet.net.routes import route_to
+
+    rank = cfg.rank
     res = resolve_host(cfg.master_addr, timeout=max(0.5, min(5.0, connect_timeout)))
     if not res.ok:
         raise RendezvousError(
@@ -250,24 +262,32 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
             f"{_where(me, rank)}",
             f"check MASTER_ADDR is rank 0's address on a network this node shares: "
             f"`ip route get {addr}`, `ip -br addr`", host=me, rank=rank)
-    if rank == 0 and not _agent_store(env):
-        is_local = route.local or ipaddress.ip_address(addr).is_loopback
-        if not is_local:
-            raise RendezvousError(
-                "master-no-route",
-                f"MASTER_ADDR {cfg.master_addr} ({addr}) is not an address of this host, but "
-                f"rank 0 hosts the rendezvous here{_where(me, rank)}",
-                f"set MASTER_ADDR to this host's address (`ip -br addr`), the same on every "
-                f"node, or start rank 0 on {addr}", host=me, rank=rank)
-        _bind_or_raise(cfg, me)
+    return addr, route
+
+
+def _require_local_master(cfg: DistConfig, addr: str, route: Route, me: str) -> None:
+    """Rank 0 hosts the store: MASTER_ADDR must be one of its own addresses."""
+    if route.local or ipaddress.ip_address(addr).is_loopback:
         return
-    left = connect_timeout - (time.monotonic() - started)
-    attempts, elapsed = connect_loop(addr, cfg.master_port, max(left, 0.1), connect=connect)
+    raise RendezvousError(
+        "master-no-route",
+        f"MASTER_ADDR {cfg.master_addr} ({addr}) is not an address of this host, but "
+        f"rank 0 hosts the rendezvous here{_where(me, cfg.rank)}",
+        f"set MASTER_ADDR to this host's address (`ip -br addr`), the same on every "
+        f"node, or start rank 0 on {addr}", host=me, rank=cfg.rank)
+
+
+def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout: float,
+                      connect: Connector) -> None:
+    """Connect to rank 0's store until ``timeout``; raise the classified failure."""
+    from ddpnet.net.routes import neighbor_state
+
+    attempts, elapsed = connect_loop(addr, cfg.master_port, timeout, connect=connect)
     neighbor = None
     if attempts and attempts[-1].outcome == TIMEOUT and route.via is None:
         neighbor = neighbor_state(addr)
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
-                             master=cfg.master_addr, host=me, rank=rank, neighbor=neighbor)
+                             master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor)
     if error is not None:
         raise error
 
