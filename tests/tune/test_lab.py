@@ -209,6 +209,7 @@ def test_env_file_follows_the_net_selection(lab: Lab, tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert data["facts"]["iface"] == lab.nodes[1].ifname
     assert f"MASTER_ADDR {lab.master_addr}" in data["facts"]["iface_reason"]
+    assert data["facts"]["sources"]["iface"] == "live host: interface selection"  # labelled
     env_file = next(f for f in data["files"] if f["path"] == "/etc/profile.d/ddpnet.sh")
     assert f'GLOO_SOCKET_IFNAME:={lab.nodes[1].ifname}' in env_file["diff"]
 

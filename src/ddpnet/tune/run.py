@@ -83,7 +83,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "facts": {
             "hostname": facts.hostname, "iface": facts.iface, "iface_reason": facts.iface_reason,
             "address": facts.address, "mtu": facts.mtu, "speed_mbps": facts.speed_mbps,
-            "port_range": list(facts.port_range),
+            "port_range": list(facts.port_range), "sources": dict(facts.sources),
         },
         "parts": [p.to_dict() for p in plan.parts],
     }

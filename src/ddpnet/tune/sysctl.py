@@ -8,7 +8,7 @@ namespace.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -138,12 +138,47 @@ def render(req: TuneRequest, facts: HostFacts) -> Part:
 
 
 def settings_in(content: str) -> dict[str, str]:
-    """``key -> value`` of a drop-in (comments and blank lines skipped)."""
+    """``key -> value`` of a drop-in (comments and blank lines skipped; sysctl.d's ``-key``
+    and ``net/ipv4/x`` spellings read as ``key`` and ``net.ipv4.x``)."""
     out: dict[str, str] = {}
     for line in content.splitlines():
         key, sep, value = line.partition("=")
-        if sep and not key.strip().startswith(("#", ";")):
-            out[key.strip()] = " ".join(value.split())
+        key = key.strip().lstrip("-")
+        if sep and key and not key.startswith(("#", ";")):
+            if "/" in key.split(".")[0]:  # the first separator names the separator
+                key = key.translate(str.maketrans("/.", "./"))
+            out[key] = " ".join(value.split())
+    return out
+
+
+#: where ``sysctl --system`` reads drop-ins, first directory first (a file name there hides
+#: the same name in the later ones); ``/etc/sysctl.conf`` is read after all of them
+CONF_DIRS = ("etc/sysctl.d", "run/sysctl.d", "usr/local/lib/sysctl.d", "usr/lib/sysctl.d",
+             "lib/sysctl.d")
+CONF_MAIN = "etc/sysctl.conf"
+
+
+def load_order(paths: Iterable[str]) -> list[str]:
+    """The files (relative to the root) in the order ``sysctl --system`` applies them, by
+    file name across :data:`CONF_DIRS`, then sysctl.conf. ddpnet's own drop-in is left out:
+    its values are not the host's."""
+    found = set(paths)
+    by_name: dict[str, str] = {}
+    for d in reversed(CONF_DIRS):
+        for p in sorted(found):
+            folder, _, name = p.rpartition("/")
+            if folder == d and name.endswith(".conf"):
+                by_name[name] = p
+    ours = PATH.rpartition("/")[2]
+    order = [by_name[n] for n in sorted(by_name) if n != ours]
+    return order + ([CONF_MAIN] if CONF_MAIN in found else [])
+
+
+def configured(texts: Iterable[str]) -> dict[str, str]:
+    """``key -> value`` after reading the files in order (the last one wins)."""
+    out: dict[str, str] = {}
+    for text in texts:
+        out.update(settings_in(text))
     return out
 
 
