@@ -89,6 +89,21 @@ def test_sysctl_files_read_in_sysctl_system_order() -> None:
         "net.core.somaxconn": "2048", "net.ipv4.conf.eth0/100.rp_filter": "2"}
 
 
+@pytest.mark.parametrize("text", ["9" * 5000, "0", "70000", "x", "1500.0"])
+def test_odd_mtus_are_not_facts(text: str) -> None:
+    found = ifupdown.read_config(f"iface ens5 inet static\n    mtu {text}\n", "ens5")
+    assert found is not None and found.mtu is None
+
+
+def test_an_odd_port_range_under_the_root_is_the_kernel_default(
+        tmp_path: Path, fixed_iface: None) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/sysctl.conf").write_text(
+        f"net.ipv4.ip_local_port_range = 60000 {'9' * 5000}\n")
+    facts = factsmod.gather(tmp_path, distro="debian")
+    assert facts.port_range == (32768, 60999) and facts.sources["port_range"] == "kernel default"
+
+
 def _image(root: Path) -> None:
     for rel, text in {
         "etc/hostname": "img-node\n",

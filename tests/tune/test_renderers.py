@@ -225,6 +225,7 @@ def test_higher_of_compares_field_by_field() -> None:
         "4096 131072 33554432"
     assert sysctl.higher_of("4096", "1 2") == "4096"  # shapes differ: the profile's
     assert sysctl.higher_of("30", "x") == "30"
+    assert sysctl.higher_of("30", "9" * 5000) == "30"  # not a kernel value (and int() refuses)
 
 
 @pytest.mark.parametrize("defaults,subnet,warned", [

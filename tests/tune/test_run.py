@@ -99,3 +99,7 @@ def test_a_rerun_compares_with_the_values_before_ddpnet() -> None:
     assert written["net.core.rmem_max"] == str(16 << 20)
     assert written["net.core.somaxconn"] == "65535"
     assert with_values_before(FACTS, None) is FACTS
+    for junk in ({"sysctl": "x"}, {"sysctl": {"revert": "x"}},
+                 {"sysctl": {"revert": ["x", {"argv": "sysctl"}, {"argv": [1, 2, 3, 4]},
+                                        {"argv": ["sysctl", "-q", "-w", "nokey"]}]}}):
+        assert with_values_before(FACTS, _Journal(junk)) is FACTS  # type: ignore[arg-type]

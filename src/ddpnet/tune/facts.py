@@ -199,7 +199,8 @@ def _ports(kernel: _Kernel, sources: dict[str, str]) -> tuple[tuple[int, int], s
     default = "kernel default"
     text = kernel.values.get("net.ipv4.ip_local_port_range", "")
     parts = text.split()
-    ok = len(parts) == 2 and all(p.isdigit() for p in parts)
+    ok = (len(parts) == 2 and all(p.isdigit() and len(p) <= 5 for p in parts)
+          and 1 <= int(parts[0]) <= int(parts[1]) <= 65535)
     port_range = (int(parts[0]), int(parts[1])) if ok else (32768, 60999)
     sources["port_range"] = kernel.source if ok else default
     reserved = kernel.values.get("net.ipv4.ip_local_reserved_ports")

@@ -143,9 +143,8 @@ def with_values_before(facts: HostFacts, journal: Journal | None) -> HostFacts:
     lower --profile can still lower what ddpnet itself raised."""
     from ddpnet.tune.sysctl import values_before
 
-    if journal is None or "sysctl" not in journal.parts:
-        return facts
-    before = values_before(journal.parts["sysctl"].get("revert", ()))
+    entry = journal.parts.get("sysctl") if journal is not None else None
+    before = values_before(entry.get("revert")) if isinstance(entry, dict) else {}
     if not before:
         return facts
     where = facts.sources.get("sysctl", "this host")

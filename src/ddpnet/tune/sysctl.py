@@ -8,9 +8,8 @@ namespace.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ddpnet.sysctl_profile import TIER_NAMES, profile_of, tier_for, tier_named
 from ddpnet.tune.model import RDZV_PORT, Command, FileChange, HostFacts, Part, TuneRequest
@@ -79,7 +78,7 @@ def higher_of(want: str, have: str) -> str:
     """The element-wise maximum of two values of one key (``tcp_rmem``'s three fields each
     keep the larger), ``want`` when they do not compare (different shapes, not numbers)."""
     a, b = want.split(), have.split()
-    if len(a) != len(b) or not all(x.isdigit() for x in a + b):
+    if len(a) != len(b) or not all(x.isdigit() and len(x) <= 20 for x in a + b):
         return want
     return " ".join(str(max(int(x), int(y))) for x, y in zip(a, b, strict=True))
 
@@ -196,13 +195,15 @@ def mismatches(content: str, live: Mapping[str, str | None]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def values_before(revert: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def values_before(revert: object) -> dict[str, str]:
     """``key -> value`` the kernel had before ddpnet's first apply, read back from the
-    journal's sysctl revert commands (``sysctl -q -w key=value``)."""
+    journal's sysctl revert commands (``sysctl -q -w key=value``); anything else is skipped
+    (a journal is data from disk, not trusted to have our shape)."""
     out: dict[str, str] = {}
-    for cmd in revert:
-        argv = list(cmd.get("argv", ()))
-        if argv[:3] == ["sysctl", "-q", "-w"] and len(argv) == 4 and "=" in argv[3]:
+    for cmd in revert if isinstance(revert, list) else ():
+        argv = cmd.get("argv") if isinstance(cmd, Mapping) else None
+        if (isinstance(argv, list) and len(argv) == 4 and argv[:3] == ["sysctl", "-q", "-w"]
+                and isinstance(argv[3], str) and "=" in argv[3]):
             key, _, value = argv[3].partition("=")
             out[key] = value
     return out

@@ -49,7 +49,8 @@ class Configured:
 
 def as_mtu(text: str | None) -> int | None:
     value = (text or "").strip().strip("'\"")
-    return int(value) if value.isdigit() and 68 <= int(value) <= 65535 else None
+    return int(value) if value.isdigit() and len(value) <= 5 and 68 <= int(value) <= 65535 \
+        else None
 
 
 def read_configured(distro: str, files: Mapping[str, str], iface: str,
