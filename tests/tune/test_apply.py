@@ -134,10 +134,14 @@ def test_commands_run_once_and_revert_in_reverse(tmp_path: Path) -> None:
     plan = build_plan(request("rhel9", "iptables"), FACTS)
     run = FakeRunner()
     run.checks[("iptables", "-C", "INPUT", "-j", "DDPNET")] = 1  # not jumped to yet
+    run.checks[("ip6tables", "-C", "INPUT", "-j", "DDPNET")] = 1
+    run.checks[("test", "-e", "/proc/net/if_inet6")] = 0  # the kernel has IPv6
     ap.apply(plan, tmp_path, run, live=True)
     assert run.ran == [("sysctl", "-q", "-e", "-p", "/etc/sysctl.d/90-ddpnet.conf"),
                        ("iptables-restore", "--noflush", "/etc/ddpnet/firewall.iptables"),
-                       ("iptables", "-I", "INPUT", "1", "-j", "DDPNET")]
+                       ("iptables", "-I", "INPUT", "1", "-j", "DDPNET"),
+                       ("ip6tables-restore", "--noflush", "/etc/ddpnet/firewall.ip6tables"),
+                       ("ip6tables", "-I", "INPUT", "1", "-j", "DDPNET")]
     run.ran.clear()
     out = ap.apply(plan, tmp_path, run, live=True)
     assert run.ran == [] and not out.changed
@@ -150,11 +154,14 @@ def test_commands_run_once_and_revert_in_reverse(tmp_path: Path) -> None:
     assert ("iptables-restore", "--noflush", "/etc/ddpnet/firewall.iptables") in run.ran
     run.ran.clear()
 
-    run.checks[("iptables", "-C", "INPUT", "-j", "DDPNET")] = 0
-    run.checks[("iptables", "-n", "-L", "DDPNET")] = 0
+    for ipt in ("iptables", "ip6tables"):
+        run.checks[(ipt, "-C", "INPUT", "-j", "DDPNET")] = 0
+        run.checks[(ipt, "-n", "-L", "DDPNET")] = 0
     ap.revert(tmp_path, run, live=True)
     assert run.ran == [("iptables", "-D", "INPUT", "-j", "DDPNET"),
                        ("iptables", "-F", "DDPNET"), ("iptables", "-X", "DDPNET"),
+                       ("ip6tables", "-D", "INPUT", "-j", "DDPNET"),
+                       ("ip6tables", "-F", "DDPNET"), ("ip6tables", "-X", "DDPNET"),
                        ("sysctl", "-q", "-w", "net.ipv4.tcp_fin_timeout=60"),
                        ("sysctl", "-q", "-w", "net.core.somaxconn=4096")]
     assert list(tmp_path.iterdir()) == []

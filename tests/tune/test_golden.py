@@ -25,8 +25,9 @@ def dump(plan: Plan) -> str:
         out.append(f"===== part {part.name}")
         for f in part.files:
             out += [f"----- file {f.path} mode {oct(f.mode)}", f.content.rstrip("\n")]
-        out += [f"apply: {shlex.join(c.argv)}" + (f"  [unless {shlex.join(c.unless)}]"
-                                                  if c.unless else "") for c in part.apply]
+        out += [f"apply: {shlex.join(c.argv)}"
+                + (f"  [unless {shlex.join(c.unless)}]" if c.unless else "")
+                + (f"  [onlyif {shlex.join(c.onlyif)}]" if c.onlyif else "") for c in part.apply]
         out += [f"revert: {shlex.join(c.argv)}" + (f"  [onlyif {shlex.join(c.onlyif)}]"
                                                    if c.onlyif else "") for c in part.revert]
         out += [f"touches: {t}" for t in part.touches]

@@ -4,6 +4,9 @@
   node 0, let a node inside the cluster subnet reach MASTER_PORT and an ephemeral port and
   keep a node outside it (an extra address from ``lab.add_address``) out; a port the rules do
   not cover stays reachable, and after revert the outside node gets in again;
+- the same over IPv6 (addresses added to the lab interfaces with ``ip -6 addr``: the lab
+  itself plans IPv4 only): an IPv4 subnet's rules keep every IPv6 peer off the training
+  ports (ip6tables beside iptables, nftables' inet table), an IPv6 subnet's admit it;
 - the rendered sysctl file loads with ``sysctl -p`` for the per-namespace keys.
 """
 
@@ -34,12 +37,17 @@ EPHEMERAL = (50000, 50100)
 IN_RANGE = 50050  # an ephemeral port gloo/NCCL could listen on
 UNCOVERED = 40000  # outside what the rules cover: must stay open
 OUTSIDE = "198.18.0.200"
+#: IPv6: node i is V6_PREFIX + (i+1), on one /64 link; the cluster is the first /120 of it
+V6_PREFIX = "fd00:dd0e::"
+CLUSTER6 = "fd00:dd0e::/120"
+OUTSIDE6 = "fd00:dd0e::1:200"
 
 SERVER = textwrap.dedent("""
     import socket, sys, threading
     def serve(port):
-        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port)); s.listen(64)
+        s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # IPv4 and IPv6
+        s.bind(("::", port)); s.listen(64)
         while True:
             c, _ = s.accept(); c.close()
     for p in sys.argv[1:]:
@@ -62,6 +70,10 @@ CLIENT = textwrap.dedent("""
 def lab() -> Iterator[Lab]:
     with fresh_lab("tn", nodes=3) as lab:
         lab.add_address(2, f"{OUTSIDE}/24")
+        for i, node in enumerate(lab.nodes):
+            for addr in (v6(i), *([OUTSIDE6] if i == 2 else [])):
+                lab.exec(i, ["ip", "-6", "addr", "add", f"{addr}/64", "dev", node.ifname,
+                             "nodad"])
         server = lab.popen(0, [sys.executable, "-c", SERVER, str(MASTER_PORT), str(IN_RANGE),
                                str(UNCOVERED)], stdout=-1, text=True)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
@@ -76,16 +88,27 @@ def cluster_subnet(lab: Lab) -> str:
     return str(net)
 
 
-def reach(lab: Lab, node: int, src: str, port: int) -> bool:
-    proc = lab.exec(node, [sys.executable, "-c", CLIENT, lab.master_addr, str(port), src],
-                    timeout=30)
+def v6(node: int) -> str:
+    return f"{V6_PREFIX}{node + 1}"
+
+
+def has_ipv6(lab: Lab) -> bool:
+    return v6(1) in lab.exec(1, ["ip", "-6", "addr", "show"]).stdout
+
+
+def reach(lab: Lab, node: int, src: str, port: int, target: str | None = None) -> bool:
+    proc = lab.exec(node, [sys.executable, "-c", CLIENT, target or lab.master_addr, str(port),
+                           src], timeout=30)
     return proc.returncode == 0
 
 
-def matrix(lab: Lab) -> dict[tuple[str, int], bool]:
-    inside = lab.nodes[1].address
-    return {(who, port): reach(lab, node, src, port)
-            for who, node, src in (("inside", 1, inside), ("outside", 2, OUTSIDE))
+def matrix(lab: Lab, family: int = 4) -> dict[tuple[str, int], bool]:
+    if family == 6:
+        target, inside, outside = v6(0), v6(1), OUTSIDE6
+    else:
+        target, inside, outside = lab.master_addr, lab.nodes[1].address, OUTSIDE
+    return {(who, port): reach(lab, node, src, port, target)
+            for who, node, src in (("inside", 1, inside), ("outside", 2, outside))
             for port in (MASTER_PORT, IN_RANGE, UNCOVERED)}
 
 
@@ -130,6 +153,38 @@ def test_rules_admit_the_subnet_only(lab: Lab, tmp_path: Path, firewall: str) ->
     assert "ddpnet" not in rules and "DDPNET" not in rules  # removed what it added
 
 
+@pytest.mark.parametrize("firewall", ["nftables", "iptables"])
+@pytest.mark.parametrize("family", [4, 6])
+def test_rules_gate_ipv6_too(lab: Lab, tmp_path: Path, firewall: str, family: int) -> None:
+    """An IPv4 subnet's rules close the training ports to every IPv6 peer (before ip6tables
+    rules were rendered, IPv6 got around iptables); an IPv6 subnet's admit its own IPv6
+    peers only, and close the ports over IPv4."""
+    if not has_ipv6(lab):
+        pytest.skip("IPv6 is disabled in the lab's namespaces")
+    open_all = {(w, p): True for w in ("inside", "outside")
+                for p in (MASTER_PORT, IN_RANGE, UNCOVERED)}
+    assert matrix(lab, 6) == open_all  # control
+    subnet = cluster_subnet(lab) if family == 4 else CLUSTER6
+    req = build_request(distro="debian", firewall=firewall, profile="guide",
+                        master_port=MASTER_PORT, cluster_subnet=subnet,
+                        port_range=f"{EPHEMERAL[0]}-{EPHEMERAL[1]}")
+    plan = firewall_only(build_plan(req, FACTS))
+    run = node_runner(lab, tmp_path)
+    closed = {(w, p): False for w in ("inside", "outside") for p in (MASTER_PORT, IN_RANGE)}
+    try:
+        out = ap.apply(plan, tmp_path, run, live=True)
+        assert not out.failed, out.failed
+        admitted = {("inside", MASTER_PORT): True, ("inside", IN_RANGE): True}
+        other = 6 if family == 4 else 4
+        assert matrix(lab, family) == {**open_all, **closed, **admitted}
+        assert matrix(lab, other) == {**open_all, **closed}
+    finally:
+        ap.revert(tmp_path, run, live=True)
+    assert matrix(lab, 6) == open_all
+    rules = lab.exec(0, ["ip6tables-save"]).stdout + lab.exec(0, ["nft", "list", "ruleset"]).stdout
+    assert "DDPNET" not in rules and "ddpnet" not in rules
+
+
 def test_sysctl_file_loads_in_a_namespace(lab: Lab, tmp_path: Path) -> None:
     host_before = Path("/proc/sys/net/ipv4/tcp_fin_timeout").read_text()
     settings = tuple(s for s in profile_for("10g", MASTER_PORT, "", EPHEMERAL)
@@ -154,6 +209,7 @@ def test_env_file_follows_the_net_selection(lab: Lab, tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert data["facts"]["iface"] == lab.nodes[1].ifname
     assert f"MASTER_ADDR {lab.master_addr}" in data["facts"]["iface_reason"]
+    assert data["facts"]["sources"]["iface"] == "live host: interface selection"  # labelled
     env_file = next(f for f in data["files"] if f["path"] == "/etc/profile.d/ddpnet.sh")
     assert f'GLOO_SOCKET_IFNAME:={lab.nodes[1].ifname}' in env_file["diff"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,74 @@ def test_cloud_init_is_named_when_it_would_undo_the_change() -> None:
                                   "manage_etc_hosts: false\nnetwork: {config: disabled}\n"})
     plan = build_plan(request("ubuntu", "none"), quiet)
     assert all(not p.warnings for p in plan.parts if p.name in ("names", "static-ip"))
+
+
+def test_sysctl_never_lowers_a_value_the_host_has_higher() -> None:
+    """A host with 32 MiB tcp_rmem max, a larger tcp_wmem min, a bigger somaxconn keeps them
+    (element-wise for the triples); fin_timeout (a ceiling, not a floor) still goes to 30."""
+    now = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "8192 16384 4194304",
+           "net.core.somaxconn": "65535", "net.core.rmem_max": "1048576",
+           "net.ipv4.tcp_fin_timeout": "60"}
+    facts = replace(FACTS, sysctl_now=now)
+    part = build_plan(request("ubuntu", "none", profile="guide"), facts).part("sysctl")
+    assert part is not None
+    written = sysctl.settings_in(part.files[0].content)
+    assert written["net.ipv4.tcp_rmem"] == f"4096 131072 {32 << 20}"
+    assert written["net.ipv4.tcp_wmem"] == f"8192 65536 {16 << 20}"
+    assert written["net.core.somaxconn"] == "65535"
+    assert written["net.core.rmem_max"] == str(16 << 20)  # raised: the host's is lower
+    assert written["net.ipv4.tcp_fin_timeout"] == "30"
+    kept = [n for n in part.notes if "never lowers" in n]
+    assert len(kept) == 3 and any(n.startswith("net.ipv4.tcp_rmem = ") for n in kept)
+    assert "is kept" in part.files[0].content
+
+
+def test_higher_of_compares_field_by_field() -> None:
+    assert sysctl.higher_of("4096 131072 16777216", "4096 87380 33554432") == \
+        "4096 131072 33554432"
+    assert sysctl.higher_of("4096", "1 2") == "4096"  # shapes differ: the profile's
+    assert sysctl.higher_of("30", "x") == "30"
+    assert sysctl.higher_of("30", "9" * 5000) == "30"  # not a kernel value (and int() refuses)
+
+
+@pytest.mark.parametrize("defaults,subnet,warned", [
+    (None, "10.0.0.0/24", ""),  # absent: ufw's shipped default (yes)
+    ("IPV6=yes\n", "10.0.0.0/24", ""),
+    ("IPV6=no\n", "10.0.0.0/24", "bypass"),
+    ("IPV6=yes\n# later\nIPV6=no\n", "fd00::/64", "cannot add"),
+])
+def test_ufw_warns_when_it_does_not_filter_ipv6(defaults: str | None, subnet: str,
+                                                warned: str) -> None:
+    files = dict(FACTS.files)
+    if defaults is not None:
+        files["/etc/default/ufw"] = defaults
+    static = "fd00::11/64" if ":" in subnet else "10.0.0.11/24"
+    req = request("ubuntu", "ufw", cluster_subnet=subnet, static_ip=static, gateway=None,
+                  dns=None)
+    part = build_plan(req, replace(FACTS, files=files)).part("firewall")
+    assert part is not None
+    assert (warned in " ".join(part.warnings)) if warned else not part.warnings
+
+
+@pytest.mark.parametrize("subnet,static_ip", [("10.0.0.0/24", "10.0.0.11/24"),
+                                              ("fd00::/64", "fd00::11/64")])
+def test_every_firewall_gates_both_families(subnet: str, static_ip: str) -> None:
+    """iptables renders an ip6tables chain beside the iptables one (and reverts both); only
+    the subnet's family accepts; nftables' table is inet; firewalld's family follows."""
+    def part(fw: str) -> Any:
+        req = request("rhel9", fw, cluster_subnet=subnet, static_ip=static_ip, gateway=None,
+                      dns=None)
+        return build_plan(req, FACTS).part("firewall")
+
+    ipt = part("iptables")
+    files = {f.path: f.content for f in ipt.files}
+    assert set(files) == {"/etc/ddpnet/firewall.iptables", "/etc/ddpnet/firewall.ip6tables"}
+    assert sum("-j ACCEPT" in c for c in files.values()) == 1
+    assert all("--ctstate NEW" in c and "-j DROP" in c for c in files.values())
+    tools = {c.argv[0] for c in ipt.apply} | {c.argv[0] for c in ipt.revert}
+    assert tools == {"iptables-restore", "iptables", "ip6tables-restore", "ip6tables"}
+    assert all(c.onlyif == ("test", "-e", "/proc/net/if_inet6") for c in ipt.apply
+               if c.argv[0].startswith("ip6"))
+    assert "table inet ddpnet {" in part("nftables").files[0].content
+    family = "ipv6" if ":" in subnet else "ipv4"
+    assert all(f'family="{family}"' in c.argv[-1] for c in part("firewalld").apply[:-1])

@@ -75,3 +75,31 @@ def test_os_release_under_root_prefers_etc(tmp_path: Path) -> None:
     (tmp_path / "usr/lib/os-release").write_text("ID=debian\n")
     assert machine.read_os_release(tmp_path) == ("ID=debian\n",
                                                  tmp_path / "usr/lib/os-release")
+
+
+def test_a_rerun_compares_with_the_values_before_ddpnet() -> None:
+    """After a 100g apply the kernel shows ddpnet's 1 GiB; a re-run with the guide profile
+    compares with the host's own value from the journal, so it lowers what ddpnet raised,
+    and still keeps what the host had higher (somaxconn)."""
+    from dataclasses import replace
+
+    from ddpnet.tune import sysctl
+    from ddpnet.tune.run import with_values_before
+
+    now = {"net.core.rmem_max": str((1 << 31) - 1), "net.core.somaxconn": "65535"}
+    journal = _Journal({"sysctl": {"revert": [
+        {"argv": ["sysctl", "-q", "-w", "net.core.rmem_max=212992"]},
+        {"argv": ["sysctl", "-q", "-w", "net.core.somaxconn=65535"]}]}})
+    facts = with_values_before(replace(FACTS, sysctl_now=now), journal)  # type: ignore[arg-type]
+    assert facts.sysctl_now["net.core.rmem_max"] == "212992"
+    assert "journal" in facts.sources["sysctl"]
+    part = build_plan(request("ubuntu", "none", profile="guide"), facts).part("sysctl")
+    assert part is not None
+    written = sysctl.settings_in(part.files[0].content)
+    assert written["net.core.rmem_max"] == str(16 << 20)
+    assert written["net.core.somaxconn"] == "65535"
+    assert with_values_before(FACTS, None) is FACTS
+    for junk in ({"sysctl": "x"}, {"sysctl": {"revert": "x"}},
+                 {"sysctl": {"revert": ["x", {"argv": "sysctl"}, {"argv": [1, 2, 3, 4]},
+                                        {"argv": ["sysctl", "-q", "-w", "nokey"]}]}}):
+        assert with_values_before(FACTS, _Journal(junk)) is FACTS  # type: ignore[arg-type]

@@ -126,3 +126,90 @@ def test_ufw_commands_parse(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         assert f"-A ufw-user-input -p tcp --dport {port} -s 10.0.0.0/24 -j ACCEPT" in \
             proc.stdout.replace("-m multiport --dports", "--dport")
+
+
+SUBNETS = [("10.0.0.0/24", "10.0.0.11/24"), ("fd00::/64", "fd00::11/64")]
+
+
+def _firewall_files(firewall: str, subnet: str, static_ip: str) -> dict[str, str]:
+    req = request("debian", firewall, cluster_subnet=subnet, static_ip=static_ip, gateway=None,
+                  dns=None)
+    part = build_plan(req, FACTS).part("firewall")
+    assert part is not None
+    return {f.path: f.content for f in part.files if f.path.startswith("/etc/ddpnet/")}
+
+
+def _check(argv: list[str], content: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "rules"
+    path.write_text(content)
+    return subprocess.run([*argv, str(path)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0,
+                    reason="needs nft and root (nft -c talks to the kernel)")
+@pytest.mark.parametrize("subnet,static_ip", SUBNETS)
+def test_nft_accepts_the_inet_table(tmp_path: Path, subnet: str, static_ip: str) -> None:
+    (content,) = _firewall_files("nftables", subnet, static_ip).values()
+    assert "table inet ddpnet {" in content  # one table for both families
+    saddr = "ip6 saddr" if ":" in subnet else "ip saddr"
+    assert f"{saddr} {subnet} tcp dport" in content
+    proc = _check(["nft", "-c", "-f"], content, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # the validator can fail: a v6 subnet under the v4 match is refused
+    wrong = content.replace(saddr, "ip6 saddr" if saddr == "ip saddr" else "ip saddr")
+    assert _check(["nft", "-c", "-f"], wrong, tmp_path).returncode != 0
+
+
+@pytest.mark.skipif(shutil.which("iptables-restore") is None or
+                    shutil.which("ip6tables-restore") is None or os.geteuid() != 0,
+                    reason="needs iptables-restore, ip6tables-restore and root")
+@pytest.mark.parametrize("subnet,static_ip", SUBNETS)
+def test_iptables_and_ip6tables_restore_accept_both_files(
+        tmp_path: Path, subnet: str, static_ip: str) -> None:
+    files = _firewall_files("iptables", subnet, static_ip)
+    v4, v6 = files["/etc/ddpnet/firewall.iptables"], files["/etc/ddpnet/firewall.ip6tables"]
+    for tool, content in (("iptables-restore", v4), ("ip6tables-restore", v6)):
+        proc = _check([tool, "--test", "--noflush"], content, tmp_path)
+        assert proc.returncode == 0, (tool, proc.stderr)
+        assert "--ctstate NEW" in content and "-j DROP" in content  # both families gated
+    ours, other = (v4, v6) if ":" not in subnet else (v6, v4)
+    assert f"-s {subnet}" in ours and "-j ACCEPT" in ours
+    assert "-s " not in other and "-j ACCEPT" not in other  # nobody from the other family
+    # the validator can fail: the v6 chain loaded into iptables (or v4 into ip6tables)
+    if ":" in subnet:
+        assert _check(["iptables-restore", "--test", "--noflush"], v6, tmp_path).returncode
+    else:
+        v6_with_v4 = v6.replace("-i lo -j RETURN", f"-i lo -j RETURN\n-A DDPNET -s {subnet}")
+        assert _check(["ip6tables-restore", "--test", "--noflush"], v6_with_v4,
+                      tmp_path).returncode
+
+
+@pytest.mark.skipif(shutil.which("firewall-offline-cmd") is None,
+                    reason="needs firewall-offline-cmd (firewalld)")
+def test_firewalld_ipv6_subnet_gets_ipv6_rich_rules(tmp_path: Path) -> None:
+    req = request("rhel9", "firewalld", cluster_subnet="fd00::/64", static_ip="fd00::11/64",
+                  gateway=None, dns=None)
+    part = build_plan(req, FACTS).part("firewall")
+    assert part is not None
+    adds = [c for c in part.apply if "--permanent" in c.argv]
+    assert len(adds) == 3 and all('family="ipv6"' in c.argv[-1] for c in adds)
+    proc = _offline(adds[0].argv, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    zone = (tmp_path / "zones/public.xml").read_text()
+    assert 'family="ipv6"' in zone and '<source address="fd00::/64"/>' in zone
+    wrong = (*adds[0].argv[:-1], adds[0].argv[-1].replace("ipv6", "ipv4"))
+    proc = _offline(wrong, tmp_path)
+    assert proc.returncode != 0, proc.stdout  # the tool does check the family
+
+
+@pytest.mark.skipif(shutil.which("ufw") is None or os.geteuid() != 0,
+                    reason="needs ufw and root")
+def test_ufw_ipv6_subnet_goes_to_the_ipv6_chain() -> None:
+    req = request("ubuntu", "ufw", cluster_subnet="fd00::/64", static_ip="fd00::11/64",
+                  gateway=None, dns=None)
+    part = build_plan(req, FACTS).part("firewall")
+    assert part is not None
+    proc = subprocess.run(["ufw", "--dry-run", *part.apply[0].argv[1:]], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "-A ufw6-user-input -p tcp --dport 29500 -s fd00::/64 -j ACCEPT" in proc.stdout

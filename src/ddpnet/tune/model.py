@@ -55,6 +55,8 @@ class HostFacts:
     selinux_config: str | None = None  # /etc/selinux/config
     audit_log: str | None = None  # the tail of /var/log/audit/audit.log (AVC denials)
     files: Mapping[str, str] = field(default_factory=dict)  # path -> current text we edit
+    #: fact -> where it was read ("live host", "root /img: etc/hostname", "kernel default")
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,8 @@ CLOUD_CFG = "/etc/cloud/cloud.cfg"
 
 def files_to_read(distro: str, iface: str) -> tuple[str, ...]:
     """Existing files the renderers edit or look at, for :mod:`ddpnet.tune.facts`."""
-    from ddpnet.tune.firewall import nftables
+    from ddpnet.tune.firewall import nftables, ufw
     from ddpnet.tune.netconf import ifcfg, ifupdown
 
     return (hosts.PATH, nftables.main_conf(distro), ifcfg.path_for(iface), ifupdown.MAIN,
-            CLOUD_CFG)
+            CLOUD_CFG, ufw.DEFAULTS)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpnet.tune.apply import FileDiff, Outcome
+from ddpnet.tune.facts import LIVE
 from ddpnet.tune.model import Plan
 from ddpnet.tune.run import TuneResult
 
@@ -44,6 +45,9 @@ def print_plan(plan: Plan, diffs: Sequence[FileDiff], root: Path, out: Console) 
     out.print(f"  firewall {req.firewall}  [dim]({req.sources.get('firewall')})[/]")
     out.print(f"  profile  {req.profile}  [dim]({req.sources.get('profile')})[/]")
     out.print(f"  iface    {facts.iface}  [dim]({facts.iface_reason})[/]")
+    for where, names in facts_by_source(plan).items():
+        out.print(f"  read     {', '.join(names)}  ", end="")
+        out.print(f"({where})", style="dim", markup=False)
     by_path = {d.path: d for d in diffs}
     for part in plan.parts:
         out.print(f"\n[bold]== {part.name}[/]")
@@ -61,6 +65,17 @@ def print_plan(plan: Plan, diffs: Sequence[FileDiff], root: Path, out: Console) 
             out.print("[yellow]warning:[/] ", end="")
             out.print(w, markup=False)
     out.print("\nNothing was changed. Apply with --apply (root); undo later with --revert.")
+
+
+def facts_by_source(plan: Plan) -> dict[str, list[str]]:
+    """Source -> the facts read there, so a --root run shows what came from the live host."""
+    sources = plan.facts.sources
+    if sources and all(w.startswith(LIVE) for w in sources.values()):
+        return {LIVE: ["every fact"]}
+    out: dict[str, list[str]] = {}
+    for fact, where in sources.items():
+        out.setdefault(where, []).append(fact)
+    return out
 
 
 def print_outcome(title: str, outcome: Outcome, out: Console) -> None:

@@ -16,7 +16,7 @@ from ddpnet.net.firewall import firewalld_default_zone, read_state
 from ddpnet.tune import machine
 from ddpnet.tune.apply import FileDiff, Journal, Outcome
 from ddpnet.tune.facts import PROBE_TIMEOUT_S
-from ddpnet.tune.model import Plan, TuneRequest
+from ddpnet.tune.model import HostFacts, Plan, TuneRequest
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "facts": {
             "hostname": facts.hostname, "iface": facts.iface, "iface_reason": facts.iface_reason,
             "address": facts.address, "mtu": facts.mtu, "speed_mbps": facts.speed_mbps,
-            "port_range": list(facts.port_range),
+            "port_range": list(facts.port_range), "sources": dict(facts.sources),
         },
         "parts": [p.to_dict() for p in plan.parts],
     }
@@ -126,6 +126,7 @@ def build(options: TuneOptions) -> Plan:
                    os_release=os_release, os_release_path=str(os_release_path),
                    firewall_active=active)
     facts = gather(root, iface=options.iface, subnet=pre.cluster_subnet, distro=pre.distro)
+    facts = with_values_before(facts, Journal.load(root))
     req = _request(options, distro=pre.distro if options.distro == "auto" else options.distro,
                    firewall=pre.firewall if firewall == "auto" else firewall,
                    profile=options.profile, speed_mbps=facts.speed_mbps)
@@ -134,6 +135,22 @@ def build(options: TuneOptions) -> Plan:
     if req.firewall == "firewalld" and options.zone is None and live:
         req = replace(req, zone=firewalld_default_zone(PROBE_TIMEOUT_S))
     return build_plan(req, facts)
+
+
+def with_values_before(facts: HostFacts, journal: Journal | None) -> HostFacts:
+    """After an apply, the sysctls "now" are ddpnet's own: compare with the values the host
+    had before (the journal's first revert), so tune keeps what the host had higher but a
+    lower --profile can still lower what ddpnet itself raised."""
+    from ddpnet.tune.sysctl import values_before
+
+    entry = journal.parts.get("sysctl") if journal is not None else None
+    before = values_before(entry.get("revert")) if isinstance(entry, dict) else {}
+    if not before:
+        return facts
+    where = facts.sources.get("sysctl", "this host")
+    return replace(facts, sysctl_now={**facts.sysctl_now, **before},
+                   sources={**facts.sources, "sysctl": f"{where}, before ddpnet's first "
+                            "--apply (journal)"})
 
 
 def _request(options: TuneOptions, **given: Any) -> TuneRequest:

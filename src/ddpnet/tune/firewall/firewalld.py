@@ -38,5 +38,6 @@ def render(spec: PortSpec, req: TuneRequest, facts: HostFacts) -> Part:
         revert=(*remove, reload),
         touches=(f"/etc/firewalld/zones/{req.zone}.xml",),
         notes=(f"firewalld: zone {req.zone} accepts the training ports from {spec.subnet} "
-               "only; everything else keeps the zone's policy",),
+               f"only (rich rules of family ipv{spec.family}); everything else, over IPv4 or "
+               "IPv6, keeps the zone's policy",),
     )

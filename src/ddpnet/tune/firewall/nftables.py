@@ -35,6 +35,7 @@ def render_rules(spec: PortSpec) -> str:
         "#!/usr/sbin/nft -f",
         "# Written by `ddpnet tune`: training ports open only from the cluster subnet.",
         f"# {what}",
+        "# Family inet: one table for IPv4 and IPv6, so neither family gets around it.",
         "# Declaring then deleting the table makes `nft -f` replace it atomically.",
         "table inet ddpnet",
         "delete table inet ddpnet",
@@ -76,7 +77,7 @@ def render(spec: PortSpec, req: TuneRequest, facts: HostFacts) -> Part:
         revert=(Command(("nft", "delete", "table", *TABLE), "remove table inet ddpnet",
                         onlyif=("nft", "list", "table", *TABLE)),),
         notes=(f"nftables: table inet ddpnet opens {port_set(spec)} from {spec.subnet} and "
-               "drops new connections to them from elsewhere",
+               "drops new connections to them from elsewhere, over IPv4 and IPv6",
                "if your own nftables ruleset drops input by policy, also accept "
                f"{spec.subnet} there: an accept in one table does not override a drop in "
                "another"),

@@ -3,8 +3,10 @@ plugin both read it). HWADDR and UUID of an existing file are kept so the match 
 
 from __future__ import annotations
 
+import re
+
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
-from ddpnet.tune.netconf import common_warnings
+from ddpnet.tune.netconf import Configured, as_mtu, common_warnings
 
 KEEP = ("HWADDR", "UUID")
 
@@ -20,6 +22,18 @@ def parse(text: str) -> dict[str, str]:
         if sep and not key.startswith("#"):
             out[key.strip()] = value.strip().strip('"')
     return out
+
+
+def read_config(text: str, iface: str) -> Configured | None:
+    """The static addresses and MTU an ifcfg file gives its interface (pure)."""
+    kv = parse(text)
+    if kv.get("DEVICE", iface) != iface:
+        return None
+    addrs = [f"{kv[k]}/{kv.get('PREFIX' + k[6:]) or kv.get('NETMASK' + k[6:]) or '32'}"
+             for k in sorted(kv) if re.fullmatch(r"IPADDR\d*", k)]
+    addrs += [kv["IPV6ADDR"]] if "IPV6ADDR" in kv else []
+    addrs += kv.get("IPV6ADDR_SECONDARIES", "").split()
+    return Configured(tuple(addrs), as_mtu(kv.get("MTU")))
 
 
 def render_ifcfg(req: TuneRequest, facts: HostFacts, existing: str | None) -> str:

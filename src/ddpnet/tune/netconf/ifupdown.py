@@ -6,13 +6,40 @@ from __future__ import annotations
 import re
 
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
-from ddpnet.tune.netconf import common_warnings
+from ddpnet.tune.netconf import Configured, as_mtu, common_warnings
 
 MAIN = "/etc/network/interfaces"
 
 
 def path_for(iface: str) -> str:
     return f"/etc/network/interfaces.d/ddpnet-{iface}"
+
+
+#: words that start a new stanza (anything else indented belongs to the open ``iface``)
+_STANZAS = ("iface", "auto", "allow-", "source", "mapping", "no-auto-down", "no-scripts")
+
+
+def read_config(text: str, iface: str) -> Configured | None:
+    """The static addresses and MTU the ``iface IF inet[6] static`` stanzas give (pure)."""
+    addrs: list[str] = []
+    mtu: int | None = None
+    found, inside, netmask = False, False, ""
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if words[0].startswith(_STANZAS):
+            inside = words[0] == "iface" and len(words) >= 4 and words[1] == iface
+            found = found or inside
+        elif inside and words[0] == "address" and len(words) > 1:
+            addrs.append(words[1])
+        elif inside and words[0] == "netmask" and len(words) > 1:
+            netmask = words[1]
+        elif inside and words[0] == "mtu" and len(words) > 1:
+            mtu = as_mtu(words[1])
+    if netmask:
+        addrs = [a if "/" in a else f"{a}/{netmask}" for a in addrs]
+    return Configured(tuple(addrs), mtu) if found else None
 
 
 def render_stanza(req: TuneRequest, facts: HostFacts) -> str:

@@ -6,9 +6,52 @@ from __future__ import annotations
 import re
 
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
-from ddpnet.tune.netconf import common_warnings
+from ddpnet.tune.netconf import Configured, as_mtu, common_warnings
 
 PATH = "/etc/netplan/90-ddpnet.yaml"
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _block(lines: list[str], key: str, start: int = 0, end: int | None = None) -> range:
+    """The lines of the mapping under ``key:`` (the first one at any depth), empty if absent."""
+    end = len(lines) if end is None else end
+    for i in range(start, end):
+        if re.match(rf"\s*['\"]?{re.escape(key)}['\"]?\s*:", lines[i]):
+            j, depth = i + 1, _indent(lines[i])
+            while j < end and (not lines[j].strip() or _indent(lines[j]) > depth):
+                j += 1
+            return range(i, j)
+    return range(0)
+
+
+def _items(first: str, rest: list[str]) -> list[str]:
+    """A YAML list written inline (``[a, "b"]``) or as ``- a`` lines; mapping items (the
+    ``- ADDR: {lifetime: 0}`` form) give their key."""
+    inline = first.split(":", 1)[1].strip()
+    raw = (inline.strip("[]").split(",") if inline.startswith("[") else
+           [ln.strip()[1:] for ln in rest if ln.strip().startswith("-")])
+    out = [re.sub(r"\s*:\s*\{.*$|:\s*$", "", r.strip()).strip().strip("'\"") for r in raw]
+    return [o for o in out if o]
+
+
+def read_config(text: str, iface: str) -> Configured | None:
+    """The addresses and MTU a netplan file gives ``iface`` under ``ethernets`` (pure; the
+    subset of YAML netplan files use: block mappings, inline or dash lists)."""
+    lines = [ln.split(" #", 1)[0].rstrip() for ln in text.splitlines()
+             if not ln.lstrip().startswith("#")]
+    eth = _block(lines, "ethernets")
+    own = _block(lines, iface, eth.start + 1, eth.stop) if eth else range(0)
+    if not own:
+        return None
+    body = lines[own.start + 1:own.stop]
+    addrs = _block(body, "addresses")
+    mtu = _block(body, "mtu")
+    return Configured(
+        tuple(_items(body[addrs.start], body[addrs.start + 1:addrs.stop])) if addrs else (),
+        as_mtu(body[mtu.start].split(":", 1)[1]) if mtu else None)
 
 
 def render_yaml(req: TuneRequest, facts: HostFacts) -> str:

@@ -3,11 +3,12 @@ command for people who prefer it."""
 
 from __future__ import annotations
 
+import configparser
 import shlex
 import uuid
 
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
-from ddpnet.tune.netconf import common_warnings
+from ddpnet.tune.netconf import Configured, as_mtu, common_warnings
 
 
 def con_name(iface: str) -> str:
@@ -16,6 +17,22 @@ def con_name(iface: str) -> str:
 
 def path_for(iface: str) -> str:
     return f"/etc/NetworkManager/system-connections/{con_name(iface)}.nmconnection"
+
+
+def read_config(text: str, iface: str) -> Configured | None:
+    """The static addresses and MTU a keyfile bound to ``iface`` gives (pure)."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return None
+    if parser.get("connection", "interface-name", fallback=None) != iface:
+        return None
+    addrs = [value.split(",")[0].strip()
+             for fam in ("ipv4", "ipv6") if parser.has_section(fam)
+             for key, value in parser.items(fam) if key.startswith("address")]
+    return Configured(tuple(a for a in addrs if a),
+                      as_mtu(parser.get("ethernet", "mtu", fallback=None)))
 
 
 def render_keyfile(req: TuneRequest, facts: HostFacts) -> str:
