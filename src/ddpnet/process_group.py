@@ -174,18 +174,19 @@ def _seconds(name: str, value: Any, hint: str) -> float:
 
 def init(backend: str = "auto", init_method: str | None = None, timeout: float | None = None,
          connect_timeout: float = 60, *, ifname: str | None = None, device: str = "auto",
-         **overrides: Any) -> Handle:
+         join_timeout: float | None = None, **overrides: Any) -> Handle:
     """Bring up the default process group on the right interface, or fail fast with a cause.
 
     ``timeout`` (seconds) is torch's process-group timeout (None: torch's default);
     ``connect_timeout`` bounds the preflight. ``ifname`` forces one interface for gloo,
     NCCL and TensorPipe. ``device`` ("auto", "cpu", "cuda") is where tensors live, chosen
     with the backend by :func:`pick_backend`; on cuda the local rank's GPU becomes the
-    current device. ``overrides``: rank, world_size, local_rank, master_addr, master_port,
-    ... as for ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError
-    (``.cause``: master-unresolvable, master-no-route, master-port-filtered,
-    master-port-refused, port-in-use, hostname-loopback, master-loopback, ifname-*,
-    group-failed).
+    current device. ``join_timeout`` (default: ``connect_timeout``) bounds how long every
+    rank waits for the others at the rendezvous before the missing ranks are named.
+    ``overrides``: rank, world_size, local_rank, master_addr, master_port, ... as for
+    ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError (``.cause``:
+    master-unresolvable, master-no-route, master-port-filtered, master-port-refused,
+    port-in-use, hostname-loopback, master-loopback, ifname-*, missing-ranks, group-failed).
     """
     from ddpnet.env.resolve import resolve
     from ddpnet.net.probe import preflight
@@ -196,6 +197,8 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     if timeout is not None:
         timeout = _seconds("timeout", timeout,
                            "leave it out for torch's default, or e.g. timeout=1800")
+    join_timeout = connect_timeout if join_timeout is None else _seconds(
+        "join_timeout", join_timeout, "the seconds ranks may start apart, e.g. join_timeout=300")
     cfg = resolve(init_method=init_method, **overrides)
     check_requested(backend, device)
     _refuse_second_group(cfg)
@@ -207,7 +210,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     placed = _place(choice, cfg, selection)
     to_set = selection.env()
     _set_env(to_set)
-    _init_group(choice.backend, cfg, selection, timeout)
+    _init_group(choice.backend, cfg, selection, timeout, join_timeout)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
                   selection, dict(to_set), choice)
 
@@ -249,21 +252,34 @@ def _place(choice: BackendChoice, cfg: DistConfig, selection: Selection) -> str:
     return choice.device_for(cfg.local_rank)
 
 
+#: torch's default process-group timeout (gloo), used for the store when none is given
+_DEFAULT_TIMEOUT_S = 1800.0
+
+
 def _init_group(backend: str, cfg: DistConfig, selection: Selection,
-                timeout: float | None) -> None:
-    """init_process_group, its failure explained as a RendezvousError (env restored)."""
+                timeout: float | None, join_timeout: float) -> None:
+    """init_process_group on our own rendezvous store (torchrun's agent store and file://
+    keep torch's path); a failure is a RendezvousError, with the environment put back."""
     import torch.distributed as dist
 
-    kwargs: dict[str, Any] = {}
+    from ddpnet.rendezvous import open_store, own_store
+
+    kwargs: dict[str, Any] = {"rank": cfg.rank, "world_size": cfg.world_size}
     if timeout is not None:
         kwargs["timeout"] = timedelta(seconds=timeout)
+    host = socket.gethostname()
     try:
-        dist.init_process_group(backend, init_method=init_url(cfg), rank=cfg.rank,
-                                world_size=cfg.world_size, **kwargs)
+        if own_store(cfg, os.environ):
+            store = open_store(cfg, host, timeout or _DEFAULT_TIMEOUT_S, join_timeout)
+            dist.init_process_group(backend, store=store, **kwargs)
+        else:
+            dist.init_process_group(backend, init_method=init_url(cfg), **kwargs)
+    except RendezvousError:
+        _restore_env()
+        raise
     except Exception as exc:  # torch raises DistError / RuntimeError subclasses
         _restore_env()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        host = socket.gethostname()
         raise RendezvousError(
             "group-failed",
             f"init_process_group({backend!r}) failed on {host} (rank {cfg.rank}) after the "

@@ -43,12 +43,14 @@ def main() -> int:
     from ddpnet.errors import RendezvousError
 
     timeout = float(os.environ.get("NT_CONNECT_TIMEOUT", "20"))
+    join = os.environ.get("NT_JOIN_TIMEOUT")
     for method in sys.argv[1:] or ["env"]:
         before = dict(os.environ)
         t0 = time.monotonic()
         try:
             h = ddpnet.init(init_method=None if method == "env" else method,
-                            connect_timeout=timeout, timeout=30)
+                            connect_timeout=timeout, timeout=30,
+                            join_timeout=float(join) if join else None)
         except RendezvousError as exc:
             emit({"cause": exc.cause, "message": exc.message, "hint": exc.hint,
                   "rank": exc.rank, "host": exc.host, "elapsed": time.monotonic() - t0})

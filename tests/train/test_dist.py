@@ -30,6 +30,7 @@ def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     monkeypatch.setattr(dist, "init_process_group",
                         lambda backend, **kw: calls.setdefault("backend", backend))
     monkeypatch.setattr("ddpnet.net.probe.preflight", lambda *a, **kw: None)
+    monkeypatch.setattr("ddpnet.rendezvous.open_store", lambda *a, **kw: None)  # no peer
     kept = clean_environ()
     for key in [k for k in os.environ if k not in kept]:
         monkeypatch.delenv(key)  # no launcher variables of the test's own

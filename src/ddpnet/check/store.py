@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import json
-import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -108,16 +107,12 @@ def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
 def listen_early(cfg: DistConfig, host: str) -> int | None:
     """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
     being refused; returns the listening fd for TCPStore(master_listen_fd=...)."""
-    if cfg.world_size <= 1:
-        return None
-    family = socket.AF_INET6 if ":" in cfg.master_addr else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", cfg.master_port))
-        sock.listen(2048)
+    from ddpnet.net.ports import listen_socket
+    from ddpnet.rendezvous import bind_address
+
+    try:  # on MASTER_ADDR's own address: the store is unauthenticated (issue 17)
+        sock = listen_socket(bind_address(cfg), cfg.master_port)
     except OSError as exc:
-        sock.close()
         if exc.errno in (errno.EADDRINUSE, errno.EACCES):
             raise bind_error(cfg, host) from None
         return None

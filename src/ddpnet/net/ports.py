@@ -14,3 +14,28 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def listen_socket(address: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A socket listening on ``address``:``port`` (``""`` for every interface), with
+    SO_REUSEADDR as TCPStore sets it. OSError (EADDRINUSE...) is the caller's to name."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def store_address(resolved: tuple[str, ...], local: frozenset[str]) -> str:
+    """Where rank 0's rendezvous store listens (pure): MASTER_ADDR's own address on this host,
+    so the unauthenticated store is not exposed on every interface (PyTorch's security notes);
+    every interface (``""``) only when none of MASTER_ADDR's addresses is this host's."""
+    for address in resolved:
+        if address in local:
+            return address
+    return ""

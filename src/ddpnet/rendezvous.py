@@ -1,0 +1,134 @@
+"""The rendezvous store ``ddpnet.init()`` brings the group up on (edge: torch's TCPStore).
+
+torch's own ``env://``/``tcp://`` path has rank 0 listen on every interface and wait for
+the others as long as the group's timeout (30 min for gloo), then blame nobody. Here rank 0
+listens on MASTER_ADDR's own address, every rank registers, and when a rank has not joined
+within ``join_timeout`` every rank that did is told which ones are missing, in seconds.
+Not used under torchrun's agent store (the agent already did the rendezvous) or ``file://``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from ddpnet.config import DistConfig
+from ddpnet.errors import RendezvousError
+
+JOINED = "ddpnet/joined"
+GO = "ddpnet/go"
+_RANK = "ddpnet/rank/"
+#: how long a store wait blocks at once (C++ waits do not see Ctrl-C)
+_SLICE_S = 0.25
+#: at most this many missing ranks are named in the message (1000-node jobs)
+_NAMED = 8
+
+
+def own_store(cfg: DistConfig, environ: Mapping[str, str]) -> bool:
+    """True when init() hosts the store itself: a tcp rendezvous torchrun's agent does not
+    host already."""
+    agent = environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    return not cfg.init_method.startswith("file://") and not agent
+
+
+def missing_message(cfg: DistConfig, host: str, missing: list[int], waited: float) -> str:
+    """What rank 0 (and every rank that joined) reports (pure)."""
+    shown = ", ".join(str(r) for r in missing[:_NAMED])
+    more = f" and {len(missing) - _NAMED} more" if len(missing) > _NAMED else ""
+    where = ""
+    if cfg.hosts and all(0 <= r < cfg.world_size for r in missing):
+        per_node = max(1, cfg.world_size // max(1, len(cfg.hosts)))
+        nodes = sorted({cfg.hosts[min(r // per_node, len(cfg.hosts) - 1)] for r in missing})
+        where = f" (expected on {', '.join(nodes[:_NAMED])})"
+    return (f"{len(missing)} of {cfg.world_size} ranks did not join the rendezvous at "
+            f"{cfg.master_addr}:{cfg.master_port} within {waited:g} s: rank(s) {shown}{more}"
+            f"{where}; seen from rank {cfg.rank} on {host}")
+
+
+MISSING_HINT = ("start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE; on the "
+                "missing node run `ddpnet doctor`, or `ddpnet check` on all nodes; if ranks "
+                "start minutes apart, raise init(join_timeout=...)")
+
+
+def open_store(cfg: DistConfig, host: str, timeout: float, join_timeout: float) -> Any:
+    """Rank 0 hosts the store on MASTER_ADDR's address; the rest connect; then everyone
+    waits (bounded) until all ``world_size`` ranks have joined."""
+    import torch.distributed as dist
+
+    if cfg.rank == 0:
+        store = _host(cfg, host, timeout)
+    else:
+        store = dist.TCPStore(cfg.master_addr, cfg.master_port, cfg.world_size, False,  # type: ignore[attr-defined]
+                              timedelta(seconds=timeout))
+    store.set(f"{_RANK}{cfg.rank}", host)
+    store.add(JOINED, 1)
+    if cfg.rank == 0:
+        _lead(store, cfg, host, join_timeout)
+    else:
+        _follow(store, cfg, host, join_timeout)
+    return store
+
+
+def bind_address(cfg: DistConfig) -> str:
+    """Where rank 0's store listens: MASTER_ADDR's own address on this host (``""``, every
+    interface, only when MASTER_ADDR is not one of this host's addresses). Used by init()
+    and by ``ddpnet check``."""
+    from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.names import resolve_host
+    from ddpnet.net.ports import store_address
+
+    local = frozenset(a.ip for i in list_interfaces() for a in i.addresses)
+    return store_address(resolve_host(cfg.master_addr, timeout=5.0).addresses, local)
+
+
+def _host(cfg: DistConfig, host: str, timeout: float) -> Any:
+    import torch.distributed as dist
+
+    from ddpnet.net.ports import listen_socket
+    from ddpnet.net.probe import classify_bind
+
+    try:
+        sock = listen_socket(bind_address(cfg), cfg.master_port)
+    except OSError as exc:
+        raise classify_bind(exc, cfg.master_port, host=host, rank=cfg.rank) from None
+    return dist.TCPStore(cfg.master_addr, cfg.master_port, cfg.world_size, True,  # type: ignore[attr-defined]
+                         timedelta(seconds=timeout), wait_for_workers=False,
+                         master_listen_fd=sock.detach())
+
+
+def _lead(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
+    """Rank 0: wait for every rank, then say go; or name the missing ones and say stop."""
+    start = time.monotonic()
+    while int(store.add(JOINED, 0)) < cfg.world_size:
+        if time.monotonic() - start > join_timeout:
+            missing = [r for r in range(cfg.world_size) if not store.check([f"{_RANK}{r}"])]
+            message = missing_message(cfg, host, missing, join_timeout)
+            store.set(GO, "stop:" + message)
+            time.sleep(0.5)  # let the ranks that joined read why before the store goes
+            raise RendezvousError("missing-ranks", message, MISSING_HINT, host=host,
+                                  rank=cfg.rank, detail=",".join(map(str, missing)))
+        time.sleep(0.05)
+    store.set(GO, "go")
+
+
+def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
+    """Any other rank: wait for rank 0's word (a little longer than rank 0 waits)."""
+    deadline = time.monotonic() + join_timeout + 10.0
+    while True:
+        try:
+            store.wait([GO], timedelta(seconds=_SLICE_S))
+            break
+        except Exception as exc:  # torch: DistStoreError on timeout, a closed store
+            if time.monotonic() > deadline or "timeout" not in str(exc).lower():
+                raise RendezvousError(
+                    "missing-ranks",
+                    f"rank {cfg.rank} on {host} joined the rendezvous at {cfg.master_addr}:"
+                    f"{cfg.master_port} but rank 0 never said every rank had joined "
+                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+                    MISSING_HINT, host=host, rank=cfg.rank) from None
+    word = store.get(GO).decode()
+    if word.startswith("stop:"):
+        raise RendezvousError("missing-ranks", word[5:], MISSING_HINT, host=host,
+                              rank=cfg.rank)

@@ -1,0 +1,107 @@
+"""init()'s own rendezvous store: rank 0 listens on MASTER_ADDR's address only, and a rank
+that never comes is named in seconds on every rank that did (real processes, real gloo)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+
+from ddpnet.config import DistConfig
+from ddpnet.net.ports import free_port, store_address
+from ddpnet.rendezvous import missing_message, own_store
+from tests.conftest import clean_environ
+from tests.net.fixtures import cfg
+
+WORKER = str(Path(__file__).with_name("net") / "init_worker.py")
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def _rank(rank: int, world: int, port: int, join: float) -> subprocess.Popen[str]:
+    env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                         "WORLD_SIZE": str(world), "RANK": str(rank),
+                         "PYTHONPATH": f"{ROOT}/src:{ROOT}",
+                         "NT_CONNECT_TIMEOUT": "20", "NT_JOIN_TIMEOUT": str(join)})
+    return subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc: subprocess.Popen[str]) -> dict[str, object]:
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_a_rank_that_never_comes_is_named_in_seconds_on_every_rank_that_did() -> None:
+    port = free_port()
+    t0 = time.monotonic()
+    # rank 2 never starts; rank 1 has 15 s to import torch and join once rank 0 listens
+    procs = [_rank(0, 3, port, 15.0), _rank(1, 3, port, 15.0)]
+    rank0, rank1 = (_result(p) for p in procs)
+    elapsed = time.monotonic() - t0
+    for out in (rank0, rank1):
+        assert out["cause"] == "missing-ranks", out
+        assert "1 of 3 ranks did not join" in str(out["message"])
+        assert "rank(s) 2" in str(out["message"]) and "join_timeout" in str(out["hint"])
+    assert procs[0].returncode == 1 and procs[1].returncode == 1
+    assert elapsed < 15 + 45  # not torch's 30 minutes: the join window plus importing torch
+
+
+def test_the_store_listens_on_master_addr_not_every_interface() -> None:
+    port = free_port()
+    proc = _rank(0, 2, port, 20.0)  # waits for rank 1, which comes late
+    try:
+        deadline = time.monotonic() + 60
+        listening: list[str] = []
+        while not listening and time.monotonic() < deadline:
+            listening = [c.laddr.ip for c in psutil.net_connections("tcp")
+                         if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+            time.sleep(0.1)
+        assert listening == ["127.0.0.1"], listening
+        late = _rank(1, 2, port, 20.0)
+        assert _result(late)["sum"] == 3.0
+        assert _result(proc)["sum"] == 3.0
+    finally:
+        proc.kill()
+
+
+def test_store_address_prefers_master_addrs_own_address() -> None:
+    local = frozenset({"127.0.0.1", "10.0.0.5", "fe80::1"})
+    assert store_address(("10.0.0.5",), local) == "10.0.0.5"
+    assert store_address(("192.0.2.9", "10.0.0.5"), local) == "10.0.0.5"
+    assert store_address(("192.0.2.9",), local) == ""  # not ours: every interface
+    assert store_address((), local) == ""
+
+
+def test_own_store_only_where_torch_would_host_one() -> None:
+    base: DistConfig = cfg()
+    assert own_store(base, {})
+    assert not own_store(base, {"TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert not own_store(cfg(init_method="file:///tmp/x"), {})
+
+
+def test_missing_message_names_ranks_and_nodes_and_stays_short() -> None:
+    big = replace(cfg(rank=0, world=1000, nodes=125),
+                  hosts=tuple(f"n{i:03d}" for i in range(125)))
+    text = missing_message(big, "n000", list(range(8, 40)), 60)
+    assert text.startswith("32 of 1000 ranks did not join the rendezvous at ")
+    assert "rank(s) 8, 9, 10, 11, 12, 13, 14, 15 and 24 more" in text
+    assert "(expected on n001, n002, n003, n004)" in text and "within 60 s" in text
+
+
+def test_check_listens_on_master_addr_too() -> None:
+    import socket
+
+    from ddpnet.check.store import listen_early
+
+    port = free_port()
+    fd = listen_early(replace(cfg("127.0.0.1", rank=0, world=2, nodes=1), master_port=port),
+                      "vm")
+    assert fd is not None
+    with socket.socket(fileno=fd) as sock:
+        assert sock.getsockname() == ("127.0.0.1", port)
