@@ -12,6 +12,7 @@ from typing import Any
 from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.config import DistConfig
+from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
 from ddpnet.net.select import TP, Selection
 
@@ -55,13 +56,23 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
-    merged["doctor"] = {
-        "verdict": report.verdict,
-        # rendezvous.* raced with this very rendezvous; check's own stage supersedes them
-        "failed": [c.id for c in report.checks
-                   if c.status == "fail" and not c.id.startswith("rendezvous.")],
-    }
+    merged["doctor"] = doctor_summary(report.checks)
     return merged
+
+
+def doctor_summary(checks: Sequence[CheckResult]) -> dict[str, Any]:
+    """The doctor's verdict as check shows it (pure). rendezvous.* raced with this very
+    rendezvous and check's own stage supersedes them, so they are left out of both the
+    verdict and the failed list: a "fail" always names what failed (issue 19)."""
+    kept = [c for c in checks if not c.id.startswith("rendezvous.")]
+    summary: dict[str, Any] = {
+        "verdict": worst([c.status for c in kept]),
+        "failed": [c.id for c in kept if c.status == "fail"],
+    }
+    superseded = [c.id for c in checks if c not in kept and c.status == "fail"]
+    if superseded:
+        summary["superseded"] = superseded
+    return summary
 
 
 def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
