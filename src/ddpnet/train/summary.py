@@ -63,6 +63,8 @@ class Summary:
     device: str
     bytes_note: str
     notes: tuple[str, ...] = field(default=())
+    #: the resolved optimiser (``ddpnet.train.optim.OptimPlan.to_dict``)
+    optimizer: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,5 +85,6 @@ class Summary:
             "device": self.device,
             "resumed_from": self.resumed_from,
             "notes": list(self.notes),
+            "optimizer": self.optimizer,
             "config": self.config,
         }
