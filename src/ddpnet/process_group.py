@@ -102,6 +102,12 @@ def pick_backend(requested: str, cuda_devices: int, nccl_available: bool,
     return BackendChoice("gloo", chosen_device, why, device_why)
 
 
+def gpu_index(local_rank: int, visible: int) -> int | None:
+    """THE CUDA device a local rank uses (pure): its local rank among the visible GPUs, or
+    None where fewer GPUs are visible (two ranks would share one, which NCCL refuses)."""
+    return local_rank if 0 <= local_rank < visible else None
+
+
 def _check_possible(backend: str, device: str, cuda_devices: int,
                     nccl_available: bool) -> None:
     if device == "cuda" and cuda_devices == 0:
@@ -239,7 +245,7 @@ def _place(choice: BackendChoice, cfg: DistConfig, selection: Selection) -> str:
     if choice.device != "cuda":
         return "cpu"
     cuda = torch.cuda.device_count()
-    if cfg.local_rank >= cuda:
+    if gpu_index(cfg.local_rank, cuda) is None:
         raise ConfigError(
             f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
             f"(rank {cfg.rank})",

@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.gpu import compare_gpus
 from ddpnet.config import DistConfig
 from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
@@ -48,10 +49,12 @@ def interface_facts(sel: Selection, interfaces: Sequence[Interface]) -> dict[str
 def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
     facts this check selected and uses (edge)."""
+    from ddpnet.check.gpu import gpu_facts, nccl_facts
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
-    base = {**selection_facts(sel), **interface_facts(sel, list_interfaces())}
+    base = {**selection_facts(sel), **interface_facts(sel, list_interfaces()),
+            **gpu_facts(cfg.local_rank), **nccl_facts(environ)}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
@@ -91,6 +94,16 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     return facts
 
 
+def _backend(requested: str) -> str | None:
+    """The backend this check's process group will use (rank 0's view; None if unknown)."""
+    from ddpnet.process_group import choose
+
+    try:
+        return choose(requested).backend
+    except Exception:  # an impossible --backend is the process-group stage's to report
+        return None
+
+
 def publish(ctx: RankContext, clock_offset: float | None) -> None:
     """Ranks > 0."""
     ctx.store.publish("facts", ctx.rank, record(ctx, clock_offset))
@@ -106,7 +119,9 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     lost = [r for r in found.ranks if r not in got]
     if lost:
         found.causes.append(found.timeout_cause("facts", lost))
-    found.causes.extend(compare_facts([NodeFacts(r, got[r]) for r in sorted(got)]))
+    nodes = [NodeFacts(r, got[r]) for r in sorted(got)]
+    found.causes.extend(compare_facts(nodes))
+    found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})
         node.update({k: f.get(k) for k in NODE_KEYS})
