@@ -22,6 +22,7 @@ from typing import Any
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
+from ddpnet.output import lend_stdout
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -213,6 +214,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     placed = _place(choice, cfg, selection)
     to_set = selection.env()
     _set_env(to_set)
+    lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
     _init_group(choice.backend, cfg, selection, timeout)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
                   selection, dict(to_set), choice)

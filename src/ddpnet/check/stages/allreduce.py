@@ -13,6 +13,7 @@ from ddpnet.check.causes import Cause
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.store import PREFIX
 from ddpnet.net.nccl import nccl_failure
+from ddpnet.output import lend_stdout
 
 
 def _device(torch: Any, backend: str, local_rank: int) -> Any:
@@ -44,6 +45,7 @@ def run_group(ctx: RankContext) -> dict[str, Any]:
 
         backend = choose(ctx.opts.backend).backend
         device = _device(torch, backend, ctx.cfg.local_rank)
+        lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
         dist.init_process_group(
             backend, store=dist.PrefixStore(PREFIX + "pg", ctx.store.raw),  # type: ignore[attr-defined]
             rank=ctx.rank, world_size=ctx.world,
