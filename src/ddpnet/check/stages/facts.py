@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
-from ddpnet.check.gpu import compare_gpus
+from ddpnet.check.gpu import compare_gpus, gpu_facts
 from ddpnet.config import DistConfig
 from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
@@ -49,12 +49,12 @@ def interface_facts(sel: Selection, interfaces: Sequence[Interface]) -> dict[str
 def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
     facts this check selected and uses (edge)."""
-    from ddpnet.check.gpu import gpu_facts, nccl_facts
+    from ddpnet.check.gpu import nccl_facts
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
     base = {**selection_facts(sel), **interface_facts(sel, list_interfaces()),
-            **gpu_facts(cfg.local_rank), **nccl_facts(environ)}
+            **nccl_facts(environ)}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
@@ -86,6 +86,9 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     except Exception as exc:
         facts = {"error": f"facts failed: {exc}"}
     facts.setdefault("hostname", ctx.host)
+    # here, on the main thread once torch is imported: importing torch in the facts thread
+    # while the main thread imports it aborts the rank ("terminate called ... python_error")
+    facts.update(gpu_facts(ctx.cfg.local_rank))
     facts["address"] = ctx.sel.address
     facts["interface"] = str(ctx.sel.interface)
     facts["mesh_port"] = ctx.listener.port
