@@ -30,6 +30,7 @@ from ddpnet.train.data import NUM_CLASSES, Split, load_dataset, make_loader
 from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
 from ddpnet.train.optim import OptimPlan, divergence, plan
+from ddpnet.train.precision import flops_per_step, precision_label, precision_note
 from ddpnet.train.resume import due, restore, save
 from ddpnet.train.summary import StepCallback, StepEvent, Summary
 
@@ -323,6 +324,8 @@ class Loop:
             raise stop
         m, timed = self.meter, self.meter.timed_steps
         mean_step = m.mean(m.timed_wall)
+        params = count_parameters(self.parts.model)
+        flops = flops_per_step(self.cfg.model, params, self.cfg.batch_size, self.cfg.grad_accum)
         return Summary(
             steps=self.step, final_loss=self.last_loss, eval_loss=self.ev_loss,
             eval_accuracy=self.ev_acc,
@@ -331,9 +334,12 @@ class Loop:
             step_time_s=mean_step, compute_s=m.mean(m.sum_compute),
             comm_wait_s=m.mean(m.sum_comm),
             comm_share=m.sum_comm / m.timed_wall if m.timed_wall else float("nan"),
-            parameters=count_parameters(self.parts.model), world_size=self.d.world_size,
+            parameters=params, world_size=self.d.world_size,
             resumed_from=resumed_from, config=self.cfg.to_dict(), backend=self.d.backend,
             device=self.d.device, notes=tuple(notes), optimizer=self.parts.plan.to_dict(),
+            precision=precision_label(self.cfg.amp), flops_per_step=flops,
+            precision_note=precision_note(self.cfg.amp, self.d.device, flops,
+                                          m.mean(m.sum_compute)),
         )
 
 
