@@ -79,3 +79,16 @@ def test_the_transformer_trains_with_its_defaults_on_cpu() -> None:
     assert got["config"]["lr"] is None  # the flag was left to the model's default
     assert math.isfinite(got["final_loss"]) and math.isfinite(got["eval_loss"])
     assert got["steps"] == 12
+
+
+def test_every_rank_stops_at_the_same_step_and_rank_0_prints_the_json_error() -> None:
+    """The gradient norm is all-reduced, so both ranks see the divergence at once (no rank
+    is left waiting in a collective); under --json rank 0's error object is stdout."""
+    proc = train_cli(*TINY, "--local", "2", "--max-steps", "12", "--optimizer", "sgd",
+                     "--lr", "1e6", "--json", timeout=180)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)["error"]
+    assert error["id"] == "training-diverged" and error["message"].startswith("rank 0 (")
+    step = error["message"].split("at step ")[1].split(":")[0]
+    assert "[rank 1] ddpnet: error: rank 1 (" in proc.stderr
+    assert f"training diverged at step {step}:" in proc.stderr.split("[rank 1]", 1)[1]

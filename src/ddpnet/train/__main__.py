@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
     cfg = TrainConfig(**json.loads(argv[0]))
     as_json = "--json" in argv[1:]
     json_mode(as_json)
-    return guarded(lambda: report(run_rank(cfg, as_json=as_json), as_json))
+    return guarded(lambda: report(run_rank(cfg, as_json=as_json), as_json), as_json=as_json)
 
 
 if __name__ == "__main__":
