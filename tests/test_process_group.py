@@ -61,3 +61,10 @@ def test_impossible_choices_are_config_errors(backend: str, device: str, cuda: i
     with pytest.raises(ConfigError, match=needle) as info:
         pick_backend(backend, cuda, nccl, device)
     assert info.value.hint
+
+
+def test_gpu_index_is_the_local_rank_among_the_visible_gpus() -> None:
+    from ddpnet.process_group import gpu_index
+
+    assert [gpu_index(r, 2) for r in range(3)] == [0, 1, None]
+    assert gpu_index(0, 0) is None and gpu_index(-1, 4) is None

@@ -58,6 +58,14 @@ class CheckFailed(DdpnetError):
     error_id = "check-failed"
 
 
+class TrainingDiverged(DdpnetError):
+    """Training stopped on a non-finite loss or gradient norm (exit 1): a run that diverged
+    never reports success."""
+
+    exit_code = ExitCode.CHECK_FAILED
+    error_id = "training-diverged"
+
+
 class RendezvousError(DdpnetError):
     """The process group could not come up; ``cause`` is a stable id such as
     ``master-port-filtered`` that scripts and ``ddpnet check`` match on."""

@@ -56,12 +56,60 @@ def dumps(obj: Any, *, pretty: bool) -> str:
     return json.dumps(clean, indent=2 if pretty else None, allow_nan=False, default=str)
 
 
+#: ``--json`` was asked for in this process (the CLI and the rank entries say so)
+_json_mode = False
+#: the real stdout's file descriptor while fd 1 is lent to stderr (:func:`lend_stdout`)
+_lent_fd: int | None = None
+
+
+def json_mode(on: bool) -> None:
+    """Tell the printer this process prints ``--json``: :func:`lend_stdout` acts only then."""
+    global _json_mode
+    _json_mode = on
+
+
+def lend_stdout() -> None:
+    """Under ``--json``, point fd 1 at stderr for the rest of the process: C libraries write
+    there directly (NCCL with ``NCCL_DEBUG=INFO``, at init, at teardown, from its threads)
+    and would break the one JSON object on stdout; :func:`emit_json` writes to the real
+    stdout, kept on a duplicate. Called where a process group comes up
+    (``process_group.init``, check's group stage); idempotent, a no-op without ``--json``."""
+    global _lent_fd
+    if not _json_mode or _lent_fd is not None:
+        return
+    sys.stdout.flush()
+    _lent_fd = os.dup(1)
+    os.dup2(2, 1)
+
+
+def restore_stdout() -> None:
+    """Give fd 1 its stdout back (tests; a process that outlives its group)."""
+    global _lent_fd
+    if _lent_fd is None:
+        return
+    sys.stdout.flush()
+    os.dup2(_lent_fd, 1)
+    os.close(_lent_fd)
+    _lent_fd = None
+
+
+def _write_stdout(text: str) -> None:
+    """``text`` on the real stdout, also while fd 1 is lent to stderr."""
+    if _lent_fd is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    data = text.encode()
+    while data:
+        data = data[os.write(_lent_fd, data):]
+
+
 def emit_json(obj: Any) -> None:
     """Print one JSON object and nothing else on stdout, in one write: indented on a terminal,
     one line otherwise (JSON Lines), so ranks whose stdout a launcher merges (srun, mpirun)
     stay parseable line by line."""
-    sys.stdout.write(dumps(obj, pretty=sys.stdout.isatty()) + "\n")
-    sys.stdout.flush()
+    tty = os.isatty(_lent_fd) if _lent_fd is not None else sys.stdout.isatty()
+    _write_stdout(dumps(obj, pretty=tty) + "\n")
 
 
 def format_error(message: str, hint: str = "") -> str:

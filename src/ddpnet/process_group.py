@@ -22,6 +22,7 @@ from typing import Any
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
+from ddpnet.output import lend_stdout
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -100,6 +101,12 @@ def pick_backend(requested: str, cuda_devices: int, nccl_available: bool,
                              device_why)
     why = "torch has no NCCL" if chosen_device == "cuda" else "no CUDA device visible"
     return BackendChoice("gloo", chosen_device, why, device_why)
+
+
+def gpu_index(local_rank: int, visible: int) -> int | None:
+    """THE CUDA device a local rank uses (pure): its local rank among the visible GPUs, or
+    None where fewer GPUs are visible (two ranks would share one, which NCCL refuses)."""
+    return local_rank if 0 <= local_rank < visible else None
 
 
 def _check_possible(backend: str, device: str, cuda_devices: int,
@@ -210,6 +217,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     placed = _place(choice, cfg, selection)
     to_set = selection.env()
     _set_env(to_set)
+    lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
     _init_group(choice.backend, cfg, selection, timeout, join_timeout)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
                   selection, dict(to_set), choice)
@@ -242,7 +250,7 @@ def _place(choice: BackendChoice, cfg: DistConfig, selection: Selection) -> str:
     if choice.device != "cuda":
         return "cpu"
     cuda = torch.cuda.device_count()
-    if cfg.local_rank >= cuda:
+    if gpu_index(cfg.local_rank, cuda) is None:
         raise ConfigError(
             f"local rank {cfg.local_rank} has no GPU: {cuda} CUDA device(s) visible "
             f"(rank {cfg.rank})",

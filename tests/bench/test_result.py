@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from ddpnet.bench.render import CSV_FIELDS, table_text, write_csv, write_plot
-from ddpnet.bench.result import BenchResult, LinkRate, PairRate, Skipped, make_row
+from ddpnet.bench.result import (
+    BenchResult,
+    BenchRow,
+    LinkRate,
+    PairRate,
+    Skipped,
+    make_row,
+    plateau,
+)
 
 MIB64 = 64 << 20
 
@@ -103,3 +111,49 @@ def test_one_rank_verdict_says_why_busbw_is_empty() -> None:
     result = BenchResult("gloo", 1, "cpu", LinkRate(None, "none"), (row,))
     [line] = result.verdicts()
     assert line.startswith("one rank: nothing crosses a link")
+
+
+def _rows(busbw_by_size: dict[int, float], link: float | None) -> tuple[BenchRow, ...]:
+    """Synthetic all_reduce rows with the given busbw (bus factor 1, 1 s per iteration)."""
+    return tuple(make_row("all_reduce", n, n // 4, "float32", "sum", True,
+                          [n * 8 / (g * 1e9)], 1.0, link, 0)
+                 for n, g in busbw_by_size.items())
+
+
+def test_the_verdict_is_judged_at_the_plateau_not_at_a_shapers_burst() -> None:
+    """Issue 19: over a 5 Gb/s shaped link the 4M size went through at 130% (the shaper's
+    burst) while 64M-256M settled at 100%: the headline names the plateau, and says why the
+    peak is not the link's rate."""
+    mib = 1 << 20
+    sweep = {1 * mib: 2.0, 4 * mib: 6.5, 16 * mib: 5.4, 64 * mib: 5.0, 128 * mib: 4.95,
+             256 * mib: 5.02}
+    res = BenchResult("nccl", 2, "cuda", LinkRate(5.0, "iperf3"), _rows(sweep, 5.0))
+    plat = res.plateaus()["all_reduce"]
+    assert plat.sizes == (64 * mib, 128 * mib, 256 * mib)
+    assert plat.busbw_gbps == pytest.approx(5.0)
+    [line] = res.verdicts()
+    assert line.startswith("all_reduce reaches 100% of the link at the plateau "
+                           "(5.000 of 5.000 Gb/s, median busbw at 64M-256M)")
+    assert "peak 6.500 Gb/s at 4M is not the link's rate" in line
+    assert "130%" not in line
+    assert res.to_dict()["plateau"]["all_reduce"]["bytes"] == [64 * mib, 128 * mib, 256 * mib]
+
+
+def test_plateau_takes_each_sizes_best_place_and_stays_near_the_largest_size() -> None:
+    rows = (*_rows({1 << 10: 0.1, 1 << 20: 0.9, 4 << 20: 1.0}, None),
+            make_row("all_reduce", 4 << 20, 1 << 20, "float32", "sum", False,
+                     [(4 << 20) * 8 / 0.5e9], 1.0, None, 0))
+    plat = plateau(list(rows), None)
+    assert plat.sizes == (1 << 20, 4 << 20)  # 1K is more than 16x below the largest
+    assert plat.busbw_gbps == pytest.approx(0.95) and plat.link_efficiency is None
+    res = BenchResult("gloo", 2, "cpu", LinkRate(None, "none"), rows)
+    [line] = res.verdicts()
+    assert line.startswith("all_reduce peaks at 1.000 Gb/s busbw (at 4M), 0.950 at the "
+                           "plateau (median busbw at 1M-4M); no link baseline")
+
+
+def test_a_plateau_without_a_burst_names_no_peak() -> None:
+    res = BenchResult("gloo", 2, "cpu", LinkRate(1.0, "tcp"),
+                      _rows({1 << 20: 0.5, 2 << 20: 0.97, 4 << 20: 1.0}, 1.0))
+    [line] = res.verdicts()
+    assert "at the plateau" in line and "peak" not in line

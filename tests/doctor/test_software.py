@@ -130,3 +130,13 @@ def test_real_probe_on_this_host(tmp_path: Path) -> None:
     assert "cuda_build" in facts and facts["gloo"] is True
     r = software.Torch().run(host, inputs())
     assert r.status == "pass" and version("torch") in r.summary
+
+
+def test_gpus_with_persistence_mode_off_are_a_warning(tmp_path: Path) -> None:
+    native = {**GPUS, "gpu_persistence": ["on", "off", None, "off"],
+              "gpu_capabilities": ["9.0"] * 4}
+    r = run_all(host_for(tmp_path, CUDA, native))["software.gpus"]
+    assert r.status == "warn" and r.summary.endswith("persistence mode off on GPU 1,3")
+    assert "nvidia-smi -pm 1" in r.fix and r.facts["gpu_capabilities"] == ["9.0"] * 4
+    on = {**GPUS, "gpu_persistence": ["on"] * 8}
+    assert run_all(host_for(tmp_path, CUDA, on))["software.gpus"].status == "pass"

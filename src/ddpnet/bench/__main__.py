@@ -13,10 +13,11 @@ def main(argv: list[str]) -> int:
     from ddpnet.bench.command import run
     from ddpnet.bench.options import BenchOptions
     from ddpnet.bench.render import report
-    from ddpnet.output import guarded
+    from ddpnet.output import guarded, json_mode
 
     def body() -> int:
         options = BenchOptions.from_json(argv[0])
+        json_mode(options.as_json)
         return report(run(options), options.as_json)
 
     return guarded(body)

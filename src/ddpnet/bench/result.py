@@ -107,6 +107,68 @@ class Skipped:
     reason: str
 
 
+#: the plateau is at most this many of the largest sizes ...
+PLATEAU_SIZES = 3
+#: ... each within this factor of the largest (a sweep's small sizes are not the plateau)
+PLATEAU_SPAN = 16
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A collective's busbw where it has settled: the median, over the largest sizes, of
+    each size's best row. Small sizes can beat the link (a traffic shaper's burst lets
+    a few MB through faster, issue 19), so the verdict is judged here, not at the peak."""
+
+    sizes: tuple[int, ...]
+    busbw_gbps: float
+    link_efficiency: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": list(self.sizes), "busbw_gbps": round(self.busbw_gbps, 6),
+                "link_efficiency": (None if self.link_efficiency is None
+                                    else round(self.link_efficiency, 4))}
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def plateau(rows: list[BenchRow], link_gbps: float | None) -> Plateau:
+    """The plateau of one collective's rows (pure): up to :data:`PLATEAU_SIZES` of the
+    largest sizes within :data:`PLATEAU_SPAN` of the largest, each size's best place."""
+    best: dict[int, float] = {}
+    for row in rows:
+        best[row.bytes] = max(best.get(row.bytes, 0.0), row.busbw_gbps)
+    top = max(best)
+    sizes = tuple(sorted((n for n in best if n * PLATEAU_SPAN >= top),
+                         reverse=True)[:PLATEAU_SIZES])[::-1]
+    busbw = _median([best[n] for n in sizes])
+    return Plateau(sizes, busbw, busbw / link_gbps if link_gbps else None)
+
+
+def _sizes(sizes: tuple[int, ...]) -> str:
+    return _size(sizes[0]) if len(sizes) == 1 else f"{_size(sizes[0])}-{_size(sizes[-1])}"
+
+
+def verdict_line(name: str, plat: Plateau, peak: BenchRow, link_gbps: float | None) -> str:
+    """``all_reduce reaches 100% of the link at the plateau (...)`` (pure); the peak is
+    named too where a smaller size went more than 10% faster."""
+    where = f"median busbw at {_sizes(plat.sizes)}"
+    if plat.link_efficiency is not None and link_gbps:
+        line = (f"{name} reaches {plat.link_efficiency:.0%} of the link at the plateau "
+                f"({plat.busbw_gbps:.3f} of {link_gbps:.3f} Gb/s, {where})")
+    else:  # no verdict without a link: the peak, and the plateau beside it
+        return (f"{name} peaks at {peak.busbw_gbps:.3f} Gb/s busbw (at {_size(peak.bytes)}), "
+                f"{plat.busbw_gbps:.3f} at the plateau ({where}); "
+                "no link baseline to compare with")
+    if peak.bytes not in plat.sizes and peak.busbw_gbps > 1.1 * plat.busbw_gbps:
+        line += (f"; peak {peak.busbw_gbps:.3f} Gb/s at {_size(peak.bytes)} is not the link's "
+                 "rate (a shaper's burst or a cache lets small sizes through faster)")
+    return line
+
+
 @dataclass(frozen=True)
 class BenchResult:
     """Everything one run measured; identical on every rank (times are reduced across ranks)."""
@@ -135,21 +197,22 @@ class BenchResult:
         """The peak rows of collectives whose best busbw stays under the threshold."""
         return [r for r in self.peak().values() if r.busbw_gbps < min_busbw_gbps]
 
+    def plateaus(self) -> dict[str, Plateau]:
+        """Per collective, its busbw at the plateau (the largest sizes, :func:`plateau`)."""
+        by_name: dict[str, list[BenchRow]] = {}
+        for row in self.rows:
+            by_name.setdefault(row.collective, []).append(row)
+        return {name: plateau(rows, self.link.gbps) for name, rows in by_name.items()}
+
     def verdicts(self) -> list[str]:
-        """One line per collective: its best busbw against the link."""
+        """One line per collective: its busbw at the plateau against the link, and the peak
+        where a smaller size went faster (a shaper's burst or a cache, not the link)."""
         if self.world_size == 1:
             return ["one rank: nothing crosses a link, so busbw says nothing about the "
                     "network; run on 2 or more ranks (--local N, or one per node)"]
-        lines = []
-        for name, row in self.peak().items():
-            size = _size(row.bytes)
-            if row.link_efficiency is not None:
-                lines.append(f"{name} reaches {row.link_efficiency:.0%} of the link "
-                             f"({row.busbw_gbps:.3f} of {self.link.gbps:.3f} Gb/s, at {size})")
-            else:
-                lines.append(f"{name} peaks at {row.busbw_gbps:.3f} Gb/s busbw (at {size}); "
-                             "no link baseline to compare with")
-        return lines
+        peaks = self.peak()
+        return [verdict_line(name, plat, peaks[name], self.link.gbps)
+                for name, plat in self.plateaus().items()]
 
     def to_dict(self) -> dict[str, Any]:
         """The ``ddpnet bench --json`` object."""
@@ -162,6 +225,7 @@ class BenchResult:
             "skipped": [{"collective": s.collective, "reason": s.reason} for s in self.skipped],
             "wrong": self.wrong if any(r.wrong is not None for r in self.rows) else None,
             "verdicts": self.verdicts(),
+            "plateau": {name: p.to_dict() for name, p in self.plateaus().items()},
             "config": self.config,
         }
 

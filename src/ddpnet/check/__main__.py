@@ -9,8 +9,9 @@ import sys
 def main(argv: list[str]) -> int:
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.run import exit_fast, run
-    from ddpnet.output import finish, guarded
+    from ddpnet.output import finish, guarded, json_mode
 
+    json_mode(True)  # this rank's stdout is its JSON line for the parent
     return guarded(lambda: exit_fast(finish(run(CheckOptions.from_json(argv[0])),
                                             as_json=True)))
 

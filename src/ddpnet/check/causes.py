@@ -27,6 +27,12 @@ CAUSE_ORDER: tuple[str, ...] = (
     "version-mismatch",
     "mtu-mismatch",
     "clock-skew",
+    # GPU and NCCL facts (issue 19): a shared GPU explains NCCL's "invalid usage"
+    "ranks-share-gpu",
+    "nccl-setting-mismatch",
+    "gpu-mismatch",
+    "cuda-driver-too-old",
+    "nccl-net-unavailable",
     "process-group-failed",
     "allreduce-wrong",
     "slow-node",

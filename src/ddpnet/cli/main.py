@@ -16,6 +16,7 @@ import click
 from ddpnet import __version__
 from ddpnet.errors import DdpnetError, UsageError, from_os_error
 from ddpnet.exitcodes import ExitCode
+from ddpnet.output import json_mode
 
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     object under ``--json``), no traceback unless ``--debug``."""
     args = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    json_mode(_json_requested(args))
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
     except _HANDLED as exc:

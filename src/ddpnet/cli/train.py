@@ -25,7 +25,14 @@ from ddpnet.local import MAX_LOCAL_RANKS
 @click.option("--epochs", type=int, default=1, show_default=True)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Per rank.")
-@click.option("--lr", type=float, default=0.05, show_default=True)
+@click.option("--lr", type=float, default=None,
+              help="Learning rate [default: the model's: 0.05 SGD, 1e-3 AdamW].")
+@click.option("--optimizer", type=click.Choice(["auto", "sgd", "adamw"]), default="auto",
+              show_default=True, help="auto: SGD for mlp/cnn, AdamW for the transformer.")
+@click.option("--warmup-steps", type=int, default=None,
+              help="Linear lr warmup steps [default: the model's; 0: none].")
+@click.option("--clip-grad", type=float, default=None,
+              help="Clip the gradient norm [default: the model's, 1.0 transformer; 0: none].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--grad-accum", type=int, default=1, show_default=True,
               help="Micro-batches per step; all but the last run under no_sync.")

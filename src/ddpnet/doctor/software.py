@@ -134,16 +134,30 @@ def nvml_facts() -> dict[str, Any]:
         return {"nvml_error": str(exc)[:200]}
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
-        gpus = []
+        gpus, persistence, capability = [], [], []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
             gpus.append(name.decode() if isinstance(name, bytes) else str(name))
+            persistence.append(_nvml_or_none(
+                lambda h=handle: "on" if pynvml.nvmlDeviceGetPersistenceMode(h) else "off"))
+            capability.append(_nvml_or_none(
+                lambda h=handle: "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(h))))
         return {"driver": driver.decode() if isinstance(driver, bytes) else str(driver),
-                "gpus": gpus}
+                "gpus": gpus, "gpu_persistence": persistence,
+                "gpu_capabilities": capability}
     except Exception as exc:
         return {"nvml_error": str(exc)[:200]}
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvml_or_none(read: Any) -> Any:
+    """One NVML reading, None where this GPU or driver does not support it."""
+    try:
+        return read()
+    except Exception:
+        return None
 
 
 def native_facts() -> dict[str, Any]:
@@ -268,8 +282,18 @@ class Gpus(Check):
         gpus = p.get("gpus")
         if gpus:
             names = ", ".join(sorted(set(gpus)))
-            return self.ok(f"driver {p.get('driver')}: {len(gpus)} x {names}",
-                           driver=p.get("driver"), gpus=gpus)
+            facts = {"driver": p.get("driver"), "gpus": gpus,
+                     "gpu_capabilities": p.get("gpu_capabilities")}
+            summary = f"driver {p.get('driver')}: {len(gpus)} x {names}"
+            off = [str(i) for i, mode in enumerate(p.get("gpu_persistence") or ())
+                   if mode == "off"]
+            if off:
+                return self.warn(f"{summary}; persistence mode off on GPU {','.join(off)}",
+                                 "each process that starts CUDA pays the driver's "
+                                 "initialisation (seconds per GPU) where nothing holds it",
+                                 "nvidia-smi -pm 1 (as root), or enable the "
+                                 "nvidia-persistenced service", **facts)
+            return self.ok(summary, **facts)
         if p.get("nvml") == "absent":
             return self.skip("nvidia-ml-py not installed (pip install nvidia-ml-py for GPU "
                              "checks)", gpus=[])

@@ -7,14 +7,15 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from ddpnet.output import guarded
+    from ddpnet.output import guarded, json_mode
     from ddpnet.train.config import TrainConfig
     from ddpnet.train.report import report
     from ddpnet.train.run import run_rank
 
     cfg = TrainConfig(**json.loads(argv[0]))
     as_json = "--json" in argv[1:]
-    return guarded(lambda: report(run_rank(cfg, as_json=as_json), as_json))
+    json_mode(as_json)
+    return guarded(lambda: report(run_rank(cfg, as_json=as_json), as_json), as_json=as_json)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,15 @@ class TrainConfig:
     epochs: int = 1
     max_steps: int | None = None
     batch_size: int = 32
-    lr: float = 0.05
+    #: None: the model's default (ddpnet.train.optim.DEFAULTS: 0.05 SGD, 1e-3 AdamW)
+    lr: float | None = None
     momentum: float = 0.9
+    #: auto: SGD for mlp/cnn, AdamW with warmup and clipping for the transformer
+    optimizer: str = "auto"
+    #: None: the model's default; 0: no warmup
+    warmup_steps: int | None = None
+    #: gradient-norm clip; None: the model's default; 0: no clipping
+    clip_grad: float | None = None
     seed: int = 0
     grad_accum: int = 1
     bucket_cap_mb: float = 25.0
@@ -107,8 +114,18 @@ def _check_names_and_sizes(cfg: TrainConfig) -> None:
 
 
 def _check_optimisation(cfg: TrainConfig) -> None:
-    if cfg.lr <= 0:
-        raise ConfigError(f"--lr must be positive, got {cfg.lr}", "try --lr 0.05")
+    from ddpnet.train.optim import OPTIMIZERS
+
+    if cfg.lr is not None and cfg.lr <= 0:
+        raise ConfigError(f"--lr must be positive, got {cfg.lr}",
+                          "try --lr 0.05 (SGD) or 1e-3 (AdamW), or omit it for the default")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown --optimizer {cfg.optimizer!r}",
+                          f"choose one of {', '.join(OPTIMIZERS)}")
+    for name, value in (("--warmup-steps", cfg.warmup_steps), ("--clip-grad", cfg.clip_grad)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{name} must be 0 or more, got {value}",
+                              f"0 turns it off; omit {name} for the model's default")
     if cfg.bucket_cap_mb <= 0:
         raise ConfigError(f"--bucket-cap-mb must be positive, got {cfg.bucket_cap_mb}",
                           "DDP's default is 25 (MB); larger buckets mean fewer all-reduces")

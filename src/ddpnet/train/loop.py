@@ -29,6 +29,8 @@ from ddpnet.train.config import TrainConfig
 from ddpnet.train.data import NUM_CLASSES, Split, load_dataset, make_loader
 from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
+from ddpnet.train.optim import OptimPlan, divergence, plan
+from ddpnet.train.precision import flops_per_step, precision_label, precision_note
 from ddpnet.train.resume import due, restore, save
 from ddpnet.train.summary import StepCallback, StepEvent, Summary
 
@@ -66,6 +68,7 @@ class Parts:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
+    plan: OptimPlan
 
 
 def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
@@ -113,10 +116,19 @@ def build(cfg: TrainConfig, d: Dist) -> Parts:
         )
     total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * steps_per_epoch
     model = build_model(cfg.model, cfg.width, cfg.depth, NUM_CLASSES).to(d.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    p = plan(cfg.model, total_steps, optimizer=cfg.optimizer, lr=cfg.lr,
+             momentum=cfg.momentum, warmup_steps=cfg.warmup_steps, clip=cfg.clip_grad)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16")
-    return Parts(split, loader, sampler, steps_per_epoch, total_steps, model, optimizer,
-                 scaler)
+    return Parts(split, loader, sampler, steps_per_epoch, total_steps, model,
+                 make_optimizer(model, p), scaler, p)
+
+
+def make_optimizer(model: torch.nn.Module, p: OptimPlan) -> torch.optim.Optimizer:
+    """SGD with momentum, or AdamW (decoupled weight decay), as the plan says."""
+    if p.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=p.lr, momentum=p.momentum,
+                           weight_decay=p.weight_decay)
 
 
 ForwardBackward = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -259,13 +271,29 @@ class Loop:
                 sync_time = time.perf_counter() - tm
             else:
                 no_sync_time += time.perf_counter() - tm
-        scaler, optimizer = self.parts.scaler, self.parts.optimizer
+        loss = float(torch.stack(losses).sum())
+        self.apply_update(loss)
+        _sync(device)
+        return StepTimes(loss, time.perf_counter() - t0, no_sync_time, sync_time)
+
+    def apply_update(self, loss: float) -> None:
+        """This step's learning rate, the gradient norm (clipped where the plan says), the
+        divergence verdict before the weights change, then the optimizer step."""
+        scaler, optimizer, p = self.parts.scaler, self.parts.optimizer, self.parts.plan
+        for group in optimizer.param_groups:
+            group["lr"] = p.lr_at(self.step)
+        scaler.unscale_(optimizer)  # a no-op unless fp16
+        norm = grad_norm(self.ddp.module, p.clip)
+        # fp16 overflows are GradScaler's to skip; the norm is all-reduced (the same on
+        # every rank), so every rank stops at the same step
+        stop = divergence(self.step + 1, self.d.rank, _host(), loss=loss,
+                          grad_norm=None if self.cfg.amp == "fp16" else norm, p=p,
+                          amp=self.cfg.amp)
+        if stop is not None:
+            raise stop
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        loss = float(torch.stack(losses).sum())
-        _sync(device)
-        return StepTimes(loss, time.perf_counter() - t0, no_sync_time, sync_time)
 
     def log_metrics(self, loss: float) -> dict[str, Any]:
         """A log step's extra fields: the loss averaged over ranks, eval, samples/s."""
@@ -290,8 +318,14 @@ class Loop:
         if math.isnan(self.ev_loss):
             self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval,
                                                  self.d, self.cfg)
+        stop = divergence(self.step, self.d.rank, _host(), loss=self.ev_loss, grad_norm=None,
+                          p=self.parts.plan, amp=self.cfg.amp)
+        if stop is not None:  # the eval loss: a diverged run never reports success
+            raise stop
         m, timed = self.meter, self.meter.timed_steps
         mean_step = m.mean(m.timed_wall)
+        params = count_parameters(self.parts.model)
+        flops = flops_per_step(self.cfg.model, params, self.cfg.batch_size, self.cfg.grad_accum)
         return Summary(
             steps=self.step, final_loss=self.last_loss, eval_loss=self.ev_loss,
             eval_accuracy=self.ev_acc,
@@ -300,10 +334,28 @@ class Loop:
             step_time_s=mean_step, compute_s=m.mean(m.sum_compute),
             comm_wait_s=m.mean(m.sum_comm),
             comm_share=m.sum_comm / m.timed_wall if m.timed_wall else float("nan"),
-            parameters=count_parameters(self.parts.model), world_size=self.d.world_size,
+            parameters=params, world_size=self.d.world_size,
             resumed_from=resumed_from, config=self.cfg.to_dict(), backend=self.d.backend,
-            device=self.d.device, notes=tuple(notes),
+            device=self.d.device, notes=tuple(notes), optimizer=self.parts.plan.to_dict(),
+            precision=precision_label(self.cfg.amp), flops_per_step=flops,
+            precision_note=precision_note(self.cfg.amp, self.d.device, flops,
+                                          m.mean(m.sum_compute)),
         )
+
+
+def grad_norm(model: torch.nn.Module, clip: float) -> float:
+    """The total gradient norm, clipping to ``clip`` first where it is set."""
+    params = [q for q in model.parameters() if q.grad is not None]
+    if clip:
+        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+    grads = [q.grad for q in params if q.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _calibrate(model: torch.nn.Module, loader: Any,

@@ -72,12 +72,14 @@ def render_summary(s: Summary) -> str:
         f"{s.parameters:,} parameters",
         f"final loss {s.final_loss:.4f}  eval loss {s.eval_loss:.4f}  "
         f"eval accuracy {s.eval_accuracy:.3f}",
-        f"{s.samples_per_s:.0f} samples/s  step {s.step_time_s * 1e3:.1f} ms  "
+        f"{s.samples_per_s:.0f} samples/s ({s.precision})  step {s.step_time_s * 1e3:.1f} ms  "
         f"comm share {share}  all-reduce {human_bytes(s.bytes_per_step)}/step "
         f"({s.bytes_note})",
     ]
     if s.resumed_from is not None:
         lines.append(f"resumed from step {s.resumed_from}")
+    if s.precision_note:
+        lines.append(f"note: {s.precision_note}")
     return "\n".join(lines)
 
 

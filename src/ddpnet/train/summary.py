@@ -63,6 +63,14 @@ class Summary:
     device: str
     bytes_note: str
     notes: tuple[str, ...] = field(default=())
+    #: the resolved optimiser (``ddpnet.train.optim.OptimPlan.to_dict``)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    #: what the step computed in (fp32, bf16, fp16): samples/s is per precision
+    precision: str = "fp32"
+    #: estimated forward+backward FLOPs per optimizer step and rank
+    flops_per_step: float = 0.0
+    #: why bf16/fp16 cannot speed this run up (``train.precision``), None when it can
+    precision_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +79,9 @@ class Summary:
             "eval_loss": self.eval_loss,
             "eval_accuracy": self.eval_accuracy,
             "samples_per_s": self.samples_per_s,
+            "precision": self.precision,
+            "flops_per_step": self.flops_per_step,
+            "precision_note": self.precision_note,
             "bytes_per_step": self.bytes_per_step,
             "bytes_note": self.bytes_note,
             "step_time_s": self.step_time_s,
@@ -83,5 +94,6 @@ class Summary:
             "device": self.device,
             "resumed_from": self.resumed_from,
             "notes": list(self.notes),
+            "optimizer": self.optimizer,
             "config": self.config,
         }

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ddpnet.check.stages.facts import interface_facts, selection_facts, selection_problems
+from ddpnet.check.stages.facts import (
+    doctor_summary,
+    interface_facts,
+    selection_facts,
+    selection_problems,
+)
+from ddpnet.doctor.base import CheckResult
 from ddpnet.net.routes import Route
 from ddpnet.net.select import select
 from tests.net.fixtures import LO, cfg, iface
@@ -35,3 +41,23 @@ def test_a_user_pin_is_pinned_and_loopback_across_nodes_is_a_problem() -> None:
 def test_interface_facts_of_an_unknown_interface_are_unknown() -> None:
     sel = select(cfg(), (ETH0, LO), ROUTE, {})
     assert interface_facts(sel, (LO,)) == {"mtu": None, "subnet": None}
+
+
+def _result(check_id: str, status: str) -> CheckResult:
+    return CheckResult(check_id, check_id.split(".")[0], status, "s")  # type: ignore[arg-type]
+
+
+def test_a_failing_doctor_verdict_names_what_failed() -> None:
+    """Issue 19: rank 0 reported {"verdict": "fail", "failed": []} when only rendezvous.*
+    failed (they race with check's own rendezvous): verdict and list now agree."""
+    only_rdzv = [_result("python.version", "pass"), _result("rendezvous.port", "fail")]
+    summary = doctor_summary(only_rdzv)
+    assert summary == {"verdict": "pass", "failed": [], "superseded": ["rendezvous.port"]}
+    mixed = [_result("net.mtu", "warn"), _result("rendezvous.port", "fail"),
+             _result("gpu.nccl", "fail")]
+    summary = doctor_summary(mixed)
+    assert summary["verdict"] == "fail" and summary["failed"] == ["gpu.nccl"]
+    assert doctor_summary(mixed[:1]) == {"verdict": "warn", "failed": []}
+    for checks in (only_rdzv, mixed, mixed[:1], []):
+        s = doctor_summary(checks)
+        assert (s["verdict"] == "fail") == bool(s["failed"])

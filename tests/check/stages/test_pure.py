@@ -30,3 +30,23 @@ def test_allreduce_summary() -> None:
     assert summary(pgs, [0, 1]) == {"ok": False, "ranks_ok": 1, "backend": "gloo",
                                     "expected": 3.0, "max_seconds": 0.2}
     assert summary({}, [0])["ok"] is False
+
+
+def test_nccls_own_failure_text_names_a_cause_once() -> None:
+    from ddpnet.check.causes import Cause
+    from ddpnet.check.context import Findings
+    from ddpnet.check.registration import Registration
+    from ddpnet.check.stages.allreduce import nccl_cause
+
+    found = Findings(world=2, master="a:1")
+    found.roster = [Registration(r, 2, 1, f"h{r}", f"10.0.0.{r}", "eth0", 1, "u")
+                    for r in (0, 1)]
+    pgs = {0: {"ok": False, "error": "ncclInvalidUsage: Duplicate GPU detected : rank 1 "
+                                    "and rank 0 both on CUDA device 1000"},
+           1: {"ok": False, "error": "Duplicate GPU detected : rank 0 and rank 1"}}
+    cause = nccl_cause(found, pgs, [0, 1])
+    assert cause is not None and cause.id == "ranks-share-gpu" and cause.ranks == (0, 1)
+    assert cause.stage == "process-group" and "NCCL's failure on rank 0" in cause.detail
+    found.causes.append(Cause("ranks-share-gpu", "from the facts", "fix"))
+    assert nccl_cause(found, pgs, [0, 1]) is None  # the facts named it already
+    assert nccl_cause(found, {0: {"ok": False, "error": "gloo: timeout"}}, [0]) is None

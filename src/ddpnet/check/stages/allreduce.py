@@ -12,12 +12,22 @@ from typing import Any
 from ddpnet.check.causes import Cause
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.store import PREFIX
+from ddpnet.net.nccl import nccl_failure
+from ddpnet.output import lend_stdout
 
 
-def _device(torch: Any, backend: str) -> Any:
-    if backend == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+def _device(torch: Any, backend: str, local_rank: int) -> Any:
+    """The rank's own GPU for NCCL (``process_group.gpu_index``; it was the current device,
+    GPU 0 for every rank); where it has none, GPU 0, and NCCL's refusal is explained by the
+    facts' ``ranks-share-gpu``."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    from ddpnet.process_group import gpu_index
+
+    index = gpu_index(local_rank, torch.cuda.device_count())
+    if index is not None:
+        torch.cuda.set_device(index)
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _error(exc: BaseException) -> str:
@@ -34,12 +44,14 @@ def run_group(ctx: RankContext) -> dict[str, Any]:
         from ddpnet.process_group import choose
 
         backend = choose(ctx.opts.backend).backend
+        device = _device(torch, backend, ctx.cfg.local_rank)
+        lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
         dist.init_process_group(
             backend, store=dist.PrefixStore(PREFIX + "pg", ctx.store.raw),  # type: ignore[attr-defined]
             rank=ctx.rank, world_size=ctx.world,
             timeout=timedelta(seconds=ctx.opts.stage_timeout))
         ta = time.monotonic()
-        x = torch.full((1024,), float(ctx.rank + 1), device=_device(torch, backend))
+        x = torch.full((1024,), float(ctx.rank + 1), device=device)
         dist.all_reduce(x)
         expected = ctx.world * (ctx.world + 1) / 2
         good = bool(torch.all(x == expected).item())
@@ -90,6 +102,22 @@ def _failed_cause(found: Findings, pgs: Mapping[int, Any], bad: list[int]) -> Ca
     )
 
 
+def nccl_cause(found: Findings, pgs: Mapping[int, Any], bad: list[int]) -> Cause | None:
+    """The cause NCCL's own failure text names (``net.nccl.nccl_failure``), unless an
+    earlier stage already named it (pure)."""
+    for r in bad:
+        error = str(pgs.get(r, {}).get("error", ""))
+        known = nccl_failure(error)
+        if known is None or any(c.id == known.cause for c in found.causes):
+            continue
+        named = [q for q in bad if nccl_failure(str(pgs.get(q, {}).get("error", "")))
+                 == known]
+        return Cause(id=known.cause, stage="process-group", ranks=tuple(named),
+                     hosts=tuple(found.label_of(q) for q in named),
+                     detail=f"NCCL's failure on rank {r}: {error}", fix=known.fix)
+    return None
+
+
 def group_stage(ctx: RankContext, found: Findings) -> bool:
     """Rank 0: join the group, gather every rank's result; whether every rank passed."""
     ctx.store.publish("pg", 0, run_group(ctx))
@@ -97,7 +125,8 @@ def group_stage(ctx: RankContext, found: Findings) -> bool:
     found.extra["allreduce"] = summary(pgs, found.ranks)
     bad = [r for r in found.ranks if not pgs.get(r, {}).get("ok")]
     if bad:
-        found.causes.append(_failed_cause(found, pgs, bad))
+        named = nccl_cause(found, pgs, bad)
+        found.causes.extend([_failed_cause(found, pgs, bad), *([named] if named else [])])
     ctx.timings["process_group"] = max(float(p.get("seconds", 0)) for p in pgs.values()) \
         if pgs else 0.0
     found.stages["process_group"] = "fail" if bad else "pass"

@@ -11,7 +11,9 @@ from typing import Any
 
 from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.gpu import compare_gpus, gpu_facts
 from ddpnet.config import DistConfig
+from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
 from ddpnet.net.select import TP, Selection
 
@@ -47,21 +49,33 @@ def interface_facts(sel: Selection, interfaces: Sequence[Interface]) -> dict[str
 def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
     facts this check selected and uses (edge)."""
+    from ddpnet.check.gpu import nccl_facts
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
-    base = {**selection_facts(sel), **interface_facts(sel, list_interfaces())}
+    base = {**selection_facts(sel), **interface_facts(sel, list_interfaces()),
+            **nccl_facts(environ)}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
-    merged["doctor"] = {
-        "verdict": report.verdict,
-        # rendezvous.* raced with this very rendezvous; check's own stage supersedes them
-        "failed": [c.id for c in report.checks
-                   if c.status == "fail" and not c.id.startswith("rendezvous.")],
-    }
+    merged["doctor"] = doctor_summary(report.checks)
     return merged
+
+
+def doctor_summary(checks: Sequence[CheckResult]) -> dict[str, Any]:
+    """The doctor's verdict as check shows it (pure). rendezvous.* raced with this very
+    rendezvous and check's own stage supersedes them, so they are left out of both the
+    verdict and the failed list: a "fail" always names what failed (issue 19)."""
+    kept = [c for c in checks if not c.id.startswith("rendezvous.")]
+    summary: dict[str, Any] = {
+        "verdict": worst([c.status for c in kept]),
+        "failed": [c.id for c in kept if c.status == "fail"],
+    }
+    superseded = [c.id for c in checks if c not in kept and c.status == "fail"]
+    if superseded:
+        summary["superseded"] = superseded
+    return summary
 
 
 def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
@@ -72,12 +86,25 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     except Exception as exc:
         facts = {"error": f"facts failed: {exc}"}
     facts.setdefault("hostname", ctx.host)
+    # here, on the main thread once torch is imported: importing torch in the facts thread
+    # while the main thread imports it aborts the rank ("terminate called ... python_error")
+    facts.update(gpu_facts(ctx.cfg.local_rank))
     facts["address"] = ctx.sel.address
     facts["interface"] = str(ctx.sel.interface)
     facts["mesh_port"] = ctx.listener.port
     facts["clock_offset_s"] = clock_offset
     facts["selection_problems"] = selection_problems(ctx.sel)
     return facts
+
+
+def _backend(requested: str) -> str | None:
+    """The backend this check's process group will use (rank 0's view; None if unknown)."""
+    from ddpnet.process_group import choose
+
+    try:
+        return choose(requested).backend
+    except Exception:  # an impossible --backend is the process-group stage's to report
+        return None
 
 
 def publish(ctx: RankContext, clock_offset: float | None) -> None:
@@ -95,7 +122,9 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     lost = [r for r in found.ranks if r not in got]
     if lost:
         found.causes.append(found.timeout_cause("facts", lost))
-    found.causes.extend(compare_facts([NodeFacts(r, got[r]) for r in sorted(got)]))
+    nodes = [NodeFacts(r, got[r]) for r in sorted(got)]
+    found.causes.extend(compare_facts(nodes))
+    found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})
         node.update({k: f.get(k) for k in NODE_KEYS})

@@ -1,0 +1,73 @@
+"""Under --json, what C libraries write to fd 1 while a process group lives (NCCL with
+NCCL_DEBUG=INFO) goes to stderr; the one JSON object stays alone on stdout (issue 19)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from ddpnet.net.ports import free_port
+from tests.conftest import clean_environ
+
+#: a rank's life: json mode, ddpnet.init() (gloo, one rank), then "the library" writes to
+#: fd 1 from C (libc's puts, buffered by C's stdio) and through the fd, then the JSON
+RANK = textwrap.dedent("""
+    import ctypes, os, sys
+    import ddpnet
+    from ddpnet.output import emit_json, json_mode
+    json_mode({json})
+    handle = ddpnet.init(backend="gloo", rank=0, world_size=1, master_addr="127.0.0.1",
+                         master_port={port})
+    libc = ctypes.CDLL(None)
+    libc.puts(b"host:1:1 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1")
+    libc.fflush(None)
+    os.write(1, b"host:1:1 [0] NCCL INFO comm 0x55 rank 0 nranks 1 - Init COMPLETE\\n")
+    print("a stray print")
+    emit_json({{"ok": True}})
+    ddpnet.shutdown()
+    os.write(1, b"NCCL INFO comm 0x55 rank 0 nranks 1 - Destroy COMPLETE\\n")
+""")
+
+
+def _rank(as_json: bool) -> subprocess.CompletedProcess[str]:
+    code = RANK.format(json=as_json, port=free_port())
+    return subprocess.run([sys.executable, "-c", code], env=clean_environ(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_under_json_library_lines_on_fd_1_go_to_stderr() -> None:
+    proc = _rank(as_json=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"ok": True}  # the whole of stdout
+    assert proc.stdout.count("\n") == 1
+    for line in ("Bootstrap : Using lo", "Init COMPLETE", "a stray print",
+                 "Destroy COMPLETE"):
+        assert line in proc.stderr
+
+
+def test_without_json_stdout_is_left_alone() -> None:
+    proc = _rank(as_json=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "Init COMPLETE" in proc.stdout and "Bootstrap : Using lo" in proc.stdout
+    assert '{"ok": true}' in proc.stdout and "NCCL" not in proc.stderr
+
+
+def test_lend_and_restore_are_idempotent_and_off_without_json() -> None:
+    code = textwrap.dedent("""
+        import os
+        from ddpnet import output
+        output.lend_stdout()  # json mode off: nothing lent
+        os.write(1, b"plain\\n")
+        output.json_mode(True)
+        output.lend_stdout(); output.lend_stdout()
+        os.write(1, b"lent\\n")
+        output.emit_json([1])
+        output.restore_stdout(); output.restore_stdout()
+        os.write(1, b"back\\n")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_environ(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "plain\n[1]\nback\n" and proc.stderr == "lent\n"
