@@ -67,8 +67,10 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 
 def labeled_json(stdout: str) -> list[dict[str, object]]:
-    """``srun --label`` output of tasks printing (pretty) JSON: lines of different tasks
-    interleave, so group them by their ``N: `` label first. Sorted by task id."""
+    """``srun --label`` output of tasks printing JSON: lines of different tasks interleave,
+    so group them by their ``N: `` label first. Sorted by task id. A piped ``--json`` is one
+    line (JSON Lines), which srun's labelling cuts into 1024-byte pieces: those pieces join
+    without a newline; pretty JSON (a terminal's) joins with one."""
     import json
     import re
 
@@ -77,4 +79,10 @@ def labeled_json(stdout: str) -> list[dict[str, object]]:
         m = re.match(r"\s*(\d+): ?(.*)$", line)
         if m:
             by_task.setdefault(int(m.group(1)), []).append(m.group(2))
-    return [json.loads("\n".join(by_task[t])) for t in sorted(by_task)]
+    def parse(pieces: list[str]) -> dict[str, object]:
+        try:
+            return dict(json.loads("".join(pieces)))
+        except json.JSONDecodeError:
+            return dict(json.loads("\n".join(pieces)))
+
+    return [parse(by_task[t]) for t in sorted(by_task)]

@@ -9,7 +9,7 @@ One place for it, so that no probe can wait forever on a tool or a prompt. Probe
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: exit statuses a shell would give, used for a tool that never ran to completion
@@ -31,13 +31,16 @@ class CommandOutput:
         return (self.stdout + self.stderr).strip()
 
 
-def run_tool(argv: Sequence[str], timeout: float) -> CommandOutput:
+def run_tool(argv: Sequence[str], timeout: float, *, input: str | None = None,
+             env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandOutput:
     """``argv``'s exit status and output; a tool that is absent gets status 127, one that
-    ran past ``timeout`` (killed) 124, each with ``failure`` set and a one-line stderr."""
+    ran past ``timeout`` (killed) 124, each with ``failure`` set and a one-line stderr.
+    ``input`` is its stdin (else none), ``env`` its whole environment (else ours)."""
     try:
         proc = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-            stdin=subprocess.DEVNULL,
+            input=input, stdin=None if input is not None else subprocess.DEVNULL,
+            env=None if env is None else dict(env), cwd=cwd,
         )
     except FileNotFoundError:
         return CommandOutput(ABSENT_RC, "", f"{argv[0]}: command not found", "absent")

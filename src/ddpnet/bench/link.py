@@ -25,6 +25,7 @@ from ddpnet.bench.result import LinkRate, PairRate
 from ddpnet.errors import RequirementError
 from ddpnet.net.interfaces import Interface, list_interfaces, owner_of
 from ddpnet.net.ports import free_port
+from ddpnet.subproc import run_tool
 
 AllGather = Callable[[Any], list[Any]]
 
@@ -187,7 +188,7 @@ def iperf3_client(src: str, dst: str, port: int, seconds: float) -> float:
     omit = 1 if seconds >= 2 else 0
     argv = ["iperf3", "-c", dst, "-p", str(port), "-B", src, "-t", str(max(1, round(seconds))),
             "-O", str(omit), "-J", "--connect-timeout", str(int(CONNECT_TIMEOUT * 1000))]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + omit + 30)
+    proc = run_tool(argv, seconds + omit + 30)
     try:
         return parse_iperf3(proc.stdout)
     except ValueError as exc:

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +19,7 @@ from typing import Any
 
 from ddpnet.errors import DdpnetError, RequirementError
 from ddpnet.exitcodes import ExitCode
+from ddpnet.subproc import CommandOutput, run_tool
 
 NETNS_DIR = Path("/run/netns")
 ETC_NETNS = Path("/etc/netns")
@@ -49,18 +49,16 @@ def require_root(tools: Iterable[str] = ("ip",)) -> None:
 
 
 def run(argv: Sequence[str], *, input: str | None = None, timeout: float = CMD_TIMEOUT,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+        check: bool = True) -> CommandOutput:
     """Run one system command with a timeout; LabError (with its stderr) when it fails."""
-    try:
-        proc = subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
+    proc = run_tool(argv, timeout, input=input)
+    if proc.failure == "timeout":
         raise LabError(f"'{' '.join(argv)}' did not finish in {timeout:g} s",
                        "the system is overloaded or a namespace is stuck; retry, then "
-                       "ddpnet lab down") from None
-    except FileNotFoundError:
+                       "ddpnet lab down")
+    if proc.failure == "absent":
         raise RequirementError(f"'{argv[0]}' is not installed",
-                               "install iproute2 (ip, tc) and nftables (nft)") from None
+                               "install iproute2 (ip, tc) and nftables (nft)")
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         why = detail[-1] if detail else f"exit {proc.returncode}"
@@ -71,7 +69,7 @@ def run(argv: Sequence[str], *, input: str | None = None, timeout: float = CMD_T
 
 
 def ip_batch(lines: Sequence[str], namespace: str | None = None, *, force: bool = False,
-             timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+             timeout: float = CMD_TIMEOUT) -> CommandOutput:
     """``ip [-n NS] [-force] -batch -``: many changes for the cost of one process."""
     argv = ["ip"] + (["-n", namespace] if namespace else []) + (["-force"] if force else [])
     return run([*argv, "-batch", "-"], input="\n".join(lines) + "\n", timeout=timeout,
@@ -79,7 +77,7 @@ def ip_batch(lines: Sequence[str], namespace: str | None = None, *, force: bool 
 
 
 def tc_batch(lines: Sequence[str], namespace: str, *,
-             timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+             timeout: float = CMD_TIMEOUT) -> CommandOutput:
     """``tc -n NS -force -batch -`` (``-force`` so the leading ``qdisc del`` of a missing root
     is not fatal); fails when a later line fails."""
     proc = run(["tc", "-n", namespace, "-force", "-batch", "-"],
@@ -101,11 +99,8 @@ def tc_batch(lines: Sequence[str], namespace: str, *,
 def netem_available() -> bool:
     """Whether the kernel has sch_netem (probed once in a throwaway namespace); without it the
     lab delays packets with :mod:`ddpnet.lab.delayline`."""
-    try:
-        proc = subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root",
-                               "netem", "delay", "1ms"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    proc = run_tool(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", "netem",
+                     "delay", "1ms"], 10)
     return proc.returncode == 0
 
 

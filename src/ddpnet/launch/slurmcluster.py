@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpnet.errors import RequirementError
+from ddpnet.subproc import CommandOutput, run_tool
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo")
 
@@ -128,10 +129,10 @@ class SlurmCluster:
         return env
 
     def client(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-               timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+               timeout: float = 60, cwd: str | None = None) -> CommandOutput:
         """Run a SLURM client (srun, sbatch, sinfo, ...) where the controller lives."""
-        return subprocess.run([*self.spec.controller_wrap, *argv], env=self.client_env(env),
-                              capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        return run_tool([*self.spec.controller_wrap, *argv], timeout,
+                        env=self.client_env(env), cwd=cwd)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 

@@ -9,13 +9,13 @@ controller not answering, job rejected), so this runs it directly rather than th
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpnet.errors import ConfigError, RequirementError
 from ddpnet.launch.sbatch import SbatchConfig, render
+from ddpnet.subproc import run_tool
 
 SUBMIT_TIMEOUT_S = 60
 
@@ -61,16 +61,14 @@ def submit(text: str, script_path: str | None) -> str:
     argv = ["sbatch", "--parsable"]
     if script_path:
         argv.append(script_path)
-    try:
-        proc = subprocess.run(argv, input=None if script_path else text, capture_output=True,
-                              text=True, timeout=SUBMIT_TIMEOUT_S)
-    except FileNotFoundError:
+    proc = run_tool(argv, SUBMIT_TIMEOUT_S, input=None if script_path else text)
+    if proc.failure == "absent":
         raise RequirementError("sbatch not found on PATH",
                                "install the SLURM client (apt-get install slurm-client) or "
-                               "drop --submit and copy the script to a login node") from None
-    except subprocess.TimeoutExpired:
+                               "drop --submit and copy the script to a login node")
+    if proc.failure == "timeout":
         raise RequirementError(f"sbatch did not answer within {SUBMIT_TIMEOUT_S} s",
-                               "is slurmctld reachable? try: sinfo") from None
+                               "is slurmctld reachable? try: sinfo")
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"sbatch rejected the job: {detail}",
