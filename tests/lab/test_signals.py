@@ -1,0 +1,60 @@
+"""SIGTERM or Ctrl-C to ``ddpnet lab run`` ends what it started on every node within 3 s and
+exits 143 / 130 (issue 17: no orphan survives its parent)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ddpnet.lab import Lab
+from tests.conftest import clean_environ
+from tests.lab_util import requires_netns
+
+pytestmark = requires_netns
+
+
+def _sleepers(marker: str, parent: int) -> list[int]:
+    """PIDs of processes but ``parent`` whose command line carries ``marker`` (alive, not
+    zombies)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and int(proc.name) != parent and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_lab_run_ends_every_node_s_process(make_lab: Callable[..., Lab],
+                                                       signum: int, code: int) -> None:
+    lab = make_lab("sg", nodes=2)
+    marker = f"ddpnet-signal-test-{time.monotonic_ns()}"
+    script = f"import time\ntime.sleep(300)  # {marker}\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpnet", "lab", "run", "--name", lab.name, "--timeout", "300",
+         "--", sys.executable, "-c", script],
+        env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(_sleepers(marker, proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_sleepers(marker, proc.pid)) == 2, proc.stderr.read() if proc.poll() is not None else ""
+    proc.send_signal(signum)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    while _sleepers(marker, proc.pid) and time.monotonic() - sent < 3:
+        time.sleep(0.05)
+    assert not _sleepers(marker, proc.pid), f"left running after 3 s: {_sleepers(marker, proc.pid)}"
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
