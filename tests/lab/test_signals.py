@@ -58,3 +58,33 @@ def test_a_signal_to_lab_run_ends_every_node_s_process(make_lab: Callable[..., L
     assert not _sleepers(marker, proc.pid), f"left running after 3 s: {_sleepers(marker, proc.pid)}"
     assert proc.returncode == code, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("after_s", [0.3, 0.8])
+def test_lab_up_killed_with_9_is_cleaned_by_the_next_up_and_down(after_s: float) -> None:
+    """kill -9 in the middle of ``lab up``: the next ``up`` rebuilds the lab, and ``down``
+    leaves no namespace, /etc/netns entry or state file behind."""
+    from ddpnet.lab import state as statemod
+    from ddpnet.lab.system import ETC_NETNS, existing_namespaces
+    from tests.lab_util import unique_name
+
+    name = unique_name("kn")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ddpnet", "lab", "up", "--name", name,
+                                 "--nodes", "4", "--rate", "1gbit"], env=clean_environ(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(after_s)
+        proc.kill()
+        proc.wait(timeout=10)
+        up = subprocess.run([sys.executable, "-m", "ddpnet", "lab", "up", "--name", name,
+                             "--nodes", "4", "--rate", "1gbit"], env=clean_environ(),
+                            capture_output=True, text=True, timeout=120)
+        assert up.returncode == 0, up.stderr
+        assert Lab.attach(name).is_up()
+    finally:
+        down = subprocess.run([sys.executable, "-m", "ddpnet", "lab", "down", "--name", name],
+                              env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not [ns for ns in existing_namespaces() if ns.startswith(name)]
+    assert not list(ETC_NETNS.glob(f"{name}*"))
+    assert not statemod.state_path(name).exists()
