@@ -89,6 +89,7 @@ def test_cluster_rule_set_passes_everything(tmp_path: Path) -> None:
     r = run_all(host, c10d=True)
     assert {k: v.status for k, v in r.items()} == {  # type: ignore[attr-defined]
         "firewall.manager": "pass", "firewall.master-port": "pass",
+        "firewall.master-port-exposed": "skip",  # not the master host
         "firewall.c10d-port": "pass", "firewall.ephemeral": "pass"}
 
 
@@ -193,3 +194,37 @@ def test_real_rules_in_a_namespace(tmp_path: Path, netns: str, manager: str) -> 
     assert res.status == "fail", res
     assert manager in res.summary
     assert results["firewall.ephemeral"].status == "pass"
+
+
+OPEN_TO_ALL = ("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+               "-A INPUT -p tcp -m tcp --dport 29500 -j ACCEPT\nCOMMIT\n")
+
+
+def test_master_port_open_to_everyone_warns_on_the_master(tmp_path: Path) -> None:
+    """Issue 17: the store is unauthenticated; a rule accepting MASTER_PORT from any source
+    exposes it beyond the cluster subnet."""
+    host = host_with(tmp_path, ipt=OPEN_TO_ALL)
+    res = run_all(host, master_addr="198.18.0.3", node_rank=0)["firewall.master-port-exposed"]
+    assert res.status == "warn", res  # type: ignore[attr-defined]
+    assert "203.0.113.7" in res.summary and "198.18.0.0/24" in res.summary  # type: ignore
+    assert "--cluster-subnet 198.18.0.0/24" in res.fix  # type: ignore[attr-defined]
+
+
+def test_master_port_open_to_the_cluster_only_passes(tmp_path: Path) -> None:
+    host = host_with(tmp_path, nft=fixture("firewall/nft_cluster_open.json"))
+    res = run_all(host, master_addr="198.18.0.3", node_rank=0)["firewall.master-port-exposed"]
+    assert res.status == "pass", res  # type: ignore[attr-defined]
+
+
+def test_exposure_is_judged_on_the_master_only_and_not_over_loopback(tmp_path: Path) -> None:
+    host = host_with(tmp_path, ipt=OPEN_TO_ALL)
+    assert run_all(host)["firewall.master-port-exposed"].status == "skip"  # type: ignore
+    loop = run_all(host, master_addr="127.0.0.1")["firewall.master-port-exposed"]
+    assert loop.status == "pass" and "loopback" in loop.summary  # type: ignore[attr-defined]
+
+
+def test_outsider_is_outside_the_cluster_subnet() -> None:
+    import ipaddress
+
+    assert firewall.outsider(ipaddress.IPv4Network("10.0.0.0/8")) == "203.0.113.7"
+    assert firewall.outsider(ipaddress.IPv4Network("203.0.113.0/24")) == "192.0.2.7"

@@ -200,5 +200,55 @@ class EphemeralOpen(PortAccepted):
         return f"{low}:{high}", sorted({low, (low + high) // 2, high})
 
 
-CHECKS: tuple[Check, ...] = (Manager(), MasterPortOpen(), C10dPortOpen(), EphemeralOpen())
+#: sources outside any cluster subnet, to ask "would a stranger reach the store?"
+#: (TEST-NET-3 and TEST-NET-1, documentation ranges that no real peer uses)
+_OUTSIDERS = ("203.0.113.7", "192.0.2.7")
+
+
+def outsider(net: ipaddress.IPv4Network | None) -> str:
+    """A source address outside the cluster subnet (pure)."""
+    return next(a for a in _OUTSIDERS if net is None or ipaddress.ip_address(a) not in net)
+
+
+class MasterPortExposed(Check):
+    """The rendezvous store (TCPStore) is unauthenticated: PyTorch's security notes say it
+    must not be reachable from outside the cluster. Judged on the master host only."""
+
+    id = "firewall.master-port-exposed"
+    family = "firewall"
+    title = "MASTER_PORT closed to outsiders"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        master, why = is_master_host(host, inputs)
+        if not master:
+            return self.skip(f"not the master host ({why})")
+        if _is_loopback(inputs.master_addr):
+            return self.ok(f"MASTER_ADDR {inputs.master_addr} is loopback: the store is local")
+        net = cluster_net(inputs)
+        fix = (f"open {inputs.master_port}/tcp to the cluster subnet only: ddpnet tune "
+               f"--cluster-subnet {net or 'CIDR'} --apply")
+        state = state_of(host)
+        if not state.managers:
+            return self.skip("no firewall: firewall.manager names the exposure")
+        src = outsider(net)
+        pkt = fr.Packet(inputs.master_port, src, inputs.selected.address, inputs.selected.name)
+        verdicts = decide(state, pkt)
+        if verdicts and all(d.verdict == "accept" for _, d in verdicts):
+            by = "; ".join(f"{m}: {d.by}" for m, d in verdicts)
+            return self.warn(f"{inputs.master_port}/tcp accepts {src}, outside the cluster "
+                             f"subnet {net or '(unknown)'}: the store is unauthenticated",
+                             by, fix)
+        return self.ok(f"{inputs.master_port}/tcp from outside {net or 'the cluster'} is not "
+                       "accepted")
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+CHECKS: tuple[Check, ...] = (Manager(), MasterPortOpen(), MasterPortExposed(), C10dPortOpen(),
+                             EphemeralOpen())
 
