@@ -8,7 +8,9 @@ imported, so import skew is excluded):
   healthy   ddpnet.init() vs init_process_group with GLOO_SOCKET_IFNAME=eth0 set by hand
             (the cost of the preflight on a working cluster);
   filtered  MASTER_PORT dropped on node 0, ranks 1.. only: ddpnet.init(connect_timeout=5)
-            vs init_process_group(timeout=30) (torch's default would be 1800 s).
+            vs init_process_group(timeout=30) (torch's default would be 1800 s);
+  missing   the last rank never starts: ddpnet.init(connect_timeout=5, so join_timeout=5)
+            names it on every rank that came vs init_process_group(timeout=30).
 Writes benchmarks/results/init_failfast.json. Needs root (network namespaces).
 """
 
@@ -70,7 +72,8 @@ def main() -> None:
     args = ap.parse_args()
     world = {"WORLD_SIZE": str(args.nodes), "NNODES": str(args.nodes)}
     rows: dict[str, list[list[dict[str, object]]]] = {
-        "healthy_ddpnet": [], "healthy_plain": [], "filtered_ddpnet": [], "filtered_plain": []}
+        "healthy_ddpnet": [], "healthy_plain": [], "filtered_ddpnet": [], "filtered_plain": [],
+        "missing_ddpnet": [], "missing_plain": []}
     with Lab(name=f"ntb{os.getpid()}", nodes=args.nodes) as lab:
         others = list(range(1, args.nodes))
         for i in range(args.repeat):
@@ -96,6 +99,11 @@ def main() -> None:
                 rows["filtered_plain"].append([json.loads(p.communicate()[0].splitlines()[-1])
                                                for p in procs])
             lab.clear()
+            # the last node's rank never starts; the others are told WORLD_SIZE of all
+            came = list(range(args.nodes - 1))
+            rows["missing_ddpnet"].append(run(lab, "ddpnet", 5, came, port + 3, world))
+            if i == 0:
+                rows["missing_plain"].append(run(lab, "plain", 30, came, port + 4, world))
 
     def summary(runs: list[list[dict[str, object]]]) -> dict[str, object]:
         times = [max(float(o["s"]) for o in r if o.get("s") is not None) for r in runs]  # type: ignore[arg-type]
