@@ -55,6 +55,14 @@ def _port(value: Any) -> int:
     return port
 
 
+def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
+    """``convert(value)`` (float or int), or a ConfigError naming the option."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"bad {what} {value!r}: not a number", hint) from None
+
+
 def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -> dict[str, Any]:
     """A validated fault record; ConfigError naming the kind and option otherwise."""
     o = {k.replace("-", "_"): v for k, v in opts.items() if v is not None}
@@ -80,7 +88,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
         rec["port"] = _port(o.get("port", DEFAULT_MASTER_PORT))
     elif kind == "link-down":
         if o.get("for_s") is not None:
-            for_s = float(o["for_s"])
+            for_s = _number(o["for_s"], float, "duration", "e.g. --for 5")
             if not 0 < for_s < float("inf"):  # nan fails too
                 raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
             rec["for_s"] = for_s
@@ -99,7 +107,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
             raise ConfigError("fault delay needs a delay", "for example --ms 20")
         rec["ms"] = delay_ms(o["ms"])
     elif kind == "mtu":
-        mtu = int(o.get("mtu", 0))
+        mtu = _number(o.get("mtu", 0), int, "MTU", "e.g. --mtu 9000")
         if not 68 <= mtu <= 65535:
             raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
         rec["mtu"] = mtu
