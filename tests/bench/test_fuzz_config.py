@@ -64,3 +64,8 @@ def test_bench_timeout_is_bounded() -> None:
     for seconds in (math.nan, math.inf, 0.0, -1.0, 1e9):
         assert clean(check_timeout, seconds) is None, seconds
     assert check_timeout(900.0) == 900.0
+
+
+def test_a_size_of_5000_digits_is_a_config_error() -> None:
+    # int() refuses strings of more than 4300 digits with a ValueError, which escaped
+    assert clean(parse_size, "9" * 5000) is None

@@ -120,3 +120,8 @@ def test_a_lab_has_at_most_max_nodes() -> None:
     # a /15 subnet has room for 131070 nodes: 70000 namespaces used to be accepted
     assert clean(plan, LabSpec(nodes=70000, subnet="198.18.0.0/15")) is None
     assert len(plan(LabSpec(nodes=300, subnet="198.18.0.0/16")).nodes) == 300
+
+
+def test_a_node_index_of_5000_digits_is_a_config_error() -> None:
+    # int() refuses strings of more than 4300 digits with a ValueError, which escaped
+    assert clean(parse_nodes, "9" * 5000, 4) is None

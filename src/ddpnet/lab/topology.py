@@ -368,7 +368,7 @@ def parse_nodes(text: str | Sequence[int] | None, count: int) -> tuple[int, ...]
     if isinstance(text, str):
         for part in text.split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            m = re.fullmatch(r"(\d{1,9})(?:-(\d{1,18}))?", part)  # int() refuses 4300+ digits
             if not m:
                 raise ConfigError(f"bad node list {text!r}: expected all, 0,2 or 1-3",
                                   "for example --nodes all or --nodes 0,2-3")
