@@ -84,3 +84,11 @@ def test_a_number_of_5000_digits_is_a_config_error() -> None:
     # int() refuses strings of more than 4300 digits with a ValueError, which escaped
     assert clean(NNodes.parse, "9" * 5000) is None
     assert clean(parse_hosts, "node1:" + "9" * 5000) is None
+
+
+def test_an_option_is_never_taken_for_the_program() -> None:
+    # ``ddpnet launch --dry-run --bogus -- x.py`` planned ``torchrun --no-python --bogus x.py``
+    # and ``ddpnet sbatch --json --nodes 1 --`` rendered a script that runs ``--json``
+    assert clean(Target.parse, ["--bogus", "--", "x.py"]) is None
+    assert clean(Target.parse, ["--json"]) is None
+    assert Target.parse(["--", "-m", "pkg"]) == Target("pkg", (), module=True)
