@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ddpnet.errors import ConfigError
 from ddpnet.lab.faults import KINDS, normalize
 from ddpnet.lab.topology import (
     LabSpec,
@@ -125,3 +127,14 @@ def test_a_lab_has_at_most_max_nodes() -> None:
 def test_a_node_index_of_5000_digits_is_a_config_error() -> None:
     # int() refuses strings of more than 4300 digits with a ValueError, which escaped
     assert clean(parse_nodes, "9" * 5000, 4) is None
+
+
+def test_lab_run_and_fault_options_are_checked_before_the_lab_is_looked_up() -> None:
+    # ``lab run --timeout nan`` passed click's FloatRange; a fault's bad option was only seen
+    # once a lab was up (on a lab that is not up, the error named the lab, not the option)
+    from ddpnet.lab.ops import FaultOptions, RunOptions, fault
+
+    assert clean(RunOptions, "fzl", ("true",), timeout=float("nan")) is None
+    assert clean(RunOptions, "fzl", ("true",), master_port=0) is None
+    with pytest.raises(ConfigError, match="bad delay"):
+        fault(FaultOptions("fzl-absent", "delay", "0", {"ms": float("nan")}))
