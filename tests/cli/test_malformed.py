@@ -17,7 +17,8 @@ from tests.conftest import RunCli, assert_user_error
 
 _SLURM_STEP = {"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_PROCID": "0",
                "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0"}
-_NOWHERE = "/nonexistent-ddpnet-dir/out"
+#: a path no one can create, not even root (a directory under /dev/null)
+_NOWHERE = "/dev/null/ddpnet/out"
 
 #: (argv, environment, exit code)
 MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
@@ -62,6 +63,8 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["bench", "--json", "--local", "-5"], {}, 2),
     (["bench", "--json", "--dtype", "float8"], {}, 2),
     (["bench", "--json", "--iters", "abc"], {}, 2),
+    (["bench", "--json", "--csv", _NOWHERE + ".csv", "--iters", "1", "--warmup", "0", "-b",
+      "1K", "-e", "1K", "--collectives", "all_reduce", "--baseline", "none"], {}, 2),
     # tune (renders only: no --apply)
     (["tune", "--json", "--master-port", "0"], {}, 2),
     (["tune", "--json", "--master-port", "abc"], {}, 2),
@@ -85,10 +88,12 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["launch", "--dry-run", "--json", "--via", "mpirun", "--hosts", "a:99999999", "--",
       "x.py"], {}, 2),
     (["launch", "--dry-run", "--json"], {}, 2),
+    (["launch", "--dry-run", "--json", "--bogus", "--", "x.py"], {}, 2),
     # exec: a launcher's bad variables stop it before it execs anything
     (["exec", "--", "true"], {"WORLD_SIZE": "abc", "RANK": "0"}, 2),
     (["exec", "--", "true"], {"RANK": "3", "WORLD_SIZE": "2"}, 2),
     (["exec"], {}, 2),
+    (["exec", "--bogus", "--", "true"], {}, 2),
     # sbatch (renders a script; nothing is submitted)
     (["sbatch", "--json", "--nodes", "100001", "--", "x.py"], {}, 2),
     (["sbatch", "--json", "--nodes", "2", "--ntasks-per-node", "0", "--", "x.py"], {}, 2),
@@ -98,7 +103,8 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["sbatch", "--json", "--nodes", "1", "--gpus-per-node", "-1", "--", "x.py"], {}, 2),
     (["sbatch", "--json", "--nodes", "1", "--engine", "mpirun", "--", "x.py"], {}, 2),
     (["sbatch", "--json", "--nodes", "1", "--job-name", "", "--", "x.py"], {}, 2),
-    (["sbatch", "--json", "--nodes", "1", "--", ], {}, 2),
+    (["sbatch", "--json", "--nodes", "1", "--"], {}, 2),
+    (["sbatch", "--nodes", "1", "--script", _NOWHERE + ".sh", "--", "x.py"], {}, 2),
     # train (refused before torch or a process group)
     (["train", "--json", "--lr", "nan"], {}, 2),
     (["train", "--json", "--lr", "-1"], {}, 2),
@@ -121,6 +127,9 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["monitor", "--json", "--duration", "nan"], {}, 2),
     (["monitor", "--json", "--duration", "inf"], {}, 2),
     (["monitor", "--json"], {}, 2),
+    (["monitor", "--json", "--once", "--record", _NOWHERE + ".csv"], {}, 2),
+    (["monitor", "--json", "--once", "--plot", _NOWHERE + ".png"], {}, 2),
+    (["monitor", "--json", "--once", "--iface", ""], {}, 2),
     # lab (validation comes before any namespace is made)
     (["lab", "up", "--json", "--name", "fzl", "--nodes", "0"], {}, 2),
     (["lab", "up", "--json", "--name", "fzl", "--nodes", "5000", "--subnet",
