@@ -126,6 +126,7 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["monitor", "--json", "--duration", "-1"], {}, 2),
     (["monitor", "--json", "--duration", "nan"], {}, 2),
     (["monitor", "--json", "--duration", "inf"], {}, 2),
+    (["monitor", "--json", "--duration", "1e300"], {}, 2),
     (["monitor", "--json"], {}, 2),
     (["monitor", "--json", "--once", "--record", _NOWHERE + ".csv"], {}, 2),
     (["monitor", "--json", "--once", "--plot", _NOWHERE + ".png"], {}, 2),
