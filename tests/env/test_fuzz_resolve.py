@@ -107,3 +107,42 @@ def test_a_huge_repeat_is_refused_before_building_the_list() -> None:
     # ``1(x99999999999)`` used to build a list of 1e11 ints (memory exhausted)
     assert clean(parse_tasks_per_node, "1(x99999999999)", "SLURM_TASKS_PER_NODE") is None
     assert clean(parse_tasks_per_node, "2(x3),1", "SLURM_TASKS_PER_NODE") == (2, 2, 2, 1)
+
+
+#: each launcher's own variables, so a fuzzed environment reaches its reader and derivations
+_LAUNCHERS = {
+    "torchrun": ["TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                 "GROUP_RANK", "GROUP_WORLD_SIZE"],
+    "manual": ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "NNODES"],
+    "slurm": ["SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_LOCALID",
+              "SLURM_NODEID", "SLURM_NNODES", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES"],
+    "openmpi": ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE"],
+    "mpich": ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"],
+    "mvapich": ["MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+                "MV2_COMM_WORLD_LOCAL_SIZE"],
+    "lsf": ["LSB_JOBID", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+            "JSM_NAMESPACE_LOCAL_SIZE"],
+}
+_EXTRA = {"MASTER_ADDR": st.one_of(st.sampled_from(["", "10.0.0.1", "n1", "::1"]), text),
+          "MASTER_PORT": _value, "SLURM_NODELIST": _hostlist, "SLURM_TASKS_PER_NODE": _tpn,
+          "LSB_MCPU_HOSTS": st.one_of(st.sampled_from(["l 1 a 2 b 2", "l 1 a", ""]), text),
+          "RANK": _value, "WORLD_SIZE": _value}
+
+
+@st.composite
+def _launcher_environ(draw: st.DrawFn) -> dict[str, str]:
+    names = _LAUNCHERS[draw(st.sampled_from(sorted(_LAUNCHERS)))]
+    env = {name: draw(_value) for name in names if draw(st.integers(0, 5))}  # most present
+    env.update(draw(st.fixed_dictionaries({}, optional=_EXTRA)))
+    return env
+
+
+@FUZZ
+@given(_launcher_environ())
+def test_every_launcher_resolves_or_fails_cleanly(environ: dict[str, str]) -> None:
+    cfg = clean(resolve_config, environ, {}, dir_check=lambda path: None)
+    if cfg is not None:
+        assert 0 <= cfg.rank < cfg.world_size
+        assert 0 <= cfg.local_rank < cfg.local_world_size <= cfg.world_size
+        assert 0 <= cfg.node_rank < cfg.num_nodes and 1 <= cfg.master_port <= 65535
