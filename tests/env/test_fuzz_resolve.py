@@ -146,3 +146,15 @@ def test_every_launcher_resolves_or_fails_cleanly(environ: dict[str, str]) -> No
         assert 0 <= cfg.rank < cfg.world_size
         assert 0 <= cfg.local_rank < cfg.local_world_size <= cfg.world_size
         assert 0 <= cfg.node_rank < cfg.num_nodes and 1 <= cfg.master_port <= 65535
+
+
+def test_any_job_id_derives_a_port() -> None:
+    # found by the fuzzer: SLURM_JOB_ID="²" passed isdigit() and int() raised ValueError; a
+    # 5000-digit id hit int()'s digit limit; a lone surrogate (undecodable environment byte)
+    # could not be encoded for the hash
+    for job_id in ("²", "9" * 5000, "\udc80", "123"):
+        assert 1024 <= derive_port(job_id) <= 65535
+    assert derive_port("123") == derive_port("123")
+    env = {**_SLURM_STEP, "SLURM_JOB_ID": "²"}
+    cfg = resolve_config(env, {})
+    assert 1 <= cfg.master_port <= 65535
