@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ddpnet.monitor.run import MAX_DURATION, MonitorOptions
+from ddpnet.monitor.sources import parse_netdev
 from tests.fuzzing import FUZZ, clean
 
 _seconds = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 100))
@@ -31,3 +32,17 @@ def test_an_absurd_duration_is_refused() -> None:
     assert clean(MonitorOptions, duration=1e300) is None
     assert clean(MonitorOptions, duration=math.nan) is None
     assert MonitorOptions(duration=MAX_DURATION).duration == MAX_DURATION
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 :|-", max_size=40),
+                          st.just(" eth0: " + " ".join(["7"] * 16))), max_size=6).map("\n".join))
+def test_proc_net_dev_parses_any_text(text: str) -> None:
+    for counters in parse_netdev(text).values():
+        assert counters.rx_bytes >= 0
+
+
+def test_a_damaged_proc_net_dev_line_is_skipped() -> None:
+    # "eth0: x ..." raised ValueError from int() and stopped the monitor
+    text = "h1\nh2\n bad: x 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n eth0: " + " ".join(["7"] * 16)
+    assert list(parse_netdev(text)) == ["eth0"]
