@@ -48,6 +48,7 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["check", "--json", "--bw-seconds", "nan"], {}, 2),
     (["check", "--json", "--local", "100000"], {}, 2),
     (["check", "--json", "--backend", "mpi"], {}, 2),
+    (["check", "--json", "--local", "-1"], {}, 2),
     # bench (all refused before a rank starts)
     (["bench", "--json", "--iters", "0"], {}, 2),
     (["bench", "--json", "--iters", "1000000000000"], {}, 2),
@@ -89,6 +90,8 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
       "x.py"], {}, 2),
     (["launch", "--dry-run", "--json"], {}, 2),
     (["launch", "--dry-run", "--json", "--bogus", "--", "x.py"], {}, 2),
+    (["launch", "--dry-run", "--json", "--local", "100000", "--", "x.py"], {}, 2),
+    (["launch", "--dry-run", "--json", "--nproc-per-node", "9" * 5000, "--", "x.py"], {}, 2),
     # exec: a launcher's bad variables stop it before it execs anything
     (["exec", "--", "true"], {"WORLD_SIZE": "abc", "RANK": "0"}, 2),
     (["exec", "--", "true"], {"RANK": "3", "WORLD_SIZE": "2"}, 2),
@@ -117,6 +120,7 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["train", "--json", "--batch-size", "0"], {}, 2),
     (["train", "--json", "--local", "0"], {}, 2),
     (["train", "--json", "--local", "65"], {}, 2),
+    (["train", "--json", "--local", "100000"], {}, 2),
     (["train", "--json", "--monitor", "--monitor-interval", "0.001"], {}, 2),
     (["train", "--json", "--model", "resnet"], {}, 2),
     # monitor
