@@ -3,6 +3,7 @@ or raises a DdpnetError that the CLI prints as one line with a hint and exit 2."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -14,8 +15,9 @@ from ddpnet.exitcodes import ExitCode
 
 T = TypeVar("T")
 
-#: modest: the fuzz suites run in ``make test`` on small machines
-FUZZ = settings(max_examples=200, deadline=None,
+#: modest: the fuzz suites run in ``make test`` on small machines; DDPNET_FUZZ_EXAMPLES=5000
+#: fuzzes deeper on demand
+FUZZ = settings(max_examples=int(os.environ.get("DDPNET_FUZZ_EXAMPLES", "200")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 #: characters launcher values, hostlists and URLs are made of, plus a few hostile ones

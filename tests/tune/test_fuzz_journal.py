@@ -54,3 +54,15 @@ def test_any_journal_loads_reverts_or_fails_cleanly(text: str) -> None:
             clean(revert, root, _no_runner, live=False)
         assert canary.read_text() == "keep"
         assert sorted(p.name for p in Path(top).iterdir()) == ["canary", "root"]
+
+
+def test_a_nul_byte_in_a_journal_path_is_refused_cleanly() -> None:
+    # found by the fuzzer: a "\u0000" directory made revert raise ValueError (embedded null
+    # byte) from the path resolution
+    with tempfile.TemporaryDirectory() as top:
+        root = Path(top)
+        journal = root / JOURNAL.lstrip("/")
+        journal.parent.mkdir(parents=True)
+        journal.write_text(json.dumps({"version": 1, "dirs": ["/a\x00"], "files": {},
+                                       "touched": {}, "parts": {}}))
+        assert clean(revert, root, _no_runner, live=False) is None

@@ -169,6 +169,10 @@ def _check_shape(raw: Any) -> None:
     for entry in (*raw["files"].values(), *raw["touched"].values()):
         if not isinstance(entry["backup"], (str, type(None))):
             raise TypeError("a backup is neither a file name nor null")
+    names = [*raw["dirs"], *raw["files"], *raw["touched"],
+             *(e["backup"] or "" for e in (*raw["files"].values(), *raw["touched"].values()))]
+    if any("\x00" in name for name in names):  # no path holds one; os calls refuse it
+        raise TypeError("a path holds a NUL byte")
     for entry in raw["parts"].values():
         commands = entry["revert"]
         if not isinstance(commands, list) or not all(
