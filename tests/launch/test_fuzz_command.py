@@ -91,4 +91,5 @@ def test_an_option_is_never_taken_for_the_program() -> None:
     # and ``ddpnet sbatch --json --nodes 1 --`` rendered a script that runs ``--json``
     assert clean(Target.parse, ["--bogus", "--", "x.py"]) is None
     assert clean(Target.parse, ["--json"]) is None
+    assert clean(Target.parse, ["-\n"]) is None  # the message stays one line
     assert Target.parse(["--", "-m", "pkg"]) == Target("pkg", (), module=True)

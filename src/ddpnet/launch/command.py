@@ -48,7 +48,7 @@ class Target:
                 raise ConfigError("-m needs a module name", "e.g. ddpnet launch -- -m mypkg.train")
             return cls(args[1], tuple(args[2:]), module=True)
         if args[0].startswith("-"):  # a mistyped option of ours, not a program
-            raise ConfigError(f"no such option: {args[0]} (it would be run as the program)",
+            raise ConfigError(f"no such option: {args[0]!r} (it would be run as the program)",
                               "put ddpnet's options before -- and the program after it, "
                               "e.g. ddpnet launch --nnodes 2 -- train.py")
         return cls(args[0], tuple(args[1:]))
