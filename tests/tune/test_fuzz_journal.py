@@ -51,7 +51,10 @@ def test_any_journal_loads_reverts_or_fails_cleanly(text: str) -> None:
         journal.parent.mkdir(parents=True)
         journal.write_text(text)
         if clean(Journal.load, root) is not None:
-            clean(revert, root, _no_runner, live=False)
+            try:
+                clean(revert, root, _no_runner, live=False)
+            except OSError as exc:  # the CLI prints one on a named path as a user error
+                assert exc.filename, exc
         assert canary.read_text() == "keep"
         assert sorted(p.name for p in Path(top).iterdir()) == ["canary", "root"]
 
@@ -66,3 +69,16 @@ def test_a_nul_byte_in_a_journal_path_is_refused_cleanly() -> None:
         journal.write_text(json.dumps({"version": 1, "dirs": ["/a\x00"], "files": {},
                                        "touched": {}, "parts": {}}))
         assert clean(revert, root, _no_runner, live=False) is None
+
+
+def test_a_journal_naming_the_root_itself_is_refused() -> None:
+    # found by the fuzzer: a file entry "" resolved to the root, and revert tried to read
+    # (or remove) the root directory as a file
+    with tempfile.TemporaryDirectory() as top:
+        root = Path(top)
+        journal = root / JOURNAL.lstrip("/")
+        journal.parent.mkdir(parents=True)
+        journal.write_text(json.dumps({"version": 1, "dirs": ["/"], "files": {
+            "": {"backup": None}}, "touched": {}, "parts": {}}))
+        assert clean(Journal.load, root) is None
+        assert root.is_dir()

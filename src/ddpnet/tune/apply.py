@@ -173,6 +173,8 @@ def _check_shape(raw: Any) -> None:
              *(e["backup"] or "" for e in (*raw["files"].values(), *raw["touched"].values()))]
     if any("\x00" in name for name in names):  # no path holds one; os calls refuse it
         raise TypeError("a path holds a NUL byte")
+    if not all(name.strip("/") for name in (*raw["dirs"], *raw["files"], *raw["touched"])):
+        raise TypeError("a path names the root itself")
     for entry in raw["parts"].values():
         commands = entry["revert"]
         if not isinstance(commands, list) or not all(
