@@ -168,14 +168,19 @@ def _restore_env() -> None:
     _saved.clear()
 
 
+#: the longest timeout init() takes (a week): torch's C++ timeouts overflow far beyond
+MAX_SECONDS = 7 * 86400.0
+
+
 def _seconds(name: str, value: Any, hint: str) -> float:
     """A positive, finite number of seconds (numeric strings too), or ConfigError."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):  # nan fails too
-        raise ConfigError(f"{name}={value!r} must be a positive number of seconds", hint)
+    if not 0 < seconds <= MAX_SECONDS:  # nan fails too; torch's timedelta overflows beyond
+        raise ConfigError(f"{name}={value!r} must be a positive number of seconds, at most "
+                          f"{MAX_SECONDS:g} (a week)", hint)
     return seconds
 
 

@@ -5,6 +5,7 @@ Pure: parsing sizes, dtypes and ops, and the size sweep, never touch torch or th
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -21,13 +22,19 @@ OPS = ("sum", "prod", "max", "min", "avg")
 MODES = ("both", "inplace", "outofplace")
 BASELINES = ("auto", "iperf3", "tcp", "none")
 
+#: bounds on what a user can make big (docs/bench.md): a buffer of 16 GiB, 100000 iterations,
+#: an hour of baseline stream
+MAX_BYTES = 16 << 30
+MAX_ITERS = 100_000
+MAX_BASELINE_SECONDS = 3600.0
+
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
           "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
 
 def parse_size(text: str) -> int:
     """``1K`` -> 1024, ``256M`` -> 268435456, ``64MiB``; binary units as nccl-tests uses."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    match = re.fullmatch(r"\s*(\d{1,30})\s*([A-Za-z]*)\s*", str(text))  # not 4300+ digits
     if not match or match.group(2).upper() not in _UNITS:
         raise ConfigError(f"bad size {text!r}", "use a byte count with an optional "
                           "K/M/G suffix (binary), e.g. 1K, 64M, 1G")
@@ -49,7 +56,8 @@ def parse_collectives(text: str) -> tuple[str, ...]:
         return ALL_COLLECTIVES
     unknown = [n for n in names if n not in ALL_COLLECTIVES]
     if unknown:
-        raise ConfigError(f"unknown collective(s): {', '.join(unknown)}",
+        shown = ", ".join(n if n.isprintable() else repr(n) for n in unknown)  # one line
+        raise ConfigError(f"unknown collective(s): {shown}",
                           f"choose from: {', '.join(ALL_COLLECTIVES)}")
     return tuple(dict.fromkeys(names))
 
@@ -102,19 +110,22 @@ def problems(cfg: BenchConfig) -> list[tuple[str, str]]:
     checks = [
         (not cfg.collectives, "no collective chosen", "pass --collectives all_reduce,..."),
         *(_unknown(name, ALL_COLLECTIVES, "collective") for name in unknown),
-        (cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes,
+        (cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes or cfg.max_bytes > MAX_BYTES,
          f"bad size range {cfg.min_bytes}..{cfg.max_bytes}",
-         "need 1 <= --min-bytes <= --max-bytes"),
+         f"need 1 <= --min-bytes <= --max-bytes <= {format_size(MAX_BYTES)}"),
         (cfg.factor < 1, f"bad --factor {cfg.factor}", "use an integer >= 1 (2 doubles)"),
-        (cfg.iters < 1 or cfg.warmup < 0, f"bad --iters {cfg.iters} / --warmup {cfg.warmup}",
-         "need --iters >= 1 and --warmup >= 0"),
+        (not (1 <= cfg.iters <= MAX_ITERS and 0 <= cfg.warmup <= MAX_ITERS),
+         f"bad --iters {cfg.iters} / --warmup {cfg.warmup}",
+         f"need 1 <= --iters <= {MAX_ITERS} and 0 <= --warmup <= {MAX_ITERS}"),
         _unknown(cfg.dtype, DTYPES, "dtype"),
         _unknown(cfg.op, OPS, "op"),
         _unknown(cfg.mode, MODES, "mode"),
         _unknown(cfg.baseline, BASELINES, "baseline"),
-        (cfg.baseline_seconds <= 0, "--baseline-time must be > 0", "e.g. --baseline-time 3"),
-        (cfg.min_busbw_gbps is not None and cfg.min_busbw_gbps < 0,
-         "--min-busbw must be >= 0", "a rate in Gb/s, e.g. --min-busbw 0.9"),
+        (not 0 < cfg.baseline_seconds <= MAX_BASELINE_SECONDS,  # nan fails too
+         f"--baseline-time must be > 0 and <= {MAX_BASELINE_SECONDS:g} s",
+         "e.g. --baseline-time 3"),
+        (cfg.min_busbw_gbps is not None and not 0 <= cfg.min_busbw_gbps < math.inf,
+         "--min-busbw must be a finite number >= 0", "a rate in Gb/s, e.g. --min-busbw 0.9"),
     ]
     return [(message, hint) for bad, message, hint in checks if bad]
 

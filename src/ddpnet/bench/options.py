@@ -5,7 +5,6 @@ carries it to the ranks ``--local`` starts (``python -m ddpnet.bench OPTIONS``).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -42,11 +41,15 @@ class BenchOptions:
         return BenchOptions(config=BenchConfig(**cfg), **data)
 
 
+#: the longest ``--timeout`` (seconds) a bench run takes
+MAX_TIMEOUT = 86400.0
+
+
 def check_timeout(seconds: float) -> float:
     """``--timeout`` must be a positive, finite number of seconds."""
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ConfigError(f"--timeout {seconds:g}: must be a positive number of seconds",
-                          "e.g. --timeout 900 (the default)")
+    if not 0 < seconds <= MAX_TIMEOUT:  # nan and inf fail too
+        raise ConfigError(f"--timeout {seconds:g}: must be a positive number of seconds, "
+                          f"at most {MAX_TIMEOUT:g} (a day)", "e.g. --timeout 900 (the default)")
     return seconds
 
 

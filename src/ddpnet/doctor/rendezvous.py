@@ -34,7 +34,8 @@ def parse_reserved(text: str) -> set[int]:
             continue
         low, _, high = part.partition("-")
         try:
-            ports.update(range(int(low), int(high or low) + 1))
+            # ports end at 65535: a bogus huge range must not fill memory
+            ports.update(range(int(low), min(int(high or low), 65535) + 1))
         except ValueError:
             continue
     return ports

@@ -49,7 +49,9 @@ def derive_port(job_id: str, port_range: tuple[int, int] = DEFAULT_EPHEMERAL) ->
         windows = [(1024, max(1024, low - 1))]
     start, end = max(windows, key=lambda w: w[1] - w[0])
     size = end - start + 1
-    key = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
+    # isdigit() is true for "²" and int() refuses 4300+ digits: such ids are hashed too
+    numeric = job_id.isascii() and job_id.isdigit() and len(job_id) < 4300
+    key = int(job_id) if numeric else zlib.crc32(job_id.encode("utf-8", "surrogatepass"))
     port = start + key % size
     # keep away from torch's conventional ports so a stray default does not collide
     if port in (TORCH_DEFAULT_PORT, C10D_PORT):

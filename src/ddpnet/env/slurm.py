@@ -19,27 +19,33 @@ from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, 
 from ddpnet.env.hostlist import expand
 from ddpnet.errors import ConfigError
 
+#: the most nodes a task count list may describe (python-hostlist's limit on a node list)
+MAX_NODES = 100_000
 _STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
 #: how a few SLURM versions name the batch step when they export its id at all
 _BATCH_STEP_IDS = ("batch", "4294967294", "4294967291")
 
 
 def parse_tasks_per_node(text: str, source: str) -> tuple[int, ...]:
-    """SLURM's compressed counts, ``2(x3),1`` -> (2, 2, 2, 1)."""
+    """SLURM's compressed counts, ``2(x3),1`` -> (2, 2, 2, 1); each count >= 1, at most
+    :data:`MAX_NODES` nodes (a huge repeat must not build a huge list)."""
     counts: list[int] = []
     for part in text.split(","):
         part = part.strip()
         try:
-            if "(x" in part:
-                value, repeat = part.rstrip(")").split("(x")
-                counts.extend([int(value)] * int(repeat))
-            else:
-                counts.append(int(part))
+            value, repeat = part.rstrip(")").split("(x") if "(x" in part else (part, "1")
+            count, times = int(value), int(repeat)
         except ValueError:
             raise ConfigError(
                 f"{source}={text!r} is not a SLURM task count list",
                 "expected a form like 2(x3),1; is the variable overwritten by a script?",
             ) from None
+        if count < 1 or times < 1 or len(counts) + times > MAX_NODES:
+            raise ConfigError(
+                f"{source}={text!r}: {part!r} is not 1 or more tasks on 1 to {MAX_NODES} nodes",
+                "expected a form like 2(x3),1; is the variable overwritten by a script?",
+            )
+        counts.extend([count] * times)
     return tuple(counts)
 
 

@@ -55,6 +55,14 @@ def _port(value: Any) -> int:
     return port
 
 
+def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
+    """``convert(value)`` (float or int), or a ConfigError naming the option."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"bad {what} {value!r}: not a number", hint) from None
+
+
 #: kind -> the options it takes (CLI spelling with ``_`` for ``-``)
 _OPTIONS: dict[str, set[str]] = {
     "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
@@ -95,7 +103,7 @@ def _block_ephemeral(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
 def _link_down(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
     if o.get("for_s") is None:
         return {}
-    for_s = float(o["for_s"])
+    for_s = _number(o["for_s"], float, "duration", "e.g. --for 5")
     if not 0 < for_s < float("inf"):  # nan fails too
         raise ConfigError(f"bad duration {for_s:g}: must be positive", "e.g. --for 5")
     return {"for_s": for_s, "until": (time.time() if now is None else now) + for_s}
@@ -116,7 +124,7 @@ def _delay(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
 
 
 def _mtu(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
-    mtu = int(o.get("mtu", 0))
+    mtu = _number(o.get("mtu", 0), int, "MTU", "e.g. --mtu 9000")
     if not 68 <= mtu <= 65535:
         raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
     return {"mtu": mtu}

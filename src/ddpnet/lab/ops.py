@@ -83,6 +83,10 @@ def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
+#: the longest ``lab run --timeout`` (seconds; a day)
+MAX_RUN_TIMEOUT = 86400.0
+
+
 @dataclass(frozen=True)
 class RunOptions:
     name: str
@@ -91,6 +95,15 @@ class RunOptions:
     timeout: float | None = None
     env: tuple[str, ...] = ()
     master_port: int = 29500
+
+    def __post_init__(self) -> None:
+        # before the lab is looked up; click's FloatRange lets NaN through
+        if self.timeout is not None and not 0 < self.timeout <= MAX_RUN_TIMEOUT:
+            raise ConfigError(f"--timeout {self.timeout:g} is outside (0, {MAX_RUN_TIMEOUT:g}] s",
+                              "e.g. --timeout 300, or leave it out for no limit")
+        if not 1 <= self.master_port <= 65535:
+            raise ConfigError(f"--master-port {self.master_port} is outside 1..65535",
+                              "e.g. --master-port 29500")
 
 
 @dataclass(frozen=True)
@@ -160,11 +173,14 @@ class FaultResult:
 
 def fault(options: FaultOptions) -> FaultResult:
     """Inject ``kind`` on one node, or ``clear`` one node's (or every node's) faults."""
-    from ddpnet.lab.faults import KINDS
+    from ddpnet.lab.faults import KINDS, normalize
 
     if options.kind != "clear" and options.kind not in KINDS:
         raise ConfigError(f"unknown fault kind {options.kind!r}",
                           "kinds: " + ", ".join(KINDS) + ", clear")
+    params = {k: v for k, v in options.params.items() if v is not None}
+    if options.kind != "clear":
+        normalize(options.kind, params, now=0.0)  # bad options before the lab is looked up
     lab = attach(options.name)
     if options.kind == "clear":
         target = None if options.node == "all" else node_index(options.node)
@@ -172,7 +188,6 @@ def fault(options: FaultOptions) -> FaultResult:
         return FaultResult(options.name, target,
                            None if target is None else lab.node(target).name)
     index = node_index(options.node)
-    params = {k: v for k, v in options.params.items() if v is not None}
     rec = lab.fault(options.kind, index, **params)
     return FaultResult(options.name, index, lab.node(index).name, rec,
                        tuple(lab.faults(index)))

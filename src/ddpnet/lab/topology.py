@@ -35,6 +35,8 @@ DEFAULT_NAME = "lab"
 DEFAULT_IFNAME = "eth0"
 DEFAULT_MASTER_PORT = 29500
 SWITCH_SUFFIX = "-sw"
+#: the most nodes one lab builds (namespaces, veths and an O(N^2) hosts total)
+MAX_NODES = 4096
 BRIDGE = "br0"
 
 _NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?$")
@@ -42,6 +44,8 @@ _IFNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 #: tc rate: a number and a unit tc understands (bit/kbit/mbit/gbit/tbit, or bps variants)
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$",
                       re.IGNORECASE)
+#: the fastest rate a lab link takes (tbf's burst, 4 ms of it, stays well inside tc's u32)
+MAX_RATE_BITS = 1e12
 _RATE_FACTORS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
                  "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
 _DELAY_RE = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)?$")
@@ -54,8 +58,9 @@ def rate_bits(rate: str) -> float:
         raise ConfigError(f"bad rate {rate!r}: expected a number and a unit, such as 200mbit",
                           "use tc units: kbit, mbit, gbit (bits/s) or kbps, mbps (bytes/s)")
     value = float(m.group(1)) * _RATE_FACTORS[m.group(2).lower()]
-    if value <= 0:
-        raise ConfigError(f"bad rate {rate!r}: must be positive", "for example --rate 1gbit")
+    if not 0 < value <= MAX_RATE_BITS:
+        raise ConfigError(f"bad rate {rate!r}: must be above 0 and at most 1tbit",
+                          "for example --rate 1gbit")
     return value
 
 
@@ -229,6 +234,10 @@ def plan(spec: LabSpec) -> Plan:
     if not isinstance(spec.nodes, int) or spec.nodes < 1:
         raise ConfigError(f"bad node count {spec.nodes!r}: need at least 1",
                           "for example --nodes 4")
+    if spec.nodes > MAX_NODES:
+        raise ConfigError(f"bad node count {spec.nodes}: a lab has at most {MAX_NODES} nodes",
+                          f"each node is a namespace and an O(N) hosts file; use {MAX_NODES} "
+                          "or fewer")
     net = lab_network(spec.subnet)
     hosts = net.num_addresses - 2 if net.prefixlen < 31 else net.num_addresses
     if spec.nodes > hosts:
@@ -359,14 +368,15 @@ def parse_nodes(text: str | Sequence[int] | None, count: int) -> tuple[int, ...]
     if isinstance(text, str):
         for part in text.split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            m = re.fullmatch(r"(\d{1,9})(?:-(\d{1,18}))?", part)  # int() refuses 4300+ digits
             if not m:
                 raise ConfigError(f"bad node list {text!r}: expected all, 0,2 or 1-3",
                                   "for example --nodes all or --nodes 0,2-3")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
             if hi < lo:
                 raise ConfigError(f"bad node range {part!r} in {text!r}", "for example 1-3")
-            chosen.update(range(lo, hi + 1))
+            # a huge range must not fill memory: expand only what exists, keep hi to report it
+            chosen.update(range(lo, min(hi, count - 1) + 1), (hi,))
     else:
         chosen.update(int(i) for i in text)
     bad = sorted(i for i in chosen if not 0 <= i < count)

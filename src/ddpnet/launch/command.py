@@ -20,6 +20,10 @@ IFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 FORWARDED_VARS = ("MASTER_ADDR", "MASTER_PORT", *IFACE_VARS, "NCCL_DEBUG", "NCCL_IB_DISABLE",
                   "OMP_NUM_THREADS", "PYTHONPATH", "PATH", "LD_LIBRARY_PATH")
 RDZV = ("static", "c10d")
+#: bounds on what a user can make big (docs/launch.md): nodes of a job (python-hostlist's own
+#: limit on a node list) and processes on one node
+MAX_NODES = 100_000
+MAX_PROCS_PER_NODE = 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class Target:
             if len(args) < 2:
                 raise ConfigError("-m needs a module name", "e.g. ddpnet launch -- -m mypkg.train")
             return cls(args[1], tuple(args[2:]), module=True)
+        if args[0].startswith("-"):  # a mistyped option of ours, not a program
+            raise ConfigError(f"no such option: {args[0]!r} (it would be run as the program)",
+                              "put ddpnet's options before -- and the program after it, "
+                              "e.g. ddpnet launch --nnodes 2 -- train.py")
         return cls(args[0], tuple(args[1:]))
 
     @property
@@ -80,7 +88,7 @@ class NNodes:
     @classmethod
     def parse(cls, text: str | int, source: str = "--nnodes") -> NNodes:
         raw = str(text).strip()
-        m = re.fullmatch(r"(\d+)(?::(\d+))?", raw)
+        m = re.fullmatch(r"(\d{1,9})(?::(\d{1,9}))?", raw)  # int() refuses 4300+ digits
         if not m:
             raise ConfigError(f"{source} {raw!r} is not a node count",
                               f"use {source} N or {source} MIN:MAX, e.g. {source} 2")
@@ -89,6 +97,9 @@ class NNodes:
         if low < 1:
             raise ConfigError(f"{source} {raw} asks for {low} nodes",
                               f"a job needs at least one node: {source} 1 or more")
+        if high > MAX_NODES:
+            raise ConfigError(f"{source} {raw}: more than {MAX_NODES} nodes",
+                              f"use at most {source} {MAX_NODES}")
         if high < low:
             raise ConfigError(f"{source} {raw}: the maximum {high} is below the minimum {low}",
                               f"write {source} MIN:MAX with MIN <= MAX, e.g. {low}:{low}")
@@ -130,8 +141,9 @@ def validate(cfg: LaunchConfig) -> None:
     if cfg.rdzv not in RDZV:
         raise ConfigError(f"--rdzv {cfg.rdzv!r} is not one of {', '.join(RDZV)}",
                           "use --rdzv static (node ranks fixed) or --rdzv c10d (elastic)")
-    if cfg.nproc_per_node < 1:
-        raise ConfigError(f"--nproc-per-node {cfg.nproc_per_node} is below 1",
+    if not 1 <= cfg.nproc_per_node <= MAX_PROCS_PER_NODE:
+        raise ConfigError(f"--nproc-per-node {cfg.nproc_per_node} is outside "
+                          f"1..{MAX_PROCS_PER_NODE}",
                           "give the processes per node (GPUs per node), e.g. --nproc-per-node 8")
     if cfg.max_restarts < 0:
         raise ConfigError(f"--max-restarts {cfg.max_restarts} is negative",
@@ -205,15 +217,15 @@ def parse_hosts(text: str, source: str = "--hosts") -> tuple[Host, ...]:
     seen: set[str] = set()
     for part in text.split(","):
         part = part.strip()
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::(\d+))?", part)
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,9}))?", part)
         if not m:
             raise ConfigError(
                 f"{source} {text!r}: {part!r} is not HOST or HOST:SLOTS",
                 f"write {source} as a comma list of host:slots, e.g. {source} node1:4,node2:4")
         name, slots = m.group(1), int(m.group(2)) if m.group(2) else 1
-        if slots < 1:
+        if not 1 <= slots <= MAX_PROCS_PER_NODE:
             raise ConfigError(f"{source}: host {name} has {slots} slots",
-                              "every host needs at least one slot, e.g. node1:1")
+                              f"every host needs 1 to {MAX_PROCS_PER_NODE} slots, e.g. node1:1")
         if name in seen:
             raise ConfigError(f"{source}: host {name} is listed twice",
                               "list each host once with its slot count, e.g. node1:8")
@@ -239,8 +251,10 @@ class MpirunConfig:
     oversubscribe: bool = False
 
     def __post_init__(self) -> None:
-        if self.np < 1:
-            raise ConfigError(f"-np {self.np} is below 1", "run at least one rank")
+        most = MAX_PROCS_PER_NODE * max(1, len(self.hosts))
+        if not 1 <= self.np <= most:
+            raise ConfigError(f"-np {self.np} is outside 1..{most}",
+                              f"run 1 to {MAX_PROCS_PER_NODE} ranks per host")
         if self.hosts and self.np > sum(h.slots for h in self.hosts) and not self.oversubscribe:
             raise ConfigError(
                 f"{self.np} ranks do not fit the {sum(h.slots for h in self.hosts)} slots of "

@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 
 from ddpnet.errors import ConfigError
-from ddpnet.launch.command import Target
+from ddpnet.launch.command import MAX_NODES, MAX_PROCS_PER_NODE, Target
 
 ENGINES = ("torchrun", "srun")
 _TIME = re.compile(r"(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
@@ -60,13 +60,15 @@ class SbatchConfig:
 
 def validate(cfg: SbatchConfig) -> None:
     """Every flag alone and against the others; a ConfigError names the first problem."""
-    if cfg.nodes < 1:
-        raise ConfigError(f"--nodes {cfg.nodes} is below 1", "a job needs --nodes 1 or more")
+    if not 1 <= cfg.nodes <= MAX_NODES:
+        raise ConfigError(f"--nodes {cfg.nodes} is outside 1..{MAX_NODES}",
+                          "a job needs --nodes 1 or more")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"--engine {cfg.engine!r} is not one of {', '.join(ENGINES)}",
                           "torchrun: one task per node; srun: one task per rank")
-    if cfg.ntasks_per_node is not None and cfg.ntasks_per_node < 1:
-        raise ConfigError(f"--ntasks-per-node {cfg.ntasks_per_node} is below 1",
+    if cfg.ntasks_per_node is not None and not 1 <= cfg.ntasks_per_node <= MAX_PROCS_PER_NODE:
+        raise ConfigError(f"--ntasks-per-node {cfg.ntasks_per_node} is outside "
+                          f"1..{MAX_PROCS_PER_NODE}",
                           "give the ranks per node (GPUs per node), e.g. --ntasks-per-node 4")
     _check_ntasks(cfg)
     _check_gpus(cfg)
@@ -83,8 +85,9 @@ def validate(cfg: SbatchConfig) -> None:
 def _check_ntasks(cfg: SbatchConfig) -> None:
     if cfg.ntasks is None:
         return
-    if cfg.ntasks < 1:
-        raise ConfigError(f"--ntasks {cfg.ntasks} is below 1", "drop --ntasks")
+    if not 1 <= cfg.ntasks <= cfg.nodes * MAX_PROCS_PER_NODE:
+        raise ConfigError(f"--ntasks {cfg.ntasks} is outside 1..{cfg.nodes * MAX_PROCS_PER_NODE}",
+                          f"drop --ntasks (at most {MAX_PROCS_PER_NODE} tasks per node)")
     if cfg.ntasks_per_node is None and cfg.nodes > 1:
         raise ConfigError(
             f"--ntasks {cfg.ntasks} across --nodes {cfg.nodes} without --ntasks-per-node: "

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from ddpnet.monitor.sources import NvmlGpus
 
 
+#: the longest ``--duration`` (seconds): a week; threading's timer overflows far beyond
+MAX_DURATION = 7 * 86400.0
+
+
 @dataclass(frozen=True)
 class MonitorOptions:
     """``ddpnet monitor``'s flags, checked when built (``--interval nan`` fails too: every
@@ -35,9 +39,9 @@ class MonitorOptions:
         if not 0 < self.interval <= 3600:
             raise ConfigError(f"--interval {self.interval} is outside (0, 3600] seconds",
                               "use e.g. --interval 1")
-        if self.duration is not None and not 0 <= self.duration < float("inf"):
-            raise ConfigError(f"--duration {self.duration} is not a number of seconds >= 0",
-                              "use e.g. --duration 30")
+        if self.duration is not None and not 0 <= self.duration <= MAX_DURATION:
+            raise ConfigError(f"--duration {self.duration} is not a number of seconds in "
+                              f"0..{MAX_DURATION:g} (a week)", "use e.g. --duration 30")
         if self.as_json and not self.once and self.duration is None:
             raise ConfigError("--json needs --once or --duration (it prints one object at the "
                               "end)", "use: ddpnet monitor --once --json")

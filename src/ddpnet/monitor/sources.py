@@ -72,9 +72,10 @@ def parse_netdev(text: str) -> dict[str, IfCounters]:
         if ":" not in line:
             continue
         name, _, rest = line.partition(":")
-        f = [int(x) for x in rest.split()]
-        if len(f) < 16:
-            continue
+        words = rest.split()
+        if len(words) < 16 or not all(w.isascii() and w.isdigit() for w in words):
+            continue  # a header or a damaged line: not 16 counters
+        f = [int(w) for w in words]
         out[name.strip()] = IfCounters(
             rx_bytes=f[0], rx_packets=f[1], rx_errors=f[2], rx_drops=f[3],
             tx_bytes=f[8], tx_packets=f[9], tx_errors=f[10], tx_drops=f[11],

@@ -56,17 +56,25 @@ class NftRuleset:
 
 
 def parse_nft(text: str) -> NftRuleset:
-    """Raises ValueError (JSON) or KeyError (an item without its fields) on a broken dump."""
+    """Raises ValueError (JSON, or not nft's shape) or KeyError (an item without its fields)
+    on a broken dump."""
     data = json.loads(text)
+    items = data.get("nftables", []) if isinstance(data, dict) else None
+    if not isinstance(items, list) or not all(
+            isinstance(i, dict) and all(isinstance(v, dict) for v in i.values()) for i in items):
+        raise ValueError("not an nft -j dump: {\"nftables\": [objects]}")
     chains: dict[ChainKey, Mapping[str, Any]] = {}
     rules: dict[ChainKey, list[Mapping[str, Any]]] = {}
-    for item in data.get("nftables", []):
-        if "chain" in item:
-            c = item["chain"]
-            chains[(c["family"], c["table"], c["name"])] = c
-        elif "rule" in item:
-            r = item["rule"]
-            rules.setdefault((r["family"], r["table"], r["chain"]), []).append(r)
+    try:
+        for item in items:
+            if "chain" in item:
+                c = item["chain"]
+                chains[(c["family"], c["table"], c["name"])] = c
+            elif "rule" in item:
+                r = item["rule"]
+                rules.setdefault((r["family"], r["table"], r["chain"]), []).append(r)
+    except TypeError as exc:  # a family, table or name that is a list or an object
+        raise ValueError(f"not an nft -j dump ({exc})") from None
     return NftRuleset(chains, {k: tuple(v) for k, v in rules.items()})
 
 
@@ -133,9 +141,10 @@ def parse_iptables_save(text: str, table: str = "filter") -> IptRules | None:
         elif current != table or not line or line.startswith("#"):
             continue
         elif line.startswith(":") or line.startswith("-P "):
-            name, policy = ([*line.lstrip(":").removeprefix("-P ").split(), "-"])[:2]
-            policies[name] = policy
-            rules.setdefault(name, [])
+            name, policy = ([*line.lstrip(":").removeprefix("-P ").split(), "", "-"])[:2]
+            if name:  # a bare ":" names no chain
+                policies[name] = policy
+                rules.setdefault(name, [])
         elif line.startswith("-A "):
             tokens = _tokens(line)
             rules.setdefault(tokens[1], []).append(tuple(tokens[2:]))

@@ -71,6 +71,7 @@ def validate(cfg: TrainConfig, *,
     _check_comm_hook(cfg)
     _check_checkpoints(cfg)
     _check_timing(cfg)
+    _check_bounds(cfg)
     # last: asking torch about CUDA imports torch (seconds), so flag errors come first
     has_cuda = cuda_available() if callable(cuda_available) else cuda_available
     device = device_kind(cfg.device, cuda_available=has_cuda)
@@ -176,6 +177,31 @@ def _check_timing(cfg: TrainConfig) -> None:
                           "seconds before a stuck collective fails the rank, e.g. 300")
     if cfg.step_sleep_s < 0:
         raise ConfigError("--step-sleep must be 0 or more", "seconds to sleep per step")
+
+
+#: bounds on what a user can make big (docs/train.md): flag -> (lowest, highest)
+LIMITS: dict[str, tuple[float, float]] = {
+    "--width": (1, 16384), "--depth": (1, 256), "--samples": (1, 10_000_000),
+    "--eval-samples": (1, 10_000_000), "--batch-size": (1, 1_000_000),
+    "--epochs": (1, 1_000_000), "--grad-accum": (1, 10_000), "--max-steps": (1, 10**9),
+    "--lr": (1e-12, 1e6), "--bucket-cap-mb": (1e-3, 16384), "--pg-timeout": (1e-3, 86400),
+    "--step-sleep": (0, 3600), "--keep-checkpoints": (1, 10_000),
+}
+
+
+def _check_bounds(cfg: TrainConfig) -> None:
+    """Absurd, NaN or infinite values would exhaust memory or overflow torch's timedelta."""
+    values = {"--width": cfg.width, "--depth": cfg.depth, "--samples": cfg.samples,
+              "--eval-samples": cfg.eval_samples, "--batch-size": cfg.batch_size,
+              "--epochs": cfg.epochs, "--grad-accum": cfg.grad_accum,
+              "--max-steps": cfg.max_steps, "--lr": cfg.lr, "--bucket-cap-mb": cfg.bucket_cap_mb,
+              "--pg-timeout": cfg.pg_timeout_s, "--step-sleep": cfg.step_sleep_s,
+              "--keep-checkpoints": cfg.keep_checkpoints}
+    for flag, value in values.items():
+        low, high = LIMITS[flag]
+        if value is not None and not low <= value <= high:  # nan fails too
+            raise ConfigError(f"{flag} {value:g} is outside {low:g}..{high:g}",
+                              f"pass {flag} within {low:g}..{high:g} (docs/train.md)")
 
 
 @dataclass(frozen=True)

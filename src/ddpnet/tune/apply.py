@@ -149,6 +149,40 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _entries(value: Any, *keys: str) -> bool:
+    """A ``{path: {key: ...}}`` map as :meth:`Journal.save` writes it."""
+    return isinstance(value, dict) and all(
+        isinstance(e, dict) and all(k in e for k in keys) for e in value.values())
+
+
+def _check_shape(raw: Any) -> None:
+    """TypeError when a journal is not what :meth:`Journal.save` writes (damaged or crafted):
+    revert must not fail half-way on a value of the wrong type."""
+    if not (isinstance(raw, dict) and _strings(raw.get("dirs"))
+            and _entries(raw.get("files"), "backup") and _entries(raw.get("touched"), "backup")
+            and _entries(raw.get("parts"), "revert")):
+        raise TypeError("not a ddpnet journal (dirs, files, touched, parts)")
+    for entry in (*raw["files"].values(), *raw["touched"].values()):
+        if not isinstance(entry["backup"], (str, type(None))):
+            raise TypeError("a backup is neither a file name nor null")
+    names = [*raw["dirs"], *raw["files"], *raw["touched"],
+             *(e["backup"] or "" for e in (*raw["files"].values(), *raw["touched"].values()))]
+    if any("\x00" in name for name in names):  # no path holds one; os calls refuse it
+        raise TypeError("a path holds a NUL byte")
+    if not all(name.strip("/") for name in (*raw["dirs"], *raw["files"], *raw["touched"])):
+        raise TypeError("a path names the root itself")
+    for entry in raw["parts"].values():
+        commands = entry["revert"]
+        if not isinstance(commands, list) or not all(
+                isinstance(c, dict) and _strings(c.get("argv")) and _strings(c.get("unless", []))
+                and _strings(c.get("onlyif", [])) for c in commands):
+            raise TypeError("a part's revert commands are not argv lists")
+
+
 @dataclass
 class Journal:
     """What ddpnet changed under one root; saved after every step."""
@@ -171,6 +205,7 @@ class Journal:
             return None
         try:
             raw = json.loads(data)
+            _check_shape(raw)
             return cls(root, list(raw["dirs"]), dict(raw["files"]), dict(raw["touched"]),
                        dict(raw["parts"]))
         except (ValueError, KeyError, TypeError) as exc:
@@ -216,6 +251,9 @@ class Journal:
             target.unlink(missing_ok=True)
             return
         src = under(self.root, BACKUPS) / _backup_name(backup)
+        if not src.is_file():
+            raise ConfigError(f"the backup of {path} ({src}) is missing",
+                              "restore it from a copy; ddpnet will not guess the old content")
         st = src.stat()
         atomic_write(target, src.read_bytes(), st.st_mode & 0o7777, like=st)
 

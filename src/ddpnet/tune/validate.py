@@ -9,8 +9,9 @@ from ddpnet.tune.model import IPInterface, IPNetwork
 
 
 def parse_subnet(text: str) -> IPNetwork:
+    text = text.strip()  # messages stay one line
     try:
-        net = ipaddress.ip_network(text.strip(), strict=False)
+        net = ipaddress.ip_network(text, strict=False)
     except ValueError:
         raise ConfigError(f"--cluster-subnet {text!r} is not a network",
                           "give a CIDR such as 198.18.0.0/24") from None
@@ -42,14 +43,15 @@ def parse_port_range(text: str) -> tuple[int, int]:
     example = "--port-range 50000-51000"
     lo, hi = parse_port(lo_s, "--port-range", example), parse_port(hi_s, "--port-range", example)
     if lo >= hi or lo < 1024:
-        raise ConfigError(f"--port-range {text}: need 1024 <= LO < HI",
+        raise ConfigError(f"--port-range {lo}-{hi}: need 1024 <= LO < HI",
                           "e.g. --port-range 50000-51000")
     return lo, hi
 
 
 def parse_static_ip(text: str, gateway: str | None) -> IPInterface:
+    text = text.strip()  # messages stay one line
     try:
-        iface = ipaddress.ip_interface(text.strip())
+        iface = ipaddress.ip_interface(text)
     except ValueError:
         raise ConfigError(f"--static-ip {text!r} is not ADDRESS/PREFIX",
                           "e.g. --static-ip 10.0.0.11/24") from None
