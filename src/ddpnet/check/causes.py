@@ -49,6 +49,10 @@ class Cause:
     stage: str = ""
     data: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        # ranks of one host share its label: name each host once ("vm, vm" reads as two)
+        object.__setattr__(self, "hosts", tuple(dict.fromkeys(self.hosts)))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
