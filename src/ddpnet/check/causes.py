@@ -11,6 +11,8 @@ from typing import Any
 
 #: every cause id, earliest in the stack first; the order decides the root cause
 CAUSE_ORDER: tuple[str, ...] = (
+    # a single-node config copied to a cluster: every node knows it before connecting
+    "master-loopback",
     "master-unresolvable",
     "master-no-route",
     "master-port-filtered",

@@ -131,6 +131,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     host = socket.gethostname()
     started = time.monotonic()
     sel = tools.select(cfg, environ)
+    _refuse_master_loopback(sel, host, cfg.rank)
     facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
@@ -166,6 +167,15 @@ def _in_thread(work: Any) -> Future[dict[str, Any]]:
 
     threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
     return future
+
+
+def _refuse_master_loopback(sel: Selection, host: str, rank: int) -> None:
+    """A loopback MASTER_ADDR in a job that spans hosts (a single-node config copied to a
+    cluster) is named by every rank that has it, at once: rank 0 would host a store no other
+    node reaches and the others would retry their own loopback until the join timeout."""
+    problem = sel.error(host=host, rank=rank)
+    if problem is not None and problem.cause == "master-loopback":
+        raise problem
 
 
 def _require_address(cfg: DistConfig, sel: Selection, host: str) -> None:
