@@ -57,3 +57,48 @@ def test_single_node_config_copied_to_a_cluster(clean: Lab, master: str,
         assert run.seconds < 8, _diag(runs)  # before anything waits
     # node 0 is rank 0's host: its fix names its own cluster address
     assert clean.nodes[0].address in _own(runs[0])["fix"]
+
+
+def _cause(report: dict[str, Any], cause_id: str) -> dict[str, Any]:
+    found = [c for c in report["causes"] if c["id"] == cause_id]
+    assert found, (cause_id, report["causes"])
+    return found[0]
+
+
+def test_rank_0_hostname_loopback_on_one_worker_named_for_that_worker(clean: Lab) -> None:
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 2, host=host0, address="127.0.1.1")
+    assert clean.exec(2, ["getent", "hosts", host0]).stdout.split()[0] == "127.0.1.1"
+    assert clean.exec(1, ["getent", "hosts", host0]).stdout.split()[0] == clean.master_addr
+    runs = run_check(clean, FAST)
+    report = runs[0].json()
+    cause = _cause(report, "name-mismatch")
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0], _diag(runs)
+    assert "127.0.1.1" in cause["detail"] and f"getent hosts {host0}" in cause["fix"]
+    # MASTER_ADDR is an address, so only name-based launches (torchrun's c10d) break: a warning
+    assert cause["severity"] == "warn" and report["timings"]["total"] < 15
+
+
+def test_master_name_loopback_on_one_worker_named_at_once_by_it(clean: Lab) -> None:
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 1, host=host0, address="127.0.1.1")
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)})
+    own = _own(runs[1])
+    assert runs[1].returncode == 1 and own["id"] == "master-loopback", _diag(runs)
+    assert own["hosts"] == [clean.nodes[1].hostname] and runs[1].seconds < 8
+    assert f"MASTER_ADDR {host0} resolves to loopback 127.0.1.1" in own["detail"]
+    assert f"getent hosts {host0}" in own["fix"]
+    # rank 0 never passes: rank 1 is missing
+    assert runs[0].returncode == 1 and _cause(runs[0].json(), "missing-ranks")["ranks"] == [1]
+
+
+def test_stale_master_name_sorted_after_the_real_one_is_no_false_alarm(clean: Lab) -> None:
+    # getaddrinfo sorts the lab address (longer common prefix, RFC 6724 rule 9) before the
+    # stale 198.18.0.250: the store, gloo and the check all reach rank 0, so no cause
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 2, host=host0, address="198.18.0.250")
+    assert "198.18.0.250" in clean.exec(2, ["getent", "ahostsv4", host0]).stdout
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)},
+                     timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 0 and report["causes"] == [], _diag(runs)

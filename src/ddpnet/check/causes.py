@@ -23,6 +23,7 @@ CAUSE_ORDER: tuple[str, ...] = (
     "world-size-mismatch",
     "master-port-mismatch",
     "missing-ranks",
+    "name-mismatch",
     "hostname-loopback",
     "interface-mismatch",
     "peer-port-blocked",

@@ -252,11 +252,78 @@ def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:
     return causes
 
 
+def _literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _wrong_resolution(n: NodeFacts, key: str, rank0: set[str]) -> tuple[str, str] | None:
+    """(name, what it resolves to here) when ``key``'s name does not lead to rank 0 on node
+    ``n``: unresolvable, loopback first, or first an address rank 0 does not have."""
+    seen = (n.facts.get("names") or {}).get(key)
+    if not isinstance(seen, Mapping) or not seen.get("name") or _literal(str(seen["name"])):
+        return None
+    addrs = [str(a) for a in seen.get("addresses") or ()]
+    if not addrs:
+        return str(seen["name"]), f"nothing ({seen.get('error') or 'no address'})"
+    if _is_loopback(addrs[0]) or addrs[0] not in rank0:
+        return str(seen["name"]), ", ".join(addrs)
+    return None
+
+
+def compare_names(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """Name resolution is per node: on every node other than rank 0's host, MASTER_ADDR and
+    rank 0's hostname must resolve first to an address of rank 0. One worker's stale or
+    loopback /etc/hosts entry is named for that worker, not judged from rank 0's view."""
+    ref = next((n for n in nodes if n.rank == 0), None)
+    if ref is None:
+        return []
+    rank0 = {str(a) for a in ref.facts.get("own_addresses") or ()} | {
+        str(ref.facts.get("address"))}
+    bad: dict[str, list[tuple[NodeFacts, str]]] = defaultdict(list)
+    for n in nodes:
+        if n.rank == 0 or str(n.facts.get("address")) in rank0:
+            continue  # rank 0's own host reaches itself whatever its names say
+        for key in ("master", "host0"):
+            wrong = _wrong_resolution(n, key, rank0)
+            if wrong is not None and all(m.rank != n.rank for m, _ in bad[wrong[0]]):
+                bad[wrong[0]].append((n, wrong[1]))  # MASTER_ADDR may be rank 0's hostname
+    return [_name_cause(name, items, ref, nodes) for name, items in bad.items()]
+
+
+def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
+                nodes: Sequence[NodeFacts]) -> Cause:
+    target = str(ref.facts.get("address"))
+    odd = [n for n, _ in items]
+    fatal = any("nothing" in what or _is_loopback(what.split(",")[0]) for _, what in items)
+    torchrun = any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+    is_master = name == (ref.facts.get("names") or {}).get("master", {}).get("name")
+    return Cause(
+        id="name-mismatch",
+        stage="facts",
+        severity="fail" if fatal and (is_master or torchrun) else "warn",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail=f"{name} (rank 0's {'MASTER_ADDR' if is_master else 'hostname'}, "
+               f"{target} on rank 0) resolves differently on "
+               + "; ".join(f"rank {n.rank} on {n.label}: to {what}" for n, what in items)
+               + ("; torchrun's rendezvous hands this name to the workers" if not is_master
+                  else ""),
+        fix="; ".join(f"on {n.label}: make {name} resolve to {target} (`getent hosts "
+                      f"{name}` there; fix or remove its line in /etc/hosts, or its DNS)"
+                      for n in odd)
+            + f"; or use addresses: export MASTER_ADDR={target}",
+    )
+
+
 def compare_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """Every facts comparison, in report order."""
     nodes = sorted(nodes, key=lambda n: n.rank)
     selection = compare_selection(nodes)
     network = [c for c in compare_network(nodes)
                if not any(s.id == c.id for s in selection)]
-    return [*selection, *network, *compare_versions(nodes), *compare_mtu(nodes),
-            *compare_clock(nodes)]
+    return [*selection, *compare_names(nodes), *network, *compare_versions(nodes),
+            *compare_mtu(nodes), *compare_clock(nodes)]

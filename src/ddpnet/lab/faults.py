@@ -37,6 +37,8 @@ KINDS: dict[str, str] = {
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
     "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
+    "hosts-entry": "put '--address --host' first in the node's /etc/hosts (a stale or "
+                   "loopback name entry on that node only)",
 }
 RENDEZVOUS_PORT = 29400
 NFT_TABLE = "ddpnet_lab"
@@ -65,6 +67,7 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
         "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
         "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
         "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
+        "hosts-entry": {"host", "address"},
     }
     unknown = sorted(set(o) - allowed[kind])
     if unknown:
@@ -103,11 +106,30 @@ def normalize(kind: str, opts: Mapping[str, Any], *, now: float | None = None) -
         if not 68 <= mtu <= 65535:
             raise ConfigError(f"bad MTU {o.get('mtu')!r}: must be 68-65535", "e.g. --mtu 9000")
         rec["mtu"] = mtu
+    elif kind == "hosts-entry":
+        rec.update(_hosts_entry(o))
     elif kind == "extra-iface":
         rec["iface"] = check_ifname(str(o.get("iface", EXTRA_IFACE)), "--iface docker0")
         if "address" in o:
             rec["address"] = str(o["address"])
     return rec
+
+
+def _hosts_entry(o: Mapping[str, Any]) -> dict[str, str]:
+    """A hosts line's name and address: loopback or inside the lab range only."""
+    host, address = str(o.get("host", "")), str(o.get("address", ""))
+    if not host or any(c.isspace() for c in host) or host.startswith("#"):
+        raise ConfigError(f"fault hosts-entry needs a host name, got {host!r}",
+                          "for example --host lab-n0 --address 127.0.1.1")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ConfigError(f"fault hosts-entry: bad address {address!r}",
+                          "for example --address 127.0.1.1") from None
+    if not (ip.is_loopback or ip in LAB_RANGE):
+        raise ConfigError(f"address {address} is neither loopback nor in 198.18.0.0/15",
+                          "lab addresses stay inside 198.18.0.0/15 (or 127.0.0.0/8)")
+    return {"host": host, "address": str(ip)}
 
 
 def active(faults: Sequence[Mapping[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
@@ -123,7 +145,8 @@ def add(faults: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) -> list[dic
     out = []
     for f in active(faults):
         same_kind = f["kind"] == rec["kind"]
-        if same_kind and (rec["kind"] != "block-port" or f["port"] == rec["port"]):
+        key = {"block-port": "port", "hosts-entry": "host"}.get(str(rec["kind"]))
+        if same_kind and (key is None or f[key] == rec[key]):
             continue
         out.append(f)
     out.append(dict(rec))
@@ -140,6 +163,8 @@ class NodeFaults:
     hostname_loopback: bool
     nft: str | None
     extra_iface: tuple[str, str] | None  # (name, cidr)
+    #: (address, host) lines put first in the node's /etc/hosts
+    hosts_entries: tuple[tuple[str, str], ...] = ()
 
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
@@ -188,7 +213,7 @@ def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
 
 def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
             now: float | None = None) -> NodeFaults:
-    """The node's shaping, MTU, link state, hosts flag, ruleset and decoy from its faults."""
+    """The node's shaping, MTU, link state, hosts lines, ruleset and decoy from its faults."""
     fs = active(faults, now)
     shaping = p.spec.shaping
     mtu = p.spec.mtu
@@ -215,7 +240,9 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
             extra = (f["iface"], cidr)
     return NodeFaults(shaping=shaping, mtu=mtu, link_up=link_up, hostname_loopback=loopback,
                       nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct),
-                      extra_iface=extra)
+                      extra_iface=extra,
+                      hosts_entries=tuple((f["address"], f["host"]) for f in fs
+                                          if f["kind"] == "hosts-entry"))
 
 
 def describe(f: Mapping[str, Any]) -> str:

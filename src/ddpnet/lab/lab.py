@@ -365,7 +365,8 @@ class Lab:
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
         self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0))
         # hosts file
-        system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback))
+        system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback,
+                                                     entries=nf.hosts_entries))
         # a timed link-down: a sleeper inside the node (so down kills it) brings the link back
         for f in faultmod.active(recs):
             if f["kind"] == "link-down" and "until" in f and not nf.link_up:

@@ -270,10 +270,14 @@ def namespace_pattern(name: str) -> re.Pattern[str]:
 LOOPBACK_ALIAS = "127.0.1.1"
 
 
-def hosts_file(p: Plan, node: LabNode, *, hostname_loopback: bool = False) -> str:
+def hosts_file(p: Plan, node: LabNode, *, hostname_loopback: bool = False,
+               entries: Sequence[tuple[str, str]] = ()) -> str:
     """The node's /etc/hosts: localhost, then every lab node. ``hostname_loopback`` adds the
-    Debian default ``127.0.1.1 <hostname>`` line first (what makes gloo bind loopback)."""
+    Debian default ``127.0.1.1 <hostname>`` line first (what makes gloo bind loopback);
+    ``entries`` (address, name) come before the lab's lines, so they resolve first on this
+    node only (a stale or loopback entry)."""
     lines = ["# written by ddpnet lab " + p.spec.name, "127.0.0.1\tlocalhost"]
+    lines += [f"{address}\t{name}" for address, name in entries]
     if hostname_loopback:
         lines.append(f"{LOOPBACK_ALIAS}\t{node.hostname}")
     lines.append("::1\tlocalhost ip6-localhost ip6-loopback")

@@ -165,6 +165,12 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
 _LO = Interface("lo", True, (), 0, None, "loopback")
 
 
+def _loopback_name(name: str) -> bool:
+    """localhost and its kin: loopback by design, not by a stale /etc/hosts line."""
+    low = name.lower().rstrip(".")
+    return low.split(".")[0] == "localhost" or low in ("ip6-localhost", "ip6-loopback")
+
+
 def _master_loopback(cfg: DistConfig, by_name: Mapping[str, Interface], lo: Interface | None,
                      dst: str, shown: str) -> _Auto:
     """A single-node config copied to a cluster: MASTER_ADDR loopback while the job spans
@@ -180,10 +186,18 @@ def _master_loopback(cfg: DistConfig, by_name: Mapping[str, Interface], lo: Inte
             mine.address else "this host (node 0) is rank 0's: see `hostname -I`"
     else:
         target, where = "<rank-0 host's address>", "run `hostname -I` on rank 0's host"
+    fix = f"export MASTER_ADDR={target} on every node (the same value; {where})"
+    if _family(cfg.master_addr) is None and not _loopback_name(cfg.master_addr):
+        # a host's name that this host's resolver maps to loopback (/etc/hosts)
+        return _Auto(lo, dst, f"MASTER_ADDR {cfg.master_addr} resolves to loopback {dst} on "
+                     f"this host, but the job spans {cfg.num_nodes} nodes ({why})",
+                     "master-loopback",
+                     f"make {cfg.master_addr} resolve to rank 0's cluster address here "
+                     f"(`getent hosts {cfg.master_addr}`; fix or remove its 127.x line in "
+                     f"/etc/hosts), or {fix}")
     return _Auto(lo, dst, f"MASTER_ADDR {shown} is a loopback address but the job spans "
                  f"{cfg.num_nodes} nodes ({why}): the other nodes would connect to "
-                 f"themselves", "master-loopback",
-                 f"export MASTER_ADDR={target} on every node (the same value; {where})")
+                 f"themselves", "master-loopback", fix)
 
 
 def _same_subnet(iface: Interface, src: str, family: int | None) -> bool:
