@@ -102,3 +102,61 @@ def test_stale_master_name_sorted_after_the_real_one_is_no_false_alarm(clean: La
                      timeout=60)
     report = runs[0].json()
     assert runs[0].returncode == 0 and report["causes"] == [], _diag(runs)
+
+
+_HTTP = ("import http.server, sys; http.server.HTTPServer(('0.0.0.0', int(sys.argv[1])), "
+         "http.server.BaseHTTPRequestHandler).serve_forever()")
+_STALE = ("import sys, time; from torch.distributed import TCPStore; "
+          "s = TCPStore('0.0.0.0', int(sys.argv[1]), 2, True, wait_for_workers=False); "
+          "print('up', flush=True); time.sleep(600)")
+
+
+def _squat(lab: Lab, code: str, port: int) -> Any:
+    """A process on node 0 listening on ``port`` (the lab kills it at the latest on down)."""
+    import subprocess
+    import sys
+
+    proc = lab.popen(0, [sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
+    for _ in range(100):  # until it listens
+        probe = lab.exec(0, ["ss", "-Hltn", f"sport = :{port}"])
+        if probe.stdout.strip():
+            return proc
+        import time
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the squatter did not listen")
+
+
+def _stop(proc: Any) -> None:
+    proc.kill()
+    proc.wait(10)
+
+
+def test_another_service_on_master_port(clean: Lab) -> None:
+    squatter = _squat(clean, _HTTP, 29510)
+    try:
+        runs = run_check(clean, FAST, timeout=60)
+    finally:
+        _stop(squatter)
+    for node in (1, 2):  # workers: it answered, but it is not a TCPStore
+        own = _own(runs[node])
+        assert runs[node].returncode == 1 and own["id"] == "master-port-foreign", _diag(runs)
+        assert "answered, but not a TCPStore" in own["detail"] and "HTML" in own["detail"]  # what it sent back
+        assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 15
+    own = _own(runs[0])  # the master: who holds it
+    assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
+    assert f"pid {squatter.pid}" in own["detail"] and "http.server" in own["detail"]
+    assert "another service" in own["detail"] and f"kill {squatter.pid}" in own["fix"]
+
+
+def test_stale_store_of_an_old_job_on_master_port(clean: Lab) -> None:
+    squatter = _squat(clean, _STALE, 29510)
+    try:
+        runs = run_check(clean, FAST, nodes=[0], timeout=60)
+    finally:
+        _stop(squatter)
+    own = _own(runs[0])
+    assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
+    assert "a TCPStore" in own["detail"] and f"pid {squatter.pid}" in own["detail"]
+    assert runs[0].seconds < 15

@@ -17,6 +17,7 @@ CAUSE_ORDER: tuple[str, ...] = (
     "master-no-route",
     "master-port-filtered",
     "master-port-refused",
+    "master-port-foreign",
     "port-in-use",
     # a duplicate or a wrong world size explains the "missing" rank it leaves behind
     "duplicate-rank",

@@ -14,6 +14,7 @@ from ddpnet.check.stages.facts import node_facts
 from ddpnet.check.stages.rendezvous import PreflightFn
 from ddpnet.check.stages.sweep import sweep
 from ddpnet.config import DistConfig
+from ddpnet.net.probe import check_store
 from ddpnet.net.probe import preflight as probe_preflight
 from ddpnet.net.select import Selection, select_for_host
 
@@ -26,6 +27,9 @@ def preflight(cfg: DistConfig, environ: Mapping[str, str], connect_timeout: floa
     Interface problems are not fatal here: they travel in the facts, so rank 0 names them
     with the host instead of seeing a missing rank."""
     probe_preflight(cfg, None, connect_timeout, environ=environ)
+    # something listens: is it a TCPStore? (patience as join_store's: rank 0 holds its
+    # socket while importing torch, before its store answers)
+    check_store(cfg, environ=environ, patience=max(connect_timeout * 3, 5.0))
 
 
 @dataclass(frozen=True)
