@@ -242,7 +242,7 @@ def test_port_in_use_error_names_holder_and_kind() -> None:
     assert "pid 812 (python train.py)" in stale.message and "kill 812" in stale.hint
     other = probe.port_in_use_error(29500, (), probe.StoreProbe(probe.FOREIGN, b"HTTP/1.0"))
     assert "another service" in other.message and "cannot see" in other.message
-    assert "sudo ss -ltnp" in other.hint
+    assert "ss -ltnp 'sport = :29500'` (as root)" in other.hint
 
 
 def test_probe_store_tells_a_tcpstore_from_other_services() -> None:

@@ -439,11 +439,11 @@ def port_in_use_error(port: int, holders: tuple[Holder, ...], probe: StoreProbe,
             SILENT: "another service (it did not answer a TCPStore hello)",
             }.get(probe.kind, "a listener")
     who = ", ".join(h.describe() for h in holders) or "a process this user cannot see"
-    kill = f"kill {' '.join(str(h.pid) for h in holders)}" if holders else \
-        f"sudo ss -ltnp 'sport = :{port}'"
+    see = f"`ss -ltnp 'sport = :{port}'`" + ("" if holders else " (as root)")
+    kill = f"kill {' '.join(str(h.pid) for h in holders)}" if holders else "stop it"
     return RendezvousError(
         "port-in-use",
         f"MASTER_PORT {port} is already in use on the rank-0 host{_where(host, rank)}: "
         f"{what}, held by {who}",
-        f"stop it ({kill}) if it is a stale job, or export MASTER_PORT=<free port> on every "
-        f"node", host=host, rank=rank, detail=detail)
+        f"see who holds it: {see}; {kill} if it is a stale job, or export "
+        f"MASTER_PORT=<free port> on every node", host=host, rank=rank, detail=detail)
