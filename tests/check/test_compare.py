@@ -143,3 +143,13 @@ def test_stale_or_missing_master_name_on_a_worker_is_named() -> None:
 def test_missing_name_facts_are_not_judged() -> None:
     nodes = [_node(0), _node(1, names={"launcher": "manual"}), _node(2)]
     assert compare_facts(nodes) == []
+
+
+def test_ipv6_rank_among_ipv4_ranks_is_family_mismatch_not_interface_mismatch() -> None:
+    nodes = [_node(0, own_addresses=["10.0.0.1", "2001:2::1"]),
+             _node(1, address="2001:2::2", subnet="2001:2::/64",
+                            names=_names("n0", ["2001:2::1"])), _node(2)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "family-mismatch" and cause.ranks == (1,)
+    assert "rank 1 IPv6 2001:2::2 (MASTER_ADDR n0 resolves there to 2001:2::1)" in cause.detail
+    assert "the other 2 rank(s) IPv4" in cause.detail and "IPv4" in cause.fix

@@ -92,16 +92,38 @@ def test_master_name_loopback_on_one_worker_named_at_once_by_it(clean: Lab) -> N
     assert runs[0].returncode == 1 and _cause(runs[0].json(), "missing-ranks")["ranks"] == [1]
 
 
-def test_stale_master_name_sorted_after_the_real_one_is_no_false_alarm(clean: Lab) -> None:
-    # getaddrinfo sorts the lab address (longer common prefix, RFC 6724 rule 9) before the
-    # stale 198.18.0.250: the store, gloo and the check all reach rank 0, so no cause
+def test_stale_master_name_on_one_worker_named_by_it(clean: Lab) -> None:
     host0 = clean.nodes[0].hostname
-    clean.fault("hosts-entry", 2, host=host0, address="198.18.0.250")
-    assert "198.18.0.250" in clean.exec(2, ["getent", "ahostsv4", host0]).stdout
+    clean.fault("hosts-entry", 2, host=host0, address="198.18.0.250")  # nobody has it
     runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)},
                      timeout=60)
+    own = _own(runs[2])
+    assert runs[2].returncode == 1 and own["id"] == "master-no-route", _diag(runs)
+    assert f"MASTER_ADDR {host0} (198.18.0.250)" in own["detail"]
+    assert own["hosts"] == [clean.nodes[2].hostname] and runs[2].seconds < 15
+    assert runs[0].returncode == 1  # rank 0 never passes without rank 2
+
+
+def test_master_name_ipv6_on_one_worker_is_family_mismatch() -> None:
+    # nodes 0 and 1 have IPv6 too, node 2 only IPv4; node 1's hosts file maps rank 0's name
+    # to its IPv6 address: rank 1 joins (the store listens on both families, as torch's)
+    # and advertises IPv6, which rank 2 cannot reach
+    with fresh_lab("fl6", nodes=3) as lab6:  # its own lab: the addresses stay with it
+        host0 = lab6.nodes[0].hostname
+        for node in (0, 1):
+            lab6.add_address(node, f"2001:2::{node + 1}/64")
+        lab6.fault("hosts-entry", 1, host=host0, address="2001:2::1")
+        runs = run_check(lab6, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)},
+                         timeout=60)
+        hostname1 = lab6.nodes[1].hostname
     report = runs[0].json()
-    assert runs[0].returncode == 0 and report["causes"] == [], _diag(runs)
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "family-mismatch", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [1] and hostname1 in cause["hosts"][0]
+    assert "IPv6 2001:2::2" in cause["detail"] and f"MASTER_ADDR {host0} resolves there to " \
+        "2001:2::1" in cause["detail"]
+    assert "IPv4" in cause["fix"] and report["timings"]["total"] < 15
 
 
 _HTTP = ("import http.server, sys; http.server.HTTPServer(('0.0.0.0', int(sys.argv[1])), "

@@ -25,6 +25,7 @@ CAUSE_ORDER: tuple[str, ...] = (
     "master-port-mismatch",
     "missing-ranks",
     "name-mismatch",
+    "family-mismatch",
     "hostname-loopback",
     "interface-mismatch",
     "peer-port-blocked",

@@ -155,8 +155,52 @@ def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
     multi = len(hosts) > 1 or len({str(n.facts.get("address")) for n in nodes}) > 1
     if not multi:
         return []
-    found = (_loopback_address(nodes) or _loopback_hostname(nodes), _subnets(nodes))
+    family = _families(nodes)
+    found = (_loopback_address(nodes) or _loopback_hostname(nodes),
+             family or _subnets(nodes))  # other families are other subnets: name the cause
     return [c for c in found if c is not None]
+
+
+def _version(address: Any) -> int | None:
+    try:
+        return ipaddress.ip_address(str(address)).version
+    except ValueError:
+        return None
+
+
+def _resolved_here(n: NodeFacts) -> str:
+    seen = (n.facts.get("names") or {}).get("master")
+    if isinstance(seen, Mapping) and seen.get("name") and not _literal(str(seen["name"])):
+        return (f" (MASTER_ADDR {seen['name']} resolves there to "
+                f"{', '.join(map(str, seen.get('addresses') or ())) or 'nothing'})")
+    return ""
+
+
+def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
+    """Ranks advertising addresses of different IP families (a name resolving to IPv6 on
+    some nodes and IPv4 on others): gloo/NCCL cannot connect an IPv6 rank to an IPv4 one."""
+    groups: dict[int, list[NodeFacts]] = defaultdict(list)
+    for n in nodes:
+        version = _version(n.facts.get("address"))
+        if version is not None and not _is_loopback(n.facts.get("address")):
+            groups[version].append(n)
+    if len(groups) < 2:
+        return None
+    major = max(groups, key=lambda v: (len(groups[v]), any(n.rank == 0 for n in groups[v])))
+    odd = [n for v, ns in groups.items() if v != major for n in ns]
+    return Cause(
+        id="family-mismatch",
+        stage="facts",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail="ranks advertise different IP families: "
+               + "; ".join(f"rank {n.rank} IPv{_version(n.facts.get('address'))} "
+                           f"{n.facts.get('address')}{_resolved_here(n)}" for n in odd)
+               + f"; the other {len(groups[major])} rank(s) IPv{major}",
+        fix="make MASTER_ADDR resolve to one family on every node: use rank 0's IPv"
+            f"{major} address (export MASTER_ADDR=<it>), or fix the name's lines in "
+            f"/etc/hosts / DNS on {', '.join(n.label for n in odd)} (`getent ahosts NAME`)",
+    )
 
 
 def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:

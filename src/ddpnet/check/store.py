@@ -107,21 +107,36 @@ def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
 
 def listen_early(cfg: DistConfig, host: str) -> int | None:
     """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
-    being refused; returns the listening fd for TCPStore(master_listen_fd=...)."""
+    being refused; returns the listening fd for TCPStore(master_listen_fd=...). Like torch's
+    own store it listens on both families where it can ([::], dual-stack): a worker whose
+    MASTER_ADDR resolves to IPv6 joins, and the facts then show the family mismatch."""
     if cfg.world_size <= 1:
         return None
-    family = socket.AF_INET6 if ":" in cfg.master_addr else socket.AF_INET
+    v6_only = ":" in cfg.master_addr
+    sock = None
+    for family, wildcard in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        if sock is not None or (family == socket.AF_INET and v6_only):
+            continue
+        try:
+            sock = _listen(family, wildcard, cfg.master_port)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise bind_error(cfg, host) from None
+    return None if sock is None else int(sock.detach())  # the store owns it from now on
+
+
+def _listen(family: socket.AddressFamily, wildcard: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", cfg.master_port))
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((wildcard, port))
         sock.listen(2048)
-    except OSError as exc:
+    except OSError:
         sock.close()
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise bind_error(cfg, host) from None
-        return None
-    return int(sock.detach())  # the store owns it from now on
+        raise
+    return sock
 
 
 def _first_line(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from ddpnet.lab.topology import (
     Shaping,
     check_ifname,
     delay_ms,
+    in_lab_range,
     loss_percent,
     rate_bits,
 )
@@ -37,8 +38,8 @@ KINDS: dict[str, str] = {
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
     "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
-    "hosts-entry": "put '--address --host' first in the node's /etc/hosts (a stale or "
-                   "loopback name entry on that node only)",
+    "hosts-entry": "map --host to --address in the node's /etc/hosts, instead of the lab's "
+                   "line (a stale, loopback or IPv6 entry on that node only)",
 }
 RENDEZVOUS_PORT = 29400
 NFT_TABLE = "ddpnet_lab"
@@ -126,9 +127,10 @@ def _hosts_entry(o: Mapping[str, Any]) -> dict[str, str]:
     except ValueError:
         raise ConfigError(f"fault hosts-entry: bad address {address!r}",
                           "for example --address 127.0.1.1") from None
-    if not (ip.is_loopback or ip in LAB_RANGE):
-        raise ConfigError(f"address {address} is neither loopback nor in 198.18.0.0/15",
-                          "lab addresses stay inside 198.18.0.0/15 (or 127.0.0.0/8)")
+    if not (ip.is_loopback or in_lab_range(ip)):
+        raise ConfigError(f"address {address} is neither loopback nor in 198.18.0.0/15 or "
+                          "2001:2::/48", "lab addresses stay inside 198.18.0.0/15 or "
+                          "2001:2::/48 (or loopback)")
     return {"host": host, "address": str(ip)}
 
 
