@@ -141,7 +141,13 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
         preflight_patiently(cfg, environ, opts, tools.preflight)
     _require_address(cfg, sel, host)
     listen_fd = listen_early(cfg, host) if cfg.rank == 0 else None
+    # is what answers on MASTER_PORT a TCPStore? asked while torch imports (rank 0's store
+    # answers once it imported torch too); as patient as a rank waits for rank 0
+    probe = None if cfg.rank == 0 else _in_thread(
+        lambda: _probe_store(tools, cfg, environ, opts.join_timeout + opts.stage_timeout))
     _import_torch()
+    if probe is not None:
+        probe.result()  # raises master-port-foreign
     export_interface(sel, environ, os.environ)
     listener = mesh.Listener(str(sel.address))
     try:
@@ -167,6 +173,12 @@ def _in_thread(work: Any) -> Future[dict[str, Any]]:
 
     threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
     return future
+
+
+def _probe_store(tools: Tools, cfg: DistConfig, environ: Mapping[str, str],
+                 patience: float) -> dict[str, Any]:
+    tools.store(cfg, environ, patience)
+    return {}
 
 
 def _refuse_master_loopback(sel: Selection, host: str, rank: int) -> None:

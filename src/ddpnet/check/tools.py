@@ -19,6 +19,7 @@ from ddpnet.net.probe import preflight as probe_preflight
 from ddpnet.net.select import Selection, select_for_host
 
 SelectFn = Callable[[DistConfig, Mapping[str, str]], Selection]
+StoreProbeFn = Callable[[DistConfig, Mapping[str, str], float], None]
 FactsFn = Callable[[DistConfig, Selection, Mapping[str, str]], dict[str, Any]]
 
 
@@ -27,9 +28,13 @@ def preflight(cfg: DistConfig, environ: Mapping[str, str], connect_timeout: floa
     Interface problems are not fatal here: they travel in the facts, so rank 0 names them
     with the host instead of seeing a missing rank."""
     probe_preflight(cfg, None, connect_timeout, environ=environ)
-    # something listens: is it a TCPStore? (patience as join_store's: rank 0 holds its
-    # socket while importing torch, before its store answers)
-    check_store(cfg, environ=environ, patience=max(connect_timeout * 3, 5.0))
+
+
+def store_probe(cfg: DistConfig, environ: Mapping[str, str], patience: float) -> None:
+    """Ranks > 0, once the preflight connected: what listens on MASTER_PORT is a TCPStore
+    (``master-port-foreign`` otherwise). Run while torch imports: rank 0 holds its socket
+    while it imports torch too, and its store answers only once it took the socket over."""
+    check_store(cfg, environ=environ, patience=patience)
 
 
 @dataclass(frozen=True)
@@ -38,3 +43,4 @@ class Tools:
     preflight: PreflightFn = preflight
     facts: FactsFn = node_facts
     bench: BenchFn = sweep
+    store: StoreProbeFn = store_probe
