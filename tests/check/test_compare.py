@@ -153,3 +153,26 @@ def test_ipv6_rank_among_ipv4_ranks_is_family_mismatch_not_interface_mismatch() 
     assert cause.id == "family-mismatch" and cause.ranks == (1,)
     assert "rank 1 IPv6 2001:2::2 (MASTER_ADDR n0 resolves there to 2001:2::1)" in cause.detail
     assert "the other 2 rank(s) IPv4" in cause.detail and "IPv4" in cause.fix
+
+
+def test_a_rank_whose_doctor_failed_is_never_a_pass() -> None:
+    # rank 0's own doctor says fail with nothing listed (its rendezvous.* checks raced with
+    # this very rendezvous): no cause; rank 2's named failures and rank 3's lost facts are
+    nodes = [_node(0, doctor={"verdict": "fail", "failed": []}),
+             _node(1, doctor={"verdict": "warn", "failed": []}),
+             _node(2, doctor={"verdict": "fail", "failed": ["names.master",
+                                                            "interfaces.selected"]}),
+             NodeFacts(3, {"hostname": "n3", "address": "10.0.0.4",
+                           "error": "facts failed: resolver timed out"})]
+    causes = compare_facts(nodes)
+    assert _ids(causes) == ["doctor-failed", "doctor-failed"]
+    lost, failed = causes
+    assert lost.ranks == (3,) and "resolver timed out" in lost.detail and "n3" in lost.fix
+    assert failed.ranks == (2,) and failed.severity == "fail"
+    assert "names.master, interfaces.selected" in failed.detail and "ddpnet doctor" in failed.fix
+
+
+def test_doctor_failure_of_a_rank_already_named_is_not_repeated() -> None:
+    nodes = [_node(0), _node(1), _node(2, torch="2.12.1+cpu",
+                                         doctor={"verdict": "fail", "failed": ["software"]})]
+    assert _ids(compare_facts(nodes)) == ["version-mismatch"]

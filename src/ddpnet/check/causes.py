@@ -36,6 +36,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     "allreduce-wrong",
     "slow-node",
     "slow-link",
+    # a node-level failure no other cause explains: never a pass
+    "doctor-failed",
     "stage-timeout",
 )
 

@@ -363,11 +363,43 @@ def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
     )
 
 
+def compare_doctor(nodes: Sequence[NodeFacts], named: set[int]) -> list[Cause]:
+    """No false pass: a rank whose facts could not be gathered, or whose doctor failed
+    checks, is a cause naming it (unless another cause already names that rank)."""
+    broken = [n for n in nodes if n.rank not in named and n.facts.get("error")]
+    failed = [n for n in nodes if n.rank not in named and not n.facts.get("error")
+              and (n.facts.get("doctor") or {}).get("failed")]
+    causes = []
+    if broken:
+        causes.append(Cause(
+            id="doctor-failed", stage="facts",
+            hosts=tuple(n.label for n in broken), ranks=tuple(n.rank for n in broken),
+            detail="; ".join(f"rank {n.rank} on {n.label}: {n.facts['error']}"
+                             for n in broken) + " (this rank's node was not compared)",
+            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in broken)
+                + " to see what fails there",
+        ))
+    if failed:
+        causes.append(Cause(
+            id="doctor-failed", stage="facts",
+            hosts=tuple(n.label for n in failed), ranks=tuple(n.rank for n in failed),
+            detail="; ".join(f"rank {n.rank} on {n.label}: doctor checks failed: "
+                             + ", ".join(map(str, n.facts["doctor"]["failed"]))
+                             for n in failed),
+            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in failed)
+                + " for each check's evidence and fix (a resolver or probe that only times "
+                "out under load shows there as a timeout: rerun to tell)",
+        ))
+    return causes
+
+
 def compare_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """Every facts comparison, in report order."""
     nodes = sorted(nodes, key=lambda n: n.rank)
     selection = compare_selection(nodes)
     network = [c for c in compare_network(nodes)
                if not any(s.id == c.id for s in selection)]
-    return [*selection, *compare_names(nodes), *network, *compare_versions(nodes),
-            *compare_mtu(nodes), *compare_clock(nodes)]
+    found = [*selection, *compare_names(nodes), *network, *compare_versions(nodes),
+             *compare_mtu(nodes), *compare_clock(nodes)]
+    named = {r for c in found if c.severity == "fail" for r in c.ranks}
+    return [*found, *compare_doctor(nodes, named)]
