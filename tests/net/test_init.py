@@ -227,3 +227,23 @@ def test_another_service_on_master_port_is_named_by_a_worker() -> None:
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["cause"] == "master-port-foreign" and out["rank"] == 1, out
     assert time.monotonic() - t0 < 15
+
+
+def test_single_node_config_copied_to_a_cluster_fails_at_once() -> None:
+    """MASTER_ADDR=localhost while LOCAL_WORLD_SIZE < WORLD_SIZE: master-loopback before
+    anything waits, on every node that has it (here a node-1 rank)."""
+    import time
+
+    env = clean_environ({"MASTER_ADDR": "localhost", "MASTER_PORT": str(free_port()),
+                         "WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1",
+                         "LOCAL_WORLD_SIZE": "2", "NT_CONNECT_TIMEOUT": "30",
+                         "PYTHONPATH": f"{ROOT}/src:{ROOT}"})
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["cause"] == "master-loopback" and out["rank"] == 3, out
+    assert "LOCAL_WORLD_SIZE=2" in str(out["message"])
+    assert str(out["hint"]).startswith("export MASTER_ADDR=")
+    assert time.monotonic() - t0 < 10  # not the 30 s connect timeout
