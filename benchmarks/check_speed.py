@@ -28,11 +28,34 @@ from tests.check.labcheck import run_check  # noqa: E402
 from ddpnet.lab import Lab  # noqa: E402
 
 PORT = 29510
-Setup = Callable[[Lab], None]
+Setup = Callable[[Lab], "Callable[[], None] | None"]
 
 
 def _none(lab: Lab) -> None:
     return None
+
+
+_HTTP = ("import http.server, sys; http.server.HTTPServer(('0.0.0.0', int(sys.argv[1])), "
+         "http.server.BaseHTTPRequestHandler).serve_forever()")
+
+
+def _squat_http(lab: Lab) -> Callable[[], None]:
+    """Another service on MASTER_PORT on node 0; returns its stop."""
+    proc = lab.popen(0, [sys.executable, "-c", _HTTP, str(PORT)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if lab.exec(0, ["ss", "-Hltn", f"sport = :{PORT}"]).stdout.strip():
+            break
+        time.sleep(0.1)
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait(10)
+    return stop
+
+
+def _rank0_name_loopback_on_node2(lab: Lab) -> None:
+    lab.fault("hosts-entry", 2, host=lab.nodes[0].hostname, address="127.0.1.1")
 
 
 SCENARIOS: list[dict[str, Any]] = [
@@ -57,6 +80,16 @@ SCENARIOS: list[dict[str, Any]] = [
     {"name": "hostname-loopback", "args": ["--no-matrix"],
      "fault": ("hostname-loopback", 1, {}), "per_node": {1: {"GLOO_SOCKET_IFNAME": "lo"}},
      "expect": "hostname-loopback", "target_s": 15},
+    # issue 18's field failures
+    {"name": "master-loopback", "args": ["--no-matrix"],
+     "per_node": {i: {"MASTER_ADDR": "localhost"} for i in range(4)},
+     "expect": "master-loopback", "expect_on": 1, "target_s": 15},
+    {"name": "name-mismatch", "args": ["--no-matrix"], "setup": _rank0_name_loopback_on_node2,
+     "expect": "name-mismatch", "target_s": 15},
+    {"name": "master-port-foreign", "args": ["--no-matrix"], "setup": _squat_http,
+     "expect": "master-port-foreign", "expect_on": 1, "target_s": 15},
+    {"name": "port-in-use-holder", "args": ["--no-matrix"], "setup": _squat_http,
+     "nodes": [0], "expect": "port-in-use", "target_s": 15},
 ]
 
 
@@ -65,10 +98,13 @@ def run_one(lab: Lab, sc: dict[str, Any]) -> dict[str, Any]:
     if "fault" in sc:
         kind, node, opts = sc["fault"]
         lab.fault(kind, node, **opts)
+    stop = sc.get("setup", _none)(lab)
     try:
         runs = run_check(lab, sc["args"], nodes=sc.get("nodes"), port=PORT,
                          per_node=sc.get("per_node"), timeout=120)
     finally:
+        if stop is not None:
+            stop()
         lab.clear()
     on = sc.get("expect_on", 0)
     rec: dict[str, Any] = {"name": sc["name"], "target_s": sc["target_s"]}

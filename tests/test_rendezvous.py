@@ -93,15 +93,3 @@ def test_missing_message_names_ranks_and_nodes_and_stays_short() -> None:
     assert "rank(s) 8, 9, 10, 11, 12, 13, 14, 15 and 24 more" in text
     assert "(expected on n001, n002, n003, n004)" in text and "within 60 s" in text
 
-
-def test_check_listens_on_master_addr_too() -> None:
-    import socket
-
-    from ddpnet.check.store import listen_early
-
-    port = free_port()
-    fd = listen_early(replace(cfg("127.0.0.1", rank=0, world=2, nodes=1), master_port=port),
-                      "vm")
-    assert fd is not None
-    with socket.socket(fileno=fd) as sock:
-        assert sock.getsockname() == ("127.0.0.1", port)

@@ -198,10 +198,11 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     ``overrides``: rank, world_size, local_rank, master_addr, master_port, ... as for
     ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError (``.cause``:
     master-unresolvable, master-no-route, master-port-filtered, master-port-refused,
-    port-in-use, hostname-loopback, master-loopback, ifname-*, missing-ranks, group-failed).
+    master-port-foreign, port-in-use, hostname-loopback, master-loopback, ifname-*,
+    missing-ranks, group-failed).
     """
     from ddpnet.env.resolve import resolve
-    from ddpnet.net.probe import preflight
+    from ddpnet.net.probe import check_store, preflight
     from ddpnet.net.select import select_for_host
 
     connect_timeout = _seconds("connect_timeout", connect_timeout,
@@ -218,6 +219,8 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     # fraction of a second instead of after importing torch
     selection = select_for_host(cfg, os.environ, ifname=ifname)
     preflight(cfg, selection, connect_timeout, backend="nccl" if backend == "nccl" else "gloo")
+    # what answers on MASTER_PORT is a TCPStore, not another service
+    check_store(cfg, patience=min(connect_timeout, 10.0))
     choice = choose(backend, device)
     placed = _place(choice, cfg, selection)
     to_set = selection.env()

@@ -36,19 +36,22 @@ class RankRun:
 
 
 def node_env(lab: Lab, node: int, *, rank: int, world: int, port: int,
-             extra: Mapping[str, str] | None = None) -> dict[str, str]:
+             extra: Mapping[str, str] | None = None, drop: Sequence[str] = ()
+             ) -> dict[str, str]:
     # blank only what the runner really has (lab.popen cannot unset a variable)
     env = {k: "" for k in _CLEAR if k in os.environ}
     env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": lab.master_addr,
                 "MASTER_PORT": str(port), "NNODES": str(world), "NODE_RANK": str(rank),
                 "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "PYTHONWARNINGS": "ignore"})
     env.update(extra or {})
+    for key in drop:  # left unset (not in the runner's environment either)
+        env.pop(key, None)
     return env
 
 
 def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = None,
               port: int = 29510, per_node: Mapping[int, Mapping[str, str]] | None = None,
-              timeout: float = 90) -> dict[int, RankRun]:
+              timeout: float = 90, drop: Sequence[str] = ()) -> dict[int, RankRun]:
     """Start ``ddpnet check --json ARGS`` on each chosen node (rank = node index unless
     ``per_node`` says otherwise), wait for all (bounded), return each rank's output."""
     chosen = list(range(len(lab.nodes))) if nodes is None else list(nodes)
@@ -56,7 +59,7 @@ def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = No
     procs: dict[int, subprocess.Popen[str]] = {}
     for idx in chosen:
         env = node_env(lab, idx, rank=idx, world=world, port=port,
-                       extra=(per_node or {}).get(idx))
+                       extra=(per_node or {}).get(idx), drop=drop)
         procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)

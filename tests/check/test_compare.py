@@ -94,3 +94,85 @@ def test_selection_problem_reported_by_a_rank_becomes_its_cause() -> None:
     causes = compare_facts([_node(0), bad, _node(2)])
     assert _ids(causes) == ["hostname-loopback"]
     assert causes[0].ranks == (1,) and causes[0].fix == "unset GLOO_SOCKET_IFNAME"
+
+
+def _names(master: str, master_addrs: list[str], host0_addrs: list[str] | None = None,
+           launcher: str = "manual") -> dict[str, Any]:
+    out: dict[str, Any] = {"launcher": launcher,
+                           "master": {"name": master, "addresses": master_addrs, "error": ""}}
+    if host0_addrs is not None:
+        out["host0"] = {"name": "n0", "addresses": host0_addrs,
+                        "error": "" if host0_addrs else "Name or service not known"}
+    return out
+
+
+def test_names_resolving_to_rank_0_everywhere_have_no_cause() -> None:
+    nodes = [_node(0, own_addresses=["10.0.0.1", "192.168.9.1"],
+                   names=_names("n0", ["127.0.1.1"], ["127.0.1.1"]))]  # rank 0's own view
+    nodes += [_node(r, names=_names("n0", ["192.168.9.1"], ["10.0.0.1"])) for r in (1, 2)]
+    assert compare_facts(nodes) == []  # any address of rank 0 will do
+
+
+def test_rank_0_hostname_loopback_on_one_worker_is_named_for_that_worker() -> None:
+    good = _names("10.0.0.1", ["10.0.0.1"], ["10.0.0.1"])
+    nodes = [_node(0, names=good), _node(1, names=good),
+             _node(2, names=_names("10.0.0.1", ["10.0.0.1"], ["127.0.1.1", "10.0.0.1"]))]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "name-mismatch" and cause.ranks == (2,) and cause.hosts == ("n2 (10.0.0.3)",)
+    assert cause.severity == "warn"  # MASTER_ADDR is an address: only torchrun's names break
+    assert "n0 (rank 0's hostname, 10.0.0.1 on rank 0)" in cause.detail
+    assert "to 127.0.1.1, 10.0.0.1" in cause.detail
+    assert "getent hosts n0" in cause.fix and "export MASTER_ADDR=10.0.0.1" in cause.fix
+    torchrun = [NodeFacts(n.rank, {**n.facts, "names": {**n.facts["names"],
+                                                         "launcher": "torchrun"}})
+                for n in nodes]
+    assert compare_facts(torchrun)[0].severity == "fail"
+
+
+def test_stale_or_missing_master_name_on_a_worker_is_named() -> None:
+    nodes = [_node(0, names=_names("n0", ["10.0.0.1"])),
+             _node(1, names=_names("n0", ["10.0.0.99", "10.0.0.1"])),
+             _node(2, names=_names("n0", [], []))]
+    causes = compare_facts(nodes)
+    master = next(c for c in causes if "MASTER_ADDR" in c.detail)
+    assert master.ranks == (1, 2) and "rank 1 on n1 (10.0.0.2): to 10.0.0.99" in master.detail
+    assert master.severity == "fail"  # rank 2 resolves nothing
+    assert "rank 2 on n2 (10.0.0.3): to nothing (no address)" in master.detail
+
+
+def test_missing_name_facts_are_not_judged() -> None:
+    nodes = [_node(0), _node(1, names={"launcher": "manual"}), _node(2)]
+    assert compare_facts(nodes) == []
+
+
+def test_ipv6_rank_among_ipv4_ranks_is_family_mismatch_not_interface_mismatch() -> None:
+    nodes = [_node(0, own_addresses=["10.0.0.1", "2001:2::1"]),
+             _node(1, address="2001:2::2", subnet="2001:2::/64",
+                            names=_names("n0", ["2001:2::1"])), _node(2)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "family-mismatch" and cause.ranks == (1,)
+    assert "rank 1 IPv6 2001:2::2 (MASTER_ADDR n0 resolves there to 2001:2::1)" in cause.detail
+    assert "the other 2 rank(s) IPv4" in cause.detail and "IPv4" in cause.fix
+
+
+def test_a_rank_whose_doctor_failed_is_never_a_pass() -> None:
+    # rank 0's own doctor says fail with nothing listed (its rendezvous.* checks raced with
+    # this very rendezvous): no cause; rank 2's named failures and rank 3's lost facts are
+    nodes = [_node(0, doctor={"verdict": "fail", "failed": []}),
+             _node(1, doctor={"verdict": "warn", "failed": []}),
+             _node(2, doctor={"verdict": "fail", "failed": ["names.master",
+                                                            "interfaces.selected"]}),
+             NodeFacts(3, {"hostname": "n3", "address": "10.0.0.4",
+                           "error": "facts failed: resolver timed out"})]
+    causes = compare_facts(nodes)
+    assert _ids(causes) == ["doctor-failed", "doctor-failed"]
+    lost, failed = causes
+    assert lost.ranks == (3,) and "resolver timed out" in lost.detail and "n3" in lost.fix
+    assert failed.ranks == (2,) and failed.severity == "fail"
+    assert "names.master, interfaces.selected" in failed.detail and "ddpnet doctor" in failed.fix
+
+
+def test_doctor_failure_of_a_rank_already_named_is_not_repeated() -> None:
+    nodes = [_node(0), _node(1), _node(2, torch="2.12.1+cpu",
+                                         doctor={"verdict": "fail", "failed": ["software"]})]
+    assert _ids(compare_facts(nodes)) == ["version-mismatch"]

@@ -99,3 +99,25 @@ def test_extra_iface_may_not_take_the_nodes_own_name() -> None:
     with pytest.raises(ConfigError, match="lab interface") as info:
         lab.fault("extra-iface", 0, iface="eth0")
     assert "docker0" in info.value.hint
+
+
+def test_hosts_entry_validates_accumulates_per_name_and_comes_first() -> None:
+    from ddpnet.lab.topology import hosts_file
+
+    rec = faults.normalize("hosts-entry", {"host": "x1-n0", "address": "127.0.1.1"})
+    assert rec == {"kind": "hosts-entry", "host": "x1-n0", "address": "127.0.1.1"}
+    for opts, needle in (({"address": "127.0.1.1"}, "needs a host name"),
+                         ({"host": "a b", "address": "127.0.1.1"}, "needs a host name"),
+                         ({"host": "n0", "address": "nope"}, "bad address"),
+                         ({"host": "n0", "address": "10.0.0.1"}, "neither loopback")):
+        with pytest.raises(ConfigError, match=needle):
+            faults.normalize("hosts-entry", opts)
+    other = faults.normalize("hosts-entry", {"host": "x1-n1", "address": "198.18.0.99"})
+    again = faults.normalize("hosts-entry", {"host": "x1-n0", "address": "198.18.0.98"})
+    recs = faults.add(faults.add(faults.add([], rec), other), again)
+    assert recs == [other, again]  # one entry per name, the latest wins
+    p = plan(LabSpec(name="x1", nodes=2))
+    nf = faults.combine(p, 1, recs)
+    assert nf.hosts_entries == (("198.18.0.99", "x1-n1"), ("198.18.0.98", "x1-n0"))
+    text = hosts_file(p, p.nodes[1], entries=nf.hosts_entries)
+    assert "198.18.0.98\tx1-n0" in text and "198.18.0.1\tx1-n0" not in text  # replaced

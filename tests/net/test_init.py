@@ -196,3 +196,54 @@ def test_a_script_traceback_shows_the_hint() -> None:
     if sys.version_info >= (3, 11):
         assert lines[-2].endswith("RANK is set but WORLD_SIZE is not")
         assert lines[-1].startswith("hint: export both")
+
+
+def test_another_service_on_master_port_is_named_by_a_worker() -> None:
+    """Something that is not a TCPStore answers on MASTER_PORT: master-port-foreign at once
+    (torch's client would wait for its timeout on it)."""
+    import threading
+    import time
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(64)
+                conn.sendall(b"-ERR unknown command\r\n")  # a redis-like line service
+
+        threading.Thread(target=serve, daemon=True).start()
+        env = clean_environ({"MASTER_ADDR": "127.0.0.1",
+                             "MASTER_PORT": str(srv.getsockname()[1]), "WORLD_SIZE": "2",
+                             "RANK": "1", "NT_CONNECT_TIMEOUT": "5",
+                             # this checkout's sources, not an installed ddpnet
+                             "PYTHONPATH": f"{ROOT}/src:{ROOT}"})
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["cause"] == "master-port-foreign" and out["rank"] == 1, out
+    assert time.monotonic() - t0 < 15
+
+
+def test_single_node_config_copied_to_a_cluster_fails_at_once() -> None:
+    """MASTER_ADDR=localhost while LOCAL_WORLD_SIZE < WORLD_SIZE: master-loopback before
+    anything waits, on every node that has it (here a node-1 rank)."""
+    import time
+
+    env = clean_environ({"MASTER_ADDR": "localhost", "MASTER_PORT": str(free_port()),
+                         "WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1",
+                         "LOCAL_WORLD_SIZE": "2", "NT_CONNECT_TIMEOUT": "30",
+                         "PYTHONPATH": f"{ROOT}/src:{ROOT}"})
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["cause"] == "master-loopback" and out["rank"] == 3, out
+    assert "LOCAL_WORLD_SIZE=2" in str(out["message"])
+    assert str(out["hint"]).startswith("export MASTER_ADDR=")
+    assert time.monotonic() - t0 < 10  # not the 30 s connect timeout

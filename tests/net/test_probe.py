@@ -198,3 +198,93 @@ def test_torchrun_agent_store_makes_rank0_connect_not_bind() -> None:
         preflight(cfg("127.0.0.1", rank=0, port=port, nodes=1, world=2), None, 0.5,
                   environ={"TORCHELASTIC_USE_AGENT_STORE": "True"})
     assert info.value.cause == "master-port-refused"
+
+
+# ---- what answers on MASTER_PORT ------------------------------------------------------------
+
+def test_judge_store_reply() -> None:
+    import struct
+
+    from ddpnet.net import probe
+
+    nonce = 4242
+    assert probe.judge_store_reply(struct.pack("=I", nonce), False, nonce).kind == probe.TCPSTORE
+    assert probe.judge_store_reply(b"HTTP/1.0 400", False, nonce).kind == probe.FOREIGN
+    assert probe.judge_store_reply(b"", True, nonce).kind == probe.FOREIGN  # closed on hello
+    assert probe.judge_store_reply(b"", False, nonce).kind == probe.SILENT  # undecided
+    hello = probe.store_hello(7)
+    assert len(hello) == 10 and hello[0] == 0 and hello[5] == 13
+
+
+def test_classify_store_names_a_foreign_service_only() -> None:
+    from ddpnet.net import probe
+
+    err = probe.classify_store(probe.StoreProbe(probe.FOREIGN, b"SSH-2.0-OpenSSH\r\n"),
+                               "10.0.0.1", 29500, master="n0", host="w1", rank=3)
+    assert err is not None and err.cause == "master-port-foreign"
+    assert "answered, but not a TCPStore" in err.message and "'SSH-2.0-OpenSSH..'" in \
+        err.message and "(on w1, rank 3)" in err.message
+    assert "ss -ltnp" in err.hint and "MASTER_PORT=" in err.hint
+    for kind in (probe.TCPSTORE, probe.NO_ANSWER):
+        assert probe.classify_store(probe.StoreProbe(kind), "10.0.0.1", 29500) is None
+    # silent for all of the caller's patience: not a store either
+    quiet = probe.classify_store(probe.StoreProbe(probe.SILENT), "10.0.0.1", 29500, waited=9.0)
+    assert quiet is not None and "never answered the store's hello in 9.0 s" in quiet.message
+
+
+def test_port_in_use_error_names_holder_and_kind() -> None:
+    from ddpnet.net import probe
+    from ddpnet.net.ports import Holder
+
+    stale = probe.port_in_use_error(29500, (Holder(812, "python", "python train.py"),),
+                                    probe.StoreProbe(probe.TCPSTORE), host="n0", rank=0)
+    assert stale.cause == "port-in-use" and "a TCPStore" in stale.message
+    assert "pid 812 (python train.py)" in stale.message and "kill 812" in stale.hint
+    other = probe.port_in_use_error(29500, (), probe.StoreProbe(probe.FOREIGN, b"HTTP/1.0"))
+    assert "another service" in other.message and "cannot see" in other.message
+    assert "ss -ltnp 'sport = :29500'` (as root)" in other.hint
+
+
+def test_probe_store_tells_a_tcpstore_from_other_services() -> None:
+    import os
+    import socket
+    import threading
+
+    from torch.distributed import TCPStore
+
+    from ddpnet.net import probe
+    from ddpnet.net.ports import port_holders
+
+    store = TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+    assert probe.probe_store("127.0.0.1", store.port, 2.0).kind == probe.TCPSTORE
+    assert os.getpid() in [h.pid for h in port_holders(store.port)]
+    del store
+
+    def serve(sock: socket.socket, answer: bytes | None) -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(64)
+            if answer:
+                conn.sendall(answer)
+            conn.recv(64)  # hold the connection until the prober closes it
+
+    for answer, kind in ((b"HTTP/1.0 400 Bad Request\r\n", probe.FOREIGN),
+                         (None, probe.SILENT)):
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(1)
+            t = threading.Thread(target=serve, args=(srv, answer), daemon=True)
+            t.start()
+            got = probe.probe_store("127.0.0.1", srv.getsockname()[1], 0.5)
+            assert got.kind == kind, got
+            t.join(5)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    assert probe.probe_store("127.0.0.1", port, 0.5).kind == probe.NO_ANSWER
+    # nothing but silence: re-probed until the patience is spent, then reported as silent
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)  # never accepted: the kernel completes the handshakes, no one answers
+        got, waited = probe.probe_until_answer("127.0.0.1", srv.getsockname()[1], 1.0)
+        assert got.kind == probe.SILENT and 1.0 <= waited < 3.0

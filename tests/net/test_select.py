@@ -207,3 +207,32 @@ def test_hostname_on_loopback_is_noted_for_multi_node_jobs() -> None:
     assert select(cfg(), TABLE, ROUTE, {}, hostname=fine).notes == ()
     route = Route("lo", "127.0.0.1", None, dst="127.0.0.1", local=True)
     assert select(cfg("127.0.0.1", nodes=1), TABLE, route, {}, hostname=me).notes == ()
+
+
+def test_loopback_master_with_a_given_local_world_size_spans_hosts() -> None:
+    # a single-node config copied to a cluster: LOCAL_WORLD_SIZE=1 (given) < WORLD_SIZE=4
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    route = Route("lo", "127.0.0.1", None, dst="127.0.0.1", local=True)
+    base = cfg("localhost", rank=2, num_nodes_source="derived")
+    given = replace(base, sources=MappingProxyType({**base.sources,
+                                                    "local_world_size": "LOCAL_WORLD_SIZE"}))
+    sel = select(given, TABLE, route, {})
+    assert sel.gloo.cause == "master-loopback"
+    assert "WORLD_SIZE=4 with LOCAL_WORLD_SIZE=1" in sel.gloo.reason
+    assert sel.gloo.hint.startswith("export MASTER_ADDR=<rank-0 host's address>")
+    # on node 0 the fix names this host's own cluster address
+    node0 = select(replace(given, rank=0, node_rank=0), TABLE, route, {})
+    assert "export MASTER_ADDR=198.18.0.3" in node0.gloo.hint
+
+
+def test_master_name_resolving_to_loopback_here_names_the_hosts_file() -> None:
+    route = Route("lo", "127.0.1.1", None, dst="127.0.1.1", local=True)
+    sel = select(cfg("node0", rank=2), TABLE, route, {})
+    assert sel.gloo.cause == "master-loopback"
+    assert "MASTER_ADDR node0 resolves to loopback 127.0.1.1 on this host" in sel.gloo.reason
+    assert "getent hosts node0" in sel.gloo.hint and "/etc/hosts" in sel.gloo.hint
+    # localhost is loopback by design: the fix is the address, not /etc/hosts
+    local = select(cfg("localhost", rank=2), TABLE, route, {})
+    assert "/etc/hosts" not in local.gloo.hint

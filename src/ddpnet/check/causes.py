@@ -11,16 +11,21 @@ from typing import Any
 
 #: every cause id, earliest in the stack first; the order decides the root cause
 CAUSE_ORDER: tuple[str, ...] = (
+    # a single-node config copied to a cluster: every node knows it before connecting
+    "master-loopback",
     "master-unresolvable",
     "master-no-route",
     "master-port-filtered",
     "master-port-refused",
+    "master-port-foreign",
     "port-in-use",
     # a duplicate or a wrong world size explains the "missing" rank it leaves behind
     "duplicate-rank",
     "world-size-mismatch",
     "master-port-mismatch",
     "missing-ranks",
+    "name-mismatch",
+    "family-mismatch",
     "hostname-loopback",
     "interface-mismatch",
     "peer-port-blocked",
@@ -37,6 +42,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     "allreduce-wrong",
     "slow-node",
     "slow-link",
+    # a node-level failure no other cause explains: never a pass
+    "doctor-failed",
     "stage-timeout",
 )
 
@@ -54,6 +61,10 @@ class Cause:
     severity: str = "fail"
     stage: str = ""
     data: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        # ranks of one host share its label: name each host once ("vm, vm" reads as two)
+        object.__setattr__(self, "hosts", tuple(dict.fromkeys(self.hosts)))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -155,8 +155,52 @@ def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
     multi = len(hosts) > 1 or len({str(n.facts.get("address")) for n in nodes}) > 1
     if not multi:
         return []
-    found = (_loopback_address(nodes) or _loopback_hostname(nodes), _subnets(nodes))
+    family = _families(nodes)
+    found = (_loopback_address(nodes) or _loopback_hostname(nodes),
+             family or _subnets(nodes))  # other families are other subnets: name the cause
     return [c for c in found if c is not None]
+
+
+def _version(address: Any) -> int | None:
+    try:
+        return ipaddress.ip_address(str(address)).version
+    except ValueError:
+        return None
+
+
+def _resolved_here(n: NodeFacts) -> str:
+    seen = (n.facts.get("names") or {}).get("master")
+    if isinstance(seen, Mapping) and seen.get("name") and not _literal(str(seen["name"])):
+        return (f" (MASTER_ADDR {seen['name']} resolves there to "
+                f"{', '.join(map(str, seen.get('addresses') or ())) or 'nothing'})")
+    return ""
+
+
+def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
+    """Ranks advertising addresses of different IP families (a name resolving to IPv6 on
+    some nodes and IPv4 on others): gloo/NCCL cannot connect an IPv6 rank to an IPv4 one."""
+    groups: dict[int, list[NodeFacts]] = defaultdict(list)
+    for n in nodes:
+        version = _version(n.facts.get("address"))
+        if version is not None and not _is_loopback(n.facts.get("address")):
+            groups[version].append(n)
+    if len(groups) < 2:
+        return None
+    major = max(groups, key=lambda v: (len(groups[v]), any(n.rank == 0 for n in groups[v])))
+    odd = [n for v, ns in groups.items() if v != major for n in ns]
+    return Cause(
+        id="family-mismatch",
+        stage="facts",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail="ranks advertise different IP families: "
+               + "; ".join(f"rank {n.rank} IPv{_version(n.facts.get('address'))} "
+                           f"{n.facts.get('address')}{_resolved_here(n)}" for n in odd)
+               + f"; the other {len(groups[major])} rank(s) IPv{major}",
+        fix="make MASTER_ADDR resolve to one family on every node: use rank 0's IPv"
+            f"{major} address (export MASTER_ADDR=<it>), or fix the name's lines in "
+            f"/etc/hosts / DNS on {', '.join(n.label for n in odd)} (`getent ahosts NAME`)",
+    )
 
 
 def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:
@@ -252,11 +296,110 @@ def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:
     return causes
 
 
+def _literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _wrong_resolution(n: NodeFacts, key: str, rank0: set[str]) -> tuple[str, str] | None:
+    """(name, what it resolves to here) when ``key``'s name does not lead to rank 0 on node
+    ``n``: unresolvable, loopback first, or first an address rank 0 does not have."""
+    seen = (n.facts.get("names") or {}).get(key)
+    if not isinstance(seen, Mapping) or not seen.get("name") or _literal(str(seen["name"])):
+        return None
+    addrs = [str(a) for a in seen.get("addresses") or ()]
+    if not addrs:
+        return str(seen["name"]), f"nothing ({seen.get('error') or 'no address'})"
+    if _is_loopback(addrs[0]) or addrs[0] not in rank0:
+        return str(seen["name"]), ", ".join(addrs)
+    return None
+
+
+def compare_names(nodes: Sequence[NodeFacts]) -> list[Cause]:
+    """Name resolution is per node: on every node other than rank 0's host, MASTER_ADDR and
+    rank 0's hostname must resolve first to an address of rank 0. One worker's stale or
+    loopback /etc/hosts entry is named for that worker, not judged from rank 0's view."""
+    ref = next((n for n in nodes if n.rank == 0), None)
+    if ref is None:
+        return []
+    rank0 = {str(a) for a in ref.facts.get("own_addresses") or ()} | {
+        str(ref.facts.get("address"))}
+    bad: dict[str, list[tuple[NodeFacts, str]]] = defaultdict(list)
+    for n in nodes:
+        if n.rank == 0 or str(n.facts.get("address")) in rank0:
+            continue  # rank 0's own host reaches itself whatever its names say
+        for key in ("master", "host0"):
+            wrong = _wrong_resolution(n, key, rank0)
+            if wrong is not None and all(m.rank != n.rank for m, _ in bad[wrong[0]]):
+                bad[wrong[0]].append((n, wrong[1]))  # MASTER_ADDR may be rank 0's hostname
+    return [_name_cause(name, items, ref, nodes) for name, items in bad.items()]
+
+
+def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
+                nodes: Sequence[NodeFacts]) -> Cause:
+    target = str(ref.facts.get("address"))
+    odd = [n for n, _ in items]
+    fatal = any("nothing" in what or _is_loopback(what.split(",")[0]) for _, what in items)
+    torchrun = any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+    is_master = name == (ref.facts.get("names") or {}).get("master", {}).get("name")
+    return Cause(
+        id="name-mismatch",
+        stage="facts",
+        severity="fail" if fatal and (is_master or torchrun) else "warn",
+        hosts=tuple(n.label for n in odd),
+        ranks=tuple(n.rank for n in odd),
+        detail=f"{name} (rank 0's {'MASTER_ADDR' if is_master else 'hostname'}, "
+               f"{target} on rank 0) resolves differently on "
+               + "; ".join(f"rank {n.rank} on {n.label}: to {what}" for n, what in items)
+               + ("; torchrun's rendezvous hands this name to the workers" if not is_master
+                  else ""),
+        fix="; ".join(f"on {n.label}: make {name} resolve to {target} (`getent hosts "
+                      f"{name}` there; fix or remove its line in /etc/hosts, or its DNS)"
+                      for n in odd)
+            + f"; or use addresses: export MASTER_ADDR={target}",
+    )
+
+
+def compare_doctor(nodes: Sequence[NodeFacts], named: set[int]) -> list[Cause]:
+    """No false pass: a rank whose facts could not be gathered, or whose doctor failed
+    checks, is a cause naming it (unless another cause already names that rank)."""
+    broken = [n for n in nodes if n.rank not in named and n.facts.get("error")]
+    failed = [n for n in nodes if n.rank not in named and not n.facts.get("error")
+              and (n.facts.get("doctor") or {}).get("failed")]
+    causes = []
+    if broken:
+        causes.append(Cause(
+            id="doctor-failed", stage="facts",
+            hosts=tuple(n.label for n in broken), ranks=tuple(n.rank for n in broken),
+            detail="; ".join(f"rank {n.rank} on {n.label}: {n.facts['error']}"
+                             for n in broken) + " (this rank's node was not compared)",
+            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in broken)
+                + " to see what fails there",
+        ))
+    if failed:
+        causes.append(Cause(
+            id="doctor-failed", stage="facts",
+            hosts=tuple(n.label for n in failed), ranks=tuple(n.rank for n in failed),
+            detail="; ".join(f"rank {n.rank} on {n.label}: doctor checks failed: "
+                             + ", ".join(map(str, n.facts["doctor"]["failed"]))
+                             for n in failed),
+            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in failed)
+                + " for each check's evidence and fix (a resolver or probe that only times "
+                "out under load shows there as a timeout: rerun to tell)",
+        ))
+    return causes
+
+
 def compare_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """Every facts comparison, in report order."""
     nodes = sorted(nodes, key=lambda n: n.rank)
     selection = compare_selection(nodes)
     network = [c for c in compare_network(nodes)
                if not any(s.id == c.id for s in selection)]
-    return [*selection, *network, *compare_versions(nodes), *compare_mtu(nodes),
-            *compare_clock(nodes)]
+    found = [*selection, *compare_names(nodes), *network, *compare_versions(nodes),
+             *compare_mtu(nodes), *compare_clock(nodes)]
+    named = {r for c in found if c.severity == "fail" for r in c.ranks}
+    return [*found, *compare_doctor(nodes, named)]

@@ -52,7 +52,7 @@ def render_result(result: CheckResult, console: Any) -> None:
 def render(report: CheckReport, console: Any) -> None:
     """The whole report: verdict, root cause, other findings, then the tables."""
     for section in (_head, _root, _others, _stages, _nodes, _reachability, _bandwidth,
-                    _allreduce, _bench):
+                    _notes, _allreduce, _bench):
         section(report, console)
 
 
@@ -170,6 +170,11 @@ def _bandwidth(report: CheckReport, console: Any) -> None:
     for i, bw_row in enumerate(bw):
         table.add_row(str(i), *[_bandwidth_cell(v, i, j, slow) for j, v in enumerate(bw_row)])
     console.print(table)
+
+
+def _notes(report: CheckReport, console: Any) -> None:
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def _allreduce(report: CheckReport, console: Any) -> None:

@@ -20,6 +20,8 @@ class CheckReport:
     bench: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stages: dict[str, str] = field(default_factory=dict)
+    #: what the check deliberately did not judge, and why (e.g. same-host links)
+    notes: tuple[str, ...] = ()
 
     @property
     def sorted_causes(self) -> tuple[Cause, ...]:
@@ -48,4 +50,5 @@ class CheckReport:
             "allreduce": dict(self.allreduce),
             "bench": self.bench,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "notes": list(self.notes),
         }

@@ -131,6 +131,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     host = socket.gethostname()
     started = time.monotonic()
     sel = tools.select(cfg, environ)
+    _refuse_master_loopback(sel, host, cfg.rank)
     facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
@@ -140,7 +141,13 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
         preflight_patiently(cfg, environ, opts, tools.preflight)
     _require_address(cfg, sel, host)
     listen_fd = listen_early(cfg, host) if cfg.rank == 0 else None
+    # is what answers on MASTER_PORT a TCPStore? asked while torch imports (rank 0's store
+    # answers once it imported torch too); as patient as a rank waits for rank 0
+    probe = None if cfg.rank == 0 else _in_thread(
+        lambda: _probe_store(tools, cfg, environ, opts.join_timeout + opts.stage_timeout))
     _import_torch()
+    if probe is not None:
+        probe.result()  # raises master-port-foreign
     export_interface(sel, environ, os.environ)
     listener = mesh.Listener(str(sel.address))
     try:
@@ -166,6 +173,21 @@ def _in_thread(work: Any) -> Future[dict[str, Any]]:
 
     threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
     return future
+
+
+def _probe_store(tools: Tools, cfg: DistConfig, environ: Mapping[str, str],
+                 patience: float) -> dict[str, Any]:
+    tools.store(cfg, environ, patience)
+    return {}
+
+
+def _refuse_master_loopback(sel: Selection, host: str, rank: int) -> None:
+    """A loopback MASTER_ADDR in a job that spans hosts (a single-node config copied to a
+    cluster) is named by every rank that has it, at once: rank 0 would host a store no other
+    node reaches and the others would retry their own loopback until the join timeout."""
+    problem = sel.error(host=host, rank=rank)
+    if problem is not None and problem.cause == "master-loopback":
+        raise problem
 
 
 def _require_address(cfg: DistConfig, sel: Selection, host: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -106,17 +107,36 @@ def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
 
 def listen_early(cfg: DistConfig, host: str) -> int | None:
     """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
-    being refused; returns the listening fd for TCPStore(master_listen_fd=...)."""
-    from ddpnet.net.ports import listen_socket
-    from ddpnet.rendezvous import bind_address
-
-    try:  # on MASTER_ADDR's own address: the store is unauthenticated (issue 17)
-        sock = listen_socket(bind_address(cfg), cfg.master_port)
-    except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise bind_error(cfg, host) from None
+    being refused; returns the listening fd for TCPStore(master_listen_fd=...). Like torch's
+    own store it listens on both families where it can ([::], dual-stack): a worker whose
+    MASTER_ADDR resolves to IPv6 joins, and the facts then show the family mismatch."""
+    if cfg.world_size <= 1:
         return None
-    return int(sock.detach())  # the store owns it from now on
+    v6_only = ":" in cfg.master_addr
+    sock = None
+    for family, wildcard in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        if sock is not None or (family == socket.AF_INET and v6_only):
+            continue
+        try:
+            sock = _listen(family, wildcard, cfg.master_port)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise bind_error(cfg, host) from None
+    return None if sock is None else int(sock.detach())  # the store owns it from now on
+
+
+def _listen(family: socket.AddressFamily, wildcard: str, port: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((wildcard, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,10 +14,12 @@ from ddpnet.check.stages.facts import node_facts
 from ddpnet.check.stages.rendezvous import PreflightFn
 from ddpnet.check.stages.sweep import sweep
 from ddpnet.config import DistConfig
+from ddpnet.net.probe import check_store
 from ddpnet.net.probe import preflight as probe_preflight
 from ddpnet.net.select import Selection, select_for_host
 
 SelectFn = Callable[[DistConfig, Mapping[str, str]], Selection]
+StoreProbeFn = Callable[[DistConfig, Mapping[str, str], float], None]
 FactsFn = Callable[[DistConfig, Selection, Mapping[str, str]], dict[str, Any]]
 
 
@@ -28,9 +30,17 @@ def preflight(cfg: DistConfig, environ: Mapping[str, str], connect_timeout: floa
     probe_preflight(cfg, None, connect_timeout, environ=environ)
 
 
+def store_probe(cfg: DistConfig, environ: Mapping[str, str], patience: float) -> None:
+    """Ranks > 0, once the preflight connected: what listens on MASTER_PORT is a TCPStore
+    (``master-port-foreign`` otherwise). Run while torch imports: rank 0 holds its socket
+    while it imports torch too, and its store answers only once it took the socket over."""
+    check_store(cfg, environ=environ, patience=patience)
+
+
 @dataclass(frozen=True)
 class Tools:
     select: SelectFn = select_for_host
     preflight: PreflightFn = preflight
     facts: FactsFn = node_facts
     bench: BenchFn = sweep
+    store: StoreProbeFn = store_probe

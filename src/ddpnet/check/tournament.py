@@ -8,6 +8,7 @@ incoming rate, giving ``gbps[src][dst]``.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import statistics
 import struct
@@ -80,6 +81,33 @@ def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
 Gbps = Sequence[Sequence[float | None]]
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def same_host(a: str, b: str) -> bool:
+    """Two ranks' advertised addresses are one host: equal, or either is loopback (their
+    stream never leaves the kernel, so it measures CPUs and memory, not a NIC or a cable)."""
+    return a == b or _loopback(a) or _loopback(b)
+
+
+def cross_nic(gbps: Gbps, addresses: Sequence[str]) -> tuple[list[list[float | None]], int]:
+    """The matrix with same-host links blanked (pure): only links that cross a NIC are
+    judged for slow links and nodes. Returns it and how many measured links were blanked."""
+    n = len(gbps)
+    out: list[list[float | None]] = [list(row) for row in gbps]
+    blanked = 0
+    for i in range(n):
+        for j in range(n):
+            if i != j and out[i][j] is not None and same_host(addresses[i], addresses[j]):
+                out[i][j] = None
+                blanked += 1
+    return out, blanked
+
+
 def analyze(gbps: Gbps, labels: Sequence[str]) -> list[Cause]:
     """Name links and nodes below ``SLOW_FRACTION`` of the median link (pure)."""
     n = len(gbps)
@@ -147,7 +175,7 @@ def _slow_links(rest: Sequence[tuple[int, int]], gbps: Gbps, labels: Sequence[st
         id="slow-link",
         stage="bandwidth",
         severity="fail",
-        hosts=tuple(labels[r] for r in ranks),
+        hosts=tuple(dict.fromkeys(labels[r] for r in ranks)),
         ranks=tuple(ranks),
         detail="links below "
                f"{SLOW_FRACTION:g} x median ({median:.2f} Gb/s): "

@@ -22,6 +22,7 @@ from ddpnet.lab.topology import (
     Shaping,
     check_ifname,
     delay_ms,
+    in_lab_range,
     loss_percent,
     rate_bits,
 )
@@ -37,6 +38,8 @@ KINDS: dict[str, str] = {
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
     "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
+    "hosts-entry": "map --host to --address in the node's /etc/hosts, instead of the lab's "
+                   "line (a stale, loopback or IPv6 entry on that node only)",
 }
 RENDEZVOUS_PORT = 29400
 NFT_TABLE = "ddpnet_lab"
@@ -68,6 +71,7 @@ _OPTIONS: dict[str, set[str]] = {
     "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
     "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
     "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
+    "hosts-entry": {"host", "address"},
 }
 
 
@@ -137,11 +141,30 @@ def _extra_iface(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
     return rec
 
 
+def _hosts_entry(o: Mapping[str, Any]) -> dict[str, str]:
+    """A hosts line's name and address: loopback or inside the lab range only."""
+    host, address = str(o.get("host", "")), str(o.get("address", ""))
+    if not host or any(c.isspace() for c in host) or host.startswith("#"):
+        raise ConfigError(f"fault hosts-entry needs a host name, got {host!r}",
+                          "for example --host lab-n0 --address 127.0.1.1")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ConfigError(f"fault hosts-entry: bad address {address!r}",
+                          "for example --address 127.0.1.1") from None
+    if not (ip.is_loopback or in_lab_range(ip)):
+        raise ConfigError(f"address {address} is neither loopback nor in 198.18.0.0/15 or "
+                          "2001:2::/48", "lab addresses stay inside 198.18.0.0/15 or "
+                          "2001:2::/48 (or loopback)")
+    return {"host": host, "address": str(ip)}
+
+
 #: kind -> its options checked and turned into the record's fields
 _RECORDS: dict[str, Callable[[Mapping[str, Any], float | None], dict[str, Any]]] = {
     "block-port": _block_port, "block-ephemeral": _block_ephemeral, "link-down": _link_down,
     "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu,
     "hostname-loopback": lambda o, now: {}, "extra-iface": _extra_iface,
+    "hosts-entry": lambda o, now: _hosts_entry(o),
 }
 
 
@@ -158,7 +181,8 @@ def add(faults: Sequence[Mapping[str, Any]], rec: Mapping[str, Any]) -> list[dic
     out = []
     for f in active(faults):
         same_kind = f["kind"] == rec["kind"]
-        if same_kind and (rec["kind"] != "block-port" or f["port"] == rec["port"]):
+        key = {"block-port": "port", "hosts-entry": "host"}.get(str(rec["kind"]))
+        if same_kind and (key is None or f[key] == rec[key]):
             continue
         out.append(f)
     out.append(dict(rec))
@@ -175,6 +199,8 @@ class NodeFaults:
     hostname_loopback: bool
     nft: str | None
     extra_iface: tuple[str, str] | None  # (name, cidr)
+    #: (address, host) lines put first in the node's /etc/hosts
+    hosts_entries: tuple[tuple[str, str], ...] = ()
 
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
@@ -223,7 +249,7 @@ def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
 
 def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
             now: float | None = None) -> NodeFaults:
-    """The node's shaping, MTU, link state, hosts flag, ruleset and decoy from its faults."""
+    """The node's shaping, MTU, link state, hosts lines, ruleset and decoy from its faults."""
     fs = active(faults, now)
     shaping = p.spec.shaping
     mtu = p.spec.mtu
@@ -250,7 +276,9 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
             extra = (f["iface"], cidr)
     return NodeFaults(shaping=shaping, mtu=mtu, link_up=link_up, hostname_loopback=loopback,
                       nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct),
-                      extra_iface=extra)
+                      extra_iface=extra,
+                      hosts_entries=tuple((f["address"], f["host"]) for f in fs
+                                          if f["kind"] == "hosts-entry"))
 
 
 def describe(f: Mapping[str, Any]) -> str:

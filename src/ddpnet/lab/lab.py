@@ -312,12 +312,14 @@ class Lab:
             statemod.save(st)
 
     def add_address(self, node: int, cidr: str) -> None:
-        """Add ``cidr`` (inside 198.18.0.0/15) on the node's lab interface."""
+        """Add ``cidr`` (inside 198.18.0.0/15, or 2001:2::/48) on the node's lab interface."""
         n = self.node(node)
         iface = check_lab_cidr(cidr)
         with statemod.locked(self.name):
             st = self._state()
-            system.ip_batch([f"addr replace {iface.with_prefixlen} dev {n.ifname}"], n.namespace)
+            nodad = " nodad" if iface.version == 6 else ""  # usable at once, no DAD wait
+            system.ip_batch([f"addr replace {iface.with_prefixlen} dev {n.ifname}{nodad}"],
+                            n.namespace)
             have = st.addresses.setdefault(n.index, [])
             if iface.with_prefixlen not in have:
                 have.append(iface.with_prefixlen)
@@ -365,7 +367,8 @@ class Lab:
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
         self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0))
         # hosts file
-        system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback))
+        system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback,
+                                                     entries=nf.hosts_entries))
         # a timed link-down: a sleeper inside the node (so down kills it) brings the link back
         for f in faultmod.active(recs):
             if f["kind"] == "link-down" and "until" in f and not nf.link_up:

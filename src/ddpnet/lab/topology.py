@@ -30,6 +30,13 @@ from ddpnet.errors import ConfigError
 
 #: the benchmarking range (RFC 2544); labs never use any other address
 LAB_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
+#: its IPv6 twin (RFC 5180), for extra addresses and hosts entries only
+LAB_RANGE6 = ipaddress.IPv6Network("2001:2::/48")
+
+
+def in_lab_range(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Inside 198.18.0.0/15 or 2001:2::/48, the benchmarking ranges labs may use."""
+    return ip in LAB_RANGE if ip.version == 4 else ip in LAB_RANGE6
 DEFAULT_SUBNET = "198.18.0.0/24"
 DEFAULT_NAME = "lab"
 DEFAULT_IFNAME = "eth0"
@@ -215,16 +222,18 @@ def lab_network(subnet: str) -> ipaddress.IPv4Network:
     return net
 
 
-def check_lab_cidr(cidr: str) -> ipaddress.IPv4Interface:
-    """An extra address for a node: must also stay inside 198.18.0.0/15."""
+def check_lab_cidr(cidr: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """An extra address for a node: must also stay inside 198.18.0.0/15 (or, for IPv6,
+    2001:2::/48)."""
     try:
         iface = ipaddress.ip_interface(cidr)
     except ValueError:
         raise ConfigError(f"bad address {cidr!r}: expected ADDRESS/PREFIX",
                           "for example 198.18.1.10/24") from None
-    if not isinstance(iface, ipaddress.IPv4Interface) or iface.ip not in LAB_RANGE:
-        raise ConfigError(f"address {cidr} is outside 198.18.0.0/15",
-                          "lab addresses stay inside 198.18.0.0/15, e.g. 198.18.1.10/24")
+    if not in_lab_range(iface.ip):
+        raise ConfigError(f"address {cidr} is outside 198.18.0.0/15 and 2001:2::/48",
+                          "lab addresses stay inside 198.18.0.0/15, e.g. 198.18.1.10/24 "
+                          "(IPv6: 2001:2::/48, e.g. 2001:2::10/64)")
     return iface
 
 
@@ -279,14 +288,19 @@ def namespace_pattern(name: str) -> re.Pattern[str]:
 LOOPBACK_ALIAS = "127.0.1.1"
 
 
-def hosts_file(p: Plan, node: LabNode, *, hostname_loopback: bool = False) -> str:
+def hosts_file(p: Plan, node: LabNode, *, hostname_loopback: bool = False,
+               entries: Sequence[tuple[str, str]] = ()) -> str:
     """The node's /etc/hosts: localhost, then every lab node. ``hostname_loopback`` adds the
-    Debian default ``127.0.1.1 <hostname>`` line first (what makes gloo bind loopback)."""
+    Debian default ``127.0.1.1 <hostname>`` line first (what makes gloo bind loopback);
+    ``entries`` (address, name) replace the lab's line for that name on this node only (a
+    stale, loopback or other-family entry)."""
     lines = ["# written by ddpnet lab " + p.spec.name, "127.0.0.1\tlocalhost"]
+    lines += [f"{address}\t{name}" for address, name in entries]
+    replaced = {name for _, name in entries}
     if hostname_loopback:
         lines.append(f"{LOOPBACK_ALIAS}\t{node.hostname}")
     lines.append("::1\tlocalhost ip6-localhost ip6-loopback")
-    lines += [f"{n.address}\t{n.hostname}" for n in p.nodes]
+    lines += [f"{n.address}\t{n.hostname}" for n in p.nodes if n.hostname not in replaced]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,10 @@
-"""Ports on this host: the one ``free_port`` every command and test asks for."""
+"""Ports on this host: the one ``free_port`` every command and test asks for, and who
+holds a port (``port_holders``)."""
 
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,3 +41,36 @@ def store_address(resolved: tuple[str, ...], local: frozenset[str]) -> str:
         if address in local:
             return address
     return ""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process listening on a port (what ``ss -ltnp`` shows)."""
+
+    pid: int
+    name: str
+    cmdline: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.cmdline or self.name})"
+
+
+def port_holders(port: int) -> tuple[Holder, ...]:
+    """The processes listening on TCP ``port`` here, as far as we may see them (edge: another
+    user's sockets need root; then the tuple is empty and the hint says ``ss -ltnp``)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return ()
+    pids = sorted({c.pid for c in conns if c.pid and c.status == psutil.CONN_LISTEN
+                   and c.laddr and c.laddr.port == port})
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            out.append(Holder(pid, proc.name(), " ".join(proc.cmdline())[:200]))
+        except (psutil.Error, OSError):
+            out.append(Holder(pid, "?", ""))
+    return tuple(out)

@@ -18,6 +18,7 @@ import ipaddress
 import os
 import random
 import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
+from ddpnet.net.ports import Holder
 from ddpnet.net.routes import NEIGH_DEAD, Route
 from ddpnet.net.select import Selection
 
@@ -296,4 +298,172 @@ def _bind_or_raise(cfg: DistConfig, me: str) -> None:
     try:
         check_bind("::" if ":" in cfg.master_addr else "0.0.0.0", cfg.master_port)
     except OSError as exc:
-        raise classify_bind(exc, cfg.master_port, host=me, rank=cfg.rank) from None
+        error = classify_bind(exc, cfg.master_port, host=me, rank=cfg.rank)
+        if exc.errno == errno.EADDRINUSE:
+            error = _who_holds(cfg, me, str(exc))
+        raise error from None
+
+
+# ---- what answers on MASTER_PORT ------------------------------------------------------------
+#
+# A TCP connect only proves that *something* listens. TCPStore's wire protocol (c10d
+# TCPStoreBackend.hpp, both the libuv and the classic server) starts with VALIDATE + a magic
+# number, and answers PING + nonce with the nonce: a short exchange that tells a TCPStore from
+# another service (an HTTP server, a database, sshd) on the port. Silence proves nothing (a
+# store may not have taken its socket over yet), so only a wrong answer or a close counts.
+
+STORE_MAGIC = 0x3C85F7CE
+_VALIDATE, _PING = 0, 13
+#: probe outcomes
+TCPSTORE, FOREIGN, SILENT, NO_ANSWER = "tcpstore", "foreign", "silent", "no-answer"
+STORE_PROBE_TIMEOUT = 2.0
+#: the PING nonce's bytes are CR LF CR LF: a line-based service (HTTP, SMTP, redis) sees the
+#: end of a request and answers at once, a TCPStore echoes the number
+LINE_NONCE = int.from_bytes(b"\r\n\r\n", sys.byteorder)
+
+
+@dataclass(frozen=True)
+class StoreProbe:
+    kind: str
+    reply: bytes = b""
+    error: str = ""
+
+
+def _who_holds(cfg: DistConfig, me: str, detail: str) -> RendezvousError:
+    """Rank 0 could not bind MASTER_PORT: name the holder (edge, about a second)."""
+    from ddpnet.net.ports import port_holders
+
+    here = "::1" if ":" in cfg.master_addr else "127.0.0.1"
+    probe = probe_store(here, cfg.master_port, 1.0)
+    if probe.kind == NO_ANSWER:  # bound to another address only: try MASTER_ADDR's
+        probe = probe_store(cfg.master_addr, cfg.master_port, 1.0)
+    return port_in_use_error(cfg.master_port, port_holders(cfg.master_port), probe,
+                             host=me, rank=cfg.rank, detail=detail)
+
+
+def store_hello(nonce: int) -> bytes:
+    """VALIDATE with the magic number, then PING ``nonce`` (native byte order, as c10d)."""
+    import struct
+
+    return struct.pack("=BI", _VALIDATE, STORE_MAGIC) + struct.pack("=BI", _PING, nonce)
+
+
+def judge_store_reply(reply: bytes, closed: bool, nonce: int) -> StoreProbe:
+    """What answered (pure): the nonce back is a TCPStore; other bytes or a close after our
+    hello is another service; nothing yet is silence (undecided)."""
+    import struct
+
+    if len(reply) >= 4 and struct.unpack("=I", reply[:4])[0] == nonce:
+        return StoreProbe(TCPSTORE, reply[:4])
+    if reply or closed:
+        return StoreProbe(FOREIGN, reply[:64])
+    return StoreProbe(SILENT)
+
+
+def probe_store(addr: str, port: int, timeout: float = STORE_PROBE_TIMEOUT) -> StoreProbe:
+    """Connect, send the hello, read up to 4 bytes within ``timeout`` (edge, bounded)."""
+    nonce = LINE_NONCE
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    deadline = time.monotonic() + timeout
+    reply, closed = b"", False
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect((addr, port))
+            s.sendall(store_hello(nonce))
+            while len(reply) < 4 and (left := deadline - time.monotonic()) > 0:
+                s.settimeout(left)
+                chunk = s.recv(64)
+                if not chunk:
+                    closed = True
+                    break
+                reply += chunk
+    except TimeoutError:
+        pass
+    except OSError as exc:
+        if not reply and exc.errno not in (errno.ECONNRESET, errno.EPIPE):
+            return StoreProbe(NO_ANSWER, error=outcome_of(exc).error)
+        closed = True
+    return judge_store_reply(reply, closed, nonce)
+
+
+def _shown(reply: bytes) -> str:
+    text = reply.decode("ascii", "replace")
+    printable = "".join(c if c.isprintable() else "." for c in text)
+    return f"{printable!r}" if reply else "nothing (it closed the connection)"
+
+
+def classify_store(probe: StoreProbe, addr: str, port: int, *, master: str = "",
+                   host: str = "", rank: int | None = None, waited: float = 0.0
+                   ) -> RendezvousError | None:
+    """``master-port-foreign`` when the service on MASTER_PORT is not a TCPStore (pure): it
+    answered the store's hello wrongly, closed on it, or stayed silent for all of ``waited``
+    seconds (``SILENT`` after the caller's patience). None for a store or no answer (the
+    connect loop names that)."""
+    if probe.kind not in (FOREIGN, SILENT):
+        return None
+    named = f"MASTER_ADDR {master} ({addr})" if master and master != addr else addr
+    said = (f"replied {_shown(probe.reply)} to the store's hello" if probe.kind == FOREIGN
+            else f"accepted connections but never answered the store's hello in "
+                 f"{waited:.1f} s (another service, or a rank 0 hung before its store)")
+    return RendezvousError(
+        "master-port-foreign",
+        f"{_endpoint(addr, port)} answered, but not a TCPStore: {named} port {port} {said}"
+        f"{_where(host, rank)}",
+        f"another service holds MASTER_PORT {port} on the master: see `ss -ltnp 'sport = "
+        f":{port}'` there; export MASTER_PORT=<a free port> on every node, or stop it",
+        host=host, rank=rank, detail=f"reply {probe.reply!r}")
+
+
+def check_store(cfg: DistConfig, *, environ: Mapping[str, str] | None = None,
+                host: str | None = None, patience: float = 10.0) -> None:
+    """Ranks > 0, after the preflight connected: raise ``master-port-foreign`` when what
+    listens on MASTER_PORT is not a TCPStore (edge). A live store answers at once; silence is
+    re-probed until ``patience`` seconds passed (a rank 0 may hold its socket before its
+    store takes it over, as ``check``'s does while importing torch)."""
+    from ddpnet.net.names import resolve_host
+
+    env = os.environ if environ is None else environ
+    if cfg.init_method.startswith("file://") or (cfg.rank == 0 and not _agent_store(env)):
+        return
+    res = resolve_host(cfg.master_addr, timeout=STORE_PROBE_TIMEOUT)
+    if not res.ok:
+        return  # the preflight names it
+    addr, me = res.addresses[0], socket.gethostname() if host is None else host
+    probe, waited = probe_until_answer(addr, cfg.master_port, patience)
+    error = classify_store(probe, addr, cfg.master_port, master=cfg.master_addr, host=me,
+                           rank=cfg.rank, waited=waited)
+    if error is not None:
+        raise error
+
+
+def probe_until_answer(addr: str, port: int, patience: float,
+                       clock: Callable[[], float] = time.monotonic) -> tuple[StoreProbe, float]:
+    """Probe until something other than silence, or ``patience`` seconds (edge)."""
+    start = clock()
+    while True:
+        left = patience - (clock() - start)
+        probe = probe_store(addr, port, max(0.2, min(STORE_PROBE_TIMEOUT, left)))
+        if probe.kind != SILENT or clock() - start >= patience:
+            return probe, clock() - start
+        time.sleep(0.2)
+
+
+def port_in_use_error(port: int, holders: tuple[Holder, ...], probe: StoreProbe, *,
+                      host: str = "", rank: int | None = None, detail: str = ""
+                      ) -> RendezvousError:
+    """``port-in-use`` on rank 0 with who holds the port (pure): the PID and command when
+    visible, and whether it is a TCPStore (a stale store of an earlier job) or not."""
+    what = {TCPSTORE: "a TCPStore (an earlier job's rank 0 or torchrun agent still running?)",
+            FOREIGN: f"another service (it replied {_shown(probe.reply)} to a TCPStore hello)",
+            SILENT: "another service (it did not answer a TCPStore hello)",
+            }.get(probe.kind, "a listener")
+    who = ", ".join(h.describe() for h in holders) or "a process this user cannot see"
+    see = f"`ss -ltnp 'sport = :{port}'`" + ("" if holders else " (as root)")
+    kill = f"kill {' '.join(str(h.pid) for h in holders)}" if holders else "stop it"
+    return RendezvousError(
+        "port-in-use",
+        f"MASTER_PORT {port} is already in use on the rank-0 host{_where(host, rank)}: "
+        f"{what}, held by {who}",
+        f"see who holds it: {see}; {kill} if it is a stale job, or export "
+        f"MASTER_PORT=<free port> on every node", host=host, rank=rank, detail=detail)

@@ -140,10 +140,7 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
         if single_host:
             return _Auto(lo, dst, f"the whole job is on this host (MASTER_ADDR {shown} is "
                          f"loopback)")
-        return _Auto(lo, dst, f"MASTER_ADDR {shown} is a loopback address but the job spans "
-                     f"{cfg.num_nodes} nodes", "master-loopback",
-                     "set MASTER_ADDR to the rank-0 host's address on the cluster network "
-                     "(the same value on every node)")
+        return _master_loopback(cfg, by_name, lo, dst, shown)
     if route.local or by_name.get(route.iface, _LO).kind == "loopback":
         owner = next((i for i in by_name.values() if i.owns(dst) and i.kind != "loopback"),
                      None)
@@ -166,6 +163,41 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
 
 
 _LO = Interface("lo", True, (), 0, None, "loopback")
+
+
+def _loopback_name(name: str) -> bool:
+    """localhost and its kin: loopback by design, not by a stale /etc/hosts line."""
+    low = name.lower().rstrip(".")
+    return low.split(".")[0] == "localhost" or low in ("ip6-localhost", "ip6-loopback")
+
+
+def _master_loopback(cfg: DistConfig, by_name: Mapping[str, Interface], lo: Interface | None,
+                     dst: str, shown: str) -> _Auto:
+    """A single-node config copied to a cluster: MASTER_ADDR loopback while the job spans
+    hosts; every node that has it names it before anything waits (pure)."""
+    src = cfg.sources
+    why = (f"WORLD_SIZE={cfg.world_size} with LOCAL_WORLD_SIZE={cfg.local_world_size} "
+           f"({src.get('local_world_size', 'default')}) and {cfg.num_nodes} nodes "
+           f"({src.get('num_nodes', 'default')})")
+    if cfg.node_rank == 0:
+        mine = _first_usable(by_name, "")
+        target = mine.address or "<this host's cluster address>"
+        where = f"this host (node 0) is rank 0's: `hostname -I` shows {target}" if \
+            mine.address else "this host (node 0) is rank 0's: see `hostname -I`"
+    else:
+        target, where = "<rank-0 host's address>", "run `hostname -I` on rank 0's host"
+    fix = f"export MASTER_ADDR={target} on every node (the same value; {where})"
+    if _family(cfg.master_addr) is None and not _loopback_name(cfg.master_addr):
+        # a host's name that this host's resolver maps to loopback (/etc/hosts)
+        return _Auto(lo, dst, f"MASTER_ADDR {cfg.master_addr} resolves to loopback {dst} on "
+                     f"this host, but the job spans {cfg.num_nodes} nodes ({why})",
+                     "master-loopback",
+                     f"make {cfg.master_addr} resolve to rank 0's cluster address here "
+                     f"(`getent hosts {cfg.master_addr}`; fix or remove its 127.x line in "
+                     f"/etc/hosts), or {fix}")
+    return _Auto(lo, dst, f"MASTER_ADDR {shown} is a loopback address but the job spans "
+                 f"{cfg.num_nodes} nodes ({why}): the other nodes would connect to "
+                 f"themselves", "master-loopback", fix)
 
 
 def _same_subnet(iface: Interface, src: str, family: int | None) -> bool:
@@ -308,6 +340,23 @@ def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
     return Choice(value, source, reason)
 
 
+_GUESSED = ("derived", "default", None)
+
+
+def _single_host(cfg: DistConfig, route: Route | None) -> bool:
+    """Whether the whole job runs on this host (pure). RANK/WORLD_SIZE alone only *derive*
+    a node count, and then a loopback MASTER_ADDR says one host; but a node count or a
+    LOCAL_WORLD_SIZE the launcher or user gave, smaller than WORLD_SIZE, says the job spans
+    hosts: a loopback MASTER_ADDR is then a single-node config copied to a cluster."""
+    if cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size:
+        return True
+    if route is None or not _is_loopback_ip(route.dst):
+        return False
+    given_nodes = cfg.sources.get("num_nodes") not in _GUESSED
+    given_local = cfg.sources.get("local_world_size") not in _GUESSED
+    return not (given_nodes or given_local)
+
+
 def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None,
            environ: Mapping[str, str], *, ifname: str | None = None,
            hostname: HostResolution | None = None) -> Selection:
@@ -319,11 +368,7 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
     without GLOO_SOCKET_IFNAME.
     """
     by_name = {i.name: i for i in interfaces}
-    single_host = cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size
-    if route is not None and _is_loopback_ip(route.dst) and \
-            cfg.sources.get("num_nodes") in ("derived", "default"):
-        # RANK/WORLD_SIZE alone do not say how many nodes; a loopback MASTER_ADDR does
-        single_host = True
+    single_host = _single_host(cfg, route)
     auto = _auto(cfg, by_name, route, single_host)
     family = _family(route.dst) if route is not None and route.dst else _family(
         cfg.master_addr)

@@ -61,3 +61,21 @@ def test_a_failing_doctor_verdict_names_what_failed() -> None:
     for checks in (only_rdzv, mixed, mixed[:1], []):
         s = doctor_summary(checks)
         assert (s["verdict"] == "fail") == bool(s["failed"])
+
+
+def test_name_facts_resolve_master_and_rank_0_hostname_here() -> None:
+    from ddpnet.check.stages.facts import name_facts
+    from ddpnet.net.names import from_addresses
+
+    asked: list[tuple[str, float]] = []
+
+    def resolve(name: str, timeout: float) -> object:
+        asked.append((name, timeout))
+        return from_addresses(name, ["127.0.1.1"] if name == "n0" else [], "")
+
+    got = name_facts("10.0.0.1", "n0", "torchrun", resolve=resolve)
+    assert got["launcher"] == "torchrun"
+    assert got["host0"] == {"name": "n0", "addresses": ["127.0.1.1"], "error": ""}
+    assert got["master"]["name"] == "10.0.0.1"
+    assert all(t <= 2.0 for _, t in asked)  # bounded: a dead DNS server costs 2 s
+    assert "host0" not in name_facts("10.0.0.1", "", "manual", resolve=resolve)

@@ -5,7 +5,6 @@ the column its listener measured, rank 0 assembles the N x N matrix and analyses
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -75,14 +74,17 @@ def assemble(cols: Mapping[int, Sequence[float | None]], world: int) -> Matrix:
 
 
 def _judge(found: Findings, gbps: Matrix) -> list[Cause]:
-    causes = tournament.analyze(gbps, found.labels)
-    if len({(r.host, r.address) for r in found.roster}) == 1:
-        # one host over loopback: the streams compete for CPUs, not for a network
-        causes = [dataclasses.replace(
-            c, severity="warn",
-            detail=c.detail + " (all ranks on one host: this measures CPU contention, "
-            "not the network)") for c in causes]
-    return causes
+    """Slow links and nodes among the links that cross a NIC only: ranks of one host talk
+    over loopback, where the streams compete for CPUs, and "check the switch ports" would
+    be a false alarm (``make demo``)."""
+    by_rank = {r.rank: r.address for r in found.roster}
+    judged, blanked = tournament.cross_nic(gbps, [by_rank.get(r, "") for r in range(len(gbps))])
+    if blanked:
+        note = (f"bandwidth: {blanked} same-host link(s) not judged (loopback measures CPU "
+                "contention, not the network); slow-link/slow-node compare only links that "
+                "cross a NIC")
+        found.extra["notes"] = (*found.extra.get("notes", ()), note)
+    return tournament.analyze(judged, found.labels)
 
 
 def matrix_stage(ctx: RankContext, found: Findings, peers: Sequence[Sequence[Any] | None]

@@ -12,6 +12,7 @@ from typing import Any
 from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
+from ddpnet.check.store import StageTimeout
 from ddpnet.config import DistConfig
 from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
@@ -78,6 +79,42 @@ def doctor_summary(checks: Sequence[CheckResult]) -> dict[str, Any]:
     return summary
 
 
+#: one name lookup's bound: /etc/hosts answers in microseconds, a dead DNS server in seconds
+NAME_TIMEOUT_S = 2.0
+
+
+def name_facts(master_addr: str, host0: str, launcher: str,
+               resolve: Any = None) -> dict[str, Any]:
+    """What MASTER_ADDR and rank 0's hostname (the name torchrun's c10d rendezvous
+    advertises) resolve to *on this node* (edge: two bounded lookups); rank 0 compares."""
+    from ddpnet.net.names import resolve_host
+
+    lookup = resolve or resolve_host
+    out: dict[str, Any] = {"launcher": launcher}
+    for key, name in (("master", master_addr), ("host0", host0)):
+        if not name:
+            continue
+        res = lookup(name, timeout=NAME_TIMEOUT_S)
+        out[key] = {"name": name, "addresses": list(res.addresses), "error": res.error}
+    return out
+
+
+def own_addresses() -> list[str]:
+    """Every address of this host's interfaces (edge): rank 0's names may resolve to any."""
+    from ddpnet.net.interfaces import list_interfaces
+
+    return [a.ip for i in list_interfaces() for a in i.addresses if not a.is_link_local]
+
+
+def _host0(ctx: RankContext) -> str:
+    if ctx.rank == 0:
+        return ctx.host
+    try:
+        return str(ctx.store.get("host0", NAME_TIMEOUT_S))
+    except StageTimeout:  # an older rank 0: compare MASTER_ADDR only
+        return ""
+
+
 def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     """What this rank publishes: its facts (or why they failed) and where its mesh
     listener is."""
@@ -94,6 +131,9 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     facts["mesh_port"] = ctx.listener.port
     facts["clock_offset_s"] = clock_offset
     facts["selection_problems"] = selection_problems(ctx.sel)
+    facts["names"] = name_facts(ctx.cfg.master_addr, _host0(ctx), ctx.cfg.launcher)
+    if ctx.rank == 0:
+        facts["own_addresses"] = own_addresses()
     return facts
 
 

@@ -71,6 +71,7 @@ def admit(ctx: RankContext, found: Findings) -> Plan:
     cfg, opts = ctx.cfg, ctx.opts
     t = time.monotonic()
     own = ctx.registration()
+    ctx.store.set("host0", ctx.host)  # the name peers resolve in the facts stage
     ctx.progress(f"rendezvous: waiting for {ctx.world} ranks on {cfg.master_addr}:"
                  f"{cfg.master_port} (up to {opts.join_timeout:g} s)")
     _register(ctx.store, own)

@@ -1,0 +1,184 @@
+"""Field failures (issue 18) reproduced on a real 3-node lab: each is named by ``check`` on
+the node(s) at fault, with the evidence and a fix, and never passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ddpnet.lab import Lab
+from tests.check.labcheck import RankRun, run_check
+from tests.lab_util import fresh_lab, requires_netns
+
+pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
+
+FAST = ["--join-timeout", "10", "--timeout", "20", "--no-matrix"]
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with fresh_lab("fld", nodes=3) as lab:
+        yield lab
+
+
+@pytest.fixture
+def clean(lab: Lab) -> Iterator[Lab]:
+    lab.clear()
+    yield lab
+    lab.clear()
+
+
+def _diag(runs: dict[int, RankRun]) -> str:
+    return "\n".join(f"--- node {i} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+                     for i, r in runs.items())
+
+
+def _own(run: RankRun) -> dict[str, Any]:
+    cause: dict[str, Any] = run.json()["causes"][0]
+    return cause
+
+
+@pytest.mark.parametrize(("master", "drop"), [
+    ("localhost", ()),                          # NNODES says 3 nodes
+    ("127.0.0.1", ("NNODES", "NODE_RANK")),     # only LOCAL_WORLD_SIZE=1 < WORLD_SIZE=3 says so
+])
+def test_single_node_config_copied_to_a_cluster(clean: Lab, master: str,
+                                                drop: tuple[str, ...]) -> None:
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": master} for i in range(3)},
+                     drop=drop, timeout=60)
+    for node, run in runs.items():
+        assert run.returncode == 1, _diag(runs)
+        own = _own(run)
+        assert own["id"] == "master-loopback", _diag(runs)
+        assert own["hosts"] == [clean.nodes[node].hostname]
+        assert "WORLD_SIZE=3" in own["detail"] and "export MASTER_ADDR=" in own["fix"]
+        assert run.seconds < 8, _diag(runs)  # before anything waits
+    # node 0 is rank 0's host: its fix names its own cluster address
+    assert clean.nodes[0].address in _own(runs[0])["fix"]
+
+
+def _cause(report: dict[str, Any], cause_id: str) -> dict[str, Any]:
+    found = [c for c in report["causes"] if c["id"] == cause_id]
+    assert found, (cause_id, report["causes"])
+    return found[0]
+
+
+def test_rank_0_hostname_loopback_on_one_worker_named_for_that_worker(clean: Lab) -> None:
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 2, host=host0, address="127.0.1.1")
+    assert clean.exec(2, ["getent", "hosts", host0]).stdout.split()[0] == "127.0.1.1"
+    assert clean.exec(1, ["getent", "hosts", host0]).stdout.split()[0] == clean.master_addr
+    runs = run_check(clean, FAST)
+    report = runs[0].json()
+    cause = _cause(report, "name-mismatch")
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0], _diag(runs)
+    assert "127.0.1.1" in cause["detail"] and f"getent hosts {host0}" in cause["fix"]
+    # MASTER_ADDR is an address, so only name-based launches (torchrun's c10d) break: a warning
+    assert cause["severity"] == "warn" and report["timings"]["total"] < 15
+
+
+def test_master_name_loopback_on_one_worker_named_at_once_by_it(clean: Lab) -> None:
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 1, host=host0, address="127.0.1.1")
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)})
+    own = _own(runs[1])
+    assert runs[1].returncode == 1 and own["id"] == "master-loopback", _diag(runs)
+    assert own["hosts"] == [clean.nodes[1].hostname] and runs[1].seconds < 8
+    assert f"MASTER_ADDR {host0} resolves to loopback 127.0.1.1" in own["detail"]
+    assert f"getent hosts {host0}" in own["fix"]
+    # rank 0 never passes: rank 1 is missing
+    assert runs[0].returncode == 1 and _cause(runs[0].json(), "missing-ranks")["ranks"] == [1]
+
+
+def test_stale_master_name_on_one_worker_named_by_it(clean: Lab) -> None:
+    host0 = clean.nodes[0].hostname
+    clean.fault("hosts-entry", 2, host=host0, address="198.18.0.250")  # nobody has it
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)},
+                     timeout=60)
+    own = _own(runs[2])
+    assert runs[2].returncode == 1 and own["id"] == "master-no-route", _diag(runs)
+    assert f"MASTER_ADDR {host0} (198.18.0.250)" in own["detail"]
+    assert own["hosts"] == [clean.nodes[2].hostname] and runs[2].seconds < 15
+    assert runs[0].returncode == 1  # rank 0 never passes without rank 2
+
+
+def test_master_name_ipv6_on_one_worker_is_family_mismatch() -> None:
+    # nodes 0 and 1 have IPv6 too, node 2 only IPv4; node 1's hosts file maps rank 0's name
+    # to its IPv6 address: rank 1 joins (the store listens on both families, as torch's)
+    # and advertises IPv6, which rank 2 cannot reach
+    with fresh_lab("fl6", nodes=3) as lab6:  # its own lab: the addresses stay with it
+        host0 = lab6.nodes[0].hostname
+        for node in (0, 1):
+            lab6.add_address(node, f"2001:2::{node + 1}/64")
+        lab6.fault("hosts-entry", 1, host=host0, address="2001:2::1")
+        runs = run_check(lab6, FAST, per_node={i: {"MASTER_ADDR": host0} for i in range(3)},
+                         timeout=60)
+        hostname1 = lab6.nodes[1].hostname
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "family-mismatch", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [1] and hostname1 in cause["hosts"][0]
+    assert "IPv6 2001:2::2" in cause["detail"] and f"MASTER_ADDR {host0} resolves there to " \
+        "2001:2::1" in cause["detail"]
+    assert "IPv4" in cause["fix"] and report["timings"]["total"] < 15
+
+
+_HTTP = ("import http.server, sys; http.server.HTTPServer(('0.0.0.0', int(sys.argv[1])), "
+         "http.server.BaseHTTPRequestHandler).serve_forever()")
+_STALE = ("import sys, time; from torch.distributed import TCPStore; "
+          "s = TCPStore('0.0.0.0', int(sys.argv[1]), 2, True, wait_for_workers=False); "
+          "print('up', flush=True); time.sleep(600)")
+
+
+def _squat(lab: Lab, code: str, port: int) -> Any:
+    """A process on node 0 listening on ``port`` (the lab kills it at the latest on down)."""
+    import subprocess
+    import sys
+
+    proc = lab.popen(0, [sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
+    for _ in range(100):  # until it listens
+        probe = lab.exec(0, ["ss", "-Hltn", f"sport = :{port}"])
+        if probe.stdout.strip():
+            return proc
+        import time
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the squatter did not listen")
+
+
+def _stop(proc: Any) -> None:
+    proc.kill()
+    proc.wait(10)
+
+
+def test_another_service_on_master_port(clean: Lab) -> None:
+    squatter = _squat(clean, _HTTP, 29510)
+    try:
+        runs = run_check(clean, FAST, timeout=60)
+    finally:
+        _stop(squatter)
+    for node in (1, 2):  # workers: it answered, but it is not a TCPStore
+        own = _own(runs[node])
+        assert runs[node].returncode == 1 and own["id"] == "master-port-foreign", _diag(runs)
+        assert "answered, but not a TCPStore" in own["detail"] and "HTML" in own["detail"]  # what it sent back
+        assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 15
+    own = _own(runs[0])  # the master: who holds it
+    assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
+    assert f"pid {squatter.pid}" in own["detail"] and "http.server" in own["detail"]
+    assert "another service" in own["detail"] and f"kill {squatter.pid}" in own["fix"]
+
+
+def test_stale_store_of_an_old_job_on_master_port(clean: Lab) -> None:
+    squatter = _squat(clean, _STALE, 29510)
+    try:
+        runs = run_check(clean, FAST, nodes=[0], timeout=60)
+    finally:
+        _stop(squatter)
+    own = _own(runs[0])
+    assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
+    assert "a TCPStore" in own["detail"] and f"pid {squatter.pid}" in own["detail"]
+    assert runs[0].seconds < 15
