@@ -40,8 +40,15 @@ def test_one_rank_runs_every_stage_and_the_injected_bench() -> None:
         facts=lambda c, s, e: {"hostname": "box", "torch": "9.9", "mtu": 1500},
         bench=bench,
     )
+    import os
+
+    before = {v: os.environ.get(v) for v in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                              "TP_SOCKET_IFNAME")}
     out = check_rank(cfg, CheckOptions(bench=True, matrix=True, join_timeout=2), tools,
                      {"GLOO_SOCKET_IFNAME": "lo"}, lambda _m: None)
+    # the run's interface variables are put back: GLOO_SOCKET_IFNAME=lo left in this process
+    # sent every lab node started later in the test session over loopback
+    assert {v: os.environ.get(v) for v in before} == before
     assert out.report is not None and out.ok
     report = out.report.to_dict()
     assert report["verdict"] == "pass" and report["bench"]["rows"][0]["busbw_gbps"] == 1.0

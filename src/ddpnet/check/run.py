@@ -148,15 +148,15 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     _import_torch()
     if probe is not None:
         probe.result()  # raises master-port-foreign
-    export_interface(sel, environ, os.environ)
     listener = mesh.Listener(str(sel.address))
     try:
-        store = host_store(cfg, opts, host, listen_fd) if cfg.rank == 0 else \
-            join_store(cfg, opts, host)
-        ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host, started,
-                          progress)
-        ctx.took("connect", started)
-        return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
+        with exported(sel, environ, os.environ):
+            store = host_store(cfg, opts, host, listen_fd) if cfg.rank == 0 else \
+                join_store(cfg, opts, host)
+            ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host,
+                              started, progress)
+            ctx.took("connect", started)
+            return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
     finally:
         listener.close()
 
@@ -221,6 +221,24 @@ def export_interface(sel: Selection, environ: Mapping[str, str],
         value = environ.get(var) or auto.get(var)
         if value:
             target[var] = value
+
+
+@contextlib.contextmanager
+def exported(sel: Selection, environ: Mapping[str, str],
+             target: MutableMapping[str, str]) -> Iterator[None]:
+    """:func:`export_interface` for the duration of the run, then ``target`` as it was (a
+    rank 0 run in-process, by a test or a caller, must not leave GLOO_SOCKET_IFNAME=lo in
+    its process for whatever it starts next)."""
+    before = {var: target.get(var) for var in VARIABLES}
+    export_interface(sel, environ, target)
+    try:
+        yield
+    finally:
+        for var, value in before.items():
+            if value is None:
+                target.pop(var, None)
+            else:
+                target[var] = value
 
 
 def exit_fast(code: int) -> int:
