@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.check.causes import Cause, host_label
+from ddpnet.net.names import is_loopback
 
 #: a clock further off than this breaks timeouts, logs and NCCL's watchdog reasoning
 CLOCK_SKEW_LIMIT_S = 1.0
@@ -142,13 +143,6 @@ def _network(facts: Mapping[str, Any]) -> ipaddress.IPv4Network | ipaddress.IPv6
     return None
 
 
-def _is_loopback(address: Any) -> bool:
-    try:
-        return ipaddress.ip_address(str(address)).is_loopback
-    except ValueError:
-        return False
-
-
 def compare_network(nodes: Sequence[NodeFacts]) -> list[Cause]:
     """hostname-loopback and interface-mismatch: only meaningful across several hosts."""
     hosts = {n.host for n in nodes}
@@ -182,7 +176,7 @@ def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
     groups: dict[int, list[NodeFacts]] = defaultdict(list)
     for n in nodes:
         version = _version(n.facts.get("address"))
-        if version is not None and not _is_loopback(n.facts.get("address")):
+        if version is not None and not is_loopback(n.facts.get("address")):
             groups[version].append(n)
     if len(groups) < 2:
         return None
@@ -205,7 +199,7 @@ def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
 
 def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:
     """A rank whose selected address is loopback: peers would connect to themselves."""
-    loop = [n for n in nodes if _is_loopback(n.facts.get("address"))]
+    loop = [n for n in nodes if is_loopback(n.facts.get("address"))]
     if not loop:
         return None
     return Cause(
@@ -246,7 +240,7 @@ def _loopback_hostname(nodes: Sequence[NodeFacts]) -> Cause | None:
 
 def _subnets(nodes: Sequence[NodeFacts]) -> Cause | None:
     """Selected interfaces in more than one network: the minority is named."""
-    nets = [(n, _network(n.facts)) for n in nodes if not _is_loopback(n.facts.get("address"))]
+    nets = [(n, _network(n.facts)) for n in nodes if not is_loopback(n.facts.get("address"))]
     if len(nets) < 2 or any(net is None for _, net in nets):
         return None
     groups: dict[str, list[NodeFacts]] = defaultdict(list)
@@ -313,7 +307,7 @@ def _wrong_resolution(n: NodeFacts, key: str, rank0: set[str]) -> tuple[str, str
     addrs = [str(a) for a in seen.get("addresses") or ()]
     if not addrs:
         return str(seen["name"]), f"nothing ({seen.get('error') or 'no address'})"
-    if _is_loopback(addrs[0]) or addrs[0] not in rank0:
+    if is_loopback(addrs[0]) or addrs[0] not in rank0:
         return str(seen["name"]), ", ".join(addrs)
     return None
 
@@ -342,7 +336,7 @@ def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
                 nodes: Sequence[NodeFacts]) -> Cause:
     target = str(ref.facts.get("address"))
     odd = [n for n, _ in items]
-    fatal = any("nothing" in what or _is_loopback(what.split(",")[0]) for _, what in items)
+    fatal = any("nothing" in what or is_loopback(what.split(",")[0]) for _, what in items)
     torchrun = any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
     is_master = name == (ref.facts.get("names") or {}).get("master", {}).get("name")
     return Cause(

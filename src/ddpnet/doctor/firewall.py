@@ -12,6 +12,7 @@ from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 from ddpnet.doctor.rendezvous import is_master_host
 from ddpnet.env.jobport import C10D_PORT, parse_port_range
 from ddpnet.net.firewall import FirewallState, read_state
+from ddpnet.net.names import is_loopback
 
 _PAST = {"drop": "dropped", "reject": "rejected", "accept": "accepted"}
 
@@ -222,7 +223,7 @@ class MasterPortExposed(Check):
         master, why = is_master_host(host, inputs)
         if not master:
             return self.skip(f"not the master host ({why})")
-        if _is_loopback(inputs.master_addr):
+        if is_loopback(inputs.master_addr) or inputs.master_addr == "localhost":
             return self.ok(f"MASTER_ADDR {inputs.master_addr} is loopback: the store is local")
         net = cluster_net(inputs)
         fix = (f"open {inputs.master_port}/tcp to the cluster subnet only: ddpnet tune "
@@ -240,13 +241,6 @@ class MasterPortExposed(Check):
                              by, fix)
         return self.ok(f"{inputs.master_port}/tcp from outside {net or 'the cluster'} is not "
                        "accepted")
-
-
-def _is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr).is_loopback
-    except ValueError:
-        return addr == "localhost"
 
 
 CHECKS: tuple[Check, ...] = (Manager(), MasterPortOpen(), MasterPortExposed(), C10dPortOpen(),

@@ -8,16 +8,8 @@ answer is what counts, not whether a cluster address follows it.
 
 from __future__ import annotations
 
-import ipaddress
-
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
-
-
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+from ddpnet.net.names import is_loopback
 
 
 def hosts_lines(host: Host, name: str) -> list[str]:

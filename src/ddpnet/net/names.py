@@ -12,6 +12,15 @@ import threading
 from dataclasses import dataclass
 
 
+def is_loopback(address: object) -> bool:
+    """Whether ``address`` (an IP literal, a v6 one with ``%scope`` too) is a loopback
+    address; a name or junk is not (pure)."""
+    try:
+        return ipaddress.ip_address(str(address).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class HostResolution:
     addresses: tuple[str, ...]

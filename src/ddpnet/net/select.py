@@ -27,7 +27,7 @@ from typing import Any
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.interfaces import Interface
-from ddpnet.net.names import HostResolution
+from ddpnet.net.names import HostResolution, is_loopback
 from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
 from ddpnet.net.routes import Route
 
@@ -110,13 +110,6 @@ def _family(ip: str) -> int | None:
         return None
 
 
-def _is_loopback_ip(ip: str) -> bool:
-    try:
-        return ipaddress.ip_address(ip).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class _Auto:
     iface: Interface | None
@@ -135,7 +128,7 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
         return _Auto(None, None, f"no route to MASTER_ADDR {master} on this host")
     dst = route.dst or master
     shown = dst if dst == master else f"{master} ({dst})"
-    if _is_loopback_ip(dst):
+    if is_loopback(dst):
         lo = next((i for i in by_name.values() if i.kind == "loopback"), None)
         if single_host:
             return _Auto(lo, dst, f"the whole job is on this host (MASTER_ADDR {shown} is "
@@ -350,7 +343,7 @@ def _single_host(cfg: DistConfig, route: Route | None) -> bool:
     hosts: a loopback MASTER_ADDR is then a single-node config copied to a cluster."""
     if cfg.num_nodes <= 1 or cfg.world_size == cfg.local_world_size:
         return True
-    if route is None or not _is_loopback_ip(route.dst):
+    if route is None or not is_loopback(route.dst):
         return False
     given_nodes = cfg.sources.get("num_nodes") not in _GUESSED
     given_local = cfg.sources.get("local_world_size") not in _GUESSED
@@ -401,7 +394,7 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
     notes = []
     if auto.iface is not None and auto.iface.kind == "docker":
         notes.append(f"MASTER_ADDR routes through docker interface {auto.iface.name}")
-    if hostname is not None and hostname.addresses and _is_loopback_ip(hostname.addresses[0]) \
+    if hostname is not None and hostname.addresses and is_loopback(hostname.addresses[0]) \
             and not single_host:
         # gloo binds the first address the hostname resolves to that it can bind
         fix = ("ddpnet.init() sets it" if gloo.source == "auto" and gloo.ok and gloo.value

@@ -4,20 +4,13 @@ instead; other names on the loopback line stay."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
+from ddpnet.net.names import is_loopback
 from ddpnet.tune.model import FileChange, HostFacts, Part, TuneRequest
 
 PATH = "/etc/hosts"
 MARK = "# ddpnet tune"
-
-
-def _is_loopback(text: str) -> bool:
-    try:
-        return ipaddress.ip_address(text.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def fix_hosts(content: str, hostname: str, address: str) -> tuple[str, str]:
@@ -31,7 +24,7 @@ def fix_hosts(content: str, hostname: str, address: str) -> tuple[str, str]:
         body, _, comment = line.rstrip("\n").partition("#")
         fields = body.split()
         if len(fields) >= 2 and names & set(fields[1:]):
-            if _is_loopback(fields[0]):
+            if is_loopback(fields[0]):
                 keep = [f for f in fields[1:] if f not in names]
                 out.append(f"# {line.rstrip(chr(10))}  {MARK}: {hostname} is not loopback\n")
                 if keep:
