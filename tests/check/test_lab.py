@@ -23,13 +23,6 @@ def lab() -> Iterator[Lab]:
         yield lab
 
 
-@pytest.fixture
-def clean(lab: Lab) -> Iterator[Lab]:
-    lab.clear()
-    yield lab
-    lab.clear()
-
-
 def _cause(report: dict[str, Any], cause_id: str) -> dict[str, Any]:
     ids = [c["id"] for c in report["causes"]]
     assert cause_id in ids, (cause_id, report["causes"])

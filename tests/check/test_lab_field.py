@@ -23,13 +23,6 @@ def lab() -> Iterator[Lab]:
         yield lab
 
 
-@pytest.fixture
-def clean(lab: Lab) -> Iterator[Lab]:
-    lab.clear()
-    yield lab
-    lab.clear()
-
-
 def _diag(runs: dict[int, RankRun]) -> str:
     return "\n".join(f"--- node {i} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
                      for i, r in runs.items())
