@@ -37,6 +37,21 @@ class UsageError(DdpnetError):
     error_id = "usage"
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) reached this process: raised in the main thread so ``finally``
+    blocks stop children and clean up, then the CLI exits 128+N. A BaseException, so no
+    ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """A signal handler: turn the signal into :class:`Terminated`."""
+    raise Terminated(signum)
+
+
 class ConfigError(DdpnetError):
     """Bad input or configuration: flags, environment variables, files (exit 2)."""
 

@@ -31,20 +31,11 @@ from ddpnet.check.store import host_store, join_store, listen_early
 from ddpnet.check.tools import Tools
 from ddpnet.check.worker import follow
 from ddpnet.config import DistConfig
-from ddpnet.errors import RendezvousError
+from ddpnet.errors import RendezvousError, Terminated, raise_terminated
 from ddpnet.net.select import VARIABLES, Selection
 
 #: how long the --local workers may take to print their line after rank 0's verdict
 WORKER_WAIT = 10.0
-
-
-class Terminated(BaseException):
-    """SIGTERM/SIGHUP reached a ``--local`` parent: unwind (stopping the workers) and leave
-    with 128+N. A BaseException, so no stage's ``except Exception`` swallows it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
@@ -95,10 +86,7 @@ def _terminated_raises() -> Iterator[None]:
         yield
         return
 
-    def terminated(signum: int, _frame: object) -> None:
-        raise Terminated(signum)
-
-    previous = {s: signal.signal(s, terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

@@ -14,7 +14,7 @@ from typing import cast
 import click
 
 from ddpnet import __version__
-from ddpnet.errors import DdpnetError, UsageError, from_os_error
+from ddpnet.errors import DdpnetError, Terminated, UsageError, from_os_error, raise_terminated
 from ddpnet.exitcodes import ExitCode
 from ddpnet.output import json_mode
 
@@ -80,16 +80,8 @@ def _json_requested(argv: list[str]) -> bool:
     return "--json" in own
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so ``finally`` blocks stop children and clean up."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 #: what :func:`main` turns into one line and an exit code (any other exception is a bug)
-_HANDLED = (DdpnetError, click.ClickException, click.Abort, KeyboardInterrupt, _Terminated,
+_HANDLED = (DdpnetError, click.ClickException, click.Abort, KeyboardInterrupt, Terminated,
             OSError)
 
 
@@ -97,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map every error to its exit code, one line and a hint (and the JSON error
     object under ``--json``), no traceback unless ``--debug``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     json_mode(_json_requested(args))
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
@@ -118,11 +110,12 @@ def _report(exc: BaseException, args: list[str]) -> int:
     if isinstance(exc, _NO_ARGS):  # bare `ddpnet`: show the help
         click.echo(exc.format_message())
         return int(ExitCode.OK)
-    if isinstance(exc, (click.Abort, KeyboardInterrupt, _Terminated)):
-        sys.stderr.write("ddpnet: interrupted\n" if not isinstance(exc, _Terminated)
-                         else "ddpnet: terminated\n")
-        return int(ExitCode.TERMINATED if isinstance(exc, _Terminated)
-                   else ExitCode.INTERRUPTED)
+    if isinstance(exc, Terminated):
+        sys.stderr.write("ddpnet: terminated\n")
+        return 128 + exc.signum
+    if isinstance(exc, (click.Abort, KeyboardInterrupt)):
+        sys.stderr.write("ddpnet: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
     if isinstance(exc, BrokenPipeError):
         return int(ExitCode.OK)
     return report_error(_as_user_error(exc), as_json=_json_requested(args),
