@@ -16,7 +16,7 @@ FLOORS: dict[str, int] = {
     "sysctl_profile": 0, "__init__": 0,
     "env": 1,
     "net": 2,
-    "process_group": 3, "local": 3, "rendezvous": 3,
+    "process_group": 3, "local": 3, "rendezvous": 3, "watch": 3,
     "doctor": 4, "check": 4, "bench": 4, "tune": 4, "launch": 4, "train": 4, "monitor": 4,
     "lab": 4,
     "cli": 5, "__main__": 5,

@@ -1,0 +1,142 @@
+"""What each rank publishes about its progress, and what the analysis returns.
+
+One schema for the recorder (writes ``CollectiveRecord``), the heartbeat (publishes
+``RankState``), the watchdog and ``ddpnet diagnose`` (read ``Snapshot``, return ``Diagnosis``).
+Everything is a frozen dataclass that round-trips through ``to_dict``/``from_dict`` (JSON), so a
+live store, a dump file and a unit-test fixture are the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: training phases a rank can be in (``ddpnet.phase(...)`` or ``ddpnet train``); "" = unmarked
+PHASES = ("", "data", "forward", "backward", "step", "checkpoint", "eval")
+
+#: states of one collective, as torch's Flight Recorder names them
+COLLECTIVE_STATES = ("scheduled", "started", "completed", "failed")
+
+#: the kinds of diagnosis, in the order the analysis tries them (first match wins)
+KINDS = (
+    "rank-gone",            # a rank's process died or its host stopped answering
+    "collective-mismatch",  # same seq, different op/shape/dtype, or a rank skipped one
+    "rank-not-arriving",    # one rank is behind (compute or data loading) while others wait
+    "network",              # all ranks inside the same collective, nobody progressing
+    "straggler",            # no hang: one rank or link consistently slower
+)
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective call on one rank."""
+
+    seq: int                       # per process group, from 1 in call order
+    op: str                        # "all_reduce", "broadcast", "barrier", "allgather", ...
+    group: str = "default"         # process group name
+    dtype: str = ""                # "float32"; "" when no tensor (barrier)
+    shape: tuple[int, ...] = ()    # of the (first) tensor
+    nbytes: int = 0
+    started: float = 0.0           # time.time() when called
+    ended: float | None = None     # None while in flight
+    state: str = "started"         # one of COLLECTIVE_STATES
+    site: str = ""                 # "train.py:42 in step" when known
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["shape"] = list(self.shape)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CollectiveRecord:
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["shape"] = tuple(int(x) for x in values.get("shape", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RankState:
+    """A rank's progress as published by its heartbeat (and written to its dump file)."""
+
+    rank: int
+    world_size: int
+    host: str = ""
+    pid: int = 0
+    interface: str = ""            # the interface the selector chose, e.g. "eth0"
+    address: str = ""              # its address, what peers connect to
+    step: int = -1                 # last step begun; -1 unknown
+    phase: str = ""                # one of PHASES
+    phase_since: float = 0.0       # time.time() the phase began
+    last_seq: int = 0              # last completed collective seq (default group)
+    recent: tuple[CollectiveRecord, ...] = ()   # the ring, oldest first
+    step_times: tuple[float, ...] = ()          # seconds per step, last K steps
+    wait_times: tuple[float, ...] = ()          # seconds inside collectives per step, last K
+    published: float = 0.0         # time.time() of this heartbeat
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def in_flight(self) -> CollectiveRecord | None:
+        """The oldest collective this rank has started and not finished."""
+        return next((c for c in self.recent if c.ended is None), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["recent"] = [c.to_dict() for c in self.recent]
+        out["step_times"] = list(self.step_times)
+        out["wait_times"] = list(self.wait_times)
+        out["extra"] = dict(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankState:
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["recent"] = tuple(CollectiveRecord.from_dict(c) for c in values.get("recent", ()))
+        values["step_times"] = tuple(float(x) for x in values.get("step_times", ()))
+        values["wait_times"] = tuple(float(x) for x in values.get("wait_times", ()))
+        values["extra"] = dict(values.get("extra", {}))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """What probing one pair found (filled only when the analysis asks for probes)."""
+
+    src_rank: int
+    dst_rank: int
+    reachable: bool
+    detail: str = ""               # "connect timed out after 2.0 s", "mtu 1500 < 9000"
+    rate_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
+
+    ``states`` maps rank -> its last state, or None when that rank never published;
+    ``gone`` names ranks whose side channel closed or whose host stopped answering, with why.
+    """
+
+    world_size: int
+    taken: float
+    states: Mapping[int, RankState | None]
+    gone: Mapping[int, str] = field(default_factory=dict)
+    probes: tuple[LinkProbe, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The named cause: what, where (ranks and hosts), the evidence, and the fix."""
+
+    kind: str                      # one of KINDS, or "ok" / "stalled" when nothing matched
+    summary: str                   # one line: "rank 3 (node3) stopped in 'data' for 42 s"
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ranks"] = list(self.ranks)
+        out["hosts"] = list(self.hosts)
+        out["evidence"] = list(self.evidence)
+        return out
