@@ -15,7 +15,7 @@ import pytest
 
 from ddpnet.doctor import firewall
 from ddpnet.doctor.base import CommandOutput, Host, run_command
-from tests.doctor.helpers import GOOD_SYSCTLS, Tree, fixture, inputs, ok
+from tests.doctor.helpers import ETH0, GOOD_SYSCTLS, LO, Addr, Iface, Tree, fixture, inputs, ok
 
 NFT = ("nft", "-j", "list", "ruleset")
 IPT = ("iptables-save", "-t", "filter")
@@ -228,3 +228,114 @@ def test_outsider_is_outside_the_cluster_subnet() -> None:
 
     assert firewall.outsider(ipaddress.IPv4Network("10.0.0.0/8")) == "203.0.113.7"
     assert firewall.outsider(ipaddress.IPv4Network("203.0.113.0/24")) == "192.0.2.7"
+
+
+# ----------------------------------------------------------------- IPv6 (issue 17, part 5)
+
+IP6T = ("ip6tables-save", "-t", "filter")
+CLUSTER_ONLY_V4 = ("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+                   "-A INPUT -s 198.18.0.0/24 -p tcp -m tcp --dport 29500 -j ACCEPT\nCOMMIT\n")
+V6_OPEN = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+V6_CLOSED = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+ETH0_V6 = Iface("eth0", addresses=(Addr("198.18.0.3", 24), Addr("fd00:ddb::3", 64, 6),
+                                   Addr("fe80::1", 64, 6)))
+
+
+def v6_host(tmp_path: Path, ipt: str, ip6t: str | None, nft: str = EMPTY_NFT) -> Host:
+    tree = Tree(tmp_path)
+    tree.sysctls(GOOD_SYSCTLS)
+    commands: dict[tuple[str, ...], CommandOutput | None] = {NFT: ok(nft), IPT: ok(ipt)}
+    if ip6t is not None:
+        commands[IP6T] = ok(ip6t)
+    return tree.host(commands=commands)
+
+
+def exposed(host: Host, interfaces: tuple[object, ...] = (LO, ETH0_V6)) -> object:
+    return run_all(host, master_addr="198.18.0.3", node_rank=0,
+                   interfaces=interfaces)["firewall.master-port-exposed"]
+
+
+def test_v4_only_rules_leave_the_store_open_over_ipv6(tmp_path: Path) -> None:
+    res = exposed(v6_host(tmp_path, CLUSTER_ONLY_V4, V6_OPEN))
+    assert res.status == "warn", res  # type: ignore[attr-defined]
+    assert "IPv6" in res.summary and "fd00:ddb::3" in res.summary  # type: ignore
+    assert "ip6tables:" in res.detail and "ip6tables -I INPUT" in res.fix  # type: ignore
+
+
+def test_ipv6_closed_as_well_passes_and_says_both_families(tmp_path: Path) -> None:
+    res = exposed(v6_host(tmp_path, CLUSTER_ONLY_V4, V6_CLOSED))
+    assert res.status == "pass", res  # type: ignore[attr-defined]
+    assert "IPv4 and IPv6" in res.summary  # type: ignore[attr-defined]
+
+
+def test_no_global_ipv6_address_judges_ipv4_only(tmp_path: Path) -> None:
+    res = exposed(v6_host(tmp_path, CLUSTER_ONLY_V4, V6_OPEN), (LO, ETH0))
+    assert res.status == "pass" and "(IPv4)" in res.summary, res  # type: ignore
+
+
+def _nft(family: str, *rules: list[dict[str, object]]) -> str:
+    import json
+
+    items: list[dict[str, object]] = [
+        {"table": {"family": family, "name": "t"}},
+        {"chain": {"family": family, "table": "t", "name": "input", "type": "filter",
+                   "hook": "input", "prio": 0, "policy": "accept"}}]
+    items += [{"rule": {"family": family, "table": "t", "chain": "input", "expr": expr}}
+              for expr in rules]
+    return json.dumps({"nftables": items})
+
+
+_V4_CLUSTER_ACCEPT = [{"match": {"op": "==", "left": {"payload": {"protocol": "ip",
+                                                                  "field": "saddr"}},
+                                 "right": {"prefix": {"addr": "198.18.0.0", "len": 24}}}},
+                      {"accept": None}]
+_DROP_29500 = [{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                          "right": 29500}}, {"drop": None}]
+
+
+@pytest.mark.parametrize(("family", "status"), [("inet", "pass"), ("ip", "warn")])
+def test_nft_ip_table_misses_ipv6_and_inet_table_covers_it(
+        tmp_path: Path, family: str, status: str) -> None:
+    """An ``ip`` table never sees IPv6 packets; an ``inet`` one does, and its ``ip saddr``
+    match never hits them (so the v6 packet falls to the drop)."""
+    nft = _nft(family, _V4_CLUSTER_ACCEPT, _DROP_29500)
+    res = exposed(v6_host(tmp_path, V6_OPEN, None, nft=nft))
+    assert res.status == status, res  # type: ignore[attr-defined]
+
+
+def test_ufw_v6_lines_apply_to_ipv6_only() -> None:
+    from ddpnet.doctor.firewall_rules import Packet, evaluate_ufw
+
+    status = ("Status: active\n\nTo                         Action      From\n"
+              "--                         ------      ----\n"
+              "29500/tcp                  ALLOW       198.18.0.0/24\n"
+              "29500/tcp (v6)             ALLOW       Anywhere (v6)\n")
+    v4 = evaluate_ufw(status, "DROP", Packet(29500, "203.0.113.7"))
+    v6 = evaluate_ufw(status, "DROP", Packet(29500, "2001:db8::7", family=6))
+    assert v4 is not None and v4.verdict == "drop"
+    assert v6 is not None and v6.verdict == "accept" and "(v6)" in v6.by
+
+
+@pytest.mark.root
+@needs_root
+def test_real_ipv4_only_iptables_in_a_namespace_warns_about_ipv6(
+        tmp_path: Path, netns: str) -> None:
+    """The real iptables-save / ip6tables-save of a namespace whose v4 rules close the store
+    to outsiders while ip6tables is left open (what a v4-only guide leaves behind)."""
+    if not (shutil.which("iptables") and shutil.which("ip6tables-save")):
+        pytest.skip("iptables/ip6tables not installed")
+    in_ns(netns, ["iptables", "-A", "INPUT", "-s", "198.18.0.0/24", "-p", "tcp", "--dport",
+                  "29500", "-j", "ACCEPT"])
+    in_ns(netns, ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", "29500", "-j", "DROP"])
+
+    def run(argv: Sequence[str], timeout: float) -> CommandOutput | None:
+        return run_command(["ip", "netns", "exec", netns, *argv], timeout)
+
+    tree = Tree(tmp_path)
+    tree.sysctls(GOOD_SYSCTLS)
+    host = Host(proc=tree.root / "proc", run=run, which=shutil.which)
+    res = exposed(host)
+    assert res.status == "warn" and "IPv4 only" in res.summary, res  # type: ignore
+    in_ns(netns, ["ip6tables", "-A", "INPUT", "-p", "tcp", "--dport", "29500", "-j", "DROP"])
+    host = Host(proc=tree.root / "proc", run=run, which=shutil.which)
+    assert exposed(host).status == "pass"  # type: ignore[attr-defined]

@@ -48,6 +48,14 @@ def peer_in(net: ipaddress.IPv4Network | None, own: str | None) -> str | None:
     return str(net.network_address)
 
 
+def _iptables_for(state: FirewallState, family: int) -> str | None:
+    """The iptables dump that sees a packet of ``family``: IPv6 has its own tables, which
+    matter as soon as any firewall filters (a v4-only rule set leaves v6 wide open)."""
+    if family == 6:
+        return state.ip6tables if state.managers else None
+    return state.iptables if "iptables" in state.managers else None
+
+
 def decide(state: FirewallState, pkt: fr.Packet) -> list[tuple[str, fr.Decision]]:
     """Every active manager's decision for ``pkt`` (the packet must pass all of them)."""
     out: list[tuple[str, fr.Decision]] = []
@@ -59,13 +67,14 @@ def decide(state: FirewallState, pkt: fr.Packet) -> list[tuple[str, fr.Decision]
         d = fr.evaluate_ufw(state.ufw_status, state.ufw_policy, pkt)
         if d:
             out.append(("ufw", d))
-    if state.iptables and "iptables" in state.managers:
-        d = fr.evaluate_iptables(state.iptables, pkt)
+    ipt = _iptables_for(state, pkt.family)
+    if ipt:
+        d = fr.evaluate_iptables(ipt, pkt)
         if d:
-            out.append(("iptables", d))
+            out.append(("iptables" if pkt.family == 4 else "ip6tables", d))
     if state.nft and "nftables" in state.managers:
         try:
-            d = fr.evaluate_nft(state.nft, pkt, skip_iptables=state.iptables is not None)
+            d = fr.evaluate_nft(state.nft, pkt, skip_iptables=ipt is not None)
         except (ValueError, KeyError):
             d = None
         if d:
@@ -231,16 +240,63 @@ class MasterPortExposed(Check):
         state = state_of(host)
         if not state.managers:
             return self.skip("no firewall: firewall.manager names the exposure")
+        return self._judge(state, inputs, net, fix)
+
+    def _judge(self, state: FirewallState, inputs: Inputs,
+               net: ipaddress.IPv4Network | None, fix: str) -> CheckResult:
+        """An outsider's packet over IPv4 and, where this host has a global IPv6 address,
+        over IPv6 (a store on ``::``, as torchrun's, answers there too)."""
+        port = inputs.master_port
         src = outsider(net)
-        pkt = fr.Packet(inputs.master_port, src, inputs.selected.address, inputs.selected.name)
-        verdicts = decide(state, pkt)
-        if verdicts and all(d.verdict == "accept" for _, d in verdicts):
-            by = "; ".join(f"{m}: {d.by}" for m, d in verdicts)
-            return self.warn(f"{inputs.master_port}/tcp accepts {src}, outside the cluster "
-                             f"subnet {net or '(unknown)'}: the store is unauthenticated",
-                             by, fix)
-        return self.ok(f"{inputs.master_port}/tcp from outside {net or 'the cluster'} is not "
-                       "accepted")
+        v4 = fr.Packet(port, src, inputs.selected.address, inputs.selected.name)
+        opened = _accepted(decide(state, v4))
+        v6 = global_v6(inputs)
+        opened6 = None
+        if v6 is not None:
+            verdicts6 = decide(state, fr.Packet(port, OUTSIDER_V6, v6[1], v6[0], family=6))
+            opened6 = _accepted(verdicts6) or _unfiltered_v6(state, verdicts6)
+        if opened:
+            return self.warn(f"{port}/tcp accepts {src}, outside the cluster subnet "
+                             f"{net or '(unknown)'}: the store is unauthenticated", opened, fix)
+        if opened6 and v6 is not None:
+            return self.warn(
+                f"{port}/tcp is closed to outsiders over IPv4 but accepts {OUTSIDER_V6} over "
+                f"IPv6 ({v6[0]} {v6[1]}): the rules cover IPv4 only", opened6,
+                f"{fix} (it writes the IPv6 rules too), or: ip6tables -I INPUT -p tcp "
+                f"--dport {port} -j DROP")
+        checked = " and IPv6" if opened6 is not None else ""
+        return self.ok(f"{port}/tcp from outside {net or 'the cluster'} is not accepted "
+                       f"(IPv4{checked})")
+
+
+#: an outsider over IPv6 (the documentation range 2001:db8::/32: no real peer uses it)
+OUTSIDER_V6 = "2001:db8::7"
+
+
+def _accepted(verdicts: list[tuple[str, fr.Decision]]) -> str:
+    """The rules that accept, joined, when every manager accepts; "" otherwise."""
+    if verdicts and all(d.verdict == "accept" for _, d in verdicts):
+        return "; ".join(f"{m}: {d.by}" for m, d in verdicts)
+    return ""
+
+
+def _unfiltered_v6(state: FirewallState, verdicts: list[tuple[str, fr.Decision]]) -> str:
+    """Why IPv6 input is open when no manager has a rule set that sees it (an ``ip`` nft
+    table or iptables alone filter IPv4 only); "" when that cannot be known."""
+    if verdicts or (state.ip6tables is None and state.nft is None):
+        return ""
+    return f"no rule set of {', '.join(state.managers)} sees IPv6 input"
+
+
+def global_v6(inputs: Inputs) -> tuple[str, str] | None:
+    """(interface, address) of a global IPv6 address, the selected interface's first."""
+    ordered = sorted(inputs.interfaces, key=lambda i: i.name != inputs.selected.name)
+    for iface in ordered:
+        for addr in iface.addresses:
+            ip = ipaddress.ip_address(addr.ip.split("%")[0])
+            if addr.family == 6 and not (ip.is_link_local or ip.is_loopback):
+                return iface.name, addr.ip
+    return None
 
 
 CHECKS: tuple[Check, ...] = (Manager(), MasterPortOpen(), MasterPortExposed(), C10dPortOpen(),

@@ -36,6 +36,8 @@ class Packet:
     src: str | None = None
     dst: str | None = None
     iif: str | None = None
+    #: IP version: a v6 packet is seen by ``ip6``/``inet`` tables and ip6tables only
+    family: int = 4
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def _nft_in_range(value: Any, low: Any, high: Any) -> bool:
     return bool(lo <= v <= hi)  # type: ignore[operator]
 
 
-#: the left side reads a header of another family (udp, ip6): the match never hits our packet
+#: the left side reads a header of another family (udp, or ip6 for a v4 packet and ip for a
+#: v6 one): the match never hits our packet
 _NOT_THIS_FAMILY = object()
 #: the reader does not model this left side
 _NO_VALUE = object()
@@ -147,15 +150,20 @@ _NFT_PAYLOAD: tuple[tuple[str, str, Callable[[Packet], Any]], ...] = (
     ("ip", "saddr", _pkt_src),
     ("ip", "daddr", _pkt_dst),
     ("ip", "protocol", lambda pkt: "tcp"),
+    ("ip", "nexthdr", lambda pkt: "tcp"),
 )
 
 
 def _nft_payload(payload: Any, pkt: Packet) -> Any:
     proto, fld = payload.get("protocol"), payload.get("field")
+    if proto in ("ip", "ip6"):  # the same fields, read from the packet's own header only
+        if proto != ("ip" if pkt.family == 4 else "ip6"):
+            return _NOT_THIS_FAMILY
+        proto = "ip"
     for want_proto, want_fld, read in _NFT_PAYLOAD:
         if proto == want_proto and fld == want_fld:
             return read(pkt)
-    if proto in ("ip6", "udp"):
+    if proto == "udp":
         return _NOT_THIS_FAMILY
     return _NO_VALUE
 
@@ -165,7 +173,7 @@ def _nft_meta(meta: Any, pkt: Packet) -> Any:
     if key == "l4proto":
         return "tcp"
     if key == "nfproto":
-        return "ipv4"
+        return "ipv4" if pkt.family == 4 else "ipv6"
     if key in ("iifname", "iif"):
         if pkt.iif is None:
             raise _Unknown(f"meta {key}")
@@ -197,7 +205,7 @@ def _nft_match(expr: Mapping[str, Any], pkt: Packet) -> bool:
     m = expr["match"]
     op = m.get("op", "==")
     value = _nft_left(m["left"], pkt)
-    if value is _NOT_THIS_FAMILY:  # a udp/ip6 header match never matches our packet
+    if value is _NOT_THIS_FAMILY:  # a header of another family never matches our packet
         return bool(op == "!=")
     right = m["right"]
     if value == "new" and isinstance(m["left"], dict) and "ct" in m["left"]:
@@ -376,7 +384,7 @@ def evaluate_nft(text: str, pkt: Packet, skip_iptables: bool = False) -> Decisio
     """None when no input chain exists (nftables filters nothing)."""
     ruleset = parse_nft(text)
     state = _NftState(ruleset, [])
-    chains = nft_input_chains(ruleset, skip_iptables)
+    chains = nft_input_chains(ruleset, skip_iptables, pkt.family)
     if not chains:
         return None
     last: Decision | None = None
@@ -617,8 +625,9 @@ def evaluate_ufw(status: str, default_policy: str, pkt: Packet) -> Decision | No
         if not m or m.group(1) == "To":
             continue
         to, action, src = m.group(1), m.group(2), m.group(3).strip()
-        if "(v6)" in to or "(v6)" in src:
+        if (("(v6)" in to or "(v6)" in src) != (pkt.family == 6)):  # ufw lists v6 apart
             continue
+        to, src = to.replace(" (v6)", ""), src.replace(" (v6)", "")
         port_spec, _, proto = to.partition("/")
         if proto and proto != "tcp":
             continue

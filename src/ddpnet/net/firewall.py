@@ -38,6 +38,8 @@ COMMANDS: Mapping[str, tuple[str, ...]] = {
     "firewalld": ("firewall-cmd", "--list-all-zones"),
     "ufw": ("ufw", "status"),
     "iptables": ("iptables-save", "-t", "filter"),
+    # IPv6 has its own iptables tables: a v4-only rule set leaves v6 open (issue 17)
+    "ip6tables": ("ip6tables-save", "-t", "filter"),
     "nftables": ("nft", "-j", "list", "ruleset"),
 }
 
@@ -78,16 +80,19 @@ def parse_nft(text: str) -> NftRuleset:
     return NftRuleset(chains, {k: tuple(v) for k, v in rules.items()})
 
 
-def nft_input_chains(ruleset: NftRuleset, skip_iptables: bool = False) -> list[ChainKey]:
-    """Base chains on the IPv4 input hook of filter type, by priority. ``skip_iptables``
-    drops the ``ip filter INPUT`` chain of iptables-nft (evaluated from iptables-save)."""
+def nft_input_chains(ruleset: NftRuleset, skip_iptables: bool = False,
+                     family: int = 4) -> list[ChainKey]:
+    """Base chains on the input hook of filter type that see a packet of IP ``family`` (``ip``
+    or ``ip6`` tables, and ``inet`` for both), by priority. ``skip_iptables`` drops the
+    ``ip``/``ip6 filter INPUT`` chain of iptables-nft (evaluated from iptables-save)."""
+    own = "ip" if family == 4 else "ip6"
     found = []
     for key, c in ruleset.chains.items():
         if c.get("hook") != "input" or c.get("type", "filter") != "filter":
             continue
-        if key[0] not in ("ip", "inet"):
+        if key[0] not in (own, "inet"):
             continue
-        if skip_iptables and key[0] == "ip" and key[2] == "INPUT":
+        if skip_iptables and key[0] == own and key[2] == "INPUT":
             continue
         found.append(key)
     return sorted(found, key=lambda k: int(ruleset.chains[k].get("prio", 0)))
@@ -208,6 +213,8 @@ class FirewallState:
     unreadable: tuple[str, ...]
     enabled: tuple[str, ...] = field(default=())
     where: str = "live"
+    #: ``ip6tables-save``: IPv6 has its own tables (None: not read, or not installed)
+    ip6tables: str | None = None
 
     def facts(self) -> dict[str, object]:
         return {"managers": list(self.managers) or ["none"],
@@ -245,7 +252,8 @@ def commands_for(firewalld_running: bool, ufw_on: bool,
                  which: Callable[[str], str | None]) -> dict[str, tuple[str, ...]]:
     """The tools worth asking: firewalld's only while it runs (firewall-cmd is a Python
     program that takes a few hundred ms just to start), ufw's only when it is enabled."""
-    wanted = {"firewalld": firewalld_running, "ufw": ufw_on, "iptables": True, "nftables": True}
+    wanted = {"firewalld": firewalld_running, "ufw": ufw_on, "iptables": True,
+              "ip6tables": True, "nftables": True}
     return {name: argv for name, argv in COMMANDS.items()
             if wanted[name] and which(argv[0])}
 
@@ -297,7 +305,8 @@ def live_state(outs: Mapping[str, CommandOutput | None], ufw_conf: str | None,
     return FirewallState(
         tuple(n for n in ("firewalld", "ufw", "iptables", "nftables") if filtering[n]),
         nft, ipt, firewalld, ufw_status, ufw_input_policy(ufw_defaults), tuple(unreadable),
-        tuple(n for n in MANAGERS if switched_on[n]))
+        tuple(n for n in MANAGERS if switched_on[n]),
+        ip6tables=_dump(outs, "ip6tables", []))
 
 
 # --------------------------------------------------------------------------- the edge
