@@ -40,6 +40,8 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["doctor", "--json", "--master-port", "0"], {}, 2),
     (["doctor", "--json", "--master-port", "abc"], {}, 2),
     (["doctor", "--json", "--cluster-subnet", "10.0.0.0/33"], {}, 2),
+    (["doctor", "--json", "--master-addr", ""], {}, 2),
+    (["doctor", "--json", "--master-addr", "  "], {}, 2),
     # check
     (["check", "--json", "--timeout", "-1"], {}, 2),
     (["check", "--json", "--timeout", "nan"], {}, 2),

@@ -285,6 +285,14 @@ class DoctorOptions:
     master_port: int | None = None
     cluster_subnet: str | None = None
 
+    def __post_init__(self) -> None:
+        # a bad flag is the user's typing (exit 2); a bad launcher variable is a finding (a
+        # failed row, exit 1), because the environment is what doctor examines
+        if self.master_addr is not None and not self.master_addr.strip():
+            raise ConfigError("--master-addr is empty",
+                              "give the master's address or name, e.g. --master-addr "
+                              "10.0.0.1, or leave the flag out to use ddpnet env's")
+
 
 def run(options: DoctorOptions, environ: Mapping[str, str] | None = None) -> DoctorReport:
     """``ddpnet doctor``: check this node with the process's environment (edge)."""
