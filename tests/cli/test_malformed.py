@@ -44,6 +44,7 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["doctor", "--json", "--master-addr", "  "], {}, 2),
     # check
     (["check", "--json", "--timeout", "-1"], {}, 2),
+    (["check", "--json", "--report", "/nonexistent-ddpnet/check.html"], {}, 2),
     (["check", "--json", "--timeout", "nan"], {}, 2),
     (["check", "--json", "--timeout", "inf"], {}, 2),
     (["check", "--json", "--join-timeout", "0"], {}, 2),
@@ -111,6 +112,7 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["sbatch", "--json", "--nodes", "1", "--"], {}, 2),
     (["sbatch", "--nodes", "1", "--script", _NOWHERE + ".sh", "--", "x.py"], {}, 2),
     # train (refused before torch or a process group)
+    (["train", "--json", "--checkpoint-dir", "/proc/version/ckpt"], {}, 2),
     (["train", "--json", "--lr", "nan"], {}, 2),
     (["train", "--json", "--lr", "-1"], {}, 2),
     (["train", "--json", "--pg-timeout", "1e300"], {}, 2),

@@ -31,8 +31,9 @@ from ddpnet.check.store import host_store, join_store, listen_early
 from ddpnet.check.tools import Tools
 from ddpnet.check.worker import follow
 from ddpnet.config import DistConfig
-from ddpnet.errors import RendezvousError, Terminated, raise_terminated
+from ddpnet.errors import ConfigError, RendezvousError, Terminated, raise_terminated
 from ddpnet.net.select import VARIABLES, Selection
+from ddpnet.paths import file_writable
 
 #: how long the --local workers may take to print their line after rank 0's verdict
 WORKER_WAIT = 10.0
@@ -44,6 +45,7 @@ def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
     writes the HTML report when asked and this is rank 0."""
     env = dict(os.environ if environ is None else environ)
     tools = tools or Tools()
+    _report_writable(options.report_path)
     if options.local is None:
         result = run_rank(options, env, tools, progress)
     else:
@@ -54,6 +56,15 @@ def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
         Path(options.report_path).write_text(render_html(result.report), encoding="utf-8")
         result = replace(result, report_path=options.report_path)
     return result
+
+
+def _report_writable(path: str | None) -> None:
+    """Refuse an unwritable ``--report`` before the check runs, not after."""
+    problem = file_writable(path) if path is not None else None
+    if problem is not None:
+        raise ConfigError(f"--report {path}: {problem}",
+                          "give a path in an existing, writable directory, e.g. "
+                          "--report ./check.html")
 
 
 def worker_argv(options: CheckOptions) -> list[str]:

@@ -20,20 +20,11 @@ from ddpnet.env.detect import detect_launcher
 from ddpnet.env.initmethod import InitMethod, parse_init_method
 from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
+from ddpnet.paths import file_writable
 
 #: the torch variables a non-torchrun launcher may also find in the environment
 _TORCH_VARS = {"rank": "RANK", "world_size": "WORLD_SIZE"}
 _MPI = ("openmpi", "mpich", "mvapich")
-
-
-def _dir_writable(path: str) -> str | None:
-    """None when ``path``'s directory exists and is writable, else why not (edge: stats)."""
-    directory = os.path.dirname(path) or "/"
-    if not os.path.isdir(directory):
-        return f"directory {directory} does not exist"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"directory {directory} is not writable by this user"
-    return None
 
 
 def resolve(
@@ -66,7 +57,7 @@ def resolve_config(
     overrides: Mapping[str, Sourced],
     *,
     port_range: tuple[int, int] = (32768, 60999),
-    dir_check: Callable[[str], str | None] = _dir_writable,
+    dir_check: Callable[[str], str | None] = file_writable,
 ) -> DistConfig:
     """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``."""
     _reject_unknown(overrides)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ddpnet.errors import ConfigError
+from ddpnet.paths import dir_creatable
 from ddpnet.train import hugepages
 from ddpnet.train.config import TrainConfig, TrainOptions, validate
 from ddpnet.train.report import Reporter
@@ -48,9 +50,20 @@ def run(options: TrainOptions) -> TrainResult:
 
         check_world(options.local)  # before torch is imported or anything spawns
     cfg = validate(options.config, cuda_available=_cuda_available)
+    _checkpoint_dir_usable(cfg.checkpoint_dir)
     if options.local is not None:
         return TrainResult(run_local(options.local, cfg, as_json=options.as_json))
     return run_rank(cfg, as_json=options.as_json)
+
+
+def _checkpoint_dir_usable(path: str | None) -> None:
+    """Refuse a checkpoint directory that cannot be made before training, not at the first
+    checkpoint."""
+    problem = dir_creatable(path) if path else None
+    if problem is not None:
+        raise ConfigError(f"--checkpoint-dir {path}: {problem}",
+                          "give a directory this user can create or write, e.g. "
+                          "--checkpoint-dir ./ckpt")
 
 
 def _cuda_available() -> bool:
