@@ -99,3 +99,27 @@ def test_temp_files_of_a_killed_run_are_cleaned(tmp_path: Path) -> None:
     ap.apply(_plan("/etc/hosts", "new\n"), root, live=False)
     assert not stale.exists() and alive.exists()
     assert (root / "etc/hosts").read_text() == "new\n"
+
+
+@pytest.mark.parametrize("revert", [
+    [{"argv": ["sh", "-c", "touch /tmp/pwned"]}],
+    [{"argv": ["sysctl", "-w", "a=b\x00c"]}],
+    [{"argv": ["nft", "list", "ruleset"], "onlyif": ["rm", "-rf", "/"]}],
+    [{"argv": []}],
+])
+def test_a_journal_with_foreign_revert_commands_runs_nothing(
+        tmp_path: Path, revert: list[dict[str, object]]) -> None:
+    """``--revert`` runs as root: a journal whose revert commands are not tune's own tools
+    (or hold a NUL) is refused whole, before any command runs."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    _journal(root, parts={"firewall": {"revert": revert}})
+    ran: list[list[str]] = []
+
+    def runner(argv: object) -> tuple[int, str]:
+        ran.append(list(argv))  # type: ignore[call-overload]
+        return 0, ""
+
+    with pytest.raises(ConfigError):
+        ap.revert(root, runner=runner, live=True)
+    assert ran == []

@@ -176,11 +176,27 @@ def _check_shape(raw: Any) -> None:
     if not all(name.strip("/") for name in (*raw["dirs"], *raw["files"], *raw["touched"])):
         raise TypeError("a path names the root itself")
     for entry in raw["parts"].values():
-        commands = entry["revert"]
-        if not isinstance(commands, list) or not all(
-                isinstance(c, dict) and _strings(c.get("argv")) and _strings(c.get("unless", []))
-                and _strings(c.get("onlyif", [])) for c in commands):
-            raise TypeError("a part's revert commands are not argv lists")
+        _check_commands(entry["revert"])
+
+
+#: the tools tune's own revert commands run: a journal naming anything else was not
+#: written by ddpnet, and ``--revert`` runs as root
+REVERT_TOOLS = frozenset({"sysctl", "nft", "iptables", "ip6tables", "firewall-cmd", "ufw"})
+
+
+def _check_commands(commands: Any) -> None:
+    if not isinstance(commands, list) or not all(
+            isinstance(c, dict) and _strings(c.get("argv")) and _strings(c.get("unless", []))
+            and _strings(c.get("onlyif", [])) for c in commands):
+        raise TypeError("a part's revert commands are not argv lists")
+    for c in commands:
+        for argv in (c["argv"], c.get("unless", []), c.get("onlyif", [])):
+            if any("\x00" in word for word in argv):
+                raise TypeError("a revert command holds a NUL byte")
+            if argv and argv[0] not in REVERT_TOOLS:
+                raise TypeError(f"a revert command runs {argv[0]!r}, not one of tune's tools")
+        if not c["argv"]:
+            raise TypeError("a revert command is empty")
 
 
 @dataclass
