@@ -147,3 +147,66 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+def test_kill_9_of_the_spawner_ends_ranks_that_ask_to_die_with_it(tmp_path: Path) -> None:
+    """SIGKILL cannot be forwarded: a rank entry calls ``die_with_parent`` (as
+    ``python -m ddpnet.check|bench|train`` do) and gets SIGTERM from the kernel instead."""
+    pidfile = tmp_path / "pids"
+    rank = tmp_path / "rank.py"
+    rank.write_text(textwrap.dedent(f"""
+        import os, time
+        from ddpnet.local import die_with_parent
+        die_with_parent()
+        with open({str(pidfile)!r}, "a") as fh:
+            fh.write(f"{{os.getpid()}}\\n")
+        time.sleep(120)
+    """))
+    parent = tmp_path / "parent.py"
+    parent.write_text(textwrap.dedent(f"""
+        import sys
+        from ddpnet.local import LocalRanks
+        with LocalRanks([sys.executable, {str(rank)!r}], 2) as ranks:
+            ranks.wait(timeout=120)
+    """))
+    proc = subprocess.Popen([sys.executable, str(parent)])
+    deadline = time.monotonic() + 60
+    while (not pidfile.exists() or len(pidfile.read_text().split()) < 2) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 3
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)]
+
+
+def test_die_with_parent_is_a_no_op_outside_local_ranks() -> None:
+    from ddpnet.local import die_with_parent
+
+    die_with_parent({})  # no spawner named: nothing set, nothing raised
+    die_with_parent({"DDPNET_PARENT_PID": "not-a-pid"})
+
+
+def test_interrupted_start_stops_the_ranks_already_started(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C or SIGTERM (raised by the CLI's handler) half-way through ``start`` leaves no
+    rank behind: ``__exit__`` never runs when ``__enter__`` raises."""
+    started: list[subprocess.Popen[str]] = []
+    real = subprocess.Popen
+
+    def popen(*args: object, **kw: object) -> subprocess.Popen[str]:
+        if len(started) == 2:
+            raise KeyboardInterrupt
+        proc = real(*args, **kw)  # type: ignore[call-overload]
+        started.append(proc)
+        return proc  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt), LocalRanks(
+            [sys.executable, "-c", "import time; time.sleep(60)"], 4):
+        pass
+    assert len(started) == 2
+    assert all(p.poll() is not None for p in started)

@@ -67,6 +67,27 @@ def local_environ(base: Mapping[str, str], rank: int, world: int, port: int, *,
     return env
 
 
+#: the spawner's pid, for :func:`die_with_parent` in the rank
+PARENT_VAR = "DDPNET_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(environ: Mapping[str, str] | None = None) -> None:
+    """In a rank started by :class:`LocalRanks`: get SIGTERM when the spawner dies, even by
+    ``kill -9`` (which no handler of its own can forward). Ranks run in their own sessions,
+    so nothing else would stop them. Linux only; a no-op elsewhere or outside LocalRanks."""
+    parent = (os.environ if environ is None else environ).get(PARENT_VAR, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(parent):  # it died before the line above: nobody will tell us
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -167,14 +188,19 @@ class LocalRanks:
         self._failed_at: dict[int, float] = {}
 
     def environ(self, rank: int) -> dict[str, str]:
-        return local_environ(self._base, rank, self.world, self.port,
-                             pin_loopback=self._pin)
+        env = local_environ(self._base, rank, self.world, self.port, pin_loopback=self._pin)
+        env[PARENT_VAR] = str(os.getpid())
+        return env
 
     def argv(self, rank: int) -> list[str]:
         return list(self._argv(rank) if callable(self._argv) else self._argv)
 
     def __enter__(self) -> LocalRanks:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # Ctrl-C / SIGTERM half-way: the ranks started so far go too
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,6 +10,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from ddpnet.local import die_with_parent
+
+    die_with_parent()
     from ddpnet.bench.command import run
     from ddpnet.bench.options import BenchOptions
     from ddpnet.bench.render import report

@@ -7,6 +7,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from ddpnet.local import die_with_parent
+
+    die_with_parent()
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.run import exit_fast, run
     from ddpnet.output import finish, guarded, json_mode

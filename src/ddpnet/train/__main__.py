@@ -7,6 +7,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from ddpnet.local import die_with_parent
+
+    die_with_parent()
     from ddpnet.output import guarded, json_mode
     from ddpnet.train.config import TrainConfig
     from ddpnet.train.report import report
