@@ -215,6 +215,8 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float) -> LinkPr
                          f"({got.error})", what=STREAM, port=port, purpose=SINK,
                          outcome=got.outcome)
     with sock:
+        # close with a reset: what is still queued must not keep loading a slow link
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.setblocking(False)
         t0 = time.monotonic()
         deadline = start + timeout
