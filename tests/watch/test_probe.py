@@ -144,3 +144,11 @@ def test_sink_closes_connections_beyond_its_bound() -> None:
         first.sendall(b"x" * 1000)
         first.close()
         second.close()
+
+
+def test_listening_ports_are_this_process_own(side: socket.socket) -> None:
+    port = side.getsockname()[1]
+    with probe.ProbeSink(LO) as sink:
+        assert {port, sink.port} <= set(probe.listening_ports())
+        assert port not in probe.listening_ports(exclude=[port])
+    assert sink.port not in probe.listening_ports()

@@ -255,6 +255,23 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
     return tuple(sorted(found, key=lambda p: (p.dst_rank, p.what, p.purpose)))
 
 
+def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
+    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil).
+
+    What a heartbeat publishes as ``backend``: after ``init_process_group`` gloo keeps one
+    listener per rank (its peers of higher rank connected to it) and NCCL's bootstrap and
+    socket transport keep theirs; exclude the side channel, the sink and MASTER_PORT."""
+    import psutil
+
+    skip = set(exclude)
+    try:
+        conns = psutil.Process().net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return ()
+    return tuple(sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN
+                         and c.laddr and c.laddr.port not in skip}))
+
+
 class ProbeSink:
     """What a rank listens on for its peers' stream probes: accepts and discards, each
     connection read in its own daemon thread until EOF or ``idle`` seconds of silence, at most
