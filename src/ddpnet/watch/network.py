@@ -123,10 +123,11 @@ def culprit(pairs: Sequence[Pair]) -> int | None:
     return common.pop() if len(common) == 1 else None
 
 
-def _where(states: States, pairs: Sequence[Pair]) -> tuple[str, tuple[int, ...],
-                                                           tuple[str, ...]]:
-    """(the words naming the node or links, ranks, hosts) for failing ``pairs``."""
-    who = culprit(pairs)
+def _where(states: States, pairs: Sequence[Pair], node: int | None = None
+           ) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
+    """(the words naming the node or links, ranks, hosts) for failing ``pairs``: ``node``,
+    or the rank all of them share, or each link."""
+    who = node if node is not None else culprit(pairs)
     if who is not None:
         return name(states, who), (who,), (_host(states, who),)
     links = sorted({tuple(sorted(p)) for p in pairs})
@@ -256,23 +257,50 @@ def slow_pairs(streams: Sequence[LinkProbe], share: float = SLOW_SHARE) -> list[
     return [p for p in streams if p.rate_gbps is not None and p.rate_gbps < share * fastest]
 
 
-def _slow_node(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
-    """A stream far slower than the fastest pair: a NIC that dropped its rate."""
-    streams = _streams(snapshot)
-    slow = slow_pairs(streams)
+@dataclass(frozen=True)
+class Slow:
+    """What the slow streams show: one node (``node``) or links (``links``), the streams."""
+
+    node: int | None
+    links: tuple[Pair, ...]
+    streams: tuple[LinkProbe, ...]
+
+
+def slow_where(streams: Sequence[LinkProbe], share: float = SLOW_SHARE) -> Slow | None:
+    """The slow node, when every stream to or from one rank (two at least) is slow, else the
+    links slow in both directions (pure). One slow stream alone names nothing: a short
+    stream on a busy host can read low once; the same link read low both ways, or every
+    link of a node, cannot by chance."""
+    slow = slow_pairs(streams, share)
     if not slow:
         return None
+    slow_set = {(p.src_rank, p.dst_rank) for p in slow}
+    measured = {(p.src_rank, p.dst_rank) for p in streams if p.rate_gbps is not None}
+    who = culprit(sorted(slow_set))
+    if who is not None and all(pair in slow_set for pair in measured if who in pair):
+        return Slow(who, (), tuple(slow))
+    links = tuple(sorted({(a, b) for a, b in slow_set if a < b and (b, a) in slow_set}))
+    kept = tuple(p for p in slow if tuple(sorted((p.src_rank, p.dst_rank))) in links)
+    return Slow(None, links, kept) if links else None
+
+
+def _slow_node(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
+    """Streams far slower than the fastest pair: a NIC that dropped its rate."""
+    streams = _streams(snapshot)
+    found = slow_where(streams)
+    if found is None:
+        return None
     states = snapshot.states
-    words, ranks, hosts = _where(states, [(p.src_rank, p.dst_rank) for p in slow])
+    words, ranks, hosts = _where(states, found.links, found.node)
     fastest = max(p.rate_gbps or 0.0 for p in streams)
-    worst = min(p.rate_gbps or 0.0 for p in slow)
+    worst = min(p.rate_gbps or 0.0 for p in found.streams)
     iface = _field(states, ranks[0], "interface", "<iface>")
     return Diagnosis(
         kind=KIND,
         summary=f"slow link: {words} carries {worst:.3g} Gb/s where the fastest pair carries "
                 f"{fastest:.3g} Gb/s",
         ranks=ranks, hosts=hosts,
-        evidence=_evidence(stuck, snapshot.taken, states, slow),
+        evidence=_evidence(stuck, snapshot.taken, states, found.streams),
         hint=f"on {hosts[0]}: `ethtool {iface}` (Speed, Duplex), `ip -s link show {iface}` "
              f"(errors, drops), `tc qdisc show dev {iface}` (a shaper?)",
     )

@@ -12,12 +12,13 @@ What one rank does, bounded by ``timeout`` per probe and ``fanout`` probes at on
   (``connect_loop`` / ``outcome_of``, the rendezvous preflight's): "connected", "refused",
   "timeout" (dropped), "unreachable". One port answering while another times out is a
   firewall; every port timing out is a link or host down.
-- a short data stream into the peer's sink (``stream_bytes``, default 4 MiB, within
-  ``timeout``): the kernel's count of unacknowledged bytes (``SIOCOUTQ``) tells a path that
-  carries the handshake but drops full-size segments (an MTU mismatch: nothing is acked) from a
-  slow one (acked bytes over time = the rate, Gb/s) without any help from the peer beyond
-  reading. ICMP is not used (unprivileged ranks cannot send it); TCP sets DF on Linux, so the
-  stream is the path-MTU probe, and ``TCP_INFO`` adds the kernel's path MTU and MSS.
+- a short data stream into the peer's sink (for ``stream_seconds``, default 0.3 s, at most
+  ``stream_bytes``, acknowledged within ``timeout``): the kernel's count of unacknowledged
+  bytes (``SIOCOUTQ``) tells a path that carries the handshake but drops full-size segments
+  (an MTU mismatch: nothing is acked) from a slow one (acked bytes over time = the rate,
+  Gb/s) without any help from the peer beyond reading. ICMP is not used (unprivileged ranks
+  cannot send it); TCP sets DF on Linux, so the stream is the path-MTU probe, and
+  ``TCP_INFO`` adds the kernel's path MTU and MSS.
 
 Scale: each rank probes O(peers) targets. Up to :data:`FULL_MESH_LIMIT` ranks that is every
 peer (N - 1, with ``fanout`` in flight: O(N / fanout * timeout) at worst); above it only its
@@ -55,8 +56,11 @@ STREAMED, STALLED = "streamed", "stalled"
 #: above this many ranks in the group, probe ring neighbours only
 FULL_MESH_LIMIT = 64
 FANOUT = 16
-STREAM_BYTES = 4 << 20
-_CHUNK = 64 << 10
+#: a stream sends this long (or this much): long enough that timer and scheduling noise on a
+#: busy host stay small against it, short enough not to matter to a job that is hung anyway
+STREAM_SECONDS = 0.3
+STREAM_BYTES = 1 << 30
+_CHUNK = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,10 @@ def _drain(sock: socket.socket, deadline: float) -> int:
     return unacked
 
 
-def probe_stream(me: int, target: Target, nbytes: int, timeout: float) -> LinkProbe:
-    """Stream ``nbytes`` into ``target``'s sink within ``timeout`` (edge)."""
+def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
+                 seconds: float = STREAM_SECONDS) -> LinkProbe:
+    """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
+    acknowledgements; all within ``timeout`` (edge)."""
     port = target.ports[SINK]
     start = time.monotonic()
     try:
@@ -221,7 +227,7 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float) -> LinkPr
         t0 = time.monotonic()
         deadline = start + timeout
         try:
-            sent = _push(sock, nbytes, deadline)
+            sent = _push(sock, nbytes, min(deadline, t0 + seconds))
             unacked = _drain(sock, deadline)
         except OSError as exc:  # reset by the peer mid-stream
             got = outcome_of(exc)
@@ -235,19 +241,22 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float) -> LinkPr
 def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: float,
                 ports: Mapping[int, Mapping[str, int]] | None = None,
                 group: Sequence[int] | None = None, stream_bytes: int = STREAM_BYTES,
+                stream_seconds: float = STREAM_SECONDS,
                 fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT) -> tuple[LinkProbe, ...]:
     """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge).
 
     ``ports`` adds to or overrides what each peer published (rank -> {purpose: port});
     ``group`` is the stuck collective's ranks (default: every rank in ``states``);
-    ``stream_bytes=0`` skips the stream. Each probe takes at most ``timeout`` seconds and at
-    most ``fanout`` run at once, so the call is bounded by ceil(probes / fanout) * timeout."""
-    ranks = list(states) if group is None else list(group)
+    ``stream_bytes=0`` skips the stream, else it runs ``stream_seconds``. Each probe takes
+    at most ``timeout`` seconds and at most ``fanout`` run at once, so the call is bounded by
+    ceil(probes / fanout) * timeout."""
+    ranks = [*states, me] if group is None else list(group)
     targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
     jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)
                                    for t in targets for purpose in sorted(t.ports)]
     if stream_bytes > 0:
-        jobs += [(probe_stream, me, t, stream_bytes, timeout) for t in targets if SINK in t.ports]
+        jobs += [(probe_stream, me, t, stream_bytes, timeout, stream_seconds)
+                 for t in targets if SINK in t.ports]
     if not jobs:
         return ()
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:

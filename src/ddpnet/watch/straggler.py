@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddpnet.watch.network import culprit, name, slow_pairs
+from ddpnet.watch.network import name, slow_where
 from ddpnet.watch.probe import STREAM
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
 
@@ -261,22 +261,27 @@ def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
 
 def _named_by_probes(snapshot: Snapshot, evidence: tuple[str, ...],
                      factor: float) -> Diagnosis | None:
-    """The slow pair or node from stream probes' rates, when the snapshot has them."""
-    slow = slow_pairs([q for q in snapshot.probes if q.what == STREAM])
-    if not slow:
+    """The slow node or link from stream probes' rates, when the snapshot has them."""
+    found = slow_where([q for q in snapshot.probes if q.what == STREAM])
+    if found is None:
         return None
     states = snapshot.states
-    pairs = [(q.src_rank, q.dst_rank) for q in slow]
-    who = culprit(pairs)
-    a, b = pairs[0]
-    where = name(states, who) if who is not None else f"{name(states, a)} <-> {name(states, b)}"
-    ranks = (who,) if who is not None else tuple(sorted({a, b}))
+    first = found.streams[0]
+    ranks: tuple[int, ...]
+    if found.node is not None:  # the hint names the node and the peer of its first stream
+        a = found.node
+        b = first.dst_rank if first.src_rank == a else first.src_rank
+        where, ranks = name(states, a), (a,)
+    else:
+        a, b = found.links[0]
+        where, ranks = f"{name(states, a)} <-> {name(states, b)}", (a, b)
+    worst = min(q.rate_gbps or 0.0 for q in found.streams)
     return Diagnosis(
         kind=KIND,
         summary=f"slow network: collectives take {factor:.1f}x longer; the probes name "
-                f"{where} (down to {min(q.rate_gbps or 0.0 for q in slow):.3g} Gb/s)",
+                f"{where} (down to {worst:.3g} Gb/s)",
         ranks=ranks, hosts=tuple(dict.fromkeys(_host(states, r) for r in ranks)),
         evidence=(*evidence, *(f"rank {q.src_rank} -> rank {q.dst_rank}: {q.detail}"
-                               for q in slow[:6])),
-        hint=_link_hint(states, ranks[0], b if who is None else (a if who != a else b)),
+                               for q in found.streams[:6])),
+        hint=_link_hint(states, a, b),
     )
