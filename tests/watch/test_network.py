@@ -113,10 +113,22 @@ def _replace(probes: list[LinkProbe], new: list[LinkProbe]) -> tuple[LinkProbe, 
                  + new)
 
 
-def test_node_with_its_link_down_is_named() -> None:
+def _silent(snap: Snapshot, rank: int, since: float = 30.0) -> Snapshot:
+    """``rank`` last published ``since`` seconds before the snapshot."""
+    old = snap.states[rank]
+    assert old is not None
+    states = {**snap.states, rank: RankState.from_dict({**old.to_dict(),
+                                                        "published": NOW - since})}
+    return Snapshot(snap.world_size, snap.taken, states, snap.gone, snap.probes)
+
+
+def _down_to_2() -> tuple[LinkProbe, ...]:
     down = [connect(s, 2, purpose, "timeout") for s in (0, 1) for purpose in ("side", "backend")]
-    down += [stream(s, 2, None, "timeout") for s in (0, 1)]
-    found = network.detect(snapshot(probes=_replace(healthy(), down)))
+    return _replace(healthy(), down + [stream(s, 2, None, "timeout") for s in (0, 1)])
+
+
+def test_node_with_its_link_down_is_named() -> None:
+    found = network.detect(_silent(snapshot(probes=_down_to_2()), 2))
     assert found is not None and found.kind == "network"
     assert found.summary.startswith("link down: rank 2 (node2, eth0 198.18.0.3)")
     assert found.ranks == (2,) and found.hosts == ("node2",)
@@ -124,9 +136,23 @@ def test_node_with_its_link_down_is_named() -> None:
     assert any("rank 0 -> rank 2" in e and "timeout" in e for e in found.evidence)
 
 
+def test_every_port_dropped_while_its_heartbeat_is_fresh_is_a_firewall() -> None:
+    """block-ephemeral in the lab: established connections (the heartbeat) pass, new ones
+    are dropped on every port."""
+    found = network.detect(snapshot(probes=_down_to_2()))  # rank 2 published 1 s ago
+    assert found is not None and found.ranks == (2,)
+    assert found.summary.startswith("firewall: every new connection to rank 2 (node2, eth0 "
+                                    "198.18.0.3) is dropped")
+    assert "published its state 1 s ago" in found.summary
+    assert "nft list ruleset" in found.hint
+    assert network.fresh(snapshot(), 2) and not network.fresh(_silent(snapshot(), 2, 6.0), 2)
+    never = Snapshot(3, NOW, {**snapshot().states, 2: RankState(2, 3)})
+    assert not network.fresh(never, 2)
+
+
 def test_one_link_down_names_the_pair() -> None:
     down = [connect(0, 1, p, "unreachable") for p in ("side", "backend")]
-    found = network.detect(snapshot(probes=_replace(healthy(), down)))
+    found = network.detect(_silent(snapshot(probes=_replace(healthy(), down)), 1))
     assert found is not None
     assert "rank 0 (node0, eth0 198.18.0.1) <-> rank 1 (node1, eth0 198.18.0.2)" in found.summary
     assert found.ranks == (0, 1) and found.hosts == ("node0", "node1")
@@ -188,7 +214,7 @@ def test_rates_within_noise_name_nothing() -> None:
 def test_link_down_wins_over_a_slow_stream_elsewhere() -> None:
     probes = _replace(healthy(), [connect(0, 2, p, "timeout") for p in ("side", "backend")]
                       + [stream(0, 1, 0.01)])
-    found = network.detect(snapshot(probes=probes))
+    found = network.detect(_silent(snapshot(probes=probes), 2))
     assert found is not None and found.summary.startswith("link down")
 
 

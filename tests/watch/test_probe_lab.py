@@ -45,12 +45,12 @@ print(json.dumps([asdict(p) for p in found]))
 """
 
 
-def states_of(lab: Lab) -> dict[int, RankState]:
+def states_of(lab: Lab, published: float = 0.0) -> dict[int, RankState]:
     """Three ranks, one per node, all inside all_reduce #9 (what the watchdog would see)."""
     flight = (CollectiveRecord(seq=9, op="all_reduce", started=100.0),)
     return {n.index: RankState(rank=n.index, world_size=3, host=n.hostname, pid=1,
                                interface=n.ifname, address=n.address, recent=flight,
-                               extra={"ports": PORTS})
+                               published=published, extra={"ports": PORTS})
             for n in lab.nodes}
 
 
@@ -86,8 +86,8 @@ def probe_all(lab: Lab) -> tuple[LinkProbe, ...]:
     return tuple(p for row in rows for p in row)
 
 
-def diagnose(lab: Lab, probes: tuple[LinkProbe, ...]) -> Any:
-    return network.detect(Snapshot(3, 130.0, states_of(lab), probes=probes))
+def diagnose(lab: Lab, probes: tuple[LinkProbe, ...], published: float = 0.0) -> Any:
+    return network.detect(Snapshot(3, 130.0, states_of(lab, published), probes=probes))
 
 
 def gso(lab: Lab, node: int, segs: int) -> None:
@@ -133,6 +133,23 @@ def test_firewall_drop_names_the_node_and_port(clean: Lab) -> None:
     assert found is not None and found.summary.startswith("firewall:"), found
     assert f"rank 1 ({clean.node(1).hostname}" in found.summary
     assert str(BACKEND) in found.summary and "dropped" in found.summary
+
+
+def test_inbound_firewall_that_keeps_established_connections(clean: Lab) -> None:
+    """block-ephemeral on node 1 drops every new connection to it but keeps established ones
+    (its heartbeat): all its ports time out while it still publishes."""
+    clean.fault("block-ephemeral", 1)
+    probes = probe_all(clean)
+    for purpose in ("side", "backend", "sink"):
+        assert of(probes, 0, 1, "connect", purpose).outcome == "timeout"
+    assert of(probes, 1, 2, "connect", "side").reachable  # its own connections go out
+    assert of(probes, 0, 2, "stream", "sink").reachable
+    found = diagnose(clean, probes, published=129.0)
+    assert found is not None, probes
+    assert found.summary.startswith(f"firewall: every new connection to rank 1 "
+                                    f"({clean.node(1).hostname}"), found
+    silent = diagnose(clean, probes)  # no fresh heartbeat: the link is down as far as we know
+    assert silent is not None and silent.summary.startswith("link down")
 
 
 def test_rate_cut_names_the_slow_node(clean: Lab) -> None:

@@ -4,7 +4,9 @@ ranks are all waiting on the wire; the link probes (:mod:`ddpnet.watch.probe`, i
 
 Sub-kinds, tried in this order (the first that explains the failing probes wins):
 
-- link down: every port of a peer times out or is unreachable from a rank;
+- link down: every port of a peer times out or is unreachable from a rank (but when that peer
+  published its state within ``FRESH_S`` seconds over its open connection, its host is up:
+  a firewall dropping every new connection);
 - firewall: one port of a peer answers (its side channel) while another (gloo's / NCCL's
   listener, or the sink) is refused or dropped;
 - MTU: the connect works but a data stream gets (almost) nothing acknowledged;
@@ -28,6 +30,8 @@ from ddpnet.watch.state import Diagnosis, LinkProbe, RankState, Snapshot
 KIND = "network"
 #: a stream slower than this share of the fastest pair's rate is a slow link
 SLOW_SHARE = 0.25
+#: a state published this recently (seconds before the snapshot) proves its host is up
+FRESH_S = 5.0
 #: evidence lines kept per diagnosis
 MAX_EVIDENCE = 8
 
@@ -177,6 +181,8 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     if not down:
         return None
     states = snapshot.states
+    if all(fresh(snapshot, dst) for _, dst in down):
+        return _drops_all(snapshot, stuck, down)
     words, ranks, hosts = _where(states, list(down))
     who = culprit(list(down))
     iface = _field(states, who, "interface", "<iface>") if who is not None else "<iface>"
@@ -191,6 +197,44 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                                                            for p in ps]),
         hint=f"on {at}: `ip -br link show {iface}` (state UP, carrier) and `ip -s link show "
              f"{iface}` (errors); check its cable / switch port; `ping -c3 {peer}` from a peer",
+    )
+
+
+def _age(snapshot: Snapshot, rank: int) -> float:
+    """Seconds since the rank last published; infinite when never (or unknown: 0)."""
+    state = snapshot.states.get(rank)
+    if state is None or state.published <= 0:
+        return float("inf")
+    return snapshot.taken - state.published
+
+
+def fresh(snapshot: Snapshot, rank: int) -> bool:
+    """The rank published its state within :data:`FRESH_S` of the snapshot (pure): its host
+    is up and its own connections work."""
+    return _age(snapshot, rank) <= FRESH_S
+
+
+def _drops_all(snapshot: Snapshot, stuck: Stuck,
+               down: Mapping[Pair, list[LinkProbe]]) -> Diagnosis:
+    """Every new connection to a peer is dropped, yet its heartbeat (an open connection) is
+    fresh: an inbound firewall rule that keeps established connections, not a dead link."""
+    states = snapshot.states
+    targets = sorted({dst for _, dst in down})
+    words = "; ".join(name(states, r) for r in targets[:4])
+    hosts = tuple(dict.fromkeys(_host(states, r) for r in targets))
+    ages = ", ".join(f"{_age(snapshot, r):.0f} s" for r in targets[:4])
+    return Diagnosis(
+        kind=KIND,
+        summary=f"firewall: every new connection to {words} is dropped (all its ports time "
+                f"out), yet it published its state {ages} ago over an open connection: an "
+                f"inbound firewall rule, not a dead link",
+        ranks=tuple(targets), hosts=hosts,
+        evidence=_evidence(stuck, snapshot.taken, states, [p for ps in down.values()
+                                                           for p in ps]),
+        hint=f"on {hosts[0]}: `nft list ruleset` / `iptables -S INPUT` shows the rule; allow the "
+             f"cluster's nodes, e.g. `nft insert rule inet filter input ip saddr "
+             f"<cluster-subnet> accept` or `firewall-cmd --zone=trusted "
+             f"--add-source=<cluster-subnet>`",
     )
 
 
