@@ -149,3 +149,27 @@ def test_wait_in_counts_overlapping_collectives_once() -> None:
     assert straggler.wait_in(recs, 0.0, 4.0) == pytest.approx(2.0)
     assert straggler.wait_in(recs, 2.0, 10.0) == pytest.approx(1.5)
     assert straggler.wait_in([], 0.0, 1.0) == 0.0
+
+
+def test_medians_without_self_match_the_slow_way() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    for n in (2, 3, 4, 7, 10):
+        values = [rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(n)]
+        want = [statistics.median(values[:i] + values[i + 1:]) for i in range(n)]
+        assert straggler.medians_without_self(values) == pytest.approx(want)
+
+
+def test_a_thousand_ranks_are_analysed_in_time() -> None:
+    """O(steps x N log N): 1000 ranks x 50 steps stay well under a second or two."""
+    import time
+
+    compute = {r: [0.2 + 0.001 * ((r * 7 + k) % 5) for k in range(50)] for r in range(1000)}
+    compute[613] = [c * 1.5 for c in compute[613]]
+    snap = ddp(compute)
+    start = time.monotonic()
+    found = straggler.detect(snap)
+    assert found is not None and found.ranks == (613,)
+    assert time.monotonic() - start < 5.0

@@ -10,7 +10,8 @@ Sub-kinds, tried in this order (the first that explains the failing probes wins)
 - firewall: one port of a peer answers (its side channel) while another (gloo's / NCCL's
   listener, or the sink) is refused or dropped;
 - MTU: the connect works but a data stream gets (almost) nothing acknowledged;
-- slow node: a stream's rate is far below the fastest pair's.
+- slow node: every stream to or from one rank is far below the fastest pair's rate (else a
+  link slow both ways; one slow stream alone names nothing).
 
 When several pairs fail and one rank is in all of them, that rank's node is named (its NIC,
 port or firewall); otherwise each failing link. With no probes yet :func:`detect` says the

@@ -83,11 +83,20 @@ def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> fl
 
 @dataclass(frozen=True)
 class Times:
-    """Aligned last-n steps of the ranks that published enough of them."""
+    """Aligned last-n steps of the ranks that published enough of them; ``comp`` is each
+    step's compute (step - wait), worked out once."""
 
     ranks: tuple[int, ...]
     step: Mapping[int, tuple[float, ...]]
     wait: Mapping[int, tuple[float, ...]]
+    comp: Mapping[int, tuple[float, ...]]
+
+    @classmethod
+    def of(cls, step: Mapping[int, tuple[float, ...]],
+           wait: Mapping[int, tuple[float, ...]]) -> Times:
+        comp = {r: tuple(max(0.0, s - w) for s, w in zip(step[r], wait[r], strict=True))
+                for r in step}
+        return cls(tuple(sorted(step)), step, wait, comp)
 
     @property
     def steps(self) -> int:
@@ -95,12 +104,11 @@ class Times:
 
     def tail(self, n: int) -> Times:
         """The last ``n`` steps only."""
-        return Times(self.ranks, {r: v[-n:] for r, v in self.step.items()},
-                     {r: v[-n:] for r, v in self.wait.items()})
+        return Times.of({r: v[-n:] for r, v in self.step.items()},
+                        {r: v[-n:] for r, v in self.wait.items()})
 
     def compute(self, rank: int) -> tuple[float, ...]:
-        pairs = zip(self.step[rank], self.wait[rank], strict=True)
-        return tuple(max(0.0, s - w) for s, w in pairs)
+        return self.comp[rank]
 
 
 def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
@@ -111,9 +119,8 @@ def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
     if len(usable) < 2:
         return None
     n = min(p.window, *(min(len(s.step_times), len(s.wait_times)) for s in usable.values()))
-    ranks = tuple(sorted(usable))
-    return Times(ranks, {r: usable[r].step_times[-n:] for r in ranks},
-                 {r: usable[r].wait_times[-n:] for r in ranks})
+    return Times.of({r: s.step_times[-n:] for r, s in usable.items()},
+                    {r: s.wait_times[-n:] for r, s in usable.items()})
 
 
 def _median(values: Iterable[float]) -> float:
@@ -121,12 +128,34 @@ def _median(values: Iterable[float]) -> float:
     return statistics.median(got) if got else 0.0
 
 
-def slow_steps(t: Times, rank: int, ratio: float) -> int:
-    """Steps in which ``rank`` computed over ``ratio`` x the other ranks' median (pure)."""
-    mine = t.compute(rank)
-    others = [t.compute(r) for r in t.ranks if r != rank]
-    return sum(1 for k, c in enumerate(mine)
-               if c > ratio * _median(o[k] for o in others) and c > 0)
+def medians_without_self(values: Sequence[float]) -> list[float]:
+    """For each i, the median of ``values`` less ``values[i]`` (pure, O(n log n): one sort,
+    so 1000 ranks cost what a sort of 1000 does). Needs two values or more."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranked = [values[i] for i in order]
+    where = [0] * len(values)
+    for k, i in enumerate(order):
+        where[i] = k
+    m = len(values) - 1
+
+    def kept(j: int, gone: int) -> float:  # the j-th smallest once index ``gone`` is out
+        return ranked[j] if j < gone else ranked[j + 1]
+
+    if m % 2:
+        return [kept(m // 2, where[i]) for i in range(len(values))]
+    return [(kept(m // 2 - 1, where[i]) + kept(m // 2, where[i])) / 2
+            for i in range(len(values))]
+
+
+def slow_counts(t: Times, ratio: float) -> dict[int, int]:
+    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median."""
+    counts = dict.fromkeys(t.ranks, 0)
+    for k in range(t.steps):
+        column = [t.comp[r][k] for r in t.ranks]
+        for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
+            if c > 0 and c > ratio * others:
+                counts[r] += 1
+    return counts
 
 
 def detect(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
@@ -167,7 +196,7 @@ def _host(states: Mapping[int, RankState | None], rank: int) -> str:
 
 
 def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
-    counts = {r: slow_steps(t, r, p.ratio) for r in t.ranks}
+    counts = slow_counts(t, p.ratio)
     slow = [r for r in t.ranks if counts[r] >= p.consistent * t.steps]
     if not slow:
         return None
