@@ -106,6 +106,11 @@ class LinkProbe:
     reachable: bool
     detail: str = ""               # "connect timed out after 2.0 s", "mtu 1500 < 9000"
     rate_gbps: float | None = None
+    what: str = "connect"          # "connect" (one port) or "stream" (data: MTU and rate)
+    port: int = 0                  # the peer's port probed
+    purpose: str = ""              # which listener: "side", "backend", "sink" (watch.probe)
+    outcome: str = ""              # net.probe's outcome ("connected", "refused", "timeout",
+                                   # "unreachable", ...), or "stalled" for a stream
 
 
 @dataclass(frozen=True)

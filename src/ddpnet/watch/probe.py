@@ -1,0 +1,353 @@
+"""Probe this rank's links to its peers while a collective hangs (issue 20, "network at fault").
+
+Run by the watchdog on every rank when :func:`ddpnet.watch.network.wants_probes` says so; the
+:class:`~ddpnet.watch.state.LinkProbe` results go into the next ``Snapshot`` and
+:func:`ddpnet.watch.network.detect` names the link, port or node from them.
+
+What one rank does, bounded by ``timeout`` per probe and ``fanout`` probes at once:
+
+- a TCP connect to every port the peer listens on (``RankState.extra["ports"]``:
+  ``side`` = its heartbeat side channel, ``backend`` = gloo's/NCCL's listener when known,
+  ``sink`` = its :class:`ProbeSink`), retried and classified by :mod:`ddpnet.net.probe`
+  (``connect_loop`` / ``outcome_of``, the rendezvous preflight's): "connected", "refused",
+  "timeout" (dropped), "unreachable". One port answering while another times out is a
+  firewall; every port timing out is a link or host down.
+- a short data stream into the peer's sink (for ``stream_seconds``, default 0.3 s, at most
+  ``stream_bytes``, acknowledged within ``timeout``): the kernel's count of unacknowledged
+  bytes (``SIOCOUTQ``) tells a path that carries the handshake but drops full-size segments
+  (an MTU mismatch: nothing is acked) from a slow one (acked bytes over time = the rate,
+  Gb/s) without any help from the peer beyond reading. ICMP is not used (unprivileged ranks
+  cannot send it); TCP sets DF on Linux, so the stream is the path-MTU probe, and
+  ``TCP_INFO`` adds the kernel's path MTU and MSS.
+
+Scale: each rank probes O(peers) targets. Up to :data:`FULL_MESH_LIMIT` ranks that is every
+peer (N - 1, with ``fanout`` in flight: O(N / fanout * timeout) at worst); above it only its
+ring neighbours (rank - 1 and rank + 1 in the stuck collective's group, the links a ring
+collective uses), so a 1000-node job opens O(1) probes per rank and O(N) in all, and every
+ring link is still probed from both ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import select
+import socket
+import struct
+import termios
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.net.ports import listen_socket
+from ddpnet.net.probe import CONNECTED, RESET, TIMEOUT, Attempt, connect_loop, outcome_of
+from ddpnet.watch.state import LinkProbe, RankState
+
+#: ``RankState.extra[PORTS_KEY]`` = {purpose: port} a rank publishes for its peers' probes
+PORTS_KEY = "ports"
+SIDE, BACKEND, SINK = "side", "backend", "sink"
+#: LinkProbe.what
+CONNECT, STREAM = "connect", "stream"
+#: stream outcomes: every byte acked (rate measured) / connected but (almost) nothing acked
+STREAMED, STALLED = "streamed", "stalled"
+#: above this many ranks in the group, probe ring neighbours only
+FULL_MESH_LIMIT = 64
+FANOUT = 16
+#: a stream sends this long (or this much): long enough that timer and scheduling noise on a
+#: busy host stay small against it, short enough not to matter to a job that is hung anyway
+STREAM_SECONDS = 0.3
+STREAM_BYTES = 1 << 30
+_CHUNK = 256 << 10
+
+
+@dataclass(frozen=True)
+class Target:
+    """A peer to probe: its rank, address and the ports it listens on."""
+
+    rank: int
+    address: str
+    ports: Mapping[str, int]
+
+
+# ---- pure: whom and what to probe -----------------------------------------------------------
+
+
+def peers_to_probe(me: int, group: Sequence[int], *,
+                   limit: int = FULL_MESH_LIMIT) -> tuple[int, ...]:
+    """The ranks ``me`` probes (pure): every other rank of ``group`` up to ``limit`` ranks,
+    else its ring neighbours in ``group``'s order; none when ``me`` is not in it."""
+    ranks = sorted(set(group))
+    if me not in ranks:
+        return ()
+    if len(ranks) <= limit:
+        return tuple(r for r in ranks if r != me)
+    i = ranks.index(me)
+    return tuple(sorted({ranks[i - 1], ranks[(i + 1) % len(ranks)]} - {me}))
+
+
+def ports_of(state: RankState, override: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The valid ports a peer published in ``extra["ports"]``, ``override`` winning (pure)."""
+    published = state.extra.get(PORTS_KEY, {})
+    merged = {**(published if isinstance(published, Mapping) else {}), **(override or {})}
+    out = {}
+    for purpose, port in merged.items():
+        with contextlib.suppress(TypeError, ValueError):
+            if 1 <= int(port) <= 65535:
+                out[str(purpose)] = int(port)
+    return out
+
+
+def plan_targets(states: Mapping[int, RankState | None], peers: Iterable[int],
+                 ports: Mapping[int, Mapping[str, int]] | None = None) -> list[Target]:
+    """The peers that published an address and at least one port (pure)."""
+    targets = []
+    for rank in peers:
+        state = states.get(rank)
+        if state is None or not state.address:
+            continue
+        found = ports_of(state, (ports or {}).get(rank))
+        if found:
+            targets.append(Target(rank, state.address, found))
+    return targets
+
+
+def connect_result(me: int, target: Target, purpose: str, attempts: Sequence[Attempt],
+                   elapsed: float) -> LinkProbe:
+    """A connect probe's LinkProbe from its attempts (pure); a reset counts as reachable,
+    as in :func:`ddpnet.net.probe.classify_connect`."""
+    last = attempts[-1] if attempts else Attempt(TIMEOUT, "no attempt in time")
+    port = target.ports[purpose]
+    said = f" ({last.error})" if last.error and last.error != "timed out" else ""
+    detail = (f"{purpose} port {port}: {last.outcome}{said} after {elapsed:.1f} s, "
+              f"{len(attempts)} attempt(s)")
+    return LinkProbe(me, target.rank, last.outcome in (CONNECTED, RESET), detail,
+                     what=CONNECT, port=port, purpose=purpose, outcome=last.outcome)
+
+
+@dataclass(frozen=True)
+class TcpInfo:
+    snd_mss: int
+    pmtu: int
+    rtt_us: int
+
+
+def parse_tcp_info(raw: bytes) -> TcpInfo | None:
+    """MSS, path MTU and RTT from ``struct tcp_info`` (linux/tcp.h: 8 bytes of u8 fields,
+    then u32 rto, ato, snd_mss, ..., pmtu (14th), rcv_ssthresh, rtt); None when short."""
+    if len(raw) < 72:
+        return None
+    snd_mss, = struct.unpack_from("I", raw, 16)
+    pmtu, _, rtt = struct.unpack_from("III", raw, 60)
+    return TcpInfo(snd_mss, pmtu, rtt)
+
+
+def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: float,
+                  info: TcpInfo | None) -> LinkProbe:
+    """A stream probe's LinkProbe (pure). Less than two segments acked after connecting is a
+    path dropping full-size segments (MTU); otherwise acked bytes / seconds is the rate."""
+    port = target.ports[SINK]
+    acked = max(0, sent - unacked)
+    path = f"; path MTU {info.pmtu}, MSS {info.snd_mss}" if info else ""
+    mss = info.snd_mss if info and info.snd_mss else 1448
+    if sent and acked < 2 * mss:
+        return LinkProbe(me, target.rank, False,
+                         f"mtu: connected to sink port {port}, but only {acked} of {sent} "
+                         f"bytes acked in {seconds:.1f} s: full-size segments are dropped{path}",
+                         what=STREAM, port=port, purpose=SINK, outcome=STALLED)
+    rate = acked * 8 / seconds / 1e9 if seconds > 0 else None
+    part = "" if not unacked else f" ({unacked} still unacked at the deadline)"
+    shown = f"{rate:.3f} Gb/s" if rate is not None else "? Gb/s"
+    return LinkProbe(me, target.rank, True,
+                     f"stream: {acked} bytes acked in {seconds:.3f} s = {shown}{part}{path}",
+                     rate_gbps=None if rate is None else round(rate, 4), what=STREAM,
+                     port=port, purpose=SINK, outcome=STREAMED)
+
+
+# ---- edge -----------------------------------------------------------------------------------
+
+
+def probe_connect(me: int, target: Target, purpose: str, timeout: float) -> LinkProbe:
+    """Connect to one of ``target``'s ports until it works or ``timeout`` (edge)."""
+    attempts, elapsed = connect_loop(target.address, target.ports[purpose], timeout)
+    return connect_result(me, target, purpose, attempts, elapsed)
+
+
+def _unacked(sock: socket.socket) -> int:
+    """Bytes sent and not yet acknowledged (SIOCOUTQ, which is TIOCOUTQ on Linux)."""
+    raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    return int(struct.unpack("i", raw)[0])
+
+
+def _tcp_info(sock: socket.socket) -> TcpInfo | None:
+    try:
+        return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104))
+    except (OSError, AttributeError):
+        return None
+
+
+def _push(sock: socket.socket, nbytes: int, deadline: float) -> int:
+    """Send up to ``nbytes`` before ``deadline`` without blocking past it; bytes sent."""
+    payload = memoryview(bytes(_CHUNK))
+    sent = 0
+    while sent < nbytes and (left := deadline - time.monotonic()) > 0:
+        try:
+            sent += sock.send(payload[:min(_CHUNK, nbytes - sent)])
+        except BlockingIOError:
+            select.select([], [sock], [], min(0.05, left))
+    return sent
+
+
+def _drain(sock: socket.socket, deadline: float) -> int:
+    """Wait until every byte is acked or ``deadline``; what is still unacked."""
+    while (unacked := _unacked(sock)) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return unacked
+
+
+#: linux/in.h and linux/in6.h (Python names them from 3.12 on): (level, option, "do" value)
+_PMTUDISC_DO = {
+    socket.AF_INET: (socket.IPPROTO_IP, getattr(socket, "IP_MTU_DISCOVER", 10), 2),
+    socket.AF_INET6: (socket.IPPROTO_IPV6, getattr(socket, "IPV6_MTU_DISCOVER", 23), 2),
+}
+
+
+def set_dont_fragment(sock: socket.socket) -> None:
+    """DF on every segment whatever ``ip_no_pmtu_disc`` says (IP_PMTUDISC_DO), so a path that
+    cannot carry the MSS drops the segments instead of fragmenting them (Linux)."""
+    level, option, value = _PMTUDISC_DO.get(sock.family, (None, 0, 0))
+    if level is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
+
+
+def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
+                 seconds: float = STREAM_SECONDS) -> LinkProbe:
+    """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
+    acknowledgements; all within ``timeout`` (edge)."""
+    port = target.ports[SINK]
+    start = time.monotonic()
+    try:
+        sock = socket.create_connection((target.address, port), timeout=timeout)
+    except OSError as exc:
+        got = outcome_of(exc)
+        return LinkProbe(me, target.rank, False, f"stream: sink port {port}: {got.outcome} "
+                         f"({got.error})", what=STREAM, port=port, purpose=SINK,
+                         outcome=got.outcome)
+    with sock:
+        # close with a reset: what is still queued must not keep loading a slow link
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        set_dont_fragment(sock)
+        sock.setblocking(False)
+        t0 = time.monotonic()
+        deadline = start + timeout
+        try:
+            sent = _push(sock, nbytes, min(deadline, t0 + seconds))
+            unacked = _drain(sock, deadline)
+        except OSError as exc:  # reset by the peer mid-stream
+            got = outcome_of(exc)
+            return LinkProbe(me, target.rank, False, f"stream: sink port {port}: "
+                             f"{got.outcome} mid-stream ({got.error})", what=STREAM,
+                             port=port, purpose=SINK, outcome=got.outcome)
+        return stream_result(me, target, sent, unacked, time.monotonic() - t0,
+                             _tcp_info(sock))
+
+
+def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: float,
+                ports: Mapping[int, Mapping[str, int]] | None = None,
+                group: Sequence[int] | None = None, stream_bytes: int = STREAM_BYTES,
+                stream_seconds: float = STREAM_SECONDS,
+                fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT) -> tuple[LinkProbe, ...]:
+    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge).
+
+    ``ports`` adds to or overrides what each peer published (rank -> {purpose: port});
+    ``group`` is the stuck collective's ranks (default: every rank in ``states``);
+    ``stream_bytes=0`` skips the stream, else it runs ``stream_seconds``. Each probe takes
+    at most ``timeout`` seconds and at most ``fanout`` run at once, so the call is bounded by
+    ceil(probes / fanout) * timeout."""
+    ranks = [*states, me] if group is None else list(group)
+    targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
+    jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)
+                                   for t in targets for purpose in sorted(t.ports)]
+    if stream_bytes > 0:
+        jobs += [(probe_stream, me, t, stream_bytes, timeout, stream_seconds)
+                 for t in targets if SINK in t.ports]
+    if not jobs:
+        return ()
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:
+        found = list(pool.map(lambda job: job[0](*job[1:]), jobs))
+    return tuple(sorted(found, key=lambda p: (p.dst_rank, p.what, p.purpose)))
+
+
+def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
+    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil).
+
+    What a heartbeat publishes as ``backend``: after ``init_process_group`` gloo keeps one
+    listener per rank (its peers of higher rank connected to it) and NCCL's bootstrap and
+    socket transport keep theirs; exclude the side channel, the sink and MASTER_PORT."""
+    import psutil
+
+    skip = set(exclude)
+    try:
+        conns = psutil.Process().net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return ()
+    return tuple(sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN
+                         and c.laddr and c.laddr.port not in skip}))
+
+
+class ProbeSink:
+    """What a rank listens on for its peers' stream probes: accepts and discards, each
+    connection read in its own daemon thread until EOF or ``idle`` seconds of silence, at most
+    ``max_conns`` at once (more are closed at once). Publish ``port`` as
+    ``extra["ports"]["sink"]``; ``close()`` (or ``with``) stops it."""
+
+    def __init__(self, address: str = "", port: int = 0, *, max_conns: int = 64,
+                 idle: float = 10.0) -> None:
+        self._sock = listen_socket(address, port, backlog=max_conns)
+        self._sock.settimeout(0.2)
+        self.port = int(self._sock.getsockname()[1])
+        self._slots = threading.BoundedSemaphore(max_conns)
+        self._idle = idle
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="ddpnet-probe-sink",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._slots.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        buf = bytearray(1 << 20)
+        try:
+            with conn:
+                conn.settimeout(self._idle)
+                while not self._stop.is_set() and conn.recv_into(buf):
+                    pass
+        except OSError:
+            pass
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+        self._thread.join(1.0)
+
+    def __enter__(self) -> ProbeSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

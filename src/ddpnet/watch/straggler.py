@@ -1,0 +1,316 @@
+"""The "straggler" kind (no hang): one rank, or the network, consistently slower over a window
+of steps, from each rank's ``step_times`` (wall seconds per step) and ``wait_times`` (seconds
+inside collectives per step) (pure).
+
+In DDP every rank's step takes the same wall time (the gradient all-reduce synchronises them),
+so the step time alone names nobody. What differs is how a step splits: compute = step - wait.
+A slow rank computes longer and waits *least*; the others wait for it. So:
+
+- **slow rank**: its compute exceeds ``ratio`` x the median of the other ranks' compute in at
+  least ``consistent`` of the last ``min_steps``.. ``window`` steps (a single slow step, a
+  checkpoint, a GC pause, names nobody);
+- **slow link**: compute even, but exactly two ranks (the ends of one link) wait ``ratio`` x
+  longer than the median rank; in a ring every rank waits alike, so then
+- **slow network**: the collectives' wait rose ``ratio`` x from the first to the second half of
+  the window on most ranks, compute unchanged: a link or NIC slowed down. When the snapshot
+  carries stream probes (:mod:`ddpnet.watch.probe`), the slow pair or node is named from their
+  rates; otherwise :func:`wants_probes` asks the watchdog to probe.
+
+:class:`StragglerWindow` is what a heartbeat keeps to publish ``step_times`` / ``wait_times``,
+and :func:`wait_in` sums a step's collective time from the recorder's ring.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ddpnet.watch.network import name, slow_where
+from ddpnet.watch.probe import STREAM
+from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
+
+KIND = "straggler"
+RATIO = 1.25
+MIN_STEPS = 5
+#: share of the window's steps in which a rank must be slow
+CONSISTENT = 0.8
+WINDOW = 50
+#: below this many seconds per step, waits are noise (no network slowdown is named)
+MIN_WAIT_S = 0.005
+
+
+@dataclass(frozen=True)
+class Params:
+    ratio: float = RATIO
+    min_steps: int = MIN_STEPS
+    consistent: float = CONSISTENT
+    window: int = WINDOW
+
+
+@dataclass(frozen=True)
+class StragglerWindow:
+    """The last ``size`` steps' wall and collective seconds (immutable: ``add`` returns the
+    next window). A heartbeat keeps one per rank and publishes its tuples as
+    ``RankState.step_times`` / ``wait_times``."""
+
+    size: int = WINDOW
+    step_times: tuple[float, ...] = ()
+    wait_times: tuple[float, ...] = ()
+
+    def add(self, step_s: float, wait_s: float) -> StragglerWindow:
+        keep = max(1, self.size)
+        return replace(self, step_times=(*self.step_times, float(step_s))[-keep:],
+                       wait_times=(*self.wait_times, float(min(wait_s, step_s)))[-keep:])
+
+
+def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> float:
+    """Seconds of [start, end] spent inside finished collectives (pure; overlapping calls,
+    e.g. DDP's bucketed async all-reduces, count once)."""
+    spans = sorted((max(c.started, start), min(c.ended, end)) for c in records
+                   if c.ended is not None and c.ended > start and c.started < end)
+    total, reach = 0.0, start
+    for lo, hi in spans:
+        lo = max(lo, reach)
+        if hi > lo:
+            total += hi - lo
+            reach = hi
+    return total
+
+
+# ---- the analysis ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Times:
+    """Aligned last-n steps of the ranks that published enough of them; ``comp`` is each
+    step's compute (step - wait), worked out once."""
+
+    ranks: tuple[int, ...]
+    step: Mapping[int, tuple[float, ...]]
+    wait: Mapping[int, tuple[float, ...]]
+    comp: Mapping[int, tuple[float, ...]]
+
+    @classmethod
+    def of(cls, step: Mapping[int, tuple[float, ...]],
+           wait: Mapping[int, tuple[float, ...]]) -> Times:
+        comp = {r: tuple(max(0.0, s - w) for s, w in zip(step[r], wait[r], strict=True))
+                for r in step}
+        return cls(tuple(sorted(step)), step, wait, comp)
+
+    @property
+    def steps(self) -> int:
+        return len(next(iter(self.step.values()))) if self.step else 0
+
+    def tail(self, n: int) -> Times:
+        """The last ``n`` steps only."""
+        return Times.of({r: v[-n:] for r, v in self.step.items()},
+                        {r: v[-n:] for r, v in self.wait.items()})
+
+    def compute(self, rank: int) -> tuple[float, ...]:
+        return self.comp[rank]
+
+
+def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
+    """The last n steps of every rank with at least ``min_steps`` of both series, n the
+    shortest of them (up to ``window``); None with fewer than two such ranks."""
+    usable = {r: s for r, s in states.items() if s is not None
+              and min(len(s.step_times), len(s.wait_times)) >= p.min_steps}
+    if len(usable) < 2:
+        return None
+    n = min(p.window, *(min(len(s.step_times), len(s.wait_times)) for s in usable.values()))
+    return Times.of({r: s.step_times[-n:] for r, s in usable.items()},
+                    {r: s.wait_times[-n:] for r, s in usable.items()})
+
+
+def _median(values: Iterable[float]) -> float:
+    got = list(values)
+    return statistics.median(got) if got else 0.0
+
+
+def medians_without_self(values: Sequence[float]) -> list[float]:
+    """For each i, the median of ``values`` less ``values[i]`` (pure, O(n log n): one sort,
+    so 1000 ranks cost what a sort of 1000 does). Needs two values or more."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranked = [values[i] for i in order]
+    where = [0] * len(values)
+    for k, i in enumerate(order):
+        where[i] = k
+    m = len(values) - 1
+
+    def kept(j: int, gone: int) -> float:  # the j-th smallest once index ``gone`` is out
+        return ranked[j] if j < gone else ranked[j + 1]
+
+    if m % 2:
+        return [kept(m // 2, where[i]) for i in range(len(values))]
+    return [(kept(m // 2 - 1, where[i]) + kept(m // 2, where[i])) / 2
+            for i in range(len(values))]
+
+
+def slow_counts(t: Times, ratio: float) -> dict[int, int]:
+    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median."""
+    counts = dict.fromkeys(t.ranks, 0)
+    for k in range(t.steps):
+        column = [t.comp[r][k] for r in t.ranks]
+        for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
+            if c > 0 and c > ratio * others:
+                counts[r] += 1
+    return counts
+
+
+def detect(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
+           consistent: float = CONSISTENT, window: int = WINDOW) -> Diagnosis | None:
+    """A consistently slow rank, link or network over the window; None when the ranks keep
+    pace (or too few steps were published)."""
+    p = Params(ratio, min_steps, consistent, window)
+    t = aligned(snapshot.states, p)
+    if t is None:
+        return None
+    return (_slow_rank(snapshot, t, p) or _slow_link(snapshot, t, p)
+            or _slow_network(snapshot, t, p))
+
+
+def _slow_rank(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
+    """A slow rank over the window, or over its second half (one that became slow lately:
+    otherwise the others' longer waits would read as a slower network)."""
+    half = t.steps // 2
+    return _slow_rank_in(snapshot, t, p) or (
+        _slow_rank_in(snapshot, t.tail(half), p) if half >= p.min_steps else None)
+
+
+def wants_probes(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
+                 consistent: float = CONSISTENT, window: int = WINDOW) -> bool:
+    """True when collectives slowed down on most ranks (no slow rank or link explains it)
+    and no link was probed yet: probing names the slow pair or node."""
+    p = Params(ratio, min_steps, consistent, window)
+    t = aligned(snapshot.states, p)
+    if t is None or snapshot.probes:
+        return False
+    return (_slow_rank(snapshot, t, p) is None and _slow_link(snapshot, t, p) is None
+            and _slow_network(snapshot, t, p) is not None)
+
+
+def _host(states: Mapping[int, RankState | None], rank: int) -> str:
+    state = states.get(rank)
+    return state.host if state is not None and state.host else f"rank {rank}'s host"
+
+
+def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
+    counts = slow_counts(t, p.ratio)
+    slow = [r for r in t.ranks if counts[r] >= p.consistent * t.steps]
+    if not slow:
+        return None
+    medians = {r: _median(t.compute(r)) for r in t.ranks}
+    worst = max(slow, key=lambda r: medians[r])
+    others = _median(medians[r] for r in t.ranks if r != worst)
+    waits = {r: _median(t.wait[r]) for r in t.ranks}
+    wait_others = _median(waits[r] for r in t.ranks if r != worst)
+    times = f"{medians[worst] / others:.2f}x" if others > 0 else "far more than"
+    states = snapshot.states
+    return Diagnosis(
+        kind=KIND,
+        summary=f"{name(states, worst)} computes {times} the other ranks' time per step "
+                f"({medians[worst]:.3f} s vs {others:.3f} s); every step waits for it",
+        ranks=(worst,), hosts=(_host(states, worst),),
+        evidence=(
+            f"compute (step - collective wait), median of the last {t.steps} steps: "
+            + ", ".join(f"rank {r} {medians[r]:.3f} s" for r in t.ranks[:16]),
+            f"rank {worst} was over {p.ratio:g}x the others' median in {counts[worst]} of "
+            f"{t.steps} steps",
+            f"rank {worst} waits {waits[worst]:.3f} s per step in collectives, the others "
+            f"{wait_others:.3f} s: they wait for it",
+        ),
+        hint=f"on {_host(states, worst)}: look for what else runs there (`top`, `nvidia-smi`), "
+             f"thermal or power throttling, a slower GPU/CPU, or a slow data loader for that "
+             f"rank (`ddpnet.phase(\"data\")` marks it)",
+    )
+
+
+def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
+    """Compute is even but exactly two ranks wait longer: the link between them."""
+    waits = {r: _median(t.wait[r]) for r in t.ranks}
+    overall = _median(waits.values())
+    high = [r for r in t.ranks if waits[r] > p.ratio * overall and waits[r] > MIN_WAIT_S]
+    if len(high) != 2 or len(t.ranks) < 4:
+        return None
+    a, b = high
+    states = snapshot.states
+    return Diagnosis(
+        kind=KIND,
+        summary=f"slow link: {name(states, a)} <-> {name(states, b)}: both wait "
+                f"{waits[a]:.3f} / {waits[b]:.3f} s per step in collectives, the median rank "
+                f"{overall:.3f} s",
+        ranks=(a, b), hosts=tuple(dict.fromkeys((_host(states, a), _host(states, b)))),
+        evidence=("collective wait per step (median of the last "
+                  f"{t.steps} steps): " + ", ".join(f"rank {r} {waits[r]:.3f} s"
+                                                   for r in t.ranks[:16]),),
+        hint=_link_hint(states, a, b),
+    )
+
+
+def _link_hint(states: Mapping[int, RankState | None], a: int, b: int) -> str:
+    sa, sb = states.get(a), states.get(b)
+    iface = (sa.interface if sa is not None else "") or "<iface>"
+    peer = (sb.address if sb is not None else "") or "<peer address>"
+    return (f"on {_host(states, a)} and {_host(states, b)}: `ethtool {iface}` (Speed), "
+            f"`ip -s link show {iface}` (errors, drops); `ddpnet bench` or `iperf3 -c {peer}` "
+            f"between them after the job")
+
+
+def _halves(values: Sequence[float]) -> tuple[float, float]:
+    half = len(values) // 2
+    return _median(values[:half]), _median(values[half:])
+
+
+def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
+    """Waits rose on most ranks while compute stayed: the network got slower."""
+    if t.steps < 2 * p.min_steps:
+        return None
+    rose = []
+    for r in t.ranks:
+        (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.compute(r))
+        if w1 > p.ratio * w0 and w1 > MIN_WAIT_S and c1 <= p.ratio * max(c0, 1e-9):
+            rose.append((r, w0, w1))
+    if len(rose) * 2 <= len(t.ranks):
+        return None
+    before = _median(w0 for _, w0, _ in rose)
+    after = _median(w1 for _, _, w1 in rose)
+    evidence = (f"collective wait per step rose on {len(rose)} of {len(t.ranks)} ranks: median "
+                f"{before:.3f} s -> {after:.3f} s over the last {t.steps} steps; compute "
+                f"unchanged",)
+    return _named_by_probes(snapshot, evidence, after / max(before, 1e-9)) or Diagnosis(
+        kind=KIND,
+        summary=f"slow network: collectives take {after / max(before, 1e-9):.1f}x longer "
+                f"than {t.steps // 2} steps ago on most ranks, compute unchanged",
+        ranks=tuple(r for r, _, _ in rose), evidence=evidence,
+        hint="a link or NIC slowed down; the watchdog probes the links to name it "
+             "(`ddpnet bench` between the nodes after the job measures them)",
+    )
+
+
+def _named_by_probes(snapshot: Snapshot, evidence: tuple[str, ...],
+                     factor: float) -> Diagnosis | None:
+    """The slow node or link from stream probes' rates, when the snapshot has them."""
+    found = slow_where([q for q in snapshot.probes if q.what == STREAM])
+    if found is None:
+        return None
+    states = snapshot.states
+    first = found.streams[0]
+    ranks: tuple[int, ...]
+    if found.node is not None:  # the hint names the node and the peer of its first stream
+        a = found.node
+        b = first.dst_rank if first.src_rank == a else first.src_rank
+        where, ranks = name(states, a), (a,)
+    else:
+        a, b = found.links[0]
+        where, ranks = f"{name(states, a)} <-> {name(states, b)}", (a, b)
+    worst = min(q.rate_gbps or 0.0 for q in found.streams)
+    return Diagnosis(
+        kind=KIND,
+        summary=f"slow network: collectives take {factor:.1f}x longer; the probes name "
+                f"{where} (down to {worst:.3g} Gb/s)",
+        ranks=ranks, hosts=tuple(dict.fromkeys(_host(states, r) for r in ranks)),
+        evidence=(*evidence, *(f"rank {q.src_rank} -> rank {q.dst_rank}: {q.detail}"
+                               for q in found.streams[:6])),
+        hint=_link_hint(states, a, b),
+    )

@@ -1,0 +1,175 @@
+"""watch.straggler on constructed windows: a consistently slow rank, a slow link, a network
+that slowed down (named by probes when there are some), and the cases that name nobody."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpnet.watch import straggler
+from ddpnet.watch.state import CollectiveRecord, LinkProbe, RankState, Snapshot
+
+
+def state(rank: int, compute: list[float], wait: list[float], world: int = 4) -> RankState:
+    return RankState(rank=rank, world_size=world, host=f"node{rank}", interface="eth0",
+                     address=f"198.18.0.{rank + 1}",
+                     step_times=tuple(c + w for c, w in zip(compute, wait, strict=True)),
+                     wait_times=tuple(wait))
+
+
+def ddp(compute: dict[int, list[float]], comm: float = 0.05) -> Snapshot:
+    """DDP's synchronisation: every rank's step ends when the slowest rank's compute and the
+    all-reduce (``comm`` s) end, so a rank waits for the slowest one plus the all-reduce."""
+    world = len(compute)
+    steps = len(next(iter(compute.values())))
+    slowest = [max(c[k] for c in compute.values()) for k in range(steps)]
+    states = {r: state(r, c, [slowest[k] - c[k] + comm for k in range(steps)], world)
+              for r, c in compute.items()}
+    return Snapshot(world_size=world, taken=0.0, states=states)
+
+
+def even(world: int = 4, steps: int = 20, base: float = 0.2) -> dict[int, list[float]]:
+    return {r: [base + 0.002 * ((r + k) % 3) for k in range(steps)] for r in range(world)}
+
+
+def test_even_ranks_name_nobody() -> None:
+    assert straggler.detect(ddp(even())) is None
+
+
+def test_consistently_slow_rank_is_named_with_numbers() -> None:
+    compute = even()
+    compute[2] = [c * 1.6 for c in compute[2]]
+    found = straggler.detect(ddp(compute))
+    assert found is not None and found.kind == "straggler"
+    assert found.ranks == (2,) and found.hosts == ("node2",)
+    assert found.summary.startswith("rank 2 (node2, eth0 198.18.0.3) computes 1.6")
+    assert any("in 20 of 20 steps" in e for e in found.evidence)
+    assert any("rank 2 waits 0.050 s" in e and "they wait for it" in e for e in found.evidence)
+
+
+def test_ratio_is_a_parameter() -> None:
+    compute = even()
+    compute[1] = [c * 1.15 for c in compute[1]]
+    assert straggler.detect(ddp(compute)) is None
+    found = straggler.detect(ddp(compute), ratio=1.1)
+    assert found is not None and found.ranks == (1,)
+
+
+def test_single_slow_step_names_nobody() -> None:
+    compute = even()
+    compute[3][7] = 5.0  # a checkpoint, a GC pause
+    assert straggler.detect(ddp(compute)) is None
+
+
+def test_too_few_steps_or_ranks_name_nobody() -> None:
+    compute = even(steps=4)
+    compute[0] = [c * 3 for c in compute[0]]
+    assert straggler.detect(ddp(compute)) is None  # 4 < MIN_STEPS
+    assert straggler.detect(ddp(compute), min_steps=3) is not None
+
+
+def test_missing_states_are_skipped() -> None:
+    compute = even()
+    compute[2] = [c * 2 for c in compute[2]]
+    snap = ddp(compute)
+    partial = Snapshot(4, 0.0, {0: snap.states[0], 1: None, 2: snap.states[2]})
+    found = straggler.detect(partial)
+    assert found is not None and found.ranks == (2,)
+    assert straggler.detect(Snapshot(4, 0.0, {2: snap.states[2], 3: None})) is None
+
+
+def test_window_uses_the_last_steps_only() -> None:
+    compute = even(steps=40)
+    compute[1] = [c * (2.0 if k < 20 else 1.0) for k, c in enumerate(compute[1])]
+    snap = ddp(compute)
+    assert straggler.detect(snap, window=20) is None  # slow earlier, caught up since
+    assert straggler.detect(snap, window=40, consistent=0.5) is not None
+
+
+def test_rank_that_became_slow_lately_is_named_not_the_network() -> None:
+    compute = even(steps=30)
+    compute[3] = [c * (1.0 if k < 15 else 2.0) for k, c in enumerate(compute[3])]
+    found = straggler.detect(ddp(compute))
+    assert found is not None and found.ranks == (3,)
+    assert any("in 15 of 15 steps" in e for e in found.evidence)
+
+
+def test_two_ranks_waiting_longer_name_the_link_between_them() -> None:
+    compute = even(world=6)
+    waits = {r: [0.05] * 20 for r in range(6)}
+    waits[1] = waits[4] = [0.2] * 20
+    states = {r: state(r, compute[r], waits[r], 6) for r in range(6)}
+    found = straggler.detect(Snapshot(6, 0.0, states))
+    assert found is not None and found.ranks == (1, 4)
+    assert found.summary.startswith("slow link: rank 1 (node1, eth0 198.18.0.2) <-> rank 4")
+    assert "iperf3 -c 198.18.0.5" in found.hint
+
+
+def _slowed(world: int = 3, steps: int = 20) -> Snapshot:
+    compute = even(world, steps)
+    waits = [0.05 if k < steps // 2 else 0.5 for k in range(steps)]
+    return Snapshot(world, 0.0, {r: state(r, compute[r], waits, world) for r in range(world)})
+
+
+def test_network_slowdown_without_probes_wants_them() -> None:
+    snap = _slowed()
+    found = straggler.detect(snap)
+    assert found is not None and found.summary.startswith("slow network: collectives take 10.0x")
+    assert straggler.wants_probes(snap)
+    assert not straggler.wants_probes(ddp(even()))
+
+
+def test_network_slowdown_named_by_stream_probes() -> None:
+    def stream(a: int, b: int, rate: float) -> LinkProbe:
+        return LinkProbe(a, b, True, f"stream {rate}", rate_gbps=rate, what="stream",
+                         purpose="sink", outcome="streamed")
+
+    probes = (stream(0, 1, 9.4), stream(1, 0, 9.1), stream(0, 2, 0.9), stream(2, 0, 0.95),
+              stream(1, 2, 0.92), stream(2, 1, 0.9))
+    snap = _slowed()
+    snap = Snapshot(3, 0.0, snap.states, probes=probes)
+    found = straggler.detect(snap)
+    assert found is not None and found.ranks == (2,)
+    assert "the probes name rank 2 (node2, eth0 198.18.0.3)" in found.summary
+    assert not straggler.wants_probes(snap)
+
+
+def test_window_keeps_the_last_steps() -> None:
+    w = straggler.StragglerWindow(size=3)
+    for k in range(5):
+        w = w.add(1.0 + k, 0.5)
+    assert w.step_times == (3.0, 4.0, 5.0) and w.wait_times == (0.5, 0.5, 0.5)
+    assert straggler.StragglerWindow(size=2).add(0.1, 0.3).wait_times == (0.1,)  # wait <= step
+
+
+def test_wait_in_counts_overlapping_collectives_once() -> None:
+    recs = [CollectiveRecord(seq=1, op="all_reduce", started=1.0, ended=2.0),
+            CollectiveRecord(seq=2, op="all_reduce", started=1.5, ended=2.5),
+            CollectiveRecord(seq=3, op="all_reduce", started=3.0, ended=None),  # in flight
+            CollectiveRecord(seq=4, op="barrier", started=3.5, ended=4.5)]
+    assert straggler.wait_in(recs, 0.0, 4.0) == pytest.approx(2.0)
+    assert straggler.wait_in(recs, 2.0, 10.0) == pytest.approx(1.5)
+    assert straggler.wait_in([], 0.0, 1.0) == 0.0
+
+
+def test_medians_without_self_match_the_slow_way() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    for n in (2, 3, 4, 7, 10):
+        values = [rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(n)]
+        want = [statistics.median(values[:i] + values[i + 1:]) for i in range(n)]
+        assert straggler.medians_without_self(values) == pytest.approx(want)
+
+
+def test_a_thousand_ranks_are_analysed_in_time() -> None:
+    """O(steps x N log N): 1000 ranks x 50 steps stay well under a second or two."""
+    import time
+
+    compute = {r: [0.2 + 0.001 * ((r * 7 + k) % 5) for k in range(50)] for r in range(1000)}
+    compute[613] = [c * 1.5 for c in compute[613]]
+    snap = ddp(compute)
+    start = time.monotonic()
+    found = straggler.detect(snap)
+    assert found is not None and found.ranks == (613,)
+    assert time.monotonic() - start < 5.0
