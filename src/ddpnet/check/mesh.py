@@ -7,31 +7,27 @@ O(N / fanout * connect_timeout) in the worst case and O(N * RTT) when the networ
 
 from __future__ import annotations
 
-import errno
 import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ddpnet.check.causes import Cause
+from ddpnet.net import probe as probe_outcomes
 
 OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
 SELF, UNKNOWN = "self", "?"
 PROBE_MAGIC = b"DDPNETPROBE\n"
 
 
+#: net.probe's outcome of a connect -> the mesh's word for it (the matrix shows these)
+_MESH_WORD = {probe_outcomes.TIMEOUT: FILTERED, probe_outcomes.REFUSED: REFUSED}
+
+
 def classify_error(exc: BaseException) -> str:
-    """Map a connect failure to ok/refused/filtered/no-route (pure)."""
-    if isinstance(exc, (TimeoutError, socket.timeout)):
-        return FILTERED
-    code = getattr(exc, "errno", None)
-    if code == errno.ECONNREFUSED:
-        return REFUSED
-    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
-        return NO_ROUTE
-    if code in (errno.ETIMEDOUT, errno.EAGAIN):
-        return FILTERED
-    return NO_ROUTE
+    """Map a connect failure to refused/filtered/no-route (pure), through the one
+    classifier :func:`ddpnet.net.probe.outcome_of`."""
+    return _MESH_WORD.get(probe_outcomes.outcome_of(exc).outcome, NO_ROUTE)
 
 
 def probe(address: str, port: int, timeout: float) -> str:
