@@ -26,13 +26,15 @@ import click
 @click.option("--master-port", type=int, default=29500, show_default=True)
 @click.option("--python", default="python3", show_default=True,
               help="The Python in the image that has ddpnet.")
+@click.option("--validate", is_flag=True,
+              help="Check every object against the official models (pip install 'ddpnet[k8s]').")
 @click.option("-o", "--output", "path", type=click.Path(dir_okay=False), default=None,
               help="Write the YAML here instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (objects, yaml).")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 def command(nodes: int, gpus_per_node: int, image: str, name: str, kind: str,
             namespace: str | None, shm_size: str, iface: str, check: bool, check_timeout: int,
-            master_port: int, python: str, path: str | None, as_json: bool,
+            master_port: int, python: str, validate: bool, path: str | None, as_json: bool,
             program: tuple[str, ...]) -> int:
     """Render a ready job that runs SCRIPT (or -m MODULE) on every rank: a headless service,
     the job, /dev/shm, GPUs, the pod network's interface, and `ddpnet check` first.
@@ -51,4 +53,4 @@ def command(nodes: int, gpus_per_node: int, image: str, name: str, kind: str,
         target=Target.parse(program), nodes=nodes, gpus_per_node=gpus_per_node, image=image,
         name=name, kind=kind, namespace=namespace, shm_size=shm_size, iface=iface, check=check,
         check_timeout=check_timeout, master_port=master_port, python=python)
-    return finish(run(K8sRun(options, path)), as_json, show)
+    return finish(run(K8sRun(options, path, validate)), as_json, show)
