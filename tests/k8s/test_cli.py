@@ -26,7 +26,7 @@ def test_yaml_on_stdout_is_the_service_and_the_pytorchjob(run_cli: RunCli) -> No
         ("Service", "gpt-rdzv"), ("PyTorchJob", "gpt")]
     cmd = docs[1]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
         "command"]
-    assert cmd[-4:] == ["--", "train.py", "--epochs", "3"]
+    assert cmd[-4:] == ["0", "train.py", "--epochs", "3"]  # after --max-restarts
 
 
 def test_json_has_the_objects_and_the_same_yaml(run_cli: RunCli) -> None:

@@ -2,12 +2,15 @@
 controller's, the kubelet's field and ``$(VAR)`` expansion: tests/k8s/kubelet.py) gives, through
 ddpnet's own resolver, the intended rank, world size and master for every pod index: in the
 check's init container (``ddpnet.resolve``'s manual launcher) and in the training container
-(``ddpnet launch``'s plan, run for real with ``--dry-run``)."""
+(torchrun as ``ddpnet launch`` would start it, and run for real: each worker's own
+``ddpnet.resolve()``)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +18,10 @@ from ddpnet.env.resolve import resolve_config
 from ddpnet.k8s.options import K8sOptions
 from ddpnet.k8s.preflight import check_environ
 from ddpnet.k8s.render import render
-from ddpnet.launch.command import Target
-from tests.conftest import RunCli
-from tests.k8s.kubelet import Pod, pods
+from ddpnet.launch.command import LaunchConfig, NNodes, Target, build_torchrun
+from ddpnet.net.ports import free_port
+from tests.conftest import clean_environ
+from tests.k8s.kubelet import Pod, expand, pods
 
 NODES, GPUS = 3, 2
 EXPECTED = {  # kind -> (the check's MASTER_ADDR, training's MASTER_ADDR)
@@ -60,30 +64,39 @@ def test_the_operators_world_size_counts_ranks_not_pods() -> None:
         assert pod.environ(pod.main)["WORLD_SIZE"] == str(NODES * GPUS)
 
 
-def _launch_plan(run_cli: RunCli, pod: Pod) -> dict[str, Any]:
-    """The training container's ``ddpnet launch``, run with ``--dry-run --json`` in its own
-    environment: the plan for this pod."""
-    argv = pod.command(pod.main)
-    assert argv[:4] == ["python3", "-m", "ddpnet", "launch"]
-    cut = argv.index("--")
-    proc = run_cli(*argv[3:cut], "--dry-run", "--json", *argv[cut:],
-                   env=pod.environ(pod.main))
-    assert proc.returncode == 0, proc.stderr
-    plan: dict[str, Any] = json.loads(proc.stdout)
-    return plan
+def _expected_torchrun(kind: str, node: int) -> list[str]:
+    """What ``ddpnet launch --nnodes 3 --node-rank NODE --master-addr ...`` starts (its own
+    builder), with the image's python."""
+    cfg = LaunchConfig(Target.parse(["train.py", "--epochs", "2"]), GPUS, NNodes(NODES, NODES),
+                       node, EXPECTED[kind][1], 29500, python="python3")
+    return build_torchrun(cfg)[0]
 
 
 @pytest.mark.parametrize("kind", list(EXPECTED))
-def test_training_runs_each_pods_ranks_against_the_master(kind: str, run_cli: RunCli) -> None:
+def test_training_is_what_ddpnet_launch_would_start_on_each_pod(kind: str) -> None:
     for pod in rendered(kind):
-        plan = _launch_plan(run_cli, pod)
-        (node,) = plan["nodes"]
-        assert node["node_rank"] == pod.node
-        assert node["ranks"] == list(range(pod.node * GPUS, (pod.node + 1) * GPUS))
-        argv = node["argv"]
-        assert argv[argv.index("--master-addr") + 1] == EXPECTED[kind][1]
-        assert argv[argv.index("--master-port") + 1] == "29500"
-        assert argv[argv.index("--nnodes") + 1] == str(NODES)
-        assert argv[-3:] == ["train.py", "--epochs", "2"]
-        assert node["env"]["NCCL_SOCKET_IFNAME"] == "net1"
-        # (plan["warnings"] is about this test host, which is not the master pod)
+        assert pod.command(pod.main) == _expected_torchrun(kind, pod.node), pod.node
+
+
+@pytest.mark.slow
+def test_torchrun_in_two_pods_gives_every_rank_its_place(tmp_path: Path) -> None:
+    """The rendered training command of each pod of a PyTorchJob, run for real (torchrun,
+    static rendezvous; the master's name replaced by 127.0.0.1, since the pods share this
+    host): every worker's ``ddpnet.resolve()`` says launcher torchrun, its rank and the world."""
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import json, ddpnet\n"
+        "c = ddpnet.resolve()\n"
+        "print(json.dumps([c.launcher, c.rank, c.world_size, c.node_rank, c.master_addr]))\n")
+    opts = K8sOptions(Target.parse([str(script)]), 2, 2, "img:1", name="job", iface="lo",
+                      master_port=free_port())
+    procs = []
+    for pod in pods(render(opts)):
+        env = {**pod.environ(pod.main), "MASTER_ADDR": "127.0.0.1"}
+        argv = [sys.executable, *[expand(a, env) for a in pod.main["command"]][1:]]
+        procs.append(subprocess.Popen(argv, env=clean_environ(env), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    seen = sorted(json.loads(line) for out, _ in outs for line in out.splitlines())
+    assert seen == [["torchrun", r, 4, r // 2, "127.0.0.1"] for r in range(4)]

@@ -46,7 +46,7 @@ def test_pytorchjob_containers_follow_the_operator_conventions() -> None:
         (main,) = spec["containers"]
         assert main["name"] == "pytorch"
         assert main["ports"] == [{"name": "pytorchjob-port", "containerPort": 29500}]
-        assert main["command"][:4] == ["python3", "-m", "ddpnet", "launch"]
+        assert main["command"][:3] == ["python3", "-m", "torch.distributed.run"]
         assert "$(PET_NODE_RANK)" in main["command"]
         (check,) = spec["initContainers"]
         env = env_of(check)
@@ -67,6 +67,7 @@ def test_jobset_is_one_indexed_job_with_dns_hostnames() -> None:
     env = env_of(pod["containers"][0])
     assert env["MASTER_ADDR"] == "gpt-node-0-0.gpt"
     assert env["NODE_RANK"] == {"fieldRef": {"fieldPath": names.JOBSET_INDEX}}
+    assert env["NNODES"] == "3"
     assert env_of(pod["initContainers"][0])["MASTER_ADDR"] == "gpt-node-0-0.gpt"
 
 
@@ -123,7 +124,8 @@ def test_the_script_and_its_arguments_reach_the_kubelet_unexpanded() -> None:
     _, job = render(o)
     cmd = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
         "command"]
-    assert cmd[cmd.index("--") + 1:] == ["-m", "pkg.train", "--tag", "$$(HOME)", "--lr", "0.1"]
+    assert cmd[cmd.index("--max-restarts") + 2:] == [
+        "-m", "pkg.train", "--tag", "$$(HOME)", "--lr", "0.1"]
 
 
 def test_master_port_reaches_service_ports_and_check() -> None:

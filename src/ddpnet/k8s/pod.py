@@ -1,4 +1,4 @@
-"""One pod template of a rendered job (pure): the training container running ``ddpnet launch``,
+"""One pod template of a rendered job (pure): the training container running torchrun,
 ``ddpnet check`` as its init container, ``/dev/shm`` in memory and the GPUs.
 
 A :class:`Role` carries what differs between the templates (PyTorchJob master and worker, the
@@ -20,10 +20,10 @@ CHECK_CONTAINER = "ddpnet-check"
 
 @dataclass(frozen=True)
 class Role:
-    """``node_rank``/``master_addr``/``master_port``: the container variables the launch line
-    reads (kubelet expands ``$(VAR)`` from the container's environment); ``train_env``: what
-    we add to the training container (the operator adds its own); ``index_path`` and
-    ``rank_offset``: the pod's rank for the check is its index plus the offset."""
+    """``node_rank``: the variable torchrun's node rank is read from (the kubelet expands
+    ``$(VAR)`` from the container's environment, MASTER_ADDR and MASTER_PORT too);
+    ``train_env``: what we add to the training container (the operator adds its own);
+    ``index_path`` and ``rank_offset``: the check's rank is the pod's index plus the offset."""
 
     labels: Mapping[str, str]
     node_rank: str
@@ -60,13 +60,15 @@ def escape(arg: str) -> str:
     return arg.replace("$(", "$$(")
 
 
-def launch_command(opts: K8sOptions, role: Role) -> list[str]:
-    """``ddpnet launch`` with every value explicit: torchrun on this pod, static rendezvous
-    (global rank 0 on node 0, the master pod)."""
-    return [opts.python, "-m", "ddpnet", "launch", "--nnodes", str(opts.nodes),
+def torchrun_command(opts: K8sOptions, role: Role) -> list[str]:
+    """torchrun with every value explicit, in the layout ``ddpnet launch`` builds
+    (:func:`ddpnet.launch.command.build_torchrun`, static rendezvous: global rank 0 on node 0,
+    the master pod). Not ``ddpnet launch`` itself: in a PyTorchJob pod the operator's
+    variables describe a job of torchrun agents, which is what runs here."""
+    return [opts.python, "-m", "torch.distributed.run", "--nnodes", str(opts.nodes),
             "--nproc-per-node", str(opts.nproc_per_node), "--node-rank", role.node_rank,
-            "--master-addr", "$(MASTER_ADDR)", "--master-port", "$(MASTER_PORT)", "--",
-            *(escape(a) for a in opts.target.raw())]
+            "--master-addr", "$(MASTER_ADDR)", "--master-port", "$(MASTER_PORT)",
+            "--max-restarts", "0", *(escape(a) for a in opts.target.torchrun_args())]
 
 
 def check_command(opts: K8sOptions) -> list[str]:
@@ -97,7 +99,7 @@ def train_container(opts: K8sOptions, role: Role) -> dict[str, Any]:
     return {
         "name": role.container,
         "image": opts.image,
-        "command": launch_command(opts, role),
+        "command": torchrun_command(opts, role),
         "env": [*role.train_env, *iface_env(opts)],
         "ports": [{"name": role.port_name, "containerPort": opts.master_port}],
         **_resources(opts),

@@ -92,8 +92,9 @@ def pytorchjob(opts: K8sOptions) -> dict[str, Any]:
 
 def _jobset_role(opts: K8sOptions) -> Role:
     master = names.jobset_master(opts.name)
+    # NNODES: an Indexed Job exports its pod's index, not the pod count
     train_env = (env("MASTER_ADDR", master), env("MASTER_PORT", opts.master_port),
-                 field_env("NODE_RANK", names.JOBSET_INDEX))
+                 field_env("NODE_RANK", names.JOBSET_INDEX), env("NNODES", opts.nodes))
     return Role(labels={names.JOB_LABEL: opts.name}, node_rank="$(NODE_RANK)",
                 train_env=train_env, index_path=names.JOBSET_INDEX, rank_offset=0,
                 check_master=master)
