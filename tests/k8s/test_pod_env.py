@@ -46,7 +46,9 @@ def test_the_check_resolves_rank_world_and_master_per_pod(kind: str) -> None:
     for pod in rendered(kind):
         environ = check_environ(pod.environ(pod.init, init=True))
         cfg = resolve_config(environ, {})
-        assert cfg.launcher == "manual"
+        # manual today; once environments are detected (issue 21), a JobSet pod's is "jobset"
+        # (JOB_COMPLETION_INDEX): the exported RANK/WORLD_SIZE win there too
+        assert cfg.launcher in ("manual", kind)
         assert (cfg.rank, cfg.world_size) == (pod.node, NODES), pod.node
         assert (cfg.master_addr, cfg.master_port) == (EXPECTED[kind][0], 29500)
         assert environ["GLOO_SOCKET_IFNAME"] == environ["NCCL_SOCKET_IFNAME"] == "net1"
@@ -100,3 +102,15 @@ def test_torchrun_in_two_pods_gives_every_rank_its_place(tmp_path: Path) -> None
     assert [p.returncode for p in procs] == [0, 0], outs
     seen = sorted(json.loads(line) for out, _ in outs for line in out.splitlines())
     assert seen == [["torchrun", r, 4, r // 2, "127.0.0.1"] for r in range(4)]
+
+
+def test_ddpnet_env_in_a_jobset_training_container_resolves() -> None:
+    """``kubectl exec POD -- ddpnet env`` outside torchrun: the master from our MASTER_ADDR;
+    with JobSet detection (issue 21) the pod's index and the pod count (NNODES)."""
+    for pod in rendered("jobset"):
+        cfg = resolve_config(pod.environ(pod.main), {})
+        assert (cfg.master_addr, cfg.master_port) == ("job-node-0-0.job", 29500)
+        if cfg.launcher == "jobset":
+            assert (cfg.rank, cfg.world_size) == (pod.node, NODES)
+        else:
+            assert cfg.launcher == "local"
