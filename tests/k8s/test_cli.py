@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,16 @@ def test_k8s_help_documents_the_flags(run_cli: RunCli) -> None:
     for flag in ("--nodes", "--gpus-per-node", "--image", "--kind", "--namespace",
                  "--shm-size", "--iface", "--check / --no-check", "--validate", "--output"):
         assert flag in proc.stdout, flag
+
+
+def test_validate_without_the_models_says_how_to_get_them(run_cli: RunCli,
+                                                          tmp_path: Path) -> None:
+    """A ``kubeflow`` package that cannot be imported, first on the path: exit 3, the extra."""
+    (tmp_path / "kubeflow").mkdir()
+    (tmp_path / "kubeflow" / "__init__.py").write_text(
+        "raise ImportError('blocked by the test', name='kubeflow')\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    proc = run_cli(*JOB, "--validate", "--", "train.py", env={"PYTHONPATH": path})
+    assert_user_error(proc, 3, "--validate needs the Kubernetes models (kubeflow is missing)",
+                      "pip install 'ddpnet[k8s]'")
+    assert proc.stdout == ""
