@@ -43,9 +43,10 @@ def wait_for(host: str, wait_s: float, *,
              resolve: Callable[[str, float], HostResolution] = resolve_host,
              clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
-             say: Callable[[str], None] = print) -> float:
+             say: Callable[[str], None] | None = None) -> float:
     """Seconds until ``host`` resolved; a ``master-unresolvable`` RendezvousError after
     ``wait_s``."""
+    say = say or _say
     start = clock()
     said = start
     while True:
@@ -67,6 +68,12 @@ def wait_for(host: str, wait_s: float, *,
         sleep(min(RETRY_S, max(0.0, wait_s - (clock() - start))))
 
 
+def _say(line: str) -> None:
+    """Progress on stderr, as ``ddpnet check`` prints its own (stdout stays the check's)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str]) -> int:
     from ddpnet.output import guarded
 
@@ -81,8 +88,8 @@ def main(argv: list[str]) -> int:
             raise ConfigError("MASTER_ADDR is not set in the init container",
                               "render the job again with ddpnet k8s")
         waited = wait_for(master, float(wait_s))
-        print(f"ddpnet: rank {environ['RANK']}: MASTER_ADDR {master} resolved after "
-              f"{waited:.1f} s; running ddpnet check", flush=True)
+        _say(f"ddpnet: rank {environ['RANK']}: MASTER_ADDR {master} resolved after "
+             f"{waited:.1f} s; running ddpnet check")
         argv_check = [sys.executable, "-m", "ddpnet", "check", *argv[1:]]
         os.execve(sys.executable, argv_check, environ)
         return 0  # not reached
