@@ -86,12 +86,13 @@ def test_torchrun_in_two_pods_gives_every_rank_its_place(tmp_path: Path) -> None
     static rendezvous; the master's name replaced by 127.0.0.1, since the pods share this
     host): every worker's ``ddpnet.resolve()`` says launcher torchrun, its rank and the world."""
     script = tmp_path / "where.py"
-    script.write_text(
-        "import json, ddpnet\n"
+    script.write_text(  # a file per rank: the workers of one pod share the agent's stdout
+        "import json, pathlib, sys, ddpnet\n"
         "c = ddpnet.resolve()\n"
-        "print(json.dumps([c.launcher, c.rank, c.world_size, c.node_rank, c.master_addr]))\n")
-    opts = K8sOptions(Target.parse([str(script)]), 2, 2, "img:1", name="job", iface="lo",
-                      master_port=free_port())
+        "out = [c.launcher, c.rank, c.world_size, c.node_rank, c.master_addr]\n"
+        "pathlib.Path(sys.argv[1], f'rank{c.rank}.json').write_text(json.dumps(out))\n")
+    opts = K8sOptions(Target.parse([str(script), str(tmp_path)]), 2, 2, "img:1", name="job",
+                      iface="lo", master_port=free_port())
     procs = []
     for pod in pods(render(opts)):
         env = {**pod.environ(pod.main), "MASTER_ADDR": "127.0.0.1"}
@@ -100,7 +101,7 @@ def test_torchrun_in_two_pods_gives_every_rank_its_place(tmp_path: Path) -> None
                                       stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    seen = sorted(json.loads(line) for out, _ in outs for line in out.splitlines())
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     assert seen == [["torchrun", r, 4, r // 2, "127.0.0.1"] for r in range(4)]
 
 
