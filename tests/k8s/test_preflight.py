@@ -120,14 +120,14 @@ def test_rendered_init_containers_wait_for_the_master_then_check_passes() -> Non
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
         worker = start(1, worker_pod)
-        time.sleep(12)  # past one "waiting" line (every 10 s)
-        assert worker.poll() is None, worker.communicate()[0]
+        first = worker.stdout.readline()  # blocks until the first "waiting" line (10 s)
+        assert "waiting for MASTER_ADDR k8s-rdzv to resolve" in first, first
+        assert worker.poll() is None
         for node in (0, 1):
             lab.fault("hosts-entry", node, host="k8s-rdzv", address=lab.nodes[0].address)
         master = start(0, master_pod)
         out_master, _ = master.communicate(timeout=120)
         out_worker, _ = worker.communicate(timeout=60)
-    assert "waiting for MASTER_ADDR k8s-rdzv to resolve" in out_worker
     assert "rank 1: MASTER_ADDR k8s-rdzv resolved" in out_worker
     assert master.returncode == 0, out_master
     assert worker.returncode == 0, out_worker
