@@ -243,11 +243,11 @@ def test_relative_links_point_at_files() -> None:
 
 def test_every_command_has_a_page() -> None:
     pages = {"env", "init", "doctor", "check", "bench", "tune", "launch", "train", "monitor",
-             "lab", "architecture", "causes", "scaling", "exit-codes"}
+             "lab", "architecture", "causes", "scaling", "exit-codes", "k8s", "engines"}
     assert not {p for p in pages if not (DOCS / f"{p}.md").is_file()}
 
 
-HELP_BLOCK = re.compile(r"^```\n\$ ddpnet ([a-z ]+?) --help\n(.*?)^```", re.MULTILINE | re.DOTALL)
+HELP_BLOCK = re.compile(r"^```\n\$ ddpnet ([a-z0-9 ]+?) --help\n(.*?)^```", re.MULTILINE | re.DOTALL)
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
@@ -265,8 +265,8 @@ def test_pasted_help_names_the_flags_the_cli_has() -> None:
     import sys
 
     blocks = _help_blocks()
-    commands = {"env", "doctor", "check", "bench", "tune", "launch", "sbatch", "exec", "train",
-                "monitor", "lab", "lab up", "lab run", "lab fault", "lab status", "lab down"}
+    commands = {"env", "doctor", "check", "bench", "tune", "launch", "sbatch", "exec", "k8s",
+                "train", "monitor", "lab", "lab up", "lab run", "lab fault", "lab status", "lab down"}
     assert commands <= set(blocks), sorted(commands - set(blocks))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "100"}
     for cmd, text in sorted(blocks.items()):

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("ddpnet.cli.launch", "Run a script on every rank with torchrun or mpirun."),
     "exec": ("ddpnet.cli.exec", "Export the torch variables from any launcher and exec."),
     "sbatch": ("ddpnet.cli.sbatch", "Render (and submit) a SLURM batch script for a job."),
+    "k8s": ("ddpnet.cli.k8s", "Render a Kubernetes PyTorchJob or JobSet, checked at start."),
     "bench": ("ddpnet.cli.bench", "Collective bandwidth (busbw) against the link's real rate."),
     "doctor": ("ddpnet.cli.doctor", "Check this node for every cause of a hang or slow job."),
     "lab": ("ddpnet.cli.lab", "A virtual multi-node cluster in network namespaces, with faults."),
