@@ -8,9 +8,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 WRAPPER = [sys.executable, "-m", "ddpnet.launch.remote", "--"]
 #: a command with a grandchild in its group: prints the grandchild's pid, then waits
 GROUP = ["sh", "-c", "sleep 300 & echo $!; wait"]
+#: the same with the grandchild in a session of its own (as torchrun starts its workers)
+SESSION = ["sh", "-c", "setsid sleep 300 & echo $!; wait"]
 
 
 def _alive(pid: int) -> bool:
@@ -31,8 +35,9 @@ def _wait_gone(pid: int, within: float) -> bool:
     return False
 
 
-def test_end_of_control_line_stops_the_whole_group() -> None:
-    proc = subprocess.Popen([*WRAPPER, *GROUP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+@pytest.mark.parametrize("command", [GROUP, SESSION], ids=["group", "own-session"])
+def test_end_of_control_line_stops_every_descendant(command: list[str]) -> None:
+    proc = subprocess.Popen([*WRAPPER, *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout is not None and proc.stdin is not None
     grandchild = int(proc.stdout.readline())
@@ -40,6 +45,17 @@ def test_end_of_control_line_stops_the_whole_group() -> None:
     proc.stdin.close()  # what a killed ssh client looks like from the remote side
     assert proc.wait(15) == 128 + 15  # the shell died of the SIGTERM
     assert _wait_gone(grandchild, 10), "the remote command's child outlived the launcher"
+
+
+def test_what_the_command_leaves_behind_ends_with_it() -> None:
+    """A worker in its own session whose parent exited (a torchrun that died) goes too."""
+    proc = subprocess.Popen([*WRAPPER, "sh", "-c", "setsid sleep 300 & echo $!"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    orphan = int(proc.stdout.readline())
+    assert proc.wait(15) == 0
+    proc.stdin.close()
+    assert _wait_gone(orphan, 10)
 
 
 def test_a_signal_line_is_forwarded_to_the_command() -> None:

@@ -182,3 +182,23 @@ def _read_until(proc: subprocess.Popen[str], done: Any, timeout: float = 180) ->
     threading.Thread(target=read, daemon=True).start()
     assert finished.wait(timeout), f"not ready: {seen!r}"
     return seen
+
+
+def test_a_failing_host_stops_the_others(lab: Lab, sshd: labsshd.SshdSet,
+                                         tmp_path: Path) -> None:
+    """Rank 1 fails at once, rank 0 would wait forever: the launch ends with the failure
+    within the grace period, and rank 0's host is cleaned up too."""
+    script = tmp_path / "fail_one.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    sys.exit(3)\n"
+                      "time.sleep(300)\n")
+    hf = _hostfile(tmp_path / "hosts", _names(lab)[:2])
+    started = time.monotonic()
+    p = lab.exec(0, [*DDPNET, "launch", "--hostfile", hf, *sshd.client_flags(),
+                     "--master-port", "29676", "--", str(script)], timeout=180)
+    took = time.monotonic() - started
+    assert p.returncode == 1, p.stderr[-2000:]  # torchrun's status for a failed worker
+    assert f"ddpnet: {_names(lab)[1]}: exit 1" in p.stderr
+    assert took < 120, took
+    assert not _left_behind(lab, str(script))

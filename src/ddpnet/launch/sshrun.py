@@ -224,10 +224,10 @@ def run_jobs(jobs: Sequence[HostJob], opts: SshOptions, on_line: LineSink | None
 
 def _wait(clients: Sequence[_Client], received: list[int], grace: float) -> None:
     """Until every client exits; forwards each new signal; closes the rest ``grace`` s after
-    the first failure or signal."""
+    the first failure or signal, at once on a second signal (a second Ctrl-C)."""
     forwarded = 0
     since: float | None = None
-    while any(c.proc.poll() is None for c in clients):
+    while None in [c.proc.poll() for c in clients]:  # poll (and reap) every client each round
         if len(received) > forwarded:
             for signum in received[forwarded:]:
                 _forward(clients, signum)
@@ -235,7 +235,7 @@ def _wait(clients: Sequence[_Client], received: list[int], grace: float) -> None
             since = since or time.monotonic()
         if since is None and any(c.proc.returncode not in (None, 0) for c in clients):
             since = time.monotonic()
-        if since is not None and time.monotonic() - since >= grace:
+        if since is not None and (time.monotonic() - since >= grace or forwarded > 1):
             for c in clients:
                 c.close()
             return
