@@ -202,3 +202,21 @@ def test_a_failing_host_stops_the_others(lab: Lab, sshd: labsshd.SshdSet,
     assert f"ddpnet: {_names(lab)[1]}: exit 1" in p.stderr
     assert took < 120, took
     assert not _left_behind(lab, str(script))
+
+
+@pytest.mark.parametrize(("python", "cause", "words"), [
+    ("/nonexistent/bin/python3", "ssh-command-not-found", "No such file or directory"),
+    ("python-not-on-path", "ssh-command-not-found", "No such file or directory"),
+    ("/usr/bin/python3", "ssh-software-differs", "torch None (here "),
+])
+def test_the_remote_python_is_checked_first(lab: Lab, sshd: labsshd.SshdSet, tmp_path: Path,
+                                            python: str, cause: str, words: str) -> None:
+    """Another Python on the hosts (absent, not on the non-interactive PATH, or without
+    torch) is named before any rank starts."""
+    hf = _hostfile(tmp_path / "hosts", _names(lab)[1:])
+    p = lab.exec(0, [*DDPNET, "launch", "--hostfile", hf, *sshd.client_flags(),
+                     "--remote-python", python, "--", ALLREDUCE], timeout=120)
+    assert p.returncode == 1, p.stderr
+    for name in _names(lab)[1:]:
+        assert f"ddpnet: {name}: {cause}: " in p.stderr, p.stderr
+    assert words in p.stderr
