@@ -9,7 +9,7 @@ import pytest
 
 from ddpnet.errors import ConfigError
 from ddpnet.launch.command import Host
-from ddpnet.launch.hostfile import MAX_HOSTS, parse_hostfile, read_hostfile
+from ddpnet.launch.hostfile import MAX_HOSTS, check_master, parse_hostfile, read_hostfile
 
 
 def test_every_documented_format_and_comments() -> None:
@@ -60,3 +60,14 @@ def test_read_hostfile_missing_file(tmp_path: Path) -> None:
     good = tmp_path / "hosts"
     good.write_text("a slots=2\n")
     assert read_hostfile(str(good)) == (Host("a", 2),)
+
+
+def test_a_loopback_master_is_refused_for_several_hosts() -> None:
+    two = (Host("localhost", 1), Host("n1", 1))
+    for hosts, given in ((two, None), ((Host("127.0.0.1", 1), Host("n1", 1)), None),
+                         ((Host("n0", 1), Host("n1", 1)), "127.0.1.1")):
+        with pytest.raises(ConfigError, match="loopback"):
+            check_master(hosts, given)
+    assert check_master((Host("localhost", 4),)) == "localhost"  # one host: fine
+    assert check_master(two, "10.0.0.1") == "10.0.0.1"
+    assert check_master((Host("n0", 1), Host("n1", 1))) == "n0"

@@ -109,13 +109,14 @@ def run_hosts(options: CheckOptions, hf: HostfileOptions, as_json: bool,
     from ddpnet.env.base import parse_int
     from ddpnet.errors import ConfigError
     from ddpnet.launch import hostlaunch, sshrun
-    from ddpnet.launch.hostfile import read_hostfile
+    from ddpnet.launch.hostfile import check_master, read_hostfile
 
     if options.local is not None:
         raise ConfigError("--local runs on this machine only; it excludes --hostfile",
                           "drop --local, or drop --hostfile")
     env = dict(os.environ if environ is None else environ)
     hosts = read_hostfile(hf.path)
+    check_master(hosts)
     python = hf.python or sys.executable
     common, cwd = forwarded_env(env), os.getcwd()
     hostlaunch.preflight(hf, hosts, python, common, cwd)

@@ -101,3 +101,19 @@ def read_hostfile(path: str) -> tuple[Host, ...]:
     except OSError as exc:
         raise from_os_error(exc) from None
     return parse_hostfile(text, path)
+
+
+def check_master(hosts: tuple[Host, ...], master_addr: str | None = None) -> str:
+    """MASTER_ADDR of a hostfile job (``master_addr``, else the first host), refused when
+    the other hosts would reach themselves through it (pure)."""
+    from ddpnet.net.names import is_loopback
+
+    master = master_addr or hosts[0].name
+    if len(hosts) > 1 and (master == "localhost" or is_loopback(master)):
+        where = "--master-addr" if master_addr else "the first host of the hostfile"
+        raise ConfigError(
+            f"MASTER_ADDR {master} ({where}) is loopback: every other host would connect "
+            "to itself",
+            "list the first host by a name or address the other hosts reach (or pass "
+            "--master-addr ADDRESS)")
+    return master

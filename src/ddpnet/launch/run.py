@@ -283,11 +283,12 @@ def _ssh_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
               nn: NNodes | None) -> LaunchPlan:
     """``--hostfile``: torchrun on every host over SSH (:mod:`ddpnet.launch.hostlaunch`)."""
     from ddpnet.launch import hostlaunch, iface
-    from ddpnet.launch.hostfile import read_hostfile
+    from ddpnet.launch.hostfile import check_master, read_hostfile
 
     assert opts.hostfile is not None
     hosts = read_hostfile(opts.hostfile.path)
     _refuse_for_hostfile(opts, nn, len(hosts))
+    check_master(hosts, opts.master_addr)
     rdzv, rdzv_note = _rdzv(opts, None)
     iface_env = iface.choose(None, environ, opts.ifname).env if opts.ifname else {}
     nproc = None
