@@ -41,7 +41,6 @@ class SshOptions:
     identity: str | None = None
     options: tuple[str, ...] = ()
     connect_timeout: int = CONNECT_TIMEOUT
-    port: int | None = None
 
     def __post_init__(self) -> None:
         for opt in self.options:
@@ -79,8 +78,6 @@ def ssh_argv(opts: SshOptions, host: str, remote: str) -> list[str]:
         argv += ["-l", opts.user]
     if opts.identity:
         argv += ["-i", opts.identity, "-o", "IdentitiesOnly=yes"]
-    if opts.port is not None:
-        argv += ["-p", str(opts.port)]
     return [*argv, "--", host, remote]
 
 
