@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.errors import RequirementError
-from ddpnet.launch.ssh import HostProblem, SshOptions, classify, remote_command, ssh_argv
+from ddpnet.launch.ssh import (
+    HostProblem,
+    SshOptions,
+    classify,
+    compare_software,
+    remote_command,
+    ssh_argv,
+)
 from ddpnet.local import exit_status, forwarding
 from ddpnet.subproc import run_tool
 
@@ -80,8 +87,6 @@ def local_software() -> dict[str, Any]:
 
 def _probe_one(host: str, opts: SshOptions, python: str, env: Mapping[str, str], cwd: str,
                local: Mapping[str, Any]) -> HostProblem | None:
-    from ddpnet.launch.ssh import compare_software
-
     line = remote_command([python, "-c", _PROBE], env, cwd)
     out = run_tool(ssh_argv(opts, host, line), opts.connect_timeout + PROBE_SECONDS)
     problem = classify(host, out.returncode, out.stderr, timed_out=out.failure == "timeout")
