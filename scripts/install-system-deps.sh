@@ -5,6 +5,7 @@
 set -euo pipefail
 PACKAGES=(
   iproute2 iptables nftables iputils-ping iperf3 procps kmod util-linux
+  openssh-client openssh-server
   openmpi-bin slurm-wlm slurm-client munge
   chromium tmux
   netplan.io firewalld network-manager ufw

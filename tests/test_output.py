@@ -71,3 +71,25 @@ def test_lend_and_restore_are_idempotent_and_off_without_json() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "plain\n[1]\nback\n" and proc.stderr == "lent\n"
+
+
+def test_relay_line_prefixes_and_keeps_lines_whole() -> None:
+    """Lines of remote hosts, relayed from many threads: each whole, prefixed by its host."""
+    code = textwrap.dedent("""
+        import threading
+        from ddpnet.output import relay_line
+        def host(name):
+            for i in range(200):
+                relay_line(f"line {i} " + "x" * 200, prefix=name, stderr=i % 2 == 1)
+        threads = [threading.Thread(target=host, args=(f"h{k}",)) for k in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        relay_line("verdict")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_environ(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out, err = proc.stdout.splitlines(), proc.stderr.splitlines()
+    assert out[-1] == "verdict" and len(out) == 401 and len(err) == 400
+    for line in out[:-1] + err:
+        prefix, _, rest = line.partition("] ")
+        assert prefix in ("[h0", "[h1", "[h2", "[h3") and rest.endswith("x" * 200), line

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -110,6 +111,22 @@ def emit_json(obj: Any) -> None:
     stay parseable line by line."""
     tty = os.isatty(_lent_fd) if _lent_fd is not None else sys.stdout.isatty()
     _write_stdout(dumps(obj, pretty=tty) + "\n")
+
+
+#: one relayed line at a time: lines from many hosts interleave but never mix
+_relay_lock = threading.Lock()
+
+
+def relay_line(line: str, *, prefix: str | None = None, stderr: bool = False) -> None:
+    """A line another process printed (a remote host's rank), passed on whole: ``[prefix]
+    line`` (or as it was, without ``prefix``) on our stdout, or on stderr."""
+    text = f"[{prefix}] {line}\n" if prefix is not None else f"{line}\n"
+    with _relay_lock:
+        if stderr:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        else:
+            _write_stdout(text)
 
 
 def format_error(message: str, hint: str = "") -> str:

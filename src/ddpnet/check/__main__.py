@@ -1,5 +1,8 @@
-"""Worker entry for ``ddpnet check --local N``: ``python -m ddpnet.check OPTIONS_JSON``.
-Runs one rank (from the variables ``ddpnet.local`` exported) and prints its JSON."""
+"""Rank entry of ``ddpnet check``: ``python -m ddpnet.check OPTIONS_JSON [--human]``.
+
+Runs one rank (from the variables ``ddpnet.local`` or an SSH launch exported) and prints its
+JSON; with ``--human`` (rank 0 of ``check --hostfile`` without ``--json``) the verdict as
+``ddpnet check`` prints it, and rank 0's progress lines on stderr."""
 
 from __future__ import annotations
 
@@ -11,12 +14,14 @@ def main(argv: list[str]) -> int:
 
     die_with_parent()
     from ddpnet.check.options import CheckOptions
+    from ddpnet.check.render_text import render_result
     from ddpnet.check.run import exit_fast, run
     from ddpnet.output import finish, guarded, json_mode
 
-    json_mode(True)  # this rank's stdout is its JSON line for the parent
+    human = argv[1:] == ["--human"]
+    json_mode(not human)  # a worker's stdout is its JSON line for the parent
     return guarded(lambda: exit_fast(finish(run(CheckOptions.from_json(argv[0])),
-                                            as_json=True)))
+                                            as_json=not human, human=render_result)))
 
 
 if __name__ == "__main__":

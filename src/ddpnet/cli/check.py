@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+
+from ddpnet.cli.sshflags import hostfile_options, ssh_flags
 
 
 @click.command("check")
@@ -24,12 +27,14 @@ import click
               show_default=True)
 @click.option("--local", "local", type=click.IntRange(1, 64), default=None,
               help="Spawn N ranks on this machine over loopback (no launcher, no root).")
+@ssh_flags
 def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench: bool,
             stage_timeout: float, join_timeout: float, bw_seconds: float, backend: str,
-            local: int | None) -> int:
+            local: int | None, **ssh: Any) -> int:
     """Check the whole cluster at once: rendezvous, facts, reachability, process group,
     bandwidth. Run it on every rank (torchrun, srun, mpirun, exported RANK/WORLD_SIZE/
-    MASTER_ADDR/MASTER_PORT), or with --local N on one machine."""
+    MASTER_ADDR/MASTER_PORT), with --local N on one machine, or with --hostfile FILE on every
+    host of FILE over SSH (one rank per host; rank 0 on the first)."""
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.render_text import render_result
     from ddpnet.check.run import run, run_and_leave
@@ -39,4 +44,10 @@ def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench:
                            join_timeout=join_timeout, bw_seconds=bw_seconds, backend=backend,
                            local=local,
                            report_path=str(report_path) if report_path is not None else None)
+    hostfile = hostfile_options(**ssh)
+    if hostfile is not None:
+        from ddpnet.check.hosts import render, run_hosts
+
+        return run_and_leave(lambda: finish(run_hosts(options, hostfile, as_json), as_json,
+                                            render))
     return run_and_leave(lambda: finish(run(options), as_json, render_result))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
+from ddpnet.cli.sshflags import hostfile_options, ssh_flags
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True,
@@ -34,12 +38,13 @@ import click
 @click.option("--oversubscribe", is_flag=True, help="Passed to mpirun.")
 @click.option("--dry-run", is_flag=True, help="Print the command and environment per node.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: one JSON object.")
+@ssh_flags
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | None,
             master_addr: str | None, master_port: str | None, rdzv: str | None,
             max_restarts: int, local: int | None, via: str, hosts: str | None,
             ifname: str | None, allow_run_as_root: bool, oversubscribe: bool, dry_run: bool,
-            as_json: bool, program: tuple[str, ...]) -> int:
+            as_json: bool, program: tuple[str, ...], **ssh: Any) -> int:
     """Run SCRIPT (or -m MODULE) on every rank of this node with torchrun, or on all ranks
     with mpirun, with MASTER_ADDR, ranks and interface variables filled in.
 
@@ -49,6 +54,7 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
     srun --ntasks-per-node=1 ddpnet launch -- train.py        (all from SLURM)
     ddpnet launch --via mpirun --hosts node0:4,node1:4 -- train.py
     ddpnet launch --local 4 -- train.py                         (one machine)
+    ddpnet launch --hostfile hosts -- train.py              (every host, over SSH)
     """
     from ddpnet.launch.render import print_warnings, render
     from ddpnet.launch.run import LaunchOptions, prepare, run
@@ -59,6 +65,6 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
         master_addr=master_addr, master_port=master_port, rdzv=rdzv,
         max_restarts=max_restarts, local=local, via=via, hosts=hosts, ifname=ifname,
         allow_run_as_root=allow_run_as_root, oversubscribe=oversubscribe, dry_run=dry_run,
-        as_json=as_json))
+        as_json=as_json, hostfile=hostfile_options(**ssh)))
     print_warnings(plan.warnings)
     return finish(run(plan), as_json, render)

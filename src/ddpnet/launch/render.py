@@ -19,6 +19,8 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
         where = "this node" if node["node_rank"] is None else f"node {node['node_rank']}"
         if plan.engine == "mpirun":
             where = "the launching host (mpirun starts every rank)"
+        if plan.engine == "ssh":
+            where = f"host {node['host']}, node {node['node_rank']}, over SSH"
         ranks = node["ranks"]
         suffix = f" (ranks {ranks[0]}-{ranks[-1]})" if ranks else ""
         lines += [f"# {where}{suffix}", node["command"]]

@@ -10,10 +10,14 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.launch.command import NNodes, Target
+
+if TYPE_CHECKING:
+    from ddpnet.launch.hostlaunch import SshLaunch
+    from ddpnet.launch.ssh import HostfileOptions
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class LaunchOptions:
     oversubscribe: bool = False
     dry_run: bool = False
     as_json: bool = False
+    #: ``--hostfile`` and the SSH flags: every host's torchrun started over SSH
+    hostfile: HostfileOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     exit_code: int = 0
+    #: with ``--hostfile``: what every host runs over SSH
+    ssh: SshLaunch | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "nodes": list(self.nodes), "sources": dict(self.sources),
@@ -74,11 +82,16 @@ def prepare(options: LaunchOptions, environ: Mapping[str, str] | None = None) ->
         raise ConfigError("--json prints the plan and needs --dry-run",
                           "add --dry-run, or drop --json to run the job")
     target = Target.parse(options.program)
+    if options.hostfile is not None and options.local is not None:
+        raise ConfigError("--local runs on this machine only; it excludes --hostfile",
+                          "drop --local, or drop --hostfile")
     opts, env = _fold_local(options, dict(os.environ if environ is None else environ))
     if opts.hosts is not None and opts.via != "mpirun":
         raise ConfigError("--hosts is for --via mpirun",
                           "add --via mpirun, or launch torchrun on each node with --node-rank")
     nn = NNodes.parse(opts.nnodes) if opts.nnodes is not None else None
+    if opts.hostfile is not None:
+        return _ssh_plan(opts, target, env, nn)
     if opts.via == "mpirun":
         _refuse_for_mpirun(opts)
         return _mpirun_plan(opts, target, env, nn)
@@ -89,6 +102,10 @@ def run(plan: LaunchPlan) -> LaunchPlan | Ran:
     """Start the engine and wait for it (edge); a dry run is its own result."""
     if plan.dry_run:
         return plan
+    if plan.ssh is not None:
+        from ddpnet.launch import hostlaunch
+
+        return Ran(hostlaunch.execute(plan.ssh))
     from ddpnet.launch import engine
 
     return Ran(engine.run(plan.argv, plan.env))
@@ -260,3 +277,44 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
               "ranks": list(range(np))},) if opts.dry_run else ()
     return LaunchPlan("mpirun", opts.dry_run, tuple(argv), env, nodes,
                       {"interface": choice.reason}, (), tuple(warnings))
+
+
+def _ssh_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
+              nn: NNodes | None) -> LaunchPlan:
+    """``--hostfile``: torchrun on every host over SSH (:mod:`ddpnet.launch.hostlaunch`)."""
+    from ddpnet.launch import hostlaunch, iface
+    from ddpnet.launch.hostfile import check_master, read_hostfile
+
+    assert opts.hostfile is not None
+    hosts = read_hostfile(opts.hostfile.path)
+    _refuse_for_hostfile(opts, nn, len(hosts))
+    check_master(hosts, opts.master_addr)
+    rdzv, rdzv_note = _rdzv(opts, None)
+    iface_env = iface.choose(None, environ, opts.ifname).env if opts.ifname else {}
+    nproc = None
+    if opts.nproc_per_node not in (None, "auto"):
+        from ddpnet.launch.plan import parse_nproc
+
+        nproc = parse_nproc(opts.nproc_per_node, environ, [])[0]
+    settings = hostlaunch.HostSettings(target, nproc, opts.master_addr,
+                                       _mpirun_port(opts, environ), rdzv, opts.max_restarts,
+                                       iface_env)
+    launch = hostlaunch.plan(opts.hostfile, hosts, settings, environ, os.getcwd(),
+                             opts.hostfile.python or sys.executable)
+    return LaunchPlan("ssh", opts.dry_run, nodes=launch.nodes if opts.dry_run else (),
+                      sources={"hostfile": opts.hostfile.path}, notes=tuple(rdzv_note),
+                      ssh=launch)
+
+
+def _refuse_for_hostfile(opts: LaunchOptions, nn: NNodes | None, count: int) -> None:
+    """Flags the hostfile decides, or that start the job another way."""
+    if nn is not None and nn.max != count:
+        raise ConfigError(f"--nnodes {nn} contradicts the {count} hosts of --hostfile",
+                          "drop --nnodes: with --hostfile every listed host is a node")
+    for flag, given in (("--node-rank", opts.node_rank is not None),
+                        ("--hosts", opts.hosts is not None),
+                        ("--via mpirun", opts.via == "mpirun")):
+        if given:
+            raise ConfigError(f"{flag} does not apply to --hostfile: every host's node rank "
+                              "is its line in the file and torchrun starts its ranks",
+                              f"drop {flag}, or drop --hostfile")
