@@ -216,11 +216,12 @@ def compare_software(host: str, python: str, remote: Mapping[str, Any],
                      local: Mapping[str, Any]) -> HostProblem | None:
     """The host's Python, torch and ddpnet against the launching host's (pure): ranks of one
     job must run the same versions (a torch mismatch breaks the collectives' wire format)."""
-    if remote.get("ddpnet") is None:
-        return HostProblem(host, "ssh-software-differs",
-                           f"ddpnet is not importable by {python} on {host}")
     diffs = [f"{name} {remote.get(name)} (here {local.get(name)})"
-             for name in ("python", "torch", "ddpnet") if remote.get(name) != local.get(name)]
+             for name in ("python", "torch") if remote.get(name) != local.get(name)]
+    if remote.get("ddpnet") is None:  # named with the rest: one fix covers them all
+        diffs.append("ddpnet not importable")
+    elif remote.get("ddpnet") != local.get("ddpnet"):
+        diffs.append(f"ddpnet {remote.get('ddpnet')} (here {local.get('ddpnet')})")
     if diffs:
         return HostProblem(host, "ssh-software-differs",
                            f"{python} on {host} has " + ", ".join(diffs))
