@@ -9,14 +9,16 @@ defaults (rank 0 of 1, 127.0.0.1:29500).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ddpnet.config import DistConfig
 from ddpnet.env.base import ReadContext, Sourced, parse_int
-from ddpnet.env.detect import detect_launcher
+from ddpnet.env.detect import ambiguities, detect_launcher
 from ddpnet.env.initmethod import InitMethod, parse_init_method
 from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
@@ -24,6 +26,10 @@ from ddpnet.errors import ConfigError
 #: the torch variables a non-torchrun launcher may also find in the environment
 _TORCH_VARS = {"rank": "RANK", "world_size": "WORLD_SIZE"}
 _MPI = ("openmpi", "mpich", "mvapich")
+#: launchers whose job id is the same on every node: the port is derived from it
+_JOB_ID_PORT = ("slurm", "lsf", "pbs", "sge")
+#: the most of a launcher's file (a node file) read: a million hosts fit
+_FILE_LIMIT = 64 * 1024 * 1024
 
 
 def _dir_writable(path: str) -> str | None:
@@ -34,6 +40,28 @@ def _dir_writable(path: str) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"directory {directory} is not writable by this user"
     return None
+
+
+def _read_file(path: str) -> str:
+    """A launcher's file (edge: reads it), bounded; OSError says why it cannot be read."""
+    with open(path, "rb") as handle:
+        data = handle.read(_FILE_LIMIT + 1)
+    if len(data) > _FILE_LIMIT:
+        raise OSError(f"larger than {_FILE_LIMIT // (1024 * 1024)} MiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_files(paths: tuple[tuple[str, str], ...], read_file: Callable[[str], str]
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """The contents of each ``(variable, path)``, and why each unreadable one is not."""
+    files: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for _, path in paths:
+        try:
+            files[path] = read_file(path)
+        except OSError as exc:
+            errors[path] = exc.strerror or str(exc)
+    return files, errors
 
 
 def resolve(
@@ -48,11 +76,14 @@ def resolve(
     num_nodes, master_addr, master_port, init_method``; ``None`` means "not given".
     """
     given = {k: (v, f"argument {k}") for k, v in overrides.items() if v is not None}
-    return resolve_config(
+    cfg = resolve_config(
         os.environ if environ is None else environ,
         given,
         port_range=read_port_range(proc),
     )
+    for other in cfg.ambiguous:  # ddpnet.init() prints no notes: an ambiguity must show
+        warnings.warn(f"ddpnet: {other.describe(cfg.launcher)}", stacklevel=2)
+    return cfg
 
 
 _OVERRIDABLE = {
@@ -67,13 +98,20 @@ def resolve_config(
     *,
     port_range: tuple[int, int] = (32768, 60999),
     dir_check: Callable[[str], str | None] = _dir_writable,
+    read_file: Callable[[str], str] = _read_file,
 ) -> DistConfig:
-    """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``."""
+    """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``; the
+    launcher's files (PBS_NODEFILE, PE_HOSTFILE) come through ``read_file``."""
     _reject_unknown(overrides)
     launcher_cls, reason = detect_launcher(environ)
     launcher = launcher_cls()
     notes: list[str] = [f"launcher {launcher.name}: {reason}"]
-    values: dict[str, Sourced] = dict(launcher.read(environ, ReadContext(port_range=port_range)))
+    others = ambiguities(environ)
+    files, errors = read_files(launcher_cls.files(environ), read_file)
+    ctx = ReadContext(port_range=port_range, files=files, file_errors=errors)
+    values: dict[str, Sourced] = dict(launcher.read(environ, ctx))
+    if "note" in values:
+        notes.append(str(values.pop("note")[0]))
 
     _check_torch_vars(launcher.name, environ, values, notes)
     if launcher.name == "local":
@@ -85,7 +123,7 @@ def resolve_config(
     _derive(launcher.name, values, notes, job_id, port_range)
     cfg = _config(launcher.name, values, overrides, init, job_id, notes)
     _validate(cfg)
-    return cfg
+    return replace(cfg, ambiguous=others) if others else cfg
 
 
 def _reject_unknown(overrides: Mapping[str, Sourced]) -> None:
@@ -159,7 +197,7 @@ def _check_torch_vars(
     if launcher in ("torchrun", "manual", "local"):
         return
     for key, var in _TORCH_VARS.items():
-        if var not in environ or key not in values:
+        if var not in environ or key not in values or values[key][1] == var:
             continue
         theirs = parse_int(environ[var], var, minimum=_minimum(key))
         ours, source = values[key]
@@ -257,6 +295,11 @@ _MASTER_ADDR_HINTS = {
     "openmpi": "forward it: mpirun -x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=...",
     "mpich": "forward it: mpiexec -genv MASTER_ADDR <rank-0 host> ...",
     "mvapich": "forward it: mpirun_rsh ... MASTER_ADDR=<rank-0 host> ...",
+    "jobset": "add env MASTER_ADDR=<jobset>-<replicatedJob>-0-0.<subdomain> (the rank-0 pod's "
+              "headless-service name) to the pod template, or JOBSET_NAME and "
+              "REPLICATED_JOB_NAME from the pod's labels (downward API) to derive it",
+    "azureml": "AzureML sets AZ_BATCH_MASTER_NODE (ip:port) for distributed jobs; run with "
+               "a distribution (mpi or pytorch) and instance_count > 1",
 }
 
 
@@ -278,8 +321,9 @@ def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str])
 
 def _master_port(launcher: str, job_id: str | None, port_range: tuple[int, int],
                  notes: list[str]) -> Sourced:
-    """Derived from a Slurm/LSF job id (the same on every node), else torch's default."""
-    if job_id and launcher in ("slurm", "lsf"):
+    """Derived from a batch job id (SLURM, LSF, PBS, Grid Engine: the same on every node),
+    else torch's default."""
+    if job_id and launcher in _JOB_ID_PORT:
         port = derive_port(job_id, port_range)
         notes.append(
             f"MASTER_PORT {port} derived from job id {job_id}, outside the ephemeral "
