@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, file_text, put_master
-from ddpnet.env.hostlist import compress
+from ddpnet.env.hostlist import compress, valid_host
 from ddpnet.errors import ConfigError
 
 _FILE_VAR = "PBS_NODEFILE"
@@ -36,7 +36,7 @@ def parse_nodefile(text: str, source: str = _FILE_VAR) -> tuple[str, ...]:
         raise ConfigError(f"{source} is empty: the job has no hosts",
                           "PBS writes one host per slot there; is the job still running?")
     for number, line in enumerate(lines, 1):
-        if any(c.isspace() for c in line) or "\x00" in line:
+        if not valid_host(line):
             raise ConfigError(
                 f"{source} line {number} {line[:60]!r} is not a host name",
                 "a PBS node file has one host name per line (once per slot); do not "

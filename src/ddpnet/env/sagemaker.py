@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_master
+from ddpnet.env.hostlist import valid_host
 from ddpnet.errors import ConfigError
 
 _HINT = "SageMaker sets SM_HOSTS to a JSON list of host names, e.g. [\"algo-1\",\"algo-2\"]"
@@ -31,8 +32,7 @@ def parse_hosts(text: str, source: str = "SM_HOSTS") -> tuple[str, ...]:
     except (ValueError, RecursionError):
         raise ConfigError(f"{source}={text[:60]!r} is not JSON", _HINT) from None
     if not isinstance(value, list) or not value or not all(
-            isinstance(h, str) and h.strip() and not any(c.isspace() for c in h)
-            for h in value):
+            isinstance(h, str) and valid_host(h) for h in value):
         raise ConfigError(f"{source}={text[:60]!r} is not a list of host names", _HINT)
     if len(set(value)) != len(value):
         raise ConfigError(f"{source} lists a host twice", _HINT)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, file_text, put_master
-from ddpnet.env.hostlist import compress
+from ddpnet.env.hostlist import compress, valid_host
 from ddpnet.errors import ConfigError
 
 _FILE_VAR = "PE_HOSTFILE"
@@ -29,6 +29,9 @@ def _line(number: int, line: str, source: str) -> tuple[str, int]:
     fields = line.split()
     if len(fields) < 2:
         raise ConfigError(f"{source} line {number} {line[:60]!r} has no slot count", _HINT)
+    if not valid_host(fields[0]):
+        raise ConfigError(f"{source} line {number}: {fields[0][:60]!r} is not a host name",
+                          _HINT)
     try:
         slots = int(fields[1], 10)
     except ValueError:
