@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ddpnet.env.detect import detect_launcher
+from ddpnet.env.detect import BY_NAME, detect_launcher
 from ddpnet.env.resolve import resolve_config
 
 # (id, environment as the launcher exports it, expected subset of DistConfig.to_dict())
@@ -113,6 +113,9 @@ def _subset(actual: dict[str, Any], expected: dict[str, Any]) -> None:
 def test_launcher_resolution(environ: dict[str, str], expected: dict[str, Any]) -> None:
     cfg = resolve_config(environ, {})
     _subset(cfg.to_dict(), expected)
+    # the launcher's own source is the marker variables that picked it
+    assert cfg.sources["launcher"] == ", ".join(
+        m for m in BY_NAME[cfg.launcher].markers if m in environ) or "no launcher variables set"
     assert set(cfg.sources) >= {"launcher", "rank", "world_size", "local_rank",
                                 "local_world_size", "node_rank", "num_nodes", "master_addr",
                                 "master_port", "init_method"}

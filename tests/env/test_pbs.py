@@ -127,3 +127,4 @@ def test_env_json_with_a_nodefile_on_disk(run_cli: RunCli, nodefile: Path) -> No
     out = json.loads(proc.stdout)
     assert (out["launcher"], out["rank"], out["hosts"]) == ("pbs", 1, ["node01", "node02"])
     assert out["sources"]["hosts"] == "PBS_NODEFILE"
+    assert out["sources"]["launcher"] == "PBS_JOBID, PBS_NODEFILE"  # what marked it

@@ -71,3 +71,4 @@ def test_env_json_names_sagemaker(run_cli: RunCli) -> None:
     out = json.loads(proc.stdout)
     assert (out["launcher"], out["rank"], out["hosts"]) == ("sagemaker", 1,
                                                             ["algo-1", "algo-2"])
+    assert out["sources"]["launcher"] == "SM_HOSTS, SM_CURRENT_HOST"

@@ -79,6 +79,12 @@ def ambiguities(environ: Mapping[str, str]) -> tuple[Ambiguity, ...]:
     return tuple(out)
 
 
+def marked_by(cls: type[Launcher], environ: Mapping[str, str]) -> str:
+    """The source of the launcher itself: its marker variables that are set."""
+    present = [m for m in cls.markers if m in environ]
+    return ", ".join(present) if present else "no launcher variables set"
+
+
 def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
     """The winning launcher and why, e.g. ``(SlurmLauncher, "SLURM_PROCID, SLURM_STEP_ID set")``."""
     found = detect_all(environ)
@@ -91,8 +97,7 @@ def detect_launcher(environ: Mapping[str, str]) -> tuple[type[Launcher], str]:
                             + " but not in an srun step: one local process (start the "
                             "ranks with srun, or torchrun on each node)")
         return winner, "no launcher variables set: one local process"
-    present = [m for m in winner.markers if m in environ]
-    reason = f"{', '.join(present)} set"
+    reason = f"{marked_by(winner, environ)} set"
     inside = [cls.name for cls in found[1:] if cls not in _FALLBACKS and nested(winner, cls)]
     if inside:
         reason += f"; wins over {', '.join(inside)} (nested by design: it runs inside them)"

@@ -18,7 +18,7 @@ from typing import Any
 
 from ddpnet.config import DistConfig
 from ddpnet.env.base import ReadContext, Sourced, parse_int
-from ddpnet.env.detect import ambiguities, detect_launcher
+from ddpnet.env.detect import ambiguities, detect_launcher, marked_by
 from ddpnet.env.initmethod import InitMethod, parse_init_method
 from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
@@ -121,7 +121,8 @@ def resolve_config(
     init = _init_method(overrides, values, notes, dir_check)
     job_id = values.pop("job_id", (None, ""))[0]
     _derive(launcher.name, values, notes, job_id, port_range)
-    cfg = _config(launcher.name, values, overrides, init, job_id, notes)
+    values["launcher"] = (launcher.name, marked_by(launcher_cls, environ))
+    cfg = _config(values, overrides, init, job_id, notes)
     _validate(cfg)
     return replace(cfg, ambiguous=others) if others else cfg
 
@@ -157,7 +158,6 @@ def _apply_overrides(overrides: Mapping[str, Sourced], values: dict[str, Sourced
 
 
 def _config(
-    launcher: str,
     values: Mapping[str, Sourced],
     overrides: Mapping[str, Sourced],
     init: InitMethod,
@@ -165,11 +165,10 @@ def _config(
     notes: list[str],
 ) -> DistConfig:
     sources = {k: s for k, (_, s) in values.items()}
-    sources["launcher"] = "detected"
     sources["init_method"] = overrides["init_method"][1] if "init_method" in overrides \
         else "default"
     return DistConfig(
-        launcher=launcher,
+        launcher=values["launcher"][0],
         rank=values["rank"][0],
         world_size=values["world_size"][0],
         local_rank=values["local_rank"][0],
