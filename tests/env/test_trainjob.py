@@ -10,43 +10,51 @@ from ddpnet.env.resolve import resolve_config
 from ddpnet.errors import ConfigError
 from tests.conftest import RunCli
 
-#: pod 1 of TrainJob ``mnist`` with numNodes 2, as the Torch plugin sets it
+#: pod 1 of TrainJob ``mnist`` with numNodes 2 on GPU nodes, as the Torch plugin sets it
 #: (kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go, pkg/constants):
 #: PET_NODE_RANK from the job-completion-index annotation, PET_MASTER_ADDR the first pod's
 #: JobSet hostname, port 29500; Kubernetes adds JOB_COMPLETION_INDEX (an indexed Job)
 NODE_1 = {
     "PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "1",
-    "PET_MASTER_ADDR": "mnist-trainer-node-0-0.mnist", "PET_MASTER_PORT": "29500",
+    "PET_MASTER_ADDR": "mnist-node-0-0.mnist", "PET_MASTER_PORT": "29500",
     "JOB_COMPLETION_INDEX": "1",
 }
+#: the same pod from the early v2 releases (replicated job ``trainer-node``)
+EARLY_V2 = {**NODE_1, "PET_MASTER_ADDR": "mnist-trainer-node-0-0.mnist"}
 
 
 def test_trainer_pod_resolves_as_trainjob() -> None:
     cfg = resolve_config(NODE_1, {})
     assert (cfg.launcher, cfg.rank, cfg.world_size, cfg.node_rank, cfg.num_nodes) == (
         "trainjob", 1, 2, 1, 2)
-    assert (cfg.master_addr, cfg.master_port) == ("mnist-trainer-node-0-0.mnist", 29500)
+    assert (cfg.master_addr, cfg.master_port) == ("mnist-node-0-0.mnist", 29500)
     assert cfg.sources["rank"] == "PET_NODE_RANK"
     assert cfg.sources["master_addr"] == "PET_MASTER_ADDR"
 
 
+def test_early_v2_master_name() -> None:
+    assert resolve_config(EARLY_V2, {}).master_addr == "mnist-trainer-node-0-0.mnist"
+
+
 def test_trainjob_is_a_jobset_by_design_not_an_ambiguity() -> None:
-    env = {**NODE_1, "JOBSET_NAME": "mnist", "REPLICATED_JOB_NAME": "trainer-node"}
+    env = {**NODE_1, "JOBSET_NAME": "mnist", "REPLICATED_JOB_NAME": "node"}
     cfg = resolve_config(env, {})
     assert cfg.launcher == "trainjob" and not cfg.ambiguous
     assert "wins over jobset" in cfg.notes[0]
 
 
 def test_numeric_procs_per_node_need_torchrun() -> None:
+    # "auto" on a CPU node becomes the CPU count: torchrun would start that many processes
     with pytest.raises(ConfigError) as info:
         resolve_config({**NODE_1, "PET_NPROC_PER_NODE": "8"}, {})
     assert "torchrun" in info.value.hint
+    assert resolve_config({**NODE_1, "PET_NPROC_PER_NODE": "1"}, {}).world_size == 2
 
 
 def test_torchrun_in_the_trainer_pod_wins() -> None:
     env = {**NODE_1, "TORCHELASTIC_RUN_ID": "mnist", "RANK": "3", "WORLD_SIZE": "4",
            "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-           "MASTER_ADDR": "mnist-trainer-node-0-0.mnist", "MASTER_PORT": "29500"}
+           "MASTER_ADDR": "mnist-node-0-0.mnist", "MASTER_PORT": "29500"}
     cfg = resolve_config(env, {})
     assert (cfg.launcher, cfg.rank, cfg.node_rank) == ("torchrun", 3, 1)
 

@@ -17,7 +17,9 @@ torchrun started in the pod reads them and sets TORCHELASTIC_RUN_ID, so the torc
 wins there. This launcher is the process started directly in the pod. A hand-exported
 RANK/WORLD_SIZE (``manual``) has no PET_MASTER_ADDR / PET_NNODES: that is how the two differ.
 The operator creates pods, not Jobs, so a PyTorchJob pod has no ``JOB_COMPLETION_INDEX``
-(which marks a TrainJob or a JobSet).
+(which marks a TrainJob or a JobSet). Operators before 1.7 set only MASTER_ADDR, MASTER_PORT,
+WORLD_SIZE (the pod count) and RANK (the pod index): that is detected as ``manual``, with the
+same values.
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """Kubeflow TrainJob (Trainer v2, ``trainer.kubeflow.org``) with a torch runtime.
 
 The Torch plugin (kubeflow/trainer ``pkg/runtime/framework/plugins/torch/torch.go`` and
-``pkg/constants/constants.go``) sets in the trainer container:
+``pkg/constants/constants.go``, 2025-2026) sets in the trainer ``node`` container:
 
-- ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode, ``auto`` by default);
+- ``PET_NNODES`` (numNodes), ``PET_NPROC_PER_NODE`` (numProcPerNode; ``auto``, which the
+  plugin turns into the CPU count on nodes without GPUs);
 - ``PET_NODE_RANK`` from the pod annotation ``batch.kubernetes.io/job-completion-index``;
-- ``PET_MASTER_ADDR`` = ``<trainjob>-trainer-node-0-0.<trainjob>`` (the JobSet headless
-  service name of the first pod) and ``PET_MASTER_PORT`` = 29500.
+- ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>`` (``-trainer-node-0-0`` before the
+  replicated job was renamed), the JobSet headless-service name of the first pod, and
+  ``PET_MASTER_PORT`` = 29500.
 
-No RANK, WORLD_SIZE or MASTER_ADDR: the runtime's command is torchrun, which reads the PET_*
-variables (then the torchrun launcher wins). A TrainJob runs on a JobSet of indexed Jobs, so
-``JOB_COMPLETION_INDEX`` is set too: it is detected before ``jobset`` and runs within it.
+No RANK, WORLD_SIZE or MASTER_ADDR (the validator refuses them as reserved): the runtime's
+command is torchrun, which reads the PET_* variables (then the torchrun launcher wins). A
+TrainJob runs on a JobSet of indexed Jobs, so ``JOB_COMPLETION_INDEX`` is set too: it is
+detected before ``jobset`` and runs within it.
 """
 
 from __future__ import annotations
