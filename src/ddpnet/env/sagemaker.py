@@ -8,8 +8,11 @@ documented in its ENVIRONMENT_VARIABLES.md) exports ``SM_HOSTS`` (a JSON list, e
 ``SM_MASTER_PORT``, ``SM_HOST_COUNT`` and ``SM_CURRENT_HOST_RANK`` where the platform sets them.
 
 One process per host: the rank is the host's index in SM_HOSTS (or SM_CURRENT_HOST_RANK), the
-master the first host (the toolkit's ``master_hostname``). With ``distribution`` set, SageMaker
-starts torchrun or mpirun instead, which are detected and win.
+master the first host (the toolkit's ``master_hostname``; SM_HOSTS is sorted
+lexicographically, ``algo-10`` before ``algo-2``, the same order on every host). With
+``distribution`` set, SageMaker starts torchrun or mpirun instead, which are detected and win.
+A heterogeneous cluster (several instance groups) lists every group's hosts in SM_HOSTS: there
+SM_CURRENT_HOST_RANK / SM_HOST_COUNT, where set, are the ones to trust.
 """
 
 from __future__ import annotations
