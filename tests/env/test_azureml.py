@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from ddpnet.env.azureml import parse_master_node
 from ddpnet.env.resolve import resolve_config
 from ddpnet.errors import ConfigError
-from tests.conftest import RunCli
+from tests.conftest import RunCli, clean_environ
+from tests.env.jsonstream import json_objects
 
 #: an MPI job, process 3 of 4 on 2 nodes (Open MPI in AzureML's GPU images): the master
 #: variables of learn.microsoft.com "Distributed GPU training guide" and Azure Batch's
@@ -83,3 +87,22 @@ def test_env_json_names_azureml(run_cli: RunCli) -> None:
     assert (out["launcher"], out["master_addr"], out["master_port"]) == (
         "azureml", "10.0.0.4", 6105)
     assert out["sources"]["master_port"] == "AZ_BATCH_MASTER_NODE"
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin not installed")
+def test_real_mpirun_with_azureml_master_resolves_as_azureml() -> None:
+    # AzureML's MPI launch: a real mpirun, its ranks see AZ_BATCH_MASTER_NODE
+    env = {"AZ_BATCH_MASTER_NODE": "127.0.0.1:29611",
+           "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1"}
+    proc = subprocess.run(
+        ["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe",
+         "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+         "--mca", "oob_tcp_if_include", "lo",
+         sys.executable, "-m", "ddpnet", "env", "--json"],
+        env=clean_environ(env), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = json_objects(proc.stdout)
+    assert sorted(o["rank"] for o in objs) == [0, 1]
+    assert {(o["launcher"], o["master_addr"], o["master_port"]) for o in objs} == {
+        ("azureml", "127.0.0.1", 29611)}
+    assert {o["sources"]["rank"] for o in objs} == {"OMPI_COMM_WORLD_RANK"}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,8 @@ import pytest
 from ddpnet.env.pbs import parse_nodefile, task_number
 from ddpnet.env.resolve import resolve_config
 from ddpnet.errors import ConfigError
-from tests.conftest import RunCli
+from tests.conftest import RunCli, clean_environ
+from tests.env.jsonstream import json_objects
 
 #: generate_pbs_nodefile (openpbs src/resmom/start_exec.c): one line per vnode/MPI slot, short
 #: host names, the first node first; here select=2:ncpus=2:mpiprocs=2
@@ -128,3 +132,21 @@ def test_env_json_with_a_nodefile_on_disk(run_cli: RunCli, nodefile: Path) -> No
     assert (out["launcher"], out["rank"], out["hosts"]) == ("pbs", 1, ["node01", "node02"])
     assert out["sources"]["hosts"] == "PBS_NODEFILE"
     assert out["sources"]["launcher"] == "PBS_JOBID, PBS_NODEFILE"  # what marked it
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin not installed")
+def test_real_mpirun_inside_a_pbs_job_resolves_as_openmpi(nodefile: Path) -> None:
+    # a real mpirun started from the job script: its ranks carry PBS_* and OMPI_* at once
+    env = {**job_script(nodefile), "MASTER_ADDR": "127.0.0.1"}
+    proc = subprocess.run(
+        ["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", "-x", "MASTER_ADDR",
+         "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+         "--mca", "oob_tcp_if_include", "lo", "--mca", "plm", "rsh", "--mca", "ras", "^tm",
+         sys.executable, "-m", "ddpnet", "env", "--json"],
+        env=clean_environ(env), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = json_objects(proc.stdout)
+    assert sorted(o["rank"] for o in objs) == [0, 1]
+    assert {o["launcher"] for o in objs} == {"openmpi"}
+    assert all(o["ambiguous"] == [] and "wins over pbs" in o["notes"][0] for o in objs)
+

@@ -14,6 +14,7 @@ from ddpnet.env.pytorchjob import nproc_per_node
 from ddpnet.env.resolve import resolve_config
 from ddpnet.errors import ConfigError
 from tests.conftest import RunCli, clean_environ
+from tests.env.jsonstream import json_objects
 
 #: a worker pod of a 1-master + 2-worker PyTorchJob ``mnist``, as kubeflow/training-operator
 #: v1.9.0 sets it (pkg/controller.v1/pytorch/envvar.go setPodEnv, master.go): RANK is the
@@ -110,12 +111,7 @@ def test_real_torchrun_reads_the_operator_pet_variables() -> None:
         [sys.executable, "-m", "torch.distributed.run", "-m", "ddpnet", "env", "--json"],
         env=clean_environ(pod), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    decoder, objs, i = json.JSONDecoder(), [], 0
-    while i < len(proc.stdout.rstrip()):
-        obj, i = decoder.raw_decode(proc.stdout, i)
-        objs.append(obj)
-        while i < len(proc.stdout) and proc.stdout[i].isspace():
-            i += 1
+    objs = json_objects(proc.stdout)
     assert sorted(o["rank"] for o in objs) == [0, 1]
     assert {o["launcher"] for o in objs} == {"torchrun"}
     assert {o["master_port"] for o in objs} == {port}

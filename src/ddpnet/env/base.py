@@ -121,6 +121,6 @@ def file_text(environ: Mapping[str, str], var: str, ctx: ReadContext, what: str)
     why = (ctx.file_errors or {}).get(path, "it was not read")
     raise ConfigError(
         f"{var}={path}: cannot read it ({why})",
-        f"{var} names the job's {what}, written by the batch system on the first node of "
-        "the job; run this inside the job (not on a login node) and do not overwrite it",
+        f"{var} names the job's {what}, written by the batch system on the job's nodes; "
+        "run this inside the job (not on a login node) and do not overwrite it",
     )
