@@ -68,9 +68,12 @@ BAD: list[tuple[str, dict[str, str], list[str], str]] = [
     ("job-completion-index-not-number", {"JOB_COMPLETION_INDEX": "one", "WORLD_SIZE": "2"},
      [], "JOB_COMPLETION_INDEX='one' is not an integer"),
     ("indexed-job-without-world", {"JOB_COMPLETION_INDEX": "1"}, [], "add env WORLD_SIZE"),
-    ("pytorchjob-nproc-without-torchrun", {
-        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_MASTER_ADDR": "j-master-0",
-        "MASTER_ADDR": "j-master-0", "RANK": "0", "WORLD_SIZE": "8"}, [], "torchrun"),
+    ("pytorchjob-elastic-without-torchrun", {
+        "PET_NNODES": "1:4", "PET_NPROC_PER_NODE": "auto",
+        "PET_RDZV_ENDPOINT": "j-worker-0:23456"}, [], "torchrun"),
+    ("pytorchjob-bad-nproc", {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "four", "PET_MASTER_ADDR": "j-master-0",
+        "MASTER_ADDR": "j-master-0", "RANK": "0", "WORLD_SIZE": "2"}, [], "PET_NPROC_PER_NODE"),
     ("trainjob-bad-node-rank", {
         "PET_NNODES": "2", "PET_NODE_RANK": "x", "PET_MASTER_ADDR": "t-trainer-node-0-0.t",
         "JOB_COMPLETION_INDEX": "0"}, [], "PET_NODE_RANK"),

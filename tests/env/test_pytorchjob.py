@@ -58,10 +58,27 @@ def test_pet_master_is_used_when_master_addr_is_absent() -> None:
         "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
 
-def test_several_processes_per_pod_need_torchrun() -> None:
-    with pytest.raises(ConfigError) as info:
-        resolve_config({**WORKER_1, "PET_NPROC_PER_NODE": "4", "WORLD_SIZE": "12"}, {})
-    assert "PET_NPROC_PER_NODE=4" in str(info.value) and "torchrun" in info.value.hint
+def test_several_processes_per_pod_count_as_one_per_pod_with_a_note() -> None:
+    # nprocPerNode 4: the operator's WORLD_SIZE (12) counts torchrun's processes; a process
+    # started directly is rank PET_NODE_RANK of the PET_NNODES pods, and a note says why
+    cfg = resolve_config({**WORKER_1, "PET_NPROC_PER_NODE": "4", "WORLD_SIZE": "12"}, {})
+    assert (cfg.rank, cfg.world_size, cfg.node_rank, cfg.num_nodes) == (2, 3, 2, 3)
+    assert cfg.sources["world_size"] == "PET_NNODES"
+    assert any("PET_NPROC_PER_NODE=4" in n and "torchrun" in n for n in cfg.notes)
+
+
+def test_ddpnet_launch_in_a_multi_process_pod_runs_torchrun_with_the_pod_facts(
+        run_cli: RunCli) -> None:
+    env = {**WORKER_1, "PET_NPROC_PER_NODE": "4", "WORLD_SIZE": "12"}
+    proc = run_cli("launch", "--dry-run", "--json", "--nproc-per-node", "4", "--", "train.py",
+                   env=env)
+    assert proc.returncode == 0, proc.stderr
+    (node,) = json.loads(proc.stdout)["nodes"]
+    assert node["node_rank"] == 2 and node["ranks"] == [8, 9, 10, 11]
+    argv = node["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "3"
+    assert argv[argv.index("--master-addr") + 1] == "mnist-master-0"
+    assert argv[argv.index("--master-port") + 1] == "23456"
 
 
 def test_elastic_job_needs_torchrun() -> None:

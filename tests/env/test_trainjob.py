@@ -43,12 +43,13 @@ def test_trainjob_is_a_jobset_by_design_not_an_ambiguity() -> None:
     assert "wins over jobset" in cfg.notes[0]
 
 
-def test_numeric_procs_per_node_need_torchrun() -> None:
-    # "auto" on a CPU node becomes the CPU count: torchrun would start that many processes
-    with pytest.raises(ConfigError) as info:
-        resolve_config({**NODE_1, "PET_NPROC_PER_NODE": "8"}, {})
-    assert "torchrun" in info.value.hint
-    assert resolve_config({**NODE_1, "PET_NPROC_PER_NODE": "1"}, {}).world_size == 2
+def test_numeric_procs_per_node_count_one_process_per_pod() -> None:
+    # "auto" on a CPU node becomes the CPU count: torchrun would start that many processes;
+    # a process started directly is one per pod, and a note says so
+    cfg = resolve_config({**NODE_1, "PET_NPROC_PER_NODE": "8"}, {})
+    assert (cfg.rank, cfg.world_size) == (1, 2)
+    assert any("PET_NPROC_PER_NODE=8" in n for n in cfg.notes)
+    assert not any("PET_NPROC" in n for n in resolve_config(NODE_1, {}).notes)
 
 
 def test_torchrun_in_the_trainer_pod_wins() -> None:

@@ -14,7 +14,10 @@ What the operator sets in every container (kubeflow/training-operator v1.9.0,
 
 ``PET_*`` are torchrun's own flags as variables (``torch/distributed/argparse_util.py``):
 torchrun started in the pod reads them and sets TORCHELASTIC_RUN_ID, so the torchrun launcher
-wins there. This launcher is the process started directly in the pod. A hand-exported
+wins there. This launcher is the process started directly in the pod: one process per pod.
+With a numeric nprocPerNode above 1 the operator's WORLD_SIZE counts torchrun's processes, so
+this process counts as rank PET_NODE_RANK of PET_NNODES (a note says so), which is also what
+``ddpnet launch`` in the pod needs (the node rank, node count and master). A hand-exported
 RANK/WORLD_SIZE (``manual``) has no PET_MASTER_ADDR / PET_NNODES: that is how the two differ.
 The operator creates pods, not Jobs, so a PyTorchJob pod has no ``JOB_COMPLETION_INDEX``
 (which marks a TrainJob or a JobSet). Operators before 1.7 set only MASTER_ADDR, MASTER_PORT,
@@ -42,18 +45,8 @@ def nproc_per_node(environ: Mapping[str, str]) -> int | None:
     return parse_int(text, "PET_NPROC_PER_NODE", minimum=1)
 
 
-def require_one_process(environ: Mapping[str, str], kind: str) -> None:
-    """Outside torchrun a pod runs one process: refuse a pod meant for several (its ranks would
-    wait forever for processes nobody starts) and an elastic job (ranks come from torchrun's
-    rendezvous)."""
-    nproc = nproc_per_node(environ)
-    if nproc is not None and nproc > 1:
-        raise ConfigError(
-            f"PET_NPROC_PER_NODE={nproc}: this {kind} pod is meant to run {nproc} processes, "
-            "but this one was not started by torchrun",
-            "start the container's command with torchrun, which reads the PET_* variables "
-            "(torchrun YOUR_SCRIPT.py), or set nprocPerNode to 1",
-        )
+def refuse_elastic(environ: Mapping[str, str], kind: str) -> None:
+    """An elastic job's ranks come from torchrun's rendezvous, not from the pod."""
     nnodes = environ.get("PET_NNODES", "")
     if ":" in nnodes or "PET_RDZV_ENDPOINT" in environ:
         raise ConfigError(
@@ -62,6 +55,18 @@ def require_one_process(environ: Mapping[str, str], kind: str) -> None:
             "start the container's command with torchrun (it reads PET_RDZV_ENDPOINT and "
             "PET_NNODES), or drop elasticPolicy for fixed ranks",
         )
+
+
+def per_pod_note(environ: Mapping[str, str], kind: str) -> Sourced | None:
+    """A note when the pod is meant for several processes: outside torchrun this process is
+    one per pod (``ddpnet launch`` in the pod starts the rest from the same node facts)."""
+    nproc = nproc_per_node(environ)
+    if nproc is None or nproc == 1:
+        return None
+    return (f"PET_NPROC_PER_NODE={nproc}: this {kind} pod is meant to run {nproc} processes; "
+            "this one was not started by torchrun and counts as one process per pod (start "
+            f"them with torchrun, which reads PET_*, or ddpnet launch --nproc-per-node {nproc})",
+            "PET_NPROC_PER_NODE")
 
 
 def put_pet_master(out: dict[str, Sourced], environ: Mapping[str, str]) -> None:
@@ -84,12 +89,18 @@ class PyTorchJobLauncher(Launcher):
         return "PET_MASTER_ADDR" in environ or "PET_RDZV_ENDPOINT" in environ
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
-        require_one_process(environ, "PyTorchJob")
+        refuse_elastic(environ, "PyTorchJob")
         out: dict[str, Sourced] = {}
-        put(out, "rank", env_int(environ, "RANK"))
-        put(out, "world_size", env_int(environ, "WORLD_SIZE", minimum=1))
         put(out, "node_rank", env_int(environ, "PET_NODE_RANK"))
         put(out, "num_nodes", env_int(environ, "PET_NNODES", minimum=1))
+        note = per_pod_note(environ, "PyTorchJob")
+        if note is None:
+            put(out, "rank", env_int(environ, "RANK"))
+            put(out, "world_size", env_int(environ, "WORLD_SIZE", minimum=1))
+        else:  # the operator's RANK is the pod's, its WORLD_SIZE counts torchrun's processes
+            put(out, "rank", out.get("node_rank"))
+            put(out, "world_size", out.get("num_nodes"))
+            out["note"] = note
         put(out, "local_rank", env_int(environ, "LOCAL_RANK"))
         put_pet_master(out, environ)
         return out

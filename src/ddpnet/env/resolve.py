@@ -192,8 +192,9 @@ def _minimum(key: str) -> int:
 def _check_torch_vars(
     launcher: str, environ: Mapping[str, str], values: dict[str, Sourced], notes: list[str]
 ) -> None:
-    """RANK/WORLD_SIZE left in the environment of an srun/mpirun process: agree or fail."""
-    if launcher in ("torchrun", "manual", "local"):
+    """RANK/WORLD_SIZE left in the environment of an srun/mpirun process: agree or fail.
+    A PyTorchJob's own RANK/WORLD_SIZE count torchrun's processes, not this one's."""
+    if launcher in ("torchrun", "manual", "local", "pytorchjob"):
         return
     for key, var in _TORCH_VARS.items():
         if var not in environ or key not in values or values[key][1] == var:

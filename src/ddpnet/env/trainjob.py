@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put
-from ddpnet.env.pytorchjob import put_pet_master, require_one_process
+from ddpnet.env.pytorchjob import per_pod_note, put_pet_master
 
 
 class TrainJobLauncher(Launcher):
@@ -36,8 +36,8 @@ class TrainJobLauncher(Launcher):
         return all(v in environ for v in TrainJobLauncher.markers)
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
-        require_one_process(environ, "TrainJob")
         out: dict[str, Sourced] = {}
+        put(out, "note", per_pod_note(environ, "TrainJob"))
         # one process per pod: the node rank is the rank, the node count the world size
         put(out, "rank", env_int(environ, "PET_NODE_RANK"))
         put(out, "world_size", env_int(environ, "PET_NNODES", minimum=1))
