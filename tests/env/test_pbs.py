@@ -64,6 +64,14 @@ def test_torque_pbsdsh_task_is_one_rank_per_slot(nodefile: Path) -> None:
     assert (cfg.node_rank, cfg.master_addr) == (1, "node01")
 
 
+def test_a_task_on_another_node_is_never_the_job_script(nodefile: Path) -> None:
+    # task ids count per node: a pbsdsh task on node 1 may be task 1 there
+    env = {**job_script(nodefile), "PBS_NODENUM": "1", "PBS_TASKNUM": "1",
+           "PBS_VNODENUM": "2"}
+    cfg = resolve_config(env, {})
+    assert (cfg.rank, cfg.world_size, cfg.node_rank) == (2, 4, 1)
+
+
 def test_mpirun_inside_pbs_wins_and_is_nested(nodefile: Path) -> None:
     env = {**job_script(nodefile), "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",

@@ -10,10 +10,12 @@ plus ``PBS_JOBNAME``, ``PBS_QUEUE``, ``PBS_ENVIRONMENT``. Torque's ``pbsdsh`` ad
 ``PBS_NODEFILE`` (``generate_pbs_nodefile``) holds one host name per line, once per
 vnode/MPI slot, first node first: ``n1 n1 n2 n2`` for two slots on two hosts.
 
-The job script itself is one process on the first node (like SLURM's batch step): it resolves
-as a one-process job, with the allocation in a note. A task spawned by ``pbsdsh -u`` (one per
-node) is rank PBS_NODENUM of one process per host; with PBS_VNODENUM (Torque's ``pbsdsh``,
-one per slot) it is that slot. ``mpirun`` inside the job is detected as MPI, which wins.
+The job script itself is one process on the first node (like SLURM's batch step): task 1 on
+node 0. It resolves as a one-process job, with the allocation in a note. Anything else (a
+higher task number, or any task on another node: task ids restart there) is a spawned task.
+A task spawned by ``pbsdsh -u`` (one per node) is rank PBS_NODENUM of one process per host;
+with PBS_VNODENUM (Torque's ``pbsdsh``, one per slot) it is that slot. ``mpirun`` inside the
+job is detected as MPI, which wins.
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ class PbsLauncher(Launcher):
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         slots = parse_nodefile(file_text(environ, _FILE_VAR, ctx, "node file"))
-        if task_number(environ) <= 1:
+        node = env_int(environ, "PBS_NODENUM") or (0, "default")
+        if task_number(environ) <= 1 and node[0] == 0:
             out = _read_script(environ, slots)
         else:
             reader = _read_slot if "PBS_VNODENUM" in environ else _read_node
