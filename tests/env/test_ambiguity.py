@@ -14,6 +14,7 @@ from rich.console import Console
 from ddpnet.env.detect import LAUNCHERS, ambiguities, nested
 from ddpnet.env.report import render_config
 from ddpnet.env.resolve import resolve, resolve_config
+from ddpnet.errors import ConfigError
 from tests.conftest import RunCli
 
 SRUN = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5"}
@@ -96,3 +97,14 @@ def test_env_json_and_human_report_both(run_cli: RunCli, pbs: dict[str, str]) ->
     assert out["ambiguous"][0]["markers"]["PBS_JOBID"] == "9.srv"
     human = run_cli("env", env={**SRUN, **pbs})
     assert human.returncode == 0 and "ambiguous environment: pbs" in human.stdout
+
+
+def test_an_error_of_the_chosen_environment_names_the_other_one(tmp_path: Path) -> None:
+    # PBS (chosen over Grid Engine) with its node file gone: the error says SGE matched too
+    env = {"PBS_JOBID": "9.srv", "PBS_NODEFILE": str(tmp_path / "gone"), "JOB_ID": "4",
+           "SGE_TASK_ID": "undefined"}
+    with pytest.raises(ConfigError) as info:
+        resolve_config(env, {})
+    assert "PBS_NODEFILE" in str(info.value)
+    assert "ambiguous environment: sge also matches (JOB_ID=4" in info.value.hint
+    assert "\n" not in info.value.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,13 @@ def test_unreadable_nodefile(tmp_path: Path, which: str) -> None:
         resolve_config(job_script(path), {})
     assert f"PBS_NODEFILE={path}: cannot read it" in str(info.value)
     assert "inside the job" in info.value.hint
+
+
+def test_a_fifo_named_as_nodefile_is_refused_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    with pytest.raises(ConfigError, match="not a regular file"):
+        resolve_config(job_script(fifo), {})
 
 
 @pytest.mark.parametrize(("extra", "needle"), [

@@ -43,7 +43,11 @@ def _dir_writable(path: str) -> str | None:
 
 
 def _read_file(path: str) -> str:
-    """A launcher's file (edge: reads it), bounded; OSError says why it cannot be read."""
+    """A launcher's file (edge: reads it), bounded; OSError says why it cannot be read. Only
+    a regular file: a FIFO or a device named by mistake must not block or stream forever."""
+    if not os.path.isfile(path):
+        raise OSError("No such file or directory" if not os.path.exists(path)
+                      else "not a regular file")
     with open(path, "rb") as handle:
         data = handle.read(_FILE_LIMIT + 1)
     if len(data) > _FILE_LIMIT:
@@ -109,7 +113,14 @@ def resolve_config(
     others = ambiguities(environ)
     files, errors = read_files(launcher_cls.files(environ), read_file)
     ctx = ReadContext(port_range=port_range, files=files, file_errors=errors)
-    values: dict[str, Sourced] = dict(launcher.read(environ, ctx))
+    try:
+        values: dict[str, Sourced] = dict(launcher.read(environ, ctx))
+    except ConfigError as exc:
+        if not others:
+            raise
+        # the error may be about the environment this job is not: say what else matched
+        raise ConfigError(exc.message, f"{exc.hint}; note: "
+                          f"{others[0].describe(launcher.name)}") from None
     if "note" in values:
         notes.append(str(values.pop("note")[0]))
 
