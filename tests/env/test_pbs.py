@@ -82,6 +82,24 @@ def test_mpirun_inside_pbs_wins_and_is_nested(nodefile: Path) -> None:
     assert "wins over pbs" in cfg.notes[0] and not cfg.ambiguous
 
 
+MPIRUN_RANK_3 = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+                 "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+
+
+def test_mpirun_inside_pbs_takes_the_master_from_the_node_file(nodefile: Path) -> None:
+    # mpirun (TM) maps ranks from the node file's first host: rank 0 runs on node01
+    cfg = resolve_config({**job_script(nodefile), **MPIRUN_RANK_3}, {})
+    assert (cfg.launcher, cfg.master_addr, cfg.sources["master_addr"]) == (
+        "openmpi", "node01", "derived")
+    assert any("PBS_NODEFILE of the enclosing pbs job: node01" in n for n in cfg.notes)
+
+
+def test_mpirun_inside_pbs_with_a_broken_node_file_still_asks_for_master(
+        tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="MASTER_ADDR is not set"):
+        resolve_config({**job_script(tmp_path / "gone"), **MPIRUN_RANK_3}, {})
+
+
 def test_the_file_is_read_through_the_edge_reader(tmp_path: Path) -> None:
     seen: list[str] = []
 

@@ -61,6 +61,13 @@ def test_tightly_integrated_mpirun_wins(hostfile: Path) -> None:
     assert not cfg.ambiguous
 
 
+def test_tightly_integrated_mpirun_takes_the_master_from_the_hostfile(hostfile: Path) -> None:
+    env = {**job_script(hostfile), "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    cfg = resolve_config(env, {})
+    assert (cfg.master_addr, cfg.sources["master_addr"]) == ("node01.cluster", "derived")
+
+
 def test_parse_pe_hostfile() -> None:
     assert parse_pe_hostfile(PE_HOSTFILE) == (("node01.cluster", 4), ("node02.cluster", 4))
     assert parse_pe_hostfile("n1 2\n") == (("n1", 2),)

@@ -42,6 +42,12 @@ class Launcher(ABC):
         """``(variable, path)`` of the files ``read`` needs; ``resolve`` reads them first."""
         return ()
 
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        """A batch system's hosts in allocation order, first the one where an ``mpirun``
+        started inside the job places rank 0; None for launchers that are no batch job."""
+        return None
+
     @staticmethod
     @abstractmethod
     def detect(environ: Mapping[str, str]) -> bool:

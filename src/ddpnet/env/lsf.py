@@ -41,6 +41,12 @@ class LsfLauncher(Launcher):
     def detect(environ: Mapping[str, str]) -> bool:
         return "LSB_JOBID" in environ and "JSM_NAMESPACE_RANK" in environ
 
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        if not environ.get("LSB_MCPU_HOSTS"):
+            return None
+        return parse_mcpu_hosts(environ["LSB_MCPU_HOSTS"]), "LSB_MCPU_HOSTS"
+
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         out: dict[str, Sourced] = {}
         put(out, "rank", env_int(environ, "JSM_NAMESPACE_RANK"))

@@ -115,6 +115,11 @@ class PbsLauncher(Launcher):
     def files(cls, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         return ((_FILE_VAR, environ[_FILE_VAR]),) if environ.get(_FILE_VAR) else ()
 
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        slots = parse_nodefile(file_text(environ, _FILE_VAR, ctx, "node file"))
+        return unique_hosts(slots), _FILE_VAR
+
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         slots = parse_nodefile(file_text(environ, _FILE_VAR, ctx, "node file"))
         node = env_int(environ, "PBS_NODENUM") or (0, "default")

@@ -17,8 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ddpnet.config import DistConfig
-from ddpnet.env.base import ReadContext, Sourced, parse_int
-from ddpnet.env.detect import ambiguities, detect_launcher, marked_by
+from ddpnet.env.base import Launcher, ReadContext, Sourced, parse_int
+from ddpnet.env.detect import ambiguities, detect_all, detect_launcher, marked_by, nested
 from ddpnet.env.initmethod import InitMethod, parse_init_method
 from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
@@ -111,8 +111,8 @@ def resolve_config(
     launcher = launcher_cls()
     notes: list[str] = [f"launcher {launcher.name}: {reason}"]
     others = ambiguities(environ)
-    files, errors = read_files(launcher_cls.files(environ), read_file)
-    ctx = ReadContext(port_range=port_range, files=files, file_errors=errors)
+    found = detect_all(environ)
+    ctx = _read_context(found, environ, port_range, read_file)
     try:
         values: dict[str, Sourced] = dict(launcher.read(environ, ctx))
     except ConfigError as exc:
@@ -125,6 +125,8 @@ def resolve_config(
         notes.append(str(values.pop("note")[0]))
 
     _check_torch_vars(launcher.name, environ, values, notes)
+    if launcher.name in _MPI and "master_addr" not in values:
+        _put_outer_hosts(launcher_cls, found, environ, ctx, values)
     if launcher.name == "local":
         _check_rank_pair(environ)
     _apply_overrides(overrides, values)
@@ -136,6 +138,33 @@ def resolve_config(
     cfg = _config(values, overrides, init, job_id, notes)
     _validate(cfg)
     return replace(cfg, ambiguous=others) if others else cfg
+
+
+def _read_context(found: list[type[Launcher]], environ: Mapping[str, str],
+                  port_range: tuple[int, int], read_file: Callable[[str], str]) -> ReadContext:
+    """The files every matching launcher names (the winner's, and an enclosing batch job's
+    node file for mpirun's master), read once through the edge reader."""
+    named = tuple(pair for cls in found for pair in cls.files(environ))
+    files, errors = read_files(tuple(dict.fromkeys(named)), read_file)
+    return ReadContext(port_range=port_range, files=files, file_errors=errors)
+
+
+def _put_outer_hosts(inner: type[Launcher], found: list[type[Launcher]],
+                     environ: Mapping[str, str], ctx: ReadContext,
+                     values: dict[str, Sourced]) -> None:
+    """``mpirun`` inside a batch job: keep the job's hosts, whose first one runs rank 0 (mpirun
+    maps ranks from the allocation's first node), as the master's fallback. A broken outer
+    file is not this launcher's error: the master is then just unknown."""
+    for outer in found:
+        if outer is inner or not nested(inner, outer):
+            continue
+        try:
+            hosts = outer.job_hosts(environ, ctx)
+        except ConfigError:
+            continue
+        if hosts is not None:
+            values["outer_hosts"] = (hosts[0], f"{hosts[1]} of the enclosing {outer.name} job")
+            return
 
 
 def _reject_unknown(overrides: Mapping[str, Sourced]) -> None:
@@ -261,8 +290,9 @@ def _derive(
     values.setdefault("rank", (0, "default"))
     values.setdefault("world_size", (1, "default"))
     _derive_layout(launcher, values, notes)
+    outer = values.pop("outer_hosts", None)
     if "master_addr" not in values:
-        values["master_addr"] = _master_addr(launcher, values, notes)
+        values["master_addr"] = _master_addr(launcher, values, notes, outer)
     if "master_port" not in values:
         values["master_port"] = _master_port(launcher, job_id, port_range, notes)
 
@@ -314,12 +344,19 @@ _MASTER_ADDR_HINTS = {
 }
 
 
-def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str]) -> Sourced:
-    """The first host of the node list; 127.0.0.1 on one node; an error on several."""
+def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str],
+                 outer: Sourced | None = None) -> Sourced:
+    """The first host of the node list; 127.0.0.1 on one node; on several, the first host of
+    an enclosing batch job (mpirun inside it), else an error."""
     hosts = values.get("hosts", ((), ""))[0]
     if hosts:
         notes.append(f"MASTER_ADDR is the first host of the node list: {hosts[0]}")
         return hosts[0], "derived"
+    if values["num_nodes"][0] > 1 and outer is not None:
+        notes.append(f"MASTER_ADDR is the first host of {outer[1]}: {outer[0][0]}, where "
+                     f"{launcher}'s mpirun places rank 0 unless -host/--hostfile reorder the "
+                     "nodes (export MASTER_ADDR to choose another)")
+        return outer[0][0], "derived"
     if values["num_nodes"][0] > 1:
         raise ConfigError(
             f"MASTER_ADDR is not set for a {values['num_nodes'][0]}-node {launcher} job "

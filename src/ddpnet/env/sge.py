@@ -67,6 +67,13 @@ class SgeLauncher(Launcher):
     def files(cls, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         return ((_FILE_VAR, environ[_FILE_VAR]),) if _FILE_VAR in environ else ()
 
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        if _FILE_VAR not in environ:
+            return None
+        entries = parse_pe_hostfile(file_text(environ, _FILE_VAR, ctx, "host file"))
+        return tuple(host for host, _ in entries), _FILE_VAR
+
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         source = "Grid Engine job script"
         out: dict[str, Sourced] = {
