@@ -11,10 +11,11 @@ import pytest
 
 #: variables that would leak a launcher from the test runner's own environment
 _LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_", "MV2_", "LSB_", "JSM_",
-                      "TORCHELASTIC_")
+                      "TORCHELASTIC_", "PET_", "PBS_", "SGE_", "SM_", "AZ_BATCH")
 _LAUNCHER_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                   "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "NNODES", "GLOO_SOCKET_IFNAME",
-                  "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}
+                  "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "JOB_COMPLETION_INDEX", "JOB_INDEX",
+                  "JOBSET_NAME", "REPLICATED_JOB_NAME", "JOB_ID", "PE_HOSTFILE", "NSLOTS"}
 
 
 def clean_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:

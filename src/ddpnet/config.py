@@ -24,6 +24,29 @@ SOURCED_KEYS = (
 
 
 @dataclass(frozen=True)
+class Ambiguity:
+    """Another environment whose variables are also set and that does not run inside the
+    chosen one by design (nor it inside that one): reported, never silently ignored."""
+
+    launcher: str
+    #: the other environment's marker variables as found, e.g. ``{"PBS_JOBID": "7.srv"}``
+    markers: Mapping[str, str]
+    #: the environment it conflicts with (the chosen one, or one above it in priority)
+    conflicts_with: str
+
+    def describe(self, chosen: str) -> str:
+        """One line for people: what else matched, and what to do about it."""
+        found = ", ".join(f"{k}={v}" for k, v in self.markers.items())
+        return (f"ambiguous environment: {self.launcher} also matches ({found}) and is not "
+                f"nested with {self.conflicts_with} by design; {chosen} was used (priority "
+                f"order): unset the variables of the environment this job is not")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launcher": self.launcher, "markers": dict(self.markers),
+                "conflicts_with": self.conflicts_with}
+
+
+@dataclass(frozen=True)
 class DistConfig:
     """Everything ``init_process_group`` needs, with the source of every value.
 
@@ -46,6 +69,8 @@ class DistConfig:
     job_id: str | None = None
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     notes: tuple[str, ...] = ()
+    #: other environments that match too (see :class:`Ambiguity`); empty when unambiguous
+    ambiguous: tuple[Ambiguity, ...] = ()
 
     @property
     def is_multi_node(self) -> bool:
@@ -68,4 +93,5 @@ class DistConfig:
             "job_id": self.job_id,
             "sources": dict(self.sources),
             "notes": list(self.notes),
+            "ambiguous": [a.to_dict() for a in self.ambiguous],
         }

@@ -36,6 +36,17 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["env", "--json"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "5"}, 2),
     (["env", "--json"], {**_SLURM_STEP, "SLURM_TASKS_PER_NODE": "0(x2)"}, 2),
     (["env", "--json"], {**_SLURM_STEP, "SLURM_TASKS_PER_NODE": "1(x99999999999)"}, 2),
+    # env: issue 21's environments (a named file missing, a value that does not parse)
+    (["env", "--json"], {"PBS_JOBID": "1.srv", "PBS_NODEFILE": "/nonexistent-ddpnet/n"}, 2),
+    (["env", "--json"], {"PBS_JOBID": "1.srv", "PBS_NODEFILE": "/"}, 2),
+    (["env", "--json"], {"JOB_ID": "7", "SGE_TASK_ID": "undefined",
+                         "PE_HOSTFILE": "/nonexistent-ddpnet/pe"}, 2),
+    (["env", "--json"], {"SM_HOSTS": '["algo-1",', "SM_CURRENT_HOST": "algo-1"}, 2),
+    (["env", "--json"], {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-7"}, 2),
+    (["env", "--json"], {"AZ_BATCH_MASTER_NODE": "10.0.0.4", "OMPI_COMM_WORLD_RANK": "0",
+                         "OMPI_COMM_WORLD_SIZE": "2"}, 2),
+    (["env", "--json"], {"JOB_COMPLETION_INDEX": "1e3", "WORLD_SIZE": "2"}, 2),
+    (["env", "--json"], {"PET_NNODES": "1:4", "PET_RDZV_ENDPOINT": "j-worker-0:29400"}, 2),
     # doctor
     (["doctor", "--json", "--master-port", "0"], {}, 2),
     (["doctor", "--json", "--master-port", "abc"], {}, 2),

@@ -49,6 +49,34 @@ BAD: list[tuple[str, dict[str, str], list[str], str]] = [
     ("bad-tasks-per-node", {**SLURM, "SLURM_TASKS_PER_NODE": "2(x"}, [], "task count"),
     ("lsf-bad-mcpu", {"LSB_JOBID": "1", "JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_SIZE": "1",
                       "LSB_MCPU_HOSTS": "a 1 b"}, [], "LSB_MCPU_HOSTS"),
+    # a bracket in a host name made ``ddpnet env``'s table (hostlist compress) traceback
+    ("lsf-bracket-host", {"LSB_JOBID": "1", "JSM_NAMESPACE_RANK": "0",
+                          "JSM_NAMESPACE_SIZE": "1", "LSB_MCPU_HOSTS": "l 1 a[ 2"}, [],
+     "is not a host name"),
+    # issue 21's environments: files that are not there, values that do not parse
+    ("pbs-missing-nodefile", {"PBS_JOBID": "1.srv",
+                              "PBS_NODEFILE": "/nonexistent-ddpnet/aux/1.srv"}, [],
+     "PBS_NODEFILE=/nonexistent-ddpnet/aux/1.srv: cannot read it"),
+    ("sge-missing-pe-hostfile", {"JOB_ID": "7", "SGE_TASK_ID": "undefined",
+                                 "PE_HOSTFILE": "/nonexistent-ddpnet/pe_hostfile"}, [],
+     "PE_HOSTFILE=/nonexistent-ddpnet/pe_hostfile: cannot read it"),
+    ("sagemaker-hosts-not-json", {"SM_HOSTS": "[algo-1", "SM_CURRENT_HOST": "algo-1"}, [],
+     "SM_HOSTS='[algo-1' is not JSON"),
+    ("azureml-master-without-port", {"AZ_BATCH_MASTER_NODE": "10.0.0.4",
+                                     "OMPI_COMM_WORLD_RANK": "0",
+                                     "OMPI_COMM_WORLD_SIZE": "2"}, [], "is not ip:port"),
+    ("job-completion-index-not-number", {"JOB_COMPLETION_INDEX": "one", "WORLD_SIZE": "2"},
+     [], "JOB_COMPLETION_INDEX='one' is not an integer"),
+    ("indexed-job-without-world", {"JOB_COMPLETION_INDEX": "1"}, [], "add env WORLD_SIZE"),
+    ("pytorchjob-elastic-without-torchrun", {
+        "PET_NNODES": "1:4", "PET_NPROC_PER_NODE": "auto",
+        "PET_RDZV_ENDPOINT": "j-worker-0:23456"}, [], "torchrun"),
+    ("pytorchjob-bad-nproc", {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "four", "PET_MASTER_ADDR": "j-master-0",
+        "MASTER_ADDR": "j-master-0", "RANK": "0", "WORLD_SIZE": "2"}, [], "PET_NPROC_PER_NODE"),
+    ("trainjob-bad-node-rank", {
+        "PET_NNODES": "2", "PET_NODE_RANK": "x", "PET_MASTER_ADDR": "t-trainer-node-0-0.t",
+        "JOB_COMPLETION_INDEX": "0"}, [], "PET_NODE_RANK"),
 ]
 
 
@@ -67,7 +95,10 @@ def test_bad_input_pure(environ: dict[str, str], flags: list[str], needle: str) 
                          [b[1:] for b in BAD if b[0] in {
                              "rank-not-integer", "rank-ge-world", "malformed-hostlist",
                              "malformed-init-method", "mpi-multinode-without-master",
-                             "port-flag-out-of-range", "rank-contradicts-slurm"}])
+                             "port-flag-out-of-range", "rank-contradicts-slurm",
+                             "pbs-missing-nodefile", "sge-missing-pe-hostfile",
+                             "sagemaker-hosts-not-json", "azureml-master-without-port",
+                             "job-completion-index-not-number", "lsf-bracket-host"}])
 def test_bad_input_cli(run_cli: RunCli, environ: dict[str, str], flags: list[str],
                        needle: str) -> None:
     proc = run_cli("env", *flags, env=environ)

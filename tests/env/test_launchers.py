@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ddpnet.env.detect import detect_launcher
+from ddpnet.env.detect import BY_NAME, detect_launcher
 from ddpnet.env.resolve import resolve_config
 
 # (id, environment as the launcher exports it, expected subset of DistConfig.to_dict())
@@ -70,6 +70,13 @@ CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
         "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7",
     }, dict(launcher="openmpi", rank=5, world_size=8, node_rank=1, num_nodes=2,
             master_addr="node1", master_port=29600)),
+    # mpirun in an sbatch script without MASTER_ADDR: rank 0 runs on the job's first node
+    ("openmpi-inside-sbatch-master-from-the-job-nodelist", {
+        "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[07-08]",
+    }, dict(launcher="openmpi", master_addr="gpu07", node_rank=1,
+            sources={"master_addr": "derived"})),
     ("mpich-hydra", {
         "PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2",
         "MASTER_ADDR": "h0",
@@ -113,6 +120,9 @@ def _subset(actual: dict[str, Any], expected: dict[str, Any]) -> None:
 def test_launcher_resolution(environ: dict[str, str], expected: dict[str, Any]) -> None:
     cfg = resolve_config(environ, {})
     _subset(cfg.to_dict(), expected)
+    # the launcher's own source is the marker variables that picked it
+    assert cfg.sources["launcher"] == ", ".join(
+        m for m in BY_NAME[cfg.launcher].markers if m in environ) or "no launcher variables set"
     assert set(cfg.sources) >= {"launcher", "rank", "world_size", "local_rank",
                                 "local_world_size", "node_rank", "num_nodes", "master_addr",
                                 "master_port", "init_method"}

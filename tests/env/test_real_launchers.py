@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -10,20 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import clean_environ
-
-
-def _json_objects(text: str) -> list[dict[str, object]]:
-    """Several pretty-printed JSON objects concatenated on one stream."""
-    decoder = json.JSONDecoder()
-    objs, i = [], 0
-    while i < len(text):
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            break
-        obj, i = decoder.raw_decode(text, i)
-        objs.append(obj)
-    return objs
+from tests.env.jsonstream import json_objects
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin not installed")
@@ -36,7 +22,7 @@ def test_mpirun_two_ranks_resolve_as_openmpi(tmp_path: object) -> None:
         env=clean_environ(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    objs = sorted(_json_objects(proc.stdout), key=lambda o: int(str(o["rank"])))
+    objs = sorted(json_objects(proc.stdout), key=lambda o: int(str(o["rank"])))
     assert [o["rank"] for o in objs] == [0, 1]
     assert {o["launcher"] for o in objs} == {"openmpi"}
     assert {o["world_size"] for o in objs} == {2}
@@ -50,7 +36,7 @@ def test_torchrun_two_ranks_resolve_as_torchrun() -> None:
         env=clean_environ(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    objs = sorted(_json_objects(proc.stdout), key=lambda o: int(str(o["rank"])))
+    objs = sorted(json_objects(proc.stdout), key=lambda o: int(str(o["rank"])))
     assert [o["rank"] for o in objs] == [0, 1]
     assert {o["launcher"] for o in objs} == {"torchrun"}
     assert [o["local_rank"] for o in objs] == [0, 1]

@@ -17,8 +17,10 @@ def command(as_json: bool, init_method: str | None, rank: str | None, world_size
             master_addr: str | None, master_port: str | None) -> int:
     """Resolve rank, world size and master from whatever launched this process.
 
-    Launchers, in priority order: torchrun, openmpi, mpich, mvapich, slurm, lsf, manual
-    (RANK/WORLD_SIZE exported), local. Flags override the launcher.
+    Launchers, in priority order: torchrun, azureml, openmpi, mpich, mvapich, trainjob,
+    pytorchjob, jobset, sagemaker, slurm, lsf, pbs, sge, manual (RANK/WORLD_SIZE exported),
+    local. Two that do not nest by design are reported as ambiguous. Flags override the
+    launcher.
     """
     from ddpnet.env.report import EnvOptions
     from ddpnet.net.report import render, run

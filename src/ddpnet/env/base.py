@@ -18,8 +18,11 @@ class ReadContext:
     """Facts a launcher may need beyond the environment, read at the edge by ``resolve``."""
 
     port_range: tuple[int, int] = (32768, 60999)
-    #: contents of files a launcher names in its environment (LSF's rank file), by path
+    #: contents of the files a launcher names in its environment (PBS_NODEFILE, PE_HOSTFILE),
+    #: by path, read at the edge by ``resolve`` (see :meth:`Launcher.files`)
     files: Mapping[str, str] | None = None
+    #: why a named file could not be read, by path
+    file_errors: Mapping[str, str] | None = None
 
 
 class Launcher(ABC):
@@ -29,6 +32,21 @@ class Launcher(ABC):
     name: ClassVar[str]
     #: variables that mark this launcher, shown in ``ddpnet env``'s reason
     markers: ClassVar[tuple[str, ...]]
+    #: environments whose variables this one finds around it by design (mpirun inside a PBS
+    #: job, torchrun inside anything: ``*``); two detected environments that are not nested
+    #: either way are reported as ambiguous (see :func:`ddpnet.env.detect.ambiguities`)
+    runs_within: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def files(cls, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """``(variable, path)`` of the files ``read`` needs; ``resolve`` reads them first."""
+        return ()
+
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        """A batch system's hosts in allocation order, first the one where an ``mpirun``
+        started inside the job places rank 0; None for launchers that are no batch job."""
+        return None
 
     @staticmethod
     @abstractmethod
@@ -93,3 +111,22 @@ def put_master(out: dict[str, Sourced], environ: Mapping[str, str]) -> None:
     if environ.get("MASTER_ADDR"):
         out["master_addr"] = (environ["MASTER_ADDR"], "MASTER_ADDR")
     put(out, "master_port", env_int(environ, "MASTER_PORT"))
+
+
+def file_text(environ: Mapping[str, str], var: str, ctx: ReadContext, what: str) -> str:
+    """The contents of the file ``environ[var]`` names, read at the edge into ``ctx``, or a
+    one-line ConfigError saying why it cannot be read (``what`` is the launcher's name for
+    the file, used in the hint)."""
+    path = environ.get(var, "")
+    if not path.strip():
+        raise ConfigError(f"{var} is empty", f"{var} names the job's {what}; do not unset or "
+                          "overwrite it in the job script")
+    files = ctx.files or {}
+    if path in files:
+        return files[path]
+    why = (ctx.file_errors or {}).get(path, "it was not read")
+    raise ConfigError(
+        f"{var}={path}: cannot read it ({why})",
+        f"{var} names the job's {what}, written by the batch system on the job's nodes; "
+        "run this inside the job (not on a login node) and do not overwrite it",
+    )

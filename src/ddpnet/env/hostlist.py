@@ -32,6 +32,12 @@ def expand(text: str, source: str = "hostlist") -> tuple[str, ...]:
     return tuple(str(h) for h in hosts)
 
 
+def valid_host(name: str) -> bool:
+    """A host name a node file or list may hold: not empty, no whitespace or NUL, and none
+    of the hostlist syntax characters ``[],`` (which :func:`compress` refuses)."""
+    return bool(name) and not any(c.isspace() or c in "[],\x00" for c in name)
+
+
 def compress(hosts: list[str] | tuple[str, ...]) -> str:
     """The short form of a host list (for display and for ``sbatch --nodelist``)."""
     return str(_hostlist.collect_hostlist(list(hosts)))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_master
+from ddpnet.env.hostlist import valid_host
 from ddpnet.errors import ConfigError
 
 
@@ -22,6 +23,12 @@ def parse_mcpu_hosts(text: str) -> tuple[str, ...]:
             "LSF sets it as 'launchnode 1 node1 42 node2 42'; do not overwrite it",
         )
     hosts = [words[i] for i in range(0, len(words), 2)]
+    bad = next((h for h in hosts if not valid_host(h)), None)
+    if bad is not None:
+        raise ConfigError(
+            f"LSB_MCPU_HOSTS={text[:60]!r}: {bad[:40]!r} is not a host name",
+            "LSF sets it as 'launchnode 1 node1 42 node2 42'; do not overwrite it",
+        )
     compute = hosts[1:] if len(hosts) > 1 else hosts
     return tuple(dict.fromkeys(compute))
 
@@ -33,6 +40,12 @@ class LsfLauncher(Launcher):
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
         return "LSB_JOBID" in environ and "JSM_NAMESPACE_RANK" in environ
+
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        if not environ.get("LSB_MCPU_HOSTS"):
+            return None
+        return parse_mcpu_hosts(environ["LSB_MCPU_HOSTS"]), "LSB_MCPU_HOSTS"
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         out: dict[str, Sourced] = {}

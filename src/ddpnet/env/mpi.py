@@ -14,6 +14,10 @@ from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_ma
 
 
 class _MpiLauncher(Launcher):
+    #: mpirun runs inside batch jobs and pods, and inside AzureML's MPI launch
+    runs_within: ClassVar[tuple[str, ...]] = (
+        "slurm", "lsf", "pbs", "sge", "sagemaker", "jobset", "trainjob", "pytorchjob",
+        "azureml")
     rank_var: ClassVar[str]
     size_var: ClassVar[str]
     local_rank_var: ClassVar[str]

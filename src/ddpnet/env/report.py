@@ -65,6 +65,7 @@ def torchrun_line(cfg: DistConfig) -> str:
 
 def render_config(cfg: DistConfig, out: Console) -> None:
     """Each setting with its source, the notes, and the equivalent exports and torchrun."""
+    from rich.markup import escape
     from rich.table import Table
 
     from ddpnet.env.hostlist import compress
@@ -82,6 +83,8 @@ def render_config(cfg: DistConfig, out: Console) -> None:
             value = f"{compress(value)} ({len(value)})"
         table.add_row(key, str(value), cfg.sources.get(key, ""))
     out.print(table)
+    for other in cfg.ambiguous:
+        out.print("[bold yellow]warning:[/] " + escape(other.describe(cfg.launcher)))
     for note in cfg.notes:
         out.print(f"[dim]note:[/] {note}")
     out.print("\n[bold]Equivalent exports on this process:[/]")

@@ -9,14 +9,16 @@ defaults (rank 0 of 1, 127.0.0.1:29500).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ddpnet.config import DistConfig
-from ddpnet.env.base import ReadContext, Sourced, parse_int
-from ddpnet.env.detect import detect_launcher
+from ddpnet.env.base import Launcher, ReadContext, Sourced, parse_int
+from ddpnet.env.detect import ambiguities, detect_all, detect_launcher, marked_by, nested
 from ddpnet.env.initmethod import InitMethod, parse_init_method
 from ddpnet.env.jobport import TORCH_DEFAULT_PORT, derive_port, read_port_range
 from ddpnet.errors import ConfigError
@@ -25,6 +27,36 @@ from ddpnet.paths import file_writable
 #: the torch variables a non-torchrun launcher may also find in the environment
 _TORCH_VARS = {"rank": "RANK", "world_size": "WORLD_SIZE"}
 _MPI = ("openmpi", "mpich", "mvapich")
+#: launchers whose job id is the same on every node: the port is derived from it
+_JOB_ID_PORT = ("slurm", "lsf", "pbs", "sge")
+#: the most of a launcher's file (a node file) read: a million hosts fit
+_FILE_LIMIT = 64 * 1024 * 1024
+
+
+def _read_file(path: str) -> str:
+    """A launcher's file (edge: reads it), bounded; OSError says why it cannot be read. Only
+    a regular file: a FIFO or a device named by mistake must not block or stream forever."""
+    if not os.path.isfile(path):
+        raise OSError("No such file or directory" if not os.path.exists(path)
+                      else "not a regular file")
+    with open(path, "rb") as handle:
+        data = handle.read(_FILE_LIMIT + 1)
+    if len(data) > _FILE_LIMIT:
+        raise OSError(f"larger than {_FILE_LIMIT // (1024 * 1024)} MiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_files(paths: tuple[tuple[str, str], ...], read_file: Callable[[str], str]
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """The contents of each ``(variable, path)``, and why each unreadable one is not."""
+    files: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for _, path in paths:
+        try:
+            files[path] = read_file(path)
+        except OSError as exc:
+            errors[path] = exc.strerror or str(exc)
+    return files, errors
 
 
 def resolve(
@@ -39,11 +71,14 @@ def resolve(
     num_nodes, master_addr, master_port, init_method``; ``None`` means "not given".
     """
     given = {k: (v, f"argument {k}") for k, v in overrides.items() if v is not None}
-    return resolve_config(
+    cfg = resolve_config(
         os.environ if environ is None else environ,
         given,
         port_range=read_port_range(proc),
     )
+    for other in cfg.ambiguous:  # ddpnet.init() prints no notes: an ambiguity must show
+        warnings.warn(f"ddpnet: {other.describe(cfg.launcher)}", stacklevel=2)
+    return cfg
 
 
 _OVERRIDABLE = {
@@ -58,15 +93,31 @@ def resolve_config(
     *,
     port_range: tuple[int, int] = (32768, 60999),
     dir_check: Callable[[str], str | None] = file_writable,
+    read_file: Callable[[str], str] = _read_file,
 ) -> DistConfig:
-    """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``."""
+    """The pure core of :func:`resolve`: overrides map a key to ``(value, source)``; the
+    launcher's files (PBS_NODEFILE, PE_HOSTFILE) come through ``read_file``."""
     _reject_unknown(overrides)
     launcher_cls, reason = detect_launcher(environ)
     launcher = launcher_cls()
     notes: list[str] = [f"launcher {launcher.name}: {reason}"]
-    values: dict[str, Sourced] = dict(launcher.read(environ, ReadContext(port_range=port_range)))
+    others = ambiguities(environ)
+    found = detect_all(environ)
+    ctx = _read_context(found, environ, port_range, read_file)
+    try:
+        values: dict[str, Sourced] = dict(launcher.read(environ, ctx))
+    except ConfigError as exc:
+        if not others:
+            raise
+        # the error may be about the environment this job is not: say what else matched
+        raise ConfigError(exc.message, f"{exc.hint}; note: "
+                          f"{others[0].describe(launcher.name)}") from None
+    if "note" in values:
+        notes.append(str(values.pop("note")[0]))
 
     _check_torch_vars(launcher.name, environ, values, notes)
+    if launcher.name in _MPI and "master_addr" not in values:
+        _put_outer_hosts(launcher_cls, found, environ, ctx, values)
     if launcher.name == "local":
         _check_rank_pair(environ)
     _apply_overrides(overrides, values)
@@ -74,9 +125,37 @@ def resolve_config(
     init = _init_method(overrides, values, notes, dir_check)
     job_id = values.pop("job_id", (None, ""))[0]
     _derive(launcher.name, values, notes, job_id, port_range)
-    cfg = _config(launcher.name, values, overrides, init, job_id, notes)
+    values["launcher"] = (launcher.name, marked_by(launcher_cls, environ))
+    cfg = _config(values, overrides, init, job_id, notes)
     _validate(cfg)
-    return cfg
+    return replace(cfg, ambiguous=others) if others else cfg
+
+
+def _read_context(found: list[type[Launcher]], environ: Mapping[str, str],
+                  port_range: tuple[int, int], read_file: Callable[[str], str]) -> ReadContext:
+    """The files every matching launcher names (the winner's, and an enclosing batch job's
+    node file for mpirun's master), read once through the edge reader."""
+    named = tuple(pair for cls in found for pair in cls.files(environ))
+    files, errors = read_files(tuple(dict.fromkeys(named)), read_file)
+    return ReadContext(port_range=port_range, files=files, file_errors=errors)
+
+
+def _put_outer_hosts(inner: type[Launcher], found: list[type[Launcher]],
+                     environ: Mapping[str, str], ctx: ReadContext,
+                     values: dict[str, Sourced]) -> None:
+    """``mpirun`` inside a batch job: keep the job's hosts, whose first one runs rank 0 (mpirun
+    maps ranks from the allocation's first node), as the master's fallback. A broken outer
+    file is not this launcher's error: the master is then just unknown."""
+    for outer in found:
+        if outer is inner or not nested(inner, outer):
+            continue
+        try:
+            hosts = outer.job_hosts(environ, ctx)
+        except ConfigError:
+            continue
+        if hosts is not None:
+            values["outer_hosts"] = (hosts[0], f"{hosts[1]} of the enclosing {outer.name} job")
+            return
 
 
 def _reject_unknown(overrides: Mapping[str, Sourced]) -> None:
@@ -110,7 +189,6 @@ def _apply_overrides(overrides: Mapping[str, Sourced], values: dict[str, Sourced
 
 
 def _config(
-    launcher: str,
     values: Mapping[str, Sourced],
     overrides: Mapping[str, Sourced],
     init: InitMethod,
@@ -118,11 +196,10 @@ def _config(
     notes: list[str],
 ) -> DistConfig:
     sources = {k: s for k, (_, s) in values.items()}
-    sources["launcher"] = "detected"
     sources["init_method"] = overrides["init_method"][1] if "init_method" in overrides \
         else "default"
     return DistConfig(
-        launcher=launcher,
+        launcher=values["launcher"][0],
         rank=values["rank"][0],
         world_size=values["world_size"][0],
         local_rank=values["local_rank"][0],
@@ -146,11 +223,12 @@ def _minimum(key: str) -> int:
 def _check_torch_vars(
     launcher: str, environ: Mapping[str, str], values: dict[str, Sourced], notes: list[str]
 ) -> None:
-    """RANK/WORLD_SIZE left in the environment of an srun/mpirun process: agree or fail."""
-    if launcher in ("torchrun", "manual", "local"):
+    """RANK/WORLD_SIZE left in the environment of an srun/mpirun process: agree or fail.
+    A PyTorchJob's own RANK/WORLD_SIZE count torchrun's processes, not this one's."""
+    if launcher in ("torchrun", "manual", "local", "pytorchjob"):
         return
     for key, var in _TORCH_VARS.items():
-        if var not in environ or key not in values:
+        if var not in environ or key not in values or values[key][1] == var:
             continue
         theirs = parse_int(environ[var], var, minimum=_minimum(key))
         ours, source = values[key]
@@ -203,8 +281,9 @@ def _derive(
     values.setdefault("rank", (0, "default"))
     values.setdefault("world_size", (1, "default"))
     _derive_layout(launcher, values, notes)
+    outer = values.pop("outer_hosts", None)
     if "master_addr" not in values:
-        values["master_addr"] = _master_addr(launcher, values, notes)
+        values["master_addr"] = _master_addr(launcher, values, notes, outer)
     if "master_port" not in values:
         values["master_port"] = _master_port(launcher, job_id, port_range, notes)
 
@@ -248,15 +327,27 @@ _MASTER_ADDR_HINTS = {
     "openmpi": "forward it: mpirun -x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=...",
     "mpich": "forward it: mpiexec -genv MASTER_ADDR <rank-0 host> ...",
     "mvapich": "forward it: mpirun_rsh ... MASTER_ADDR=<rank-0 host> ...",
+    "jobset": "add env MASTER_ADDR=<jobset>-<replicatedJob>-0-0.<subdomain> (the rank-0 pod's "
+              "headless-service name) to the pod template, or JOBSET_NAME and "
+              "REPLICATED_JOB_NAME from the pod's labels (downward API) to derive it",
+    "azureml": "AzureML sets AZ_BATCH_MASTER_NODE (ip:port) for distributed jobs; run with "
+               "a distribution (mpi or pytorch) and instance_count > 1",
 }
 
 
-def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str]) -> Sourced:
-    """The first host of the node list; 127.0.0.1 on one node; an error on several."""
+def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str],
+                 outer: Sourced | None = None) -> Sourced:
+    """The first host of the node list; 127.0.0.1 on one node; on several, the first host of
+    an enclosing batch job (mpirun inside it), else an error."""
     hosts = values.get("hosts", ((), ""))[0]
     if hosts:
         notes.append(f"MASTER_ADDR is the first host of the node list: {hosts[0]}")
         return hosts[0], "derived"
+    if values["num_nodes"][0] > 1 and outer is not None:
+        notes.append(f"MASTER_ADDR is the first host of {outer[1]}: {outer[0][0]}, where "
+                     f"{launcher}'s mpirun places rank 0 unless -host/--hostfile reorder the "
+                     "nodes (export MASTER_ADDR to choose another)")
+        return outer[0][0], "derived"
     if values["num_nodes"][0] > 1:
         raise ConfigError(
             f"MASTER_ADDR is not set for a {values['num_nodes'][0]}-node {launcher} job "
@@ -269,8 +360,9 @@ def _master_addr(launcher: str, values: Mapping[str, Sourced], notes: list[str])
 
 def _master_port(launcher: str, job_id: str | None, port_range: tuple[int, int],
                  notes: list[str]) -> Sourced:
-    """Derived from a Slurm/LSF job id (the same on every node), else torch's default."""
-    if job_id and launcher in ("slurm", "lsf"):
+    """Derived from a batch job id (SLURM, LSF, PBS, Grid Engine: the same on every node),
+    else torch's default."""
+    if job_id and launcher in _JOB_ID_PORT:
         port = derive_port(job_id, port_range)
         notes.append(
             f"MASTER_PORT {port} derived from job id {job_id}, outside the ephemeral "

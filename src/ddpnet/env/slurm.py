@@ -87,6 +87,13 @@ class SlurmLauncher(Launcher):
             return False
         return is_step(environ) or "SLURM_JOB_ID" in environ
 
+    @classmethod
+    def job_hosts(cls, environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+        for var in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+            if environ.get(var):
+                return expand(environ[var], var), var
+        return None
+
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         if not is_step(environ):
             return _read_batch(environ)

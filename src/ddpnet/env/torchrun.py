@@ -15,6 +15,7 @@ from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, put, put_ma
 class TorchrunLauncher(Launcher):
     name: ClassVar[str] = "torchrun"
     markers: ClassVar[tuple[str, ...]] = ("TORCHELASTIC_RUN_ID",)
+    runs_within: ClassVar[tuple[str, ...]] = ("*",)
 
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
