@@ -45,12 +45,15 @@ def parse_nproc(text: str | None, environ: Mapping[str, str],
     return n, "--nproc-per-node"
 
 
+#: launchers that start one process per slot: several on a node mean several torchruns
+PER_PROCESS_LAUNCHERS = ("slurm", "openmpi", "mpich", "mvapich", "lsf", "azureml", "pbs", "sge")
+
+
 def make_config(dist: DistConfig, *, target: Target, nproc: tuple[int, str],
                 nnodes: NNodes, rdzv: str, max_restarts: int, python: str,
                 iface_env: Mapping[str, str], notes: Iterable[str] = ()) -> LaunchConfig:
     """The node's launch from the resolved environment (flags already folded into ``dist``)."""
-    if dist.launcher in ("slurm", "openmpi", "mpich", "mvapich", "lsf") \
-            and dist.local_world_size > 1:
+    if dist.launcher in PER_PROCESS_LAUNCHERS and dist.local_world_size > 1:
         raise ConfigError(
             f"{dist.launcher} started {dist.local_world_size} ddpnet launch processes on this "
             f"node (rank {dist.rank}); each would start its own torchrun",
