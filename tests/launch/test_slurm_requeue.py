@@ -1,0 +1,100 @@
+"""Preemption on a real SLURM (munged + slurmctld + slurmd started by the test): a job rendered
+by ``ddpnet sbatch --requeue`` gets the warning signal, its ranks checkpoint at one step and
+exit 75, the script requeues the job, and the restarted job (SLURM_RESTART_COUNT=1) resumes
+from that checkpoint and finishes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpnet.launch.slurmcluster import SlurmCluster
+from tests.slurm_util import requires_slurm, slurm_cluster  # noqa: F401  (fixture)
+
+pytestmark = requires_slurm
+
+STEPS = 40
+TRAIN = ("-m", "ddpnet", "train", "--max-steps", str(STEPS), "--samples", "1024",
+         "--batch-size", "16", "--log-every", "5", "--eval-samples", "64")
+
+
+def _job_fields(cluster: SlurmCluster, job: str) -> dict[str, str]:
+    q = cluster.client(["scontrol", "show", "job", job, "-o"], timeout=20)
+    return {f.split("=", 1)[0]: f.split("=", 1)[1] for f in q.stdout.split() if "=" in f}
+
+
+def _requeued(cluster: SlurmCluster, job: str) -> bool:
+    """Back to pending after its first run (not still completing that run)."""
+    fields = _job_fields(cluster, job)
+    return fields.get("Restarts") == "1" and fields.get("JobState") == "PENDING"
+
+
+def _wait_for(what: str, ready: object, timeout: float, log: Path) -> None:
+    assert callable(ready)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.3)
+    pytest.fail(f"{what} within {timeout} s; log:\n{_read(log)}")
+
+
+def _read(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def _submit(cluster: SlurmCluster, tmp_path: Path, *sbatch_args: str) -> tuple[str, Path]:
+    out = tmp_path / "job-%j.out"
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "1", "--ntasks-per-node", "2",
+         "--ifname", "lo", "--output", str(out), "--requeue", *sbatch_args,
+         "--script", str(tmp_path / "job.sh"), "--submit", "--", *TRAIN,
+         "--step-sleep", "0.1", "--checkpoint-dir", str(tmp_path / "ckpt")],
+        env=cluster.client_env(), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    assert job.isdigit(), p.stdout
+    return job, Path(str(out).replace("%j", job))
+
+
+@pytest.mark.parametrize("sbatch_args, scancel", [
+    # USR1@90 without B: SLURM signals every process of the step (here: now)
+    ((), ["scancel", "--signal=USR1"]),
+    # B:USR1: only the batch shell; the rendered trap forwards it to srun
+    (("--preempt-signal", "B:USR1@90"), ["scancel", "--batch",
+                                                "--signal=USR1"]),
+], ids=["steps", "batch-forwarded"])
+def test_warning_checkpoints_requeues_and_the_restart_resumes(
+        slurm_cluster: SlurmCluster, tmp_path: Path,  # noqa: F811
+        sbatch_args: tuple[str, ...], scancel: list[str]) -> None:
+    job, log = _submit(slurm_cluster, tmp_path, "--engine", "srun", *sbatch_args)
+    try:
+        _wait_for("training started", lambda: re.search(r"^step 10/", _read(log), re.M), 60,
+                  log)
+        s = slurm_cluster.client([*scancel, job], timeout=20)
+        assert s.returncode == 0, s.stderr
+        _wait_for("the job requeued", lambda: _requeued(slurm_cluster, job), 60, log)
+        # SLURM makes a requeued job eligible only ~120 s later (BeginTime): start it now
+        u = slurm_cluster.client(["scontrol", "update", f"JobId={job}", "StartTime=now"],
+                                 timeout=20)
+        assert u.returncode == 0, u.stderr
+        _wait_for("the restarted job finished", lambda: _job_fields(slurm_cluster, job).get(
+            "JobState") == "COMPLETED", 90, log)
+        text = _read(log)
+        fields = _job_fields(slurm_cluster, job)
+        assert fields["Restarts"] == "1", fields
+        m = re.search(rf"preempted by SIGUSR1 at step (\d+)/{STEPS}", text)
+        assert m, text
+        step = int(m.group(1))
+        assert 10 <= step < STEPS
+        assert "step preempted (exit 75): requeueing job" in text
+        assert f"resumed from step {step} (restart 1)" in text, text
+        assert f"trained {STEPS} steps" in text, text
+        assert "job " + job + " run 1 (restarts so far)" in text
+    finally:
+        slurm_cluster.client(["scancel", job], timeout=20)
