@@ -62,16 +62,19 @@ def _submit(cluster: SlurmCluster, tmp_path: Path, *sbatch_args: str) -> tuple[s
     return job, Path(str(out).replace("%j", job))
 
 
-@pytest.mark.parametrize("sbatch_args, scancel", [
-    # USR1@90 without B: SLURM signals every process of the step (here: now)
-    ((), ["scancel", "--signal=USR1"]),
+@pytest.mark.parametrize("sbatch_args, scancel, step_exit", [
+    # USR1@90 without B: SLURM signals every process of the step (here: now); the ranks'
+    # exit 75 is the step's
+    ((), ["scancel", "--signal=USR1"], 75),
+    # the same under torchrun (ddpnet launch): torchrun passes the warning on and waits for
+    # its ranks; ddpnet launch reports the forwarded signal, 128+10
+    (("--engine", "torchrun"), ["scancel", "--signal=USR1"], 138),
     # B:USR1: only the batch shell; the rendered trap forwards it to srun
-    (("--preempt-signal", "B:USR1@90"), ["scancel", "--batch",
-                                                "--signal=USR1"]),
-], ids=["steps", "batch-forwarded"])
+    (("--preempt-signal", "B:USR1@90"), ["scancel", "--batch", "--signal=USR1"], 75),
+], ids=["steps", "torchrun", "batch-forwarded"])
 def test_warning_checkpoints_requeues_and_the_restart_resumes(
         slurm_cluster: SlurmCluster, tmp_path: Path,  # noqa: F811
-        sbatch_args: tuple[str, ...], scancel: list[str]) -> None:
+        sbatch_args: tuple[str, ...], scancel: list[str], step_exit: int) -> None:
     job, log = _submit(slurm_cluster, tmp_path, "--engine", "srun", *sbatch_args)
     try:
         _wait_for("training started", lambda: re.search(r"^step 10/", _read(log), re.M), 60,
@@ -92,7 +95,7 @@ def test_warning_checkpoints_requeues_and_the_restart_resumes(
         assert m, text
         step = int(m.group(1))
         assert 10 <= step < STEPS
-        assert "step preempted (exit 75): requeueing job" in text
+        assert f"step preempted (exit {step_exit}): requeueing job {job}" in text
         assert f"resumed from step {step} (restart 1)" in text, text
         assert f"trained {STEPS} steps" in text, text
         assert "job " + job + " run 1 (restarts so far)" in text
