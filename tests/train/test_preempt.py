@@ -21,7 +21,10 @@ from ddpnet.local import LocalResult, RankExit
 from ddpnet.train.config import TrainConfig, validate
 from ddpnet.train.preempt import (
     ESCALATE_AFTER_S,
+    MAX_CHECK_EVERY,
+    StopChecks,
     StopRequest,
+    check_every,
     requeue_if_asked,
     restart_count,
     slurm_job,
@@ -72,6 +75,26 @@ def test_install_and_restore_the_handlers() -> None:
     finally:
         stop.restore()
     assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_checks_are_spaced_by_the_step_time() -> None:
+    assert check_every(0.0) == 1 and check_every(float("nan")) == 1  # no measurement yet
+    assert check_every(1.0) == 1  # slow steps: every step
+    assert check_every(0.01) == 50  # 0.5 s apart
+    assert check_every(1e-9) == MAX_CHECK_EVERY
+
+
+def test_stop_checks_poll_only_when_due_and_report_the_signal() -> None:
+    """A group of one (no process group): the schedule every rank would agree on."""
+    clock = Clock()
+    request = StopRequest()
+    checks = StopChecks(request, "cpu", clock)
+    assert checks.poll(1) == 0 and checks.next_step == 2  # the first boundary checks
+    clock.now += 0.01
+    assert checks.poll(2) == 0 and checks.next_step == 2 + 50  # 10 ms steps: 0.5 s apart
+    request.on_signal(signal.SIGUSR1)
+    assert [checks.poll(s) for s in range(3, 52)] == [0] * 49  # not due: no all-reduce
+    assert checks.poll(52) == signal.SIGUSR1
 
 
 def test_restart_count_and_job_from_the_environment() -> None:

@@ -31,7 +31,7 @@ from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
 from ddpnet.train.optim import OptimPlan, divergence, plan
 from ddpnet.train.precision import flops_per_step, precision_label, precision_note
-from ddpnet.train.preempt import Preempted, StopRequest, agree
+from ddpnet.train.preempt import Preempted, StopChecks, StopRequest
 from ddpnet.train.resume import checkpoint_path, due, restore, save
 from ddpnet.train.summary import StepCallback, StepEvent, Summary
 
@@ -203,7 +203,7 @@ class Loop:
                  start_step: int, compute_per_micro: float,
                  stop: StopRequest | None = None) -> None:
         self.cfg, self.d, self.parts, self.ddp, self.plan = cfg, d, parts, ddp, plan
-        self.stop = stop
+        self.stops = None if stop is None else StopChecks(stop, d.device)
         self.forward_backward = forward_backward
         self.callbacks = callbacks
         self.start_step = self.step = start_step
@@ -313,11 +313,12 @@ class Loop:
                 "eval_accuracy": self.ev_acc, "samples_per_s": rate}
 
     def preempt_point(self) -> None:
-        """A step boundary: when any rank was signalled (all ranks agree, one all-reduce),
-        make sure this step's checkpoint is on disk and stop (``Preempted``)."""
-        if self.stop is None or self.step >= self.parts.total_steps:
+        """A step boundary: when any rank was signalled (all ranks agree, one all-reduce
+        about every 0.5 s), make sure this step's checkpoint is on disk and stop
+        (``Preempted``)."""
+        if self.stops is None or self.step >= self.parts.total_steps:
             return
-        signum = agree(self.stop, self.d.device)
+        signum = self.stops.poll(self.step)
         if not signum:
             return
         if not due(self.cfg, self.step, self.parts.total_steps):  # not written this step

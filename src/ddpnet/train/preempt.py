@@ -70,16 +70,58 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else ""
 
 
-def agree(request: StopRequest, device: str) -> int:
-    """The signal any rank received (0: none), the same on every rank: an all-reduce (max)
-    of one integer, at a step boundary every rank reaches."""
+#: the ranks compare notes about every this many seconds of training (every step when a
+#: step is slower): one all-reduce of two integers, ~0.05-0.3 ms on loopback gloo
+#: (benchmarks/preempt_overhead.py), so well under 0.1% of the time, and a stop comes at
+#: most this much training after the signal
+CHECK_INTERVAL_S = 0.5
+#: and at least every this many steps
+MAX_CHECK_EVERY = 1000
+
+
+def check_every(step_time_s: float, interval_s: float = CHECK_INTERVAL_S) -> int:
+    """Steps between two checks so that they are ``interval_s`` apart (pure)."""
+    if not step_time_s > 0:  # no measurement yet (or nan): check at the next step
+        return 1
+    return max(1, min(MAX_CHECK_EVERY, round(interval_s / step_time_s)))
+
+
+def agree(request: StopRequest, device: str, every: int = 1) -> tuple[int, int]:
+    """The signal any rank received (0: none) and the steps until the next check (the
+    smallest any rank wants), the same on every rank: one all-reduce (max) of two integers
+    at a step boundary every rank reaches."""
     import torch
     import torch.distributed as dist
 
-    flag = torch.tensor([request.signum], dtype=torch.int32, device=device)
+    flag = torch.tensor([request.signum, -every], dtype=torch.int64, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return int(flag.item())
+    signum, neg_every = (int(v) for v in flag.tolist())
+    return signum, -neg_every
+
+
+class StopChecks:
+    """When the ranks next ask each other whether to stop: a step number every rank holds
+    the same (it comes out of the all-reduce), spaced by :func:`check_every` of this
+    rank's recent step time."""
+
+    def __init__(self, request: StopRequest, device: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.request, self.device, self._clock = request, device, clock
+        self.next_step: int | None = None  # None: at the first boundary
+        self._last: tuple[int, float] | None = None
+
+    def poll(self, step: int) -> int:
+        """At every step boundary: the agreed signal (0: go on) when a check is due."""
+        if self.next_step is not None and step < self.next_step:
+            return 0
+        now = self._clock()
+        per_step = 0.0
+        if self._last is not None:
+            per_step = (now - self._last[1]) / max(1, step - self._last[0])
+        signum, every = agree(self.request, self.device, check_every(per_step))
+        self.next_step, self._last = step + every, (step, now)
+        return signum
 
 
 class Preempted(Exception):
