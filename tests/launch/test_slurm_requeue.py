@@ -101,3 +101,30 @@ def test_warning_checkpoints_requeues_and_the_restart_resumes(
         assert "job " + job + " run 1 (restarts so far)" in text
     finally:
         slurm_cluster.client(["scancel", job], timeout=20)
+
+
+def test_train_requeue_on_signal_in_a_hand_written_script(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+    """No rendered script: ``ddpnet train --requeue-on-signal`` under plain srun requeues the
+    job itself (rank 0, after the checkpoint) when SLURM delivers the warning."""
+    log = tmp_path / "job.out"
+    train = " ".join([sys.executable, *TRAIN, "--step-sleep", "0.1", "--requeue-on-signal",
+                      "--checkpoint-dir", str(tmp_path / "ckpt")])
+    p = slurm_cluster.client(["sbatch", "--parsable", "--requeue", "-N", "1", "-n", "2",
+                              "--open-mode=append", "-o", str(log), "--wrap",
+                              f"srun --kill-on-bad-exit=1 {train}"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip().split(";")[0]
+    try:
+        _wait_for("training started", lambda: re.search(r"^step 10/", _read(log), re.M), 60,
+                  log)
+        s = slurm_cluster.client(["scancel", "--signal=USR1", job], timeout=20)
+        assert s.returncode == 0, s.stderr
+        _wait_for("the job requeued", lambda: _requeued(slurm_cluster, job), 60, log)
+        text = _read(log)
+        m = re.search(rf"preempted by SIGUSR1 at step (\d+)/{STEPS}", text)
+        assert m, text
+        assert f"ddpnet: requeued job {job}" in text, text
+        assert (tmp_path / "ckpt" / f"ckpt-{int(m.group(1)):08d}.pt").is_file()
+    finally:
+        slurm_cluster.client(["scancel", job], timeout=20)

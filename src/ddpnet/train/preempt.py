@@ -182,4 +182,7 @@ def requeue_if_asked(asked: bool, environ: Mapping[str, str] | None = None) -> R
     job = slurm_job(os.environ if environ is None else environ)
     if not asked or job is None:
         return None
+    if threading.current_thread() is threading.main_thread():
+        # the run is over: the SIGTERM SLURM sends for the requeue must not cut its report
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return requeue(job)
