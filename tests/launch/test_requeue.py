@@ -90,3 +90,13 @@ def test_batch_only_signal_is_forwarded_to_the_step_and_its_code_kept(tmp_path: 
     p = _bash(script, tmp_path)
     assert p.returncode == 75, (p.stdout, p.stderr)
     assert "SIGUSR1: forwarding it to the step" in p.stdout
+
+
+def test_the_test_cluster_can_shorten_the_requeue_wait() -> None:
+    from ddpnet.launch.slurmcluster import ClusterSpec, SlurmNode, render_conf
+
+    node = SlurmNode("n1", "127.0.0.1", "n1")
+    base = ClusterSpec("c", Path("/r"), "n1", "127.0.0.1", (node,))
+    assert "AuthInfo=socket=/r/munge/munge.socket\n" in render_conf(base)
+    short = ClusterSpec("c", Path("/r"), "n1", "127.0.0.1", (node,), cred_expire_s=5)
+    assert "AuthInfo=socket=/r/munge/munge.socket,cred_expire=5\n" in render_conf(short)
