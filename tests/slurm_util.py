@@ -37,8 +37,10 @@ requires_slurm = pytest.mark.skipif(slurm_missing() is not None,
                                     reason=slurm_missing() or "")
 
 
-def start_local_cluster(cpus: int = 4, prefix: str = "ln-slurm-") -> SlurmCluster:
-    """One node (this host, by its own hostname so MASTER_ADDR resolves) on 127.0.0.1."""
+def start_local_cluster(cpus: int = 4, prefix: str = "ln-slurm-",
+                        cred_expire_s: int | None = None) -> SlurmCluster:
+    """One node (this host, by its own hostname so MASTER_ADDR resolves) on 127.0.0.1;
+    ``cred_expire_s`` shortens how long a requeued job waits to start again (120 s)."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     root.chmod(0o755)
     host = socket.gethostname().split(".")[0]
@@ -46,7 +48,7 @@ def start_local_cluster(cpus: int = 4, prefix: str = "ln-slurm-") -> SlurmCluste
         cluster="ln" + root.name[-6:].lower().replace("_", "x"), root=root,
         controller_host=host, controller_addr="127.0.0.1",
         nodes=(SlurmNode(host, "127.0.0.1", host, cpus=cpus),),
-        ctld_port=free_port(), slurmd_port=free_port(),
+        ctld_port=free_port(), slurmd_port=free_port(), cred_expire_s=cred_expire_s,
     )
     cluster = SlurmCluster(spec)
     cluster.start()

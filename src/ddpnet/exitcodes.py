@@ -13,6 +13,9 @@ class ExitCode(IntEnum):
     USAGE = 2
     #: a requirement is missing: not root, a system tool absent
     MISSING_REQUIREMENT = 3
+    #: preempted: a SIGUSR1/SIGTERM stopped training after a step every rank agreed on and
+    #: its checkpoint is saved; run it again to resume (sysexits' EX_TEMPFAIL: retry later)
+    PREEMPTED = 75
     #: stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2
     INTERRUPTED = 130
     #: stopped by SIGTERM (a scheduler, kill): 128 + 15

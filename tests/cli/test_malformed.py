@@ -140,6 +140,11 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["sbatch", "--json", "--nodes", "1", "--engine", "mpirun", "--", "x.py"], {}, 2),
     (["sbatch", "--json", "--nodes", "1", "--job-name", "", "--", "x.py"], {}, 2),
     (["sbatch", "--json", "--nodes", "1", "--"], {}, 2),
+    (["sbatch", "--json", "--nodes", "1", "--preempt-signal", "USR9@90", "--", "x.py"], {}, 2),
+    (["sbatch", "--json", "--nodes", "1", "--preempt-signal", "USR1@99999", "--", "x.py"], {},
+     2),
+    (["sbatch", "--json", "--nodes", "1", "--preempt-signal", "KILL@90", "--", "x.py"], {}, 2),
+    (["sbatch", "--json", "--nodes", "1", "--preempt-signal", "R:USR1", "--", "x.py"], {}, 2),
     (["sbatch", "--nodes", "1", "--script", _NOWHERE + ".sh", "--", "x.py"], {}, 2),
     # k8s (renders only)
     (["k8s", "--json", "--nodes", "0", "--gpus-per-node", "1", "--image", "i", "--", "x.py"],
@@ -186,6 +191,8 @@ MALFORMED: list[tuple[list[str], dict[str, str], int]] = [
     (["train", "--json", "--local", "100000"], {}, 2),
     (["train", "--json", "--monitor", "--monitor-interval", "0.001"], {}, 2),
     (["train", "--json", "--model", "resnet"], {}, 2),
+    (["train", "--json", "--requeue-on-signal"], {}, 2),
+    (["train", "--json"], {"DDPNET_REQUEUE_ON_SIGNAL": "1"}, 2),
     # monitor
     (["monitor", "--json", "--once", "--interval", "0"], {}, 2),
     (["monitor", "--json", "--once", "--interval", "-1"], {}, 2),

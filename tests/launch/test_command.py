@@ -199,7 +199,9 @@ def test_sbatch_torchrun_layout() -> None:
         assert line in text.splitlines(), line
     assert ('srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
             "--nproc-per-node 4 --max-restarts 0 -- train.py --lr 1e-3") in text
-    assert "ddpnet check" not in text and "trap requeue" not in text
+    assert "ddpnet check" not in text and "scontrol requeue" not in text
+    assert not [line for line in text.splitlines() if line.startswith("#SBATCH --signal")]
+    assert "render with --requeue" in text  # the advice, as a comment
     assert "--cpus-per-task" in text  # the advice: one task runs all the node's ranks
     text = render(sb(cpus_per_task=16))
     assert "#SBATCH --cpus-per-task=16" in text
@@ -211,8 +213,9 @@ def test_sbatch_srun_layout_preflight_requeue() -> None:
     assert "#SBATCH --ntasks-per-node=4" in text
     assert '"$PY" -m ddpnet check' in text
     assert text.index("ddpnet check") < text.index("ddpnet exec")
-    assert "#SBATCH --signal=B:USR1@120" in text and "trap requeue USR1" in text
-    assert "scontrol requeue" in text and "GLOO_SOCKET_IFNAME=ib0" in text
+    assert "#SBATCH --signal=USR1@90" in text and "#SBATCH --requeue" in text
+    assert "trap" not in text  # SLURM signals the step's ranks itself (no B:)
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in text and "GLOO_SOCKET_IFNAME=ib0" in text
 
 
 @pytest.mark.parametrize("kw, err", [

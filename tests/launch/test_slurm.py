@@ -124,10 +124,12 @@ def test_batch_step_is_one_process_with_the_job_port(slurm_cluster: SlurmCluster
     assert os.environ.get("SLURM_JOB_ID") is None  # the test process itself is not in a job
 
 
-def test_sbatch_requeue_on_sigusr1(slurm_cluster: SlurmCluster,  # noqa: F811
-                                   tmp_path: Path) -> None:
-    """SLURM signals the batch shell (as --signal=B:USR1@120 does before the time limit; here
-    scancel sends it now): the rendered trap requeues the job."""
+def test_sbatch_requeue_when_the_warning_ends_a_plain_script(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+    """SLURM signals every process of the step (as --signal=USR1@90 does before the time
+    limit; here scancel sends it now): a script that does not handle SIGUSR1 dies of it
+    under torchrun, the step exits 128+10 and the rendered script requeues the job
+    (tests/launch/test_slurm_requeue.py: a ddpnet train job checkpoints and resumes)."""
     out = tmp_path / "job-%j.out"
     p = subprocess.run(
         [sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "1", "--output", str(out),
@@ -143,7 +145,7 @@ def test_sbatch_requeue_on_sigusr1(slurm_cluster: SlurmCluster,  # noqa: F811
                 log.read_text() if log.exists() else ""):
             time.sleep(0.3)
         assert "ready" in log.read_text()
-        s = slurm_cluster.client(["scancel", "--batch", "--signal=USR1", job], timeout=20)
+        s = slurm_cluster.client(["scancel", "--signal=USR1", job], timeout=20)
         assert s.returncode == 0, s.stderr
         restarts = ""
         while time.monotonic() < deadline:
@@ -154,6 +156,6 @@ def test_sbatch_requeue_on_sigusr1(slurm_cluster: SlurmCluster,  # noqa: F811
                 break
             time.sleep(0.3)
         assert restarts == "1", q.stdout
-        assert f"time limit near, requeueing job {job}" in log.read_text()
+        assert f"step preempted (exit 138): requeueing job {job}" in log.read_text()
     finally:
         slurm_cluster.client(["scancel", job], timeout=20)

@@ -27,8 +27,12 @@ import click
               help="torchrun restarts (engine torchrun).")
 @click.option("--ifname", default=None, help="Pin GLOO/NCCL/TP_SOCKET_IFNAME on every node.")
 @click.option("--preflight", is_flag=True, help="Run `ddpnet check` on every node first.")
-@click.option("--requeue", is_flag=True,
-              help="Requeue on SIGUSR1 (sent 120 s before the time limit).")
+@click.option("--requeue/--no-requeue", default=False, show_default=True,
+              help="#SBATCH --requeue; requeue the job when its step exits 75 (checkpoint "
+              "saved on the --preempt-signal warning).")
+@click.option("--preempt-signal", default=None,
+              help="[B:]SIG@SECONDS warning before the time limit [default with --requeue: "
+              "USR1@90, to every rank; B: signals only the script, which forwards it].")
 @click.option("--script", "script_path", type=click.Path(dir_okay=False), default=None,
               help="Write the script here instead of stdout.")
 @click.option("--submit", is_flag=True, help="Submit with sbatch and print the job id.")
@@ -36,7 +40,8 @@ import click
 def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
             gpus_per_node: int | None, cpus_per_task: int | None, partition: str | None,
             time: str | None, output: str, job_name: str, engine: str, max_restarts: int,
-            ifname: str | None, preflight: bool, requeue: bool, script_path: str | None,
+            ifname: str | None, preflight: bool, requeue: bool, preempt_signal: str | None,
+            script_path: str | None,
             submit: bool, program: tuple[str, ...]) -> int:
     """Render a batch script that runs SCRIPT (or -m MODULE) on every rank.
 
@@ -54,7 +59,8 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
         target=Target.parse(program), nodes=nodes, ntasks_per_node=ntasks_per_node,
         ntasks=ntasks, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
         partition=partition, time=time, output=output, job_name=job_name, engine=engine,
-        preflight=preflight, requeue=requeue, ifname=ifname, max_restarts=max_restarts,
+        preflight=preflight, requeue=requeue, preempt_signal=preempt_signal, ifname=ifname,
+        max_restarts=max_restarts,
         python=sys.executable,
     )
     result = run(SbatchOptions(cfg, script_path=script_path, submit=submit))

@@ -51,6 +51,9 @@ from ddpnet.local import MAX_LOCAL_RANKS
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,
               help="Steps between checkpoints (0: only at the end, with --checkpoint-dir).")
 @click.option("--keep-checkpoints", type=int, default=3, show_default=True)
+@click.option("--requeue-on-signal", is_flag=True, envvar="DDPNET_REQUEUE_ON_SIGNAL",
+              help="After the checkpoint SIGUSR1/SIGTERM asks for (exit 75), run `scontrol "
+                   "requeue $SLURM_JOB_ID` (also DDPNET_REQUEUE_ON_SIGNAL=1).")
 @click.option("--log-every", type=int, default=10, show_default=True,
               help="Steps between metric lines (each evaluates the eval set).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",

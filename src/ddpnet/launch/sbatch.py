@@ -20,6 +20,14 @@ from dataclasses import dataclass
 
 from ddpnet.errors import ConfigError
 from ddpnet.launch.command import MAX_NODES, MAX_PROCS_PER_NODE, Target
+from ddpnet.launch.requeue import (
+    DEFAULT_SIGNAL,
+    PreemptSignal,
+    directives,
+    parse_signal,
+    step_lines,
+    torchrun_lines,
+)
 
 ENGINES = ("torchrun", "srun")
 _TIME = re.compile(r"(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
@@ -41,6 +49,9 @@ class SbatchConfig:
     engine: str = "torchrun"
     preflight: bool = False
     requeue: bool = False
+    #: ``[B:]SIG@SECONDS`` before the time limit (sbatch --signal); None: USR1@90 with
+    #: ``requeue``, else no signal
+    preempt_signal: str | None = None
     ifname: str | None = None
     max_restarts: int = 0
     #: the Python that has ddpnet, on every node (the submitting host's, by default)
@@ -56,6 +67,13 @@ class SbatchConfig:
         if self.ntasks is not None:
             return self.ntasks // self.nodes
         return 1
+
+    @property
+    def warning(self) -> PreemptSignal | None:
+        """The signal that asks the ranks to checkpoint (``ddpnet.launch.requeue``)."""
+        if self.preempt_signal is not None:
+            return parse_signal(self.preempt_signal)
+        return parse_signal(DEFAULT_SIGNAL) if self.requeue else None
 
 
 def validate(cfg: SbatchConfig) -> None:
@@ -144,10 +162,7 @@ def _directives(cfg: SbatchConfig) -> list[str]:
         if value:
             lines.append(f"#SBATCH --{key}={value}")
     lines.append(f"#SBATCH --output={cfg.output}")
-    if cfg.requeue:
-        # append: a requeued run keeps the log of the runs before it
-        lines += ["#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append"]
-    return lines
+    return [*lines, *directives(cfg.warning, cfg.requeue)]
 
 
 def _environment(cfg: SbatchConfig) -> list[str]:
@@ -176,7 +191,7 @@ def _environment(cfg: SbatchConfig) -> list[str]:
 
 
 def _step(cfg: SbatchConfig) -> list[str]:
-    """The srun step that starts the ranks, under a requeue trap with ``requeue``."""
+    """The srun step that starts the ranks; with a warning signal, the requeue after it."""
     q = shlex.quote
     tpn = cfg.tasks_per_node
     target = " ".join(q(a) for a in cfg.target.raw())
@@ -192,21 +207,10 @@ def _step(cfg: SbatchConfig) -> list[str]:
                 f"--nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
     else:
         step = f'srun{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
-    if not cfg.requeue:
-        return [*lines,
-                "# To requeue near the time limit, render with --requeue (#SBATCH "
-                "--signal=B:USR1@120",
-                "# plus a trap that runs scontrol requeue).",
-                step]
-    return [
-        *lines,
-        "# Requeue: SLURM sends SIGUSR1 to this script 120 s before the time limit; we",
-        "# requeue the job (it restarts from your last checkpoint) and stop the step.",
-        "requeue() {",
-        '  echo "ddpnet: time limit near, requeueing job $SLURM_JOB_ID"',
-        '  scontrol requeue "$SLURM_JOB_ID"',
-        "}",
-        "trap requeue USR1",
-        f"{step} &",
-        "wait $!  # returns early on USR1; the requeue then ends this run",
-    ]
+    if cfg.warning is None:
+        lines += ["# To checkpoint and requeue near the time limit, render with --requeue",
+                  f"# (#SBATCH --signal={DEFAULT_SIGNAL} to every rank, requeue when the "
+                  "step exits 75)."]
+    elif cfg.engine == "torchrun":
+        lines += torchrun_lines(cfg.warning)
+    return [*lines, *step_lines(step, cfg.warning, cfg.requeue)]

@@ -49,6 +49,9 @@ class ClusterSpec:
     controller_wrap: tuple[str, ...] = ()
     memory_mb: int = 1000
     extra: tuple[str, ...] = field(default=())
+    #: munge credential lifetime (AuthInfo cred_expire, SLURM's default 120 s); it is also
+    #: how long a requeued job waits before it may start again
+    cred_expire_s: int | None = None
 
     @property
     def conf(self) -> Path:
@@ -72,7 +75,8 @@ def render_conf(spec: ClusterSpec) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={spec.munge_socket}",
+        f"AuthInfo=socket={spec.munge_socket}"
+        + (f",cred_expire={spec.cred_expire_s}" if spec.cred_expire_s else ""),
         f"StateSaveLocation={r}/state",
         f"SlurmdSpoolDir={r}/spool/%n",
         f"SlurmctldPidFile={r}/run/slurmctld.pid",

@@ -58,6 +58,9 @@ class TrainConfig:
     #: ``--monitor``: sample network telemetry every this many seconds on every rank
     #: (0 = off); rank 0 adds each rank's summary to the training summary
     monitor_interval_s: float = 0.0
+    #: after a preemption checkpoint (SIGUSR1/SIGTERM), rank 0 runs ``scontrol requeue
+    #: $SLURM_JOB_ID`` (docs/train.md "Preemption"); needs ``checkpoint_dir``
+    requeue_on_signal: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +170,10 @@ def _check_checkpoints(cfg: TrainConfig) -> None:
     if cfg.keep_checkpoints < 1:
         raise ConfigError(f"--keep-checkpoints must be at least 1, got {cfg.keep_checkpoints}",
                           "keep at least the newest checkpoint")
+    if cfg.requeue_on_signal and not cfg.checkpoint_dir:
+        raise ConfigError("--requeue-on-signal (or DDPNET_REQUEUE_ON_SIGNAL) needs "
+                          "--checkpoint-dir: a requeued job would start again from step 0",
+                          "add --checkpoint-dir DIR on a disk the restarted job sees")
 
 
 def _check_timing(cfg: TrainConfig) -> None:

@@ -31,7 +31,8 @@ from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
 from ddpnet.train.optim import OptimPlan, divergence, plan
 from ddpnet.train.precision import flops_per_step, precision_label, precision_note
-from ddpnet.train.resume import due, restore, save
+from ddpnet.train.preempt import Preempted, StopChecks, StopRequest
+from ddpnet.train.resume import checkpoint_path, due, restore, save
 from ddpnet.train.summary import StepCallback, StepEvent, Summary
 
 
@@ -72,8 +73,11 @@ class Parts:
 
 
 def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
-          note: Callable[[str], None] = lambda _msg: None) -> Summary:
-    """Train on this rank; every rank calls this with the same ``cfg``."""
+          note: Callable[[str], None] = lambda _msg: None,
+          stop: StopRequest | None = None) -> Summary:
+    """Train on this rank; every rank calls this with the same ``cfg``. With ``stop``, a
+    signal to any rank ends every rank after the same step with a checkpoint
+    (:class:`ddpnet.train.preempt.Preempted`)."""
     torch.manual_seed(cfg.seed)  # the same initial weights everywhere (DDP also broadcasts)
     parts = build(cfg, d)
     notes = [f"process group via {d.via}"]
@@ -95,7 +99,7 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
                          start_iter=cfg.powersgd_start_iter)
     loop = Loop(cfg, d, parts, ddp, plan, forward_backward, callbacks,
                 start_step=0 if resumed_from is None else resumed_from,
-                compute_per_micro=compute_per_micro)
+                compute_per_micro=compute_per_micro, stop=stop)
     loop.run()
     return loop.summary(resumed_from, notes)
 
@@ -196,8 +200,10 @@ class Loop:
 
     def __init__(self, cfg: TrainConfig, d: Dist, parts: Parts, ddp: DDP, plan: HookPlan,
                  forward_backward: ForwardBackward, callbacks: Sequence[StepCallback], *,
-                 start_step: int, compute_per_micro: float) -> None:
+                 start_step: int, compute_per_micro: float,
+                 stop: StopRequest | None = None) -> None:
         self.cfg, self.d, self.parts, self.ddp, self.plan = cfg, d, parts, ddp, plan
+        self.stops = None if stop is None else StopChecks(stop, d.device)
         self.forward_backward = forward_backward
         self.callbacks = callbacks
         self.start_step = self.step = start_step
@@ -220,6 +226,7 @@ class Loop:
             while self.step < self.parts.total_steps and offset < spe:
                 self.one_step(epoch, batches)
                 offset += 1
+                self.preempt_point()
 
     def one_step(self, epoch: int, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
                  ) -> None:
@@ -305,9 +312,25 @@ class Loop:
         return {"is_log_step": True, "global_loss": glob, "eval_loss": self.ev_loss,
                 "eval_accuracy": self.ev_acc, "samples_per_s": rate}
 
-    def checkpoint(self) -> None:
-        if not due(self.cfg, self.step, self.parts.total_steps):
+    def preempt_point(self) -> None:
+        """A step boundary: when any rank was signalled (all ranks agree, one all-reduce
+        about every 0.5 s), make sure this step's checkpoint is on disk and stop
+        (``Preempted``)."""
+        if self.stops is None or self.step >= self.parts.total_steps:
             return
+        signum = self.stops.poll(self.step)
+        if not signum:
+            return
+        if not due(self.cfg, self.step, self.parts.total_steps):  # not written this step
+            self.save_checkpoint()
+        raise Preempted(signum, self.step, self.parts.total_steps,
+                        str(checkpoint_path(self.cfg, self.step)))
+
+    def checkpoint(self) -> None:
+        if due(self.cfg, self.step, self.parts.total_steps):
+            self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
         spe = self.parts.steps_per_epoch
         save(self.cfg, self.d, self.step, self.ddp.module, self.parts.optimizer,
              self.parts.scaler,

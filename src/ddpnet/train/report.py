@@ -95,8 +95,17 @@ def render_telemetry(per_rank: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_preempted(p: dict[str, Any]) -> str:
+    """The one line of a run stopped by a preemption signal."""
+    return (f"preempted by {p['signal']} at step {p['step']}/{p['total_steps']}: checkpoint "
+            f"{p['checkpoint']} saved (exit 75); run the same command to resume")
+
+
 def render(result: TrainResult, out: Console) -> None:
     """The human form of rank 0's result: the summary, then the telemetry (if recorded)."""
+    if result.preempted is not None:
+        out.print(render_preempted(result.preempted), markup=False, highlight=False)
+        return
     if result.summary is None:
         return
     out.print(render_summary(result.summary), markup=False)
@@ -107,7 +116,7 @@ def render(result: TrainResult, out: Console) -> None:
 def report(result: TrainResult, as_json: bool) -> int:
     """Print ``result`` through ``ddpnet.output`` where there is something to print (rank 0
     of a run); other ranks and the ``--local`` parent print nothing (their rank 0 does)."""
-    if result.summary is None:
+    if result.summary is None and result.preempted is None:
         return result.exit_code
     from ddpnet.output import finish
 

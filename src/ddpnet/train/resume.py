@@ -4,6 +4,7 @@ state to write, so no shared disk is needed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from ddpnet.train import checkpoint as ckpt
 from ddpnet.train.config import TrainConfig
 from ddpnet.train.dist import Dist
+from ddpnet.train.preempt import restart_count
 
 
 def restore(cfg: TrainConfig, d: Dist, model: torch.nn.Module,
@@ -25,6 +27,9 @@ def restore(cfg: TrainConfig, d: Dist, model: torch.nn.Module,
         return None
     step, state = _newest(Path(cfg.checkpoint_dir), d, notes)
     if state is None:
+        if restart_count(os.environ):  # a requeued job that finds nothing: say so
+            notes.append(f"restart {restart_count(os.environ)} found no checkpoint in "
+                         f"{cfg.checkpoint_dir}: training starts at step 0")
         return None
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -54,7 +59,7 @@ def _newest(directory: Path, d: Dist, notes: list[str]) -> tuple[int, dict[str, 
         return 0, None
     step, state, skipped, path = payload[0]
     notes.extend(f"skipped damaged checkpoint {s}" for s in skipped)
-    notes.append(f"resumed from {path} (step {step})")
+    notes.append(f"resumed from step {step} (restart {restart_count(os.environ)}): {path}")
     return int(step), state
 
 
@@ -62,6 +67,12 @@ def due(cfg: TrainConfig, step: int, total_steps: int) -> bool:
     """A checkpoint is written at the end and every ``--checkpoint-every`` steps."""
     return bool(cfg.checkpoint_dir) and (step == total_steps or (
         cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0))
+
+
+def checkpoint_path(cfg: TrainConfig, step: int) -> Path:
+    """Where rank 0 writes the checkpoint of ``step``."""
+    assert cfg.checkpoint_dir is not None
+    return Path(cfg.checkpoint_dir) / ckpt.checkpoint_name(step)
 
 
 def save(cfg: TrainConfig, d: Dist, step: int, model: torch.nn.Module,

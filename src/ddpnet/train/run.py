@@ -7,19 +7,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ddpnet.errors import ConfigError
+from ddpnet.exitcodes import ExitCode
 from ddpnet.paths import dir_creatable
 from ddpnet.train import hugepages
 from ddpnet.train.config import TrainConfig, TrainOptions, validate
 from ddpnet.train.report import Reporter
 
 if TYPE_CHECKING:
+    from ddpnet.local import LocalResult
     from ddpnet.monitor.recorder import Recorder
     from ddpnet.train.dist import Dist
+    from ddpnet.train.preempt import Preempted, Requeue
     from ddpnet.train.summary import StepCallback, Summary
 
 
@@ -27,14 +30,18 @@ if TYPE_CHECKING:
 class TrainResult:
     """How this process's part of a run ended. Rank 0 of a run carries the summary (and
     every rank's telemetry with ``--monitor``); other ranks and the ``--local`` parent carry
-    only the exit code. ``rank`` is None in the ``--local`` parent (it ran no group)."""
+    only the exit code. ``rank`` is None in the ``--local`` parent (it ran no group). A run
+    stopped by a preemption signal carries ``preempted`` on rank 0 instead of a summary."""
 
     exit_code: int
     rank: int | None = None
     summary: Summary | None = None
     telemetry: tuple[dict[str, Any], ...] | None = None
+    preempted: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.preempted is not None:
+            return {"preempted": self.preempted}
         out = self.summary.to_dict() if self.summary is not None else {}
         if self.telemetry is not None:
             out["telemetry"] = list(self.telemetry)
@@ -84,9 +91,36 @@ def run_local(n: int, cfg: TrainConfig, *, as_json: bool) -> int:
     prefixed ``[rank K]`` on stderr. GLOO_SOCKET_IFNAME is not pinned: each rank's
     ``ddpnet.init()`` selects loopback itself, as before."""
     from ddpnet.local import LocalRanks
+    from ddpnet.train.preempt import restart_count
 
-    with LocalRanks(worker_argv(cfg, as_json), n, pin_loopback=False) as ranks:
-        return ranks.wait().code
+    # the ranks see no SLURM variables (local_environ drops them): pass the restart count
+    environ = {**os.environ, "DDPNET_RESTART_COUNT": str(restart_count(os.environ))}
+    with LocalRanks(worker_argv(cfg, as_json), n, pin_loopback=False,
+                    environ=environ) as ranks:
+        code = local_code(ranks.wait())
+    if code == ExitCode.PREEMPTED:
+        _requeue_and_say(cfg.requeue_on_signal)
+    return code
+
+
+def local_code(result: LocalResult) -> int:
+    """The ``--local`` parent's exit: 75 when every rank stopped for a preemption (a signal
+    forwarded to them would otherwise read as 128+N), else the spawner's code."""
+    if result.exits and all(e.code == ExitCode.PREEMPTED for e in result.exits):
+        return int(ExitCode.PREEMPTED)
+    return result.code
+
+
+def _requeue_and_say(asked: bool) -> Requeue | None:
+    """``scontrol requeue`` this SLURM job when asked; one line on stderr says what it did."""
+    from ddpnet.train.preempt import requeue_if_asked
+
+    outcome = requeue_if_asked(asked)
+    if outcome is not None:
+        verdict = "requeued" if outcome.ok else "could not requeue"
+        sys.stderr.write(f"ddpnet: {verdict} job {outcome.job_id}: {outcome.detail}\n")
+        sys.stderr.flush()
+    return outcome
 
 
 def leave(code: int) -> NoReturn:
@@ -115,8 +149,8 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
     """Run this rank (called on every rank by any launcher); rank 0's result has the summary."""
     import torch
 
-    from ddpnet.train.dist import init_distributed, shutdown
-    from ddpnet.train.loop import train
+    from ddpnet.train.dist import init_distributed
+    from ddpnet.train.preempt import Preempted
 
     validate(cfg, cuda_available=torch.cuda.is_available())
     d = init_distributed(cfg.device, timeout_s=cfg.pg_timeout_s)
@@ -127,22 +161,59 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
         if d.rank == 0:
             human.write(f"note: {message}\n")
 
-    recorder = start_telemetry(cfg, d)
-    telemetry: list[dict[str, Any]] | None = None
     try:
-        summary = train(cfg, d, callbacks=[*callbacks, *([reporter] if reporter else [])],
-                        note=note)
-        if recorder is not None:
-            telemetry = gather_telemetry(d, recorder.stop())
+        summary, telemetry = _train_rank(cfg, d, [*callbacks, *([reporter] if reporter else [])],
+                                         note)
+    except Preempted as stopped:
+        return preempted_result(cfg, d.rank, stopped)
     finally:
         if reporter is not None:
             reporter.close()
-        if recorder is not None:
-            recorder.stop()
-        shutdown()
     if d.rank != 0:
         return TrainResult(0, d.rank)
     return TrainResult(0, 0, summary, None if telemetry is None else tuple(telemetry))
+
+
+def _train_rank(cfg: TrainConfig, d: Dist, callbacks: Sequence[StepCallback],
+                note: Callable[[str], None]
+                ) -> tuple[Summary, list[dict[str, Any]] | None]:
+    """Train with telemetry and, with a checkpoint directory, the preemption handlers
+    (SIGUSR1/SIGTERM stop every rank at one step: ``Preempted``); leave the group."""
+    from ddpnet.train.dist import shutdown
+    from ddpnet.train.loop import train
+    from ddpnet.train.preempt import StopRequest
+
+    recorder = start_telemetry(cfg, d)
+    telemetry: list[dict[str, Any]] | None = None
+    stop = StopRequest().install() if cfg.checkpoint_dir else None
+    try:
+        summary = train(cfg, d, callbacks=callbacks, note=note, stop=stop)
+        if recorder is not None:
+            telemetry = gather_telemetry(d, recorder.stop())
+    finally:
+        if recorder is not None:
+            recorder.stop()
+        shutdown()  # together; after a preemption the checkpoint is already on disk
+        if stop is not None:
+            stop.restore()
+    return summary, telemetry
+
+
+def preempted_result(cfg: TrainConfig, rank: int, stopped: Preempted) -> TrainResult:
+    """Exit 75 on every rank; rank 0 says where it stopped and requeues the job if asked
+    (after ``shutdown``: every rank has left the group and the checkpoint is on disk)."""
+    import signal
+
+    from ddpnet.train.preempt import restart_count
+
+    if rank != 0:
+        return TrainResult(int(ExitCode.PREEMPTED), rank)
+    outcome = _requeue_and_say(cfg.requeue_on_signal)
+    return TrainResult(int(ExitCode.PREEMPTED), 0, preempted={
+        "signal": signal.Signals(stopped.signum).name, "step": stopped.step,
+        "total_steps": stopped.total_steps, "checkpoint": stopped.checkpoint,
+        "restart": restart_count(os.environ),
+        "requeue": None if outcome is None else outcome.to_dict()})
 
 
 def start_telemetry(cfg: TrainConfig, d: Dist) -> Recorder | None:
