@@ -175,3 +175,32 @@ def test_stale_store_of_an_old_job_on_master_port(clean: Lab) -> None:
     assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
     assert "a TCPStore" in own["detail"] and f"pid {squatter.pid}" in own["detail"]
     assert runs[0].seconds < 15
+
+
+def test_jumbo_hosts_behind_a_1500_switch_port_name_that_link(clean: Lab) -> None:
+    # every node at 9000; the switch ports of nodes 0 and 1 too, node 2's stays at 1500:
+    # connects and small messages pass, frames above 1500 bytes to or from node 2 vanish
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+    for node in (0, 1):
+        clean.fault("port-mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "path-mtu", _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0]
+    assert f"the link of {clean.nodes[2].hostname}" in cause["detail"]
+    assert "probes of 1500 bytes crossed, 2000 did not" in cause["detail"]
+    assert "mtu 1500" in cause["fix"] and "9000" in cause["fix"]
+    assert report["timings"]["total"] < 15
+    for node in (1, 2):  # every rank prints the cluster verdict
+        assert runs[node].returncode == 1 and "path-mtu" in runs[node].stdout, _diag(runs)
+
+
+def test_jumbo_frames_end_to_end_pass(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+        clean.fault("port-mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)

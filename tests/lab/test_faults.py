@@ -79,6 +79,16 @@ def test_combine_applies_overrides_on_the_lab_shape() -> None:
     assert base.shaping.rate == "1gbit" and base.mtu == 1500 and base.link_up and base.nft is None
 
 
+def test_port_mtu_sets_the_switch_port_and_leaves_the_node() -> None:
+    p = plan(LabSpec(name="x1", nodes=2))
+    rec = faults.normalize("port-mtu", {"mtu": 9000})
+    nf = faults.combine(p, 0, [{"kind": "mtu", "mtu": 9000}, rec])
+    assert nf.port_mtu == 9000 and nf.mtu == 9000
+    assert faults.combine(p, 0, [{"kind": "mtu", "mtu": 9000}]).port_mtu is None
+    with pytest.raises(ConfigError, match="bad MTU"):
+        faults.normalize("port-mtu", {"mtu": 10})
+
+
 def test_extra_iface_subnet_avoids_the_lab_subnet() -> None:
     p = plan(LabSpec(name="x1", nodes=2, subnet="198.19.0.0/16"))
     assert faults.extra_iface_cidr(p, 0) == "198.18.254.1/24"

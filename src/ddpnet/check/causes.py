@@ -31,6 +31,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     "peer-port-blocked",
     "version-mismatch",
     "mtu-mismatch",
+    # frames of the interfaces' MTU lost on a link: the first big transfer stalls
+    "path-mtu",
     "clock-skew",
     # GPU and NCCL facts (issue 19): a shared GPU explains NCCL's "invalid usage"
     "ranks-share-gpu",

@@ -36,6 +36,7 @@ KINDS: dict[str, str] = {
     "loss": "drop --percent of the packets the node sends",
     "delay": "add --ms of delay to the packets the node sends",
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
+    "port-mtu": "set the MTU of the node's switch port to --mtu (the node keeps its own)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
     "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
     "hosts-entry": "map --host to --address in the node's /etc/hosts, instead of the lab's "
@@ -70,7 +71,8 @@ def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
 _OPTIONS: dict[str, set[str]] = {
     "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
     "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
-    "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
+    "mtu": {"mtu"}, "port-mtu": {"mtu"}, "hostname-loopback": set(),
+    "extra-iface": {"iface", "address"},
     "hosts-entry": {"host", "address"},
 }
 
@@ -162,7 +164,7 @@ def _hosts_entry(o: Mapping[str, Any]) -> dict[str, str]:
 #: kind -> its options checked and turned into the record's fields
 _RECORDS: dict[str, Callable[[Mapping[str, Any], float | None], dict[str, Any]]] = {
     "block-port": _block_port, "block-ephemeral": _block_ephemeral, "link-down": _link_down,
-    "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu,
+    "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu, "port-mtu": _mtu,
     "hostname-loopback": lambda o, now: {}, "extra-iface": _extra_iface,
     "hosts-entry": lambda o, now: _hosts_entry(o),
 }
@@ -201,6 +203,8 @@ class NodeFaults:
     extra_iface: tuple[str, str] | None  # (name, cidr)
     #: (address, host) lines put first in the node's /etc/hosts
     hosts_entries: tuple[tuple[str, str], ...] = ()
+    #: the MTU of the node's switch port (the lab's MTU unless a port-mtu fault says)
+    port_mtu: int | None = None
 
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
@@ -254,6 +258,7 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
     shaping = p.spec.shaping
     mtu = p.spec.mtu
     link_up, loopback, extra = True, False, None
+    port_mtu = next((int(f["mtu"]) for f in fs if f["kind"] == "port-mtu"), None)
     for f in fs:
         kind = f["kind"]
         if kind == "rate":
@@ -278,7 +283,8 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
                       nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct),
                       extra_iface=extra,
                       hosts_entries=tuple((f["address"], f["host"]) for f in fs
-                                          if f["kind"] == "hosts-entry"))
+                                          if f["kind"] == "hosts-entry"),
+                      port_mtu=port_mtu)
 
 
 def describe(f: Mapping[str, Any]) -> str:

@@ -359,8 +359,10 @@ class Lab:
                       f"addr add {cidr} dev {name}", f"link set {name} up"]
         lines.append(f"link set {n.ifname} {'up' if nf.link_up else 'down'}")
         system.ip_batch(lines, n.namespace)
+        switch = [f"link set {n.port} mtu {nf.port_mtu or p.spec.mtu}"]
         if nf.extra_iface:
-            system.ip_batch([f"link set x{n.index} up"], p.switch)
+            switch.append(f"link set x{n.index} up")
+        system.ip_batch(switch, p.switch)
         # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
         netem = bool(nf.shaping.delay_ms) and system.netem_available()
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)

@@ -129,6 +129,7 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     facts["address"] = ctx.sel.address
     facts["interface"] = str(ctx.sel.interface)
     facts["mesh_port"] = ctx.listener.port
+    facts["mtu_port"] = ctx.listener.echo.port
     facts["clock_offset_s"] = clock_offset
     facts["selection_problems"] = selection_problems(ctx.sel)
     facts["names"] = name_facts(ctx.cfg.master_addr, _host0(ctx), ctx.cfg.launcher)
