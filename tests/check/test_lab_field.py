@@ -204,3 +204,50 @@ def test_jumbo_frames_end_to_end_pass(clean: Lab) -> None:
     runs = run_check(clean, FAST, timeout=60)
     report = runs[0].json()
     assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+
+
+def test_nccl_exclusion_that_leaves_loopback_is_named_on_every_node(clean: Lab) -> None:
+    # ^docker0 leaves lo, which getifaddrs lists first: NCCL would advertise 127.0.0.1
+    runs = run_check(clean, FAST, per_node={i: {"NCCL_SOCKET_IFNAME": "^docker0"}
+                                            for i in range(3)}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "ifname-mismatch", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2]
+    assert f"rank 2 on {clean.nodes[2].hostname}" in cause["detail"]
+    assert "NCCL_SOCKET_IFNAME=^docker0 picks lo 127.0.0.1 (loopback" in cause["detail"]
+    assert f"on {clean.nodes[1].hostname}" in cause["fix"]
+    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
+    assert report["timings"]["total"] < 15
+
+
+def test_gloo_device_list_longer_on_one_node_is_named_before_the_group_hangs(
+        clean: Lab) -> None:
+    clean.fault("extra-iface", 1, iface="docker0")
+    runs = run_check(clean, FAST, per_node={1: {"GLOO_SOCKET_IFNAME": "eth0,docker0"}},
+                     timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1, _diag(runs)
+    causes = [c for c in report["causes"] if c["id"] == "ifname-mismatch"]
+    devices = next(c for c in causes if "number of devices" in c["detail"])
+    assert devices["ranks"] == [1] and clean.nodes[1].hostname in devices["hosts"][0]
+    assert "GLOO_SOCKET_IFNAME=eth0,docker0" in devices["detail"]
+    assert len(causes) == 1, causes  # its extra device is that finding, not a network's
+    assert "process_group" not in report["stages"], report["stages"]  # stopped before a hang
+    assert report["timings"]["total"] < 15
+
+
+def test_jumbo_hosts_behind_a_1500_switch_on_every_link(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "path-mtu", _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2] and "every link between these nodes" in cause["detail"]
+    for node in (1, 2):  # each names its own path to rank 0, at once
+        own = runs[node].json()
+        assert runs[node].returncode == 1 and "path-mtu" in str(own), _diag(runs)
+        assert runs[node].seconds < 10
+    assert report["timings"]["total"] < 15

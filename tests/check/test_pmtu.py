@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
+from ddpnet.check.context import Findings
 from ddpnet.check.pmtu import Echo, PeerMtu, analyze, probe_peer, probe_row, sizes
+from ddpnet.check.registration import Registration
+from ddpnet.check.stages.pathmtu import master_paths
 
 
 def test_sizes_step_up_to_the_pairs_mtu() -> None:
@@ -76,3 +80,28 @@ def test_the_kernels_path_mtu_is_shown_when_icmp_told_it() -> None:
 def test_healthy_rows_name_nothing() -> None:
     good = _row(9000, None)
     assert analyze({0: {"1": good}, 1: {"0": good}}, LABELS, IFACES) == []
+
+
+def _findings(world: int) -> Findings:
+    found = Findings(world=world, master="10.0.0.1:29500")
+    found.roster = [Registration(r, world, 29500, f"n{r}", f"10.0.0.{r + 1}", "eth0", 1, "u")
+                    for r in range(world)]
+    return found
+
+
+def test_ranks_that_stopped_on_their_path_to_rank_0_are_named_and_leave_the_stage() -> None:
+    broken = PeerMtu(9000, 1500, 2000).to_dict()
+    got: dict[int, dict[str, Any]] = {
+        0: {"doctor": {}}, 1: {"doctor": {}, "to_rank0": _row(9000, None)},
+        2: {"to_rank0": broken, "stopped": "path-mtu", "interface": "eth3"}}
+    [cause] = master_paths(got, _findings(3))
+    assert cause.stage == "facts" and cause.ranks == (2,) and "the link of n2" in cause.detail
+    assert "ip link set dev eth3 mtu 1500" in cause.fix
+    assert sorted(got) == [0, 1]  # no later stage waits for rank 2
+
+
+def test_every_path_to_rank_0_broken_is_every_link() -> None:
+    broken = PeerMtu(9000, 1500, 2000).to_dict()
+    got = {0: {}, **{r: {"to_rank0": broken, "stopped": "path-mtu"} for r in (1, 2)}}
+    [cause] = master_paths(got, _findings(3))
+    assert "every link between these nodes" in cause.detail and sorted(got) == [0]

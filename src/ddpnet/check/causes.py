@@ -28,6 +28,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     "family-mismatch",
     "hostname-loopback",
     "interface-mismatch",
+    # what gloo/NCCL/TensorPipe really bind, read as each library reads its variable
+    "ifname-mismatch",
     "peer-port-blocked",
     "version-mismatch",
     "mtu-mismatch",

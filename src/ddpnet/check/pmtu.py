@@ -194,7 +194,7 @@ def pairs_of(rows: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> Pairs:
 
 
 def analyze(rows: Mapping[int, Mapping[str, Mapping[str, Any]]], labels: Mapping[int, str],
-            interfaces: Mapping[int, str]) -> list[Cause]:
+            interfaces: Mapping[int, str], stage: str = "reachability") -> list[Cause]:
     """``path-mtu``: name the node every broken pair shares (its link), else every link
     (the switch), else the pairs (pure)."""
     pairs = pairs_of(rows)
@@ -214,17 +214,17 @@ def analyze(rows: Mapping[int, Mapping[str, Mapping[str, Any]]], labels: Mapping
         odd = culprits
         where = "the link of " + ", ".join(labels.get(k, f"rank {k}") for k in odd) + \
             " (its NIC, cable or switch port): its other pairs are fine"
-    return [_cause(broken, odd, where, labels, interfaces)]
+    return [_cause(broken, odd, where, labels, interfaces, stage)]
 
 
-def _path(r: PeerMtu) -> str:
+def describe(r: PeerMtu) -> str:
     if r.kernel is not None:
         return f"path MTU {r.kernel} (the kernel was told by ICMP)"
     return f"probes of {r.ok} bytes crossed, {r.lost} did not"
 
 
 def _cause(broken: Pairs, odd: Sequence[int], where: str, labels: Mapping[int, str],
-           interfaces: Mapping[int, str]) -> Cause:
+           interfaces: Mapping[int, str], stage: str) -> Cause:
     shown = sorted(broken.items())[:12]
     lows = [r.kernel or r.ok for r in broken.values()]
     mtu = max(r.mtu for r in broken.values())
@@ -233,11 +233,11 @@ def _cause(broken: Pairs, odd: Sequence[int], where: str, labels: Mapping[int, s
                       f"mtu {floor}" for k in odd)
     return Cause(
         id="path-mtu",
-        stage="reachability",
+        stage=stage,
         hosts=tuple(labels.get(k, f"rank {k}") for k in odd),
         ranks=tuple(odd),
         detail=f"frames of the interfaces' MTU ({mtu}) are dropped on {where}: "
-               + ", ".join(f"{i}->{j} {_path(r)}" for (i, j), r in shown)
+               + ", ".join(f"{i}->{j} {describe(r)}" for (i, j), r in shown)
                + (f" (+{len(broken) - len(shown)} more)" if len(broken) > len(shown) else "")
                + "; small messages pass, the first big transfer stalls",
         fix=f"raise the MTU of the switch ports / path between them to {mtu} (jumbo frames "

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpnet.check import mesh, pmtu
-from ddpnet.check.causes import Cause
 from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.stages import pathmtu
 
 Peer = tuple[str, int]
 
@@ -51,17 +51,12 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
     ctx.store.publish("mesh", ctx.rank, row)
 
 
-def path_mtu(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str, Any]],
-             ranks: Sequence[int]) -> list[Cause]:
-    """Rank 0: the path-MTU rows of ``ranks`` (published before their mesh rows), analysed."""
-    rows = ctx.store.gather("pmtu", list(ranks), 2.0)
-    clean = {r: {j: v for j, v in row.items() if j.isdigit()} for r, row in rows.items()}
-    return pmtu.analyze(clean, {r: found.label_of(r) for r in found.ranks},
-                        {r: str(got[r].get("interface", "IFACE")) for r in got})
-
-
 def _blocking(found: Findings) -> bool:
-    return any(c.id == "hostname-loopback" and c.severity == "fail" for c in found.causes)
+    """Failures that would hang the process group stage until its timeout: a loopback
+    address, or gloo bound (GLOO_SOCKET_IFNAME) where its peers cannot pair up."""
+    return any(c.severity == "fail" and (c.id == "hostname-loopback" or (
+        c.id == "ifname-mismatch" and c.data.get("var") == "GLOO_SOCKET_IFNAME"))
+        for c in found.causes)
 
 
 def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str, Any]],
@@ -80,7 +75,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     causes = mesh.analyze(matrix, found.labels, [p[1] if p else None for p in peers],
                           ctx.cfg.master_port,
                           str(got[0].get("subnet") or "<cluster-subnet>"))
-    causes += path_mtu(ctx, found, got, sorted(rows))
+    causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
     found.causes.extend(causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
