@@ -251,3 +251,30 @@ def test_jumbo_hosts_behind_a_1500_switch_on_every_link(clean: Lab) -> None:
         assert runs[node].returncode == 1 and "path-mtu" in str(own), _diag(runs)
         assert runs[node].seconds < 10
     assert report["timings"]["total"] < 15
+
+
+def test_second_nic_in_the_cluster_subnet_is_named_with_why(clean: Lab) -> None:
+    # an interface in the lab subnet that leads nowhere (its peer is not on the switch)
+    clean.fault("extra-iface", 2, iface="eth1", address="198.18.0.202/24")
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "nic-same-subnet")
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0], _diag(runs)
+    assert "198.18.0.0/24 on eth0, eth1" in cause["detail"]
+    assert "ip addr del <its address> dev eth1" in cause["fix"]
+    why = report["nodes"][2]["interface_why"]
+    assert why["source"] == "auto" and "also on that subnet: eth1" in why["reason"]
+    assert report["timings"]["total"] < 15
+
+
+def test_nccls_own_choice_of_an_ipoib_interface_is_named(clean: Lab) -> None:
+    # NCCL without NCCL_SOCKET_IFNAME takes ib* first: here a decoy network
+    clean.fault("extra-iface", 1, iface="ib0")
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "nccl-auto-interface")
+    assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
+    assert "ib0 198.19.254.2 (198.19.254.0/24, not the cluster subnet 198.18.0.0/24" \
+        in cause["detail"]
+    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
+    assert cause["severity"] == "warn" and report["verdict"] == "pass"

@@ -30,6 +30,9 @@ CAUSE_ORDER: tuple[str, ...] = (
     "interface-mismatch",
     # what gloo/NCCL/TensorPipe really bind, read as each library reads its variable
     "ifname-mismatch",
+    # several NICs: ARP flux / rp_filter, NCCL's own choice on another network
+    "nic-same-subnet",
+    "nccl-auto-interface",
     "peer-port-blocked",
     "version-mismatch",
     "mtu-mismatch",

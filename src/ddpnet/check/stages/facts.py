@@ -14,6 +14,7 @@ from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
 from ddpnet.check.ifvars import compare_picks
+from ddpnet.check.nics import compare_nics, nic_facts
 from ddpnet.check.stages.pathmtu import master_paths
 from ddpnet.check.store import StageTimeout
 from ddpnet.config import DistConfig
@@ -23,7 +24,7 @@ from ddpnet.net.select import GLOO, TP, Selection
 
 #: facts of each rank that the node table shows
 NODE_KEYS = ("python", "torch", "cuda", "nccl", "mtu", "subnet", "hostname_loopback",
-             "clock_offset_s", "doctor")
+             "clock_offset_s", "doctor", "interface_why")
 
 
 def selection_problems(sel: Selection) -> list[list[str]]:
@@ -54,12 +55,14 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
     facts this check selected and uses (edge)."""
     from ddpnet.check.gpu import nccl_facts
+    from ddpnet.doctor.base import Host
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
     table = list_interfaces()
     base = {**selection_facts(sel), **interface_facts(sel, table), **nccl_facts(environ),
-            **binding_facts(environ, table)}
+            **binding_facts(environ, table),
+            **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl)}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
@@ -196,6 +199,7 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     found.causes.extend(master_paths(got, found))  # drops the ranks that stopped on it
     nodes = [NodeFacts(r, got[r]) for r in sorted(got)]
     found.causes.extend(prefer_bindings(compare_facts(nodes), compare_picks(nodes)))
+    found.causes.extend(compare_nics(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})
