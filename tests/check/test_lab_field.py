@@ -278,3 +278,31 @@ def test_nccls_own_choice_of_an_ipoib_interface_is_named(clean: Lab) -> None:
         in cause["detail"]
     assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
     assert cause["severity"] == "warn" and report["verdict"] == "pass"
+
+
+def test_same_bridge_address_on_every_node_is_duplicate_address(clean: Lab) -> None:
+    for node in range(3):  # docker0 at one address on every host, as Docker does
+        clean.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+    runs = run_check(clean, FAST, per_node={i: {"GLOO_SOCKET_IFNAME": "docker0"}
+                                            for i in range(3)}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "duplicate-address", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2] and "the same address 198.19.254.1" in cause["detail"]
+    assert "(198.18.0.0/24)" in cause["fix"] and "GLOO_SOCKET_IFNAME=eth0" in cause["fix"]
+    assert "reachability" not in report["stages"]  # each rank would have probed itself
+    assert report["timings"]["total"] < 15
+
+
+def test_master_addr_on_a_bridge_every_node_has_is_named_by_the_workers(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": "198.19.254.1"}
+                                            for i in range(3)}, timeout=60)
+    for node in (1, 2):
+        own = _own(runs[node])
+        assert runs[node].returncode == 1 and own["id"] == "master-address-local", _diag(runs)
+        assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 8
+        assert "docker0" in own["detail"] and "export MASTER_ADDR=" in own["fix"]
+    assert runs[0].returncode == 1  # rank 0 never passes without them

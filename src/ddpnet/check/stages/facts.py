@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpnet.check.causes import Cause
 from ddpnet.check.compare import NodeFacts, compare_facts
+from ddpnet.check.containers import compare_addresses, netns_id
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
 from ddpnet.check.ifvars import compare_picks
@@ -62,7 +63,8 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
     table = list_interfaces()
     base = {**selection_facts(sel), **interface_facts(sel, table), **nccl_facts(environ),
             **binding_facts(environ, table),
-            **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl)}
+            **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl),
+            "netns": netns_id()}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
@@ -200,6 +202,7 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     nodes = [NodeFacts(r, got[r]) for r in sorted(got)]
     found.causes.extend(prefer_bindings(compare_facts(nodes), compare_picks(nodes)))
     found.causes.extend(compare_nics(nodes))
+    found.causes.extend(compare_addresses(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})

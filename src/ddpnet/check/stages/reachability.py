@@ -92,6 +92,8 @@ def announce(ctx: RankContext, found: Findings,
     """Rank 0: publish every rank's listener (the go for the mesh) when every rank's facts
     came; the peers, or None when the check stops here."""
     peers = peers_of(got, ctx.world)
-    complete = all(r in got for r in found.ranks)
-    ctx.store.set("stage/mesh", {"go": complete, "peers": peers})
-    return peers if complete else None
+    # peers advertising one address would probe themselves: nothing to learn from the mesh
+    go = all(r in got for r in found.ranks) and not any(
+        c.id == "duplicate-address" for c in found.causes)
+    ctx.store.set("stage/mesh", {"go": go, "peers": peers})
+    return peers if go else None
