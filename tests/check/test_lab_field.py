@@ -306,3 +306,20 @@ def test_master_addr_on_a_bridge_every_node_has_is_named_by_the_workers(clean: L
         assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 8
         assert "docker0" in own["detail"] and "export MASTER_ADDR=" in own["fix"]
     assert runs[0].returncode == 1  # rank 0 never passes without them
+
+
+def test_store_through_a_vip_while_the_advertised_address_is_unreachable(clean: Lab) -> None:
+    # node 2 reaches rank 0 through a VIP (DNAT, as a Kubernetes Service), and its own
+    # advertised address takes no connection from its peers
+    clean.fault("vip", 2, address="198.18.0.250")
+    clean.fault("block-ephemeral", 2, port=29510)
+    runs = run_check(clean, FAST, per_node={2: {"MASTER_ADDR": "198.18.0.250"}}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1, _diag(runs)
+    assert report["root_cause"]["id"] == "advertised-unreachable", report["causes"]
+    cause = report["root_cause"]
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0]
+    assert "reached the store at 198.18.0.250 (not an address of rank 0, which is " \
+        "198.18.0.1) and advertises 198.18.0.3:" in cause["detail"]
+    assert "rank(s) 0 (filtered), 1 (filtered) cannot reach" in cause["detail"]
+    assert report["timings"]["total"] < 15

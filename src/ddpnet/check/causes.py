@@ -37,6 +37,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     # several NICs: ARP flux / rp_filter, NCCL's own choice on another network
     "nic-same-subnet",
     "nccl-auto-interface",
+    # the store reached through a VIP/NAT while the advertised addresses are not reachable
+    "advertised-unreachable",
     "peer-port-blocked",
     "version-mismatch",
     "mtu-mismatch",

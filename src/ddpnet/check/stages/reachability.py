@@ -9,6 +9,7 @@ from typing import Any
 
 from ddpnet.check import mesh, pmtu
 from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.nat import compare_translated
 from ddpnet.check.stages import pathmtu
 
 Peer = tuple[str, int]
@@ -76,6 +77,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
                           ctx.cfg.master_port,
                           str(got[0].get("subnet") or "<cluster-subnet>"))
     causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
+    causes += compare_translated(matrix, got, found.labels)
     found.causes.extend(causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
