@@ -44,6 +44,55 @@ def test_a_row_skips_this_ranks_own_address() -> None:
     assert set(row) == {"1"} and row["1"]["ok"] == 1500  # the smaller MTU of the pair
 
 
+class _Lossy:
+    """An echo that drops packets above ``limit`` bytes always, and the first ``flaky``
+    packets above 1500 bytes (a busy echo's full buffer)."""
+
+    def __init__(self, limit: int, flaky: int = 0) -> None:
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.limit, self.flaky, self.stop = limit, flaky, threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(65535)
+            except OSError:
+                continue
+            if self.flaky > 0 and len(data) + 28 > 1500:
+                self.flaky -= 1
+                continue
+            if len(data) + 28 <= self.limit:
+                self.sock.sendto(data[:32], peer)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_size_lost_every_time_is_a_broken_path() -> None:
+    hole = _Lossy(limit=1500)
+    try:
+        got = probe_peer("127.0.0.1", hole.port, 9000, timeout=0.6)
+    finally:
+        hole.close()
+    assert got.broken and (got.ok, got.lost) == (1500, 2000)
+
+
+def test_a_burst_lost_once_is_confirmed_alone_and_passes() -> None:
+    busy = _Lossy(limit=9000, flaky=12)  # every big packet of the burst and its resends
+    try:
+        got = probe_peer("127.0.0.1", busy.port, 9000, timeout=0.3)
+    finally:
+        busy.close()
+    assert not got.broken and got.ok == 9000
+
+
 def _row(ok: int, lost: int | None, mtu: int = 9000) -> dict[str, object]:
     return PeerMtu(mtu, ok, lost).to_dict()
 

@@ -31,6 +31,10 @@ CANDIDATES = (1280, 1500, 2000, 4000, 8000, 9000)
 #: how long one peer's probes may take when some are lost (healthy: one round trip)
 PROBE_TIMEOUT_S = 1.2
 _RESENDS = 3
+#: a size lost in the burst is resent alone this many times, waiting this long each
+CONFIRM_TRIES, CONFIRM_WAIT_S = 3, 0.4
+#: the echo's receive buffer: every peer's burst may arrive at once
+ECHO_RCVBUF = 4 << 20
 #: <linux/in.h> and <linux/in6.h>; Python's socket module does not name them
 _IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
 
@@ -76,6 +80,11 @@ class Echo:
     def __init__(self, address: str) -> None:
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        for opt in (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF):
+            if opt is not None:  # FORCE passes net.core.rmem_max with CAP_NET_ADMIN
+                with contextlib.suppress(OSError):
+                    self.sock.setsockopt(socket.SOL_SOCKET, opt, ECHO_RCVBUF)
+                    break
         self.sock.bind((address, 0))
         self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
@@ -121,26 +130,47 @@ def _token(size: int) -> bytes:
 
 
 def probe_peer(address: str, port: int, mtu: int, timeout: float = PROBE_TIMEOUT_S) -> PeerMtu:
-    """Send DF-set probes of each size to ``address:port`` and wait for their echoes (edge)."""
+    """Send DF-set probes of each size to ``address:port`` and wait for their echoes (edge).
+    A size lost in the burst is confirmed alone before it counts (a burst from many peers
+    can overflow a busy echo's socket buffer; a black hole drops it every time)."""
     v6 = ":" in address
     want = sizes(mtu)
     echoed: set[int] = set()
     with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM) as sock:
         _dont_fragment(sock, v6)
         sock.connect((address, port))
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
         for attempt in range(_RESENDS):
-            for size in want:
-                if size not in echoed:
-                    payload = _token(size).ljust(size - overhead(address), b"\0")
-                    with contextlib.suppress(OSError):  # EMSGSIZE: the kernel knows the PMTU
-                        sock.send(payload)
-            until = min(deadline, time.monotonic() + timeout / _RESENDS * (attempt + 1))
-            _collect(sock, echoed, until)
+            _send(sock, [s for s in want if s not in echoed], address)
+            _collect(sock, echoed, start + timeout * (attempt + 1) / _RESENDS)
             if echoed >= set(want):
                 break
+        _confirm(sock, want, echoed, address)
         kernel = _kernel_mtu(sock, v6)
     return _summary(want, echoed, kernel, mtu)
+
+
+def _send(sock: socket.socket, todo: Sequence[int], address: str) -> None:
+    for size in todo:
+        with contextlib.suppress(OSError):  # EMSGSIZE: the kernel knows a smaller path MTU
+            sock.send(_token(size).ljust(size - overhead(address), b"\0"))
+
+
+def _confirm(sock: socket.socket, want: Sequence[int], echoed: set[int], address: str) -> None:
+    """Resend the smallest size still missing above the largest echoed one, alone, until it
+    crosses or :data:`CONFIRM_TRIES` tries are lost (only when something crossed: silence
+    is not judged)."""
+    while echoed:
+        missing = [s for s in want if s not in echoed and s > max(echoed)]
+        if not missing:
+            return
+        for _ in range(CONFIRM_TRIES):
+            _send(sock, missing[:1], address)
+            _collect(sock, echoed, time.monotonic() + CONFIRM_WAIT_S)
+            if missing[0] in echoed:
+                break
+        else:
+            return
 
 
 def _collect(sock: socket.socket, echoed: set[int], until: float) -> None:
