@@ -351,6 +351,8 @@ class Lab:
                        if f["kind"] == "extra-iface"} | {faultmod.EXTRA_IFACE}
         system.ip_batch([f"link del {name}" for name in sorted(extra_names)], n.namespace,
                         force=True)
+        # an extra-iface of another name cleared earlier is gone only with its switch end
+        system.ip_batch([f"link del x{n.index}"], p.switch, force=True)
         if nf.extra_iface:
             # a veth whose peer sits unattached in the switch namespace: up, with carrier and
             # an address, but leading nowhere (no dummy driver needed)
