@@ -67,6 +67,9 @@ def test_nccls_own_choice_on_another_network_is_named() -> None:
     assert "ib0 192.168.50.3 (192.168.50.0/24, not the cluster subnet 10.0.0.0/24" \
         in cause.detail
     assert "export NCCL_SOCKET_IFNAME==eth0" in cause.fix
+    # a user-pinned job interface (GLOO_SOCKET_IFNAME) leaves no reference to judge by
+    pinned_gloo = [nodes[0], NodeFacts(1, {**nodes[1].facts, "interface_pinned": True})]
+    assert compare_nics(pinned_gloo) == []
     # a user-set NCCL_SOCKET_IFNAME is ifname-mismatch's to judge, not this
     pinned = [_node(0, plain, ("lo", "eth0")),
               _node(1, ib, ("lo", "eth0", "ib0"), {"NCCL_SOCKET_IFNAME": "=eth0"})]

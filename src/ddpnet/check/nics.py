@@ -120,6 +120,8 @@ def _nccl_auto(nodes: Sequence[NodeFacts]) -> Cause | None:
         pick = next((p for p in picks_of(n) if p.var == NCCL and p.value is None), None)
         if pick is None or pick.iface is None or pick.iface == n.facts.get("interface"):
             continue
+        if n.facts.get("interface_pinned"):  # the user chose the job's interface: no reference
+            continue
         if is_loopback_pick(pick) or pick.subnet != ref:
             odd.append((n, pick))
     if not odd:

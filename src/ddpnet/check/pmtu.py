@@ -142,7 +142,7 @@ def probe_peer(address: str, port: int, mtu: int, timeout: float = PROBE_TIMEOUT
         start = time.monotonic()
         for attempt in range(_RESENDS):
             _send(sock, [s for s in want if s not in echoed], address)
-            _collect(sock, echoed, start + timeout * (attempt + 1) / _RESENDS)
+            _collect(sock, echoed, start + timeout * (attempt + 1) / _RESENDS, want)
             if echoed >= set(want):
                 break
         _confirm(sock, want, echoed, address)
@@ -166,15 +166,17 @@ def _confirm(sock: socket.socket, want: Sequence[int], echoed: set[int], address
             return
         for _ in range(CONFIRM_TRIES):
             _send(sock, missing[:1], address)
-            _collect(sock, echoed, time.monotonic() + CONFIRM_WAIT_S)
+            _collect(sock, echoed, time.monotonic() + CONFIRM_WAIT_S, missing[:1])
             if missing[0] in echoed:
                 break
         else:
             return
 
 
-def _collect(sock: socket.socket, echoed: set[int], until: float) -> None:
-    while (left := until - time.monotonic()) > 0:
+def _collect(sock: socket.socket, echoed: set[int], until: float,
+             want: Sequence[int]) -> None:
+    """Record echoes until every size of ``want`` came back or ``until``."""
+    while (left := until - time.monotonic()) > 0 and not echoed >= set(want):
         sock.settimeout(left)
         try:
             data = sock.recv(64)
