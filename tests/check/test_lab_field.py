@@ -211,15 +211,32 @@ def test_nccl_exclusion_that_leaves_loopback_is_named_on_every_node(clean: Lab) 
     runs = run_check(clean, FAST, per_node={i: {"NCCL_SOCKET_IFNAME": "^docker0"}
                                             for i in range(3)}, timeout=60)
     report = runs[0].json()
-    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "ifname-mismatch", \
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "hostname-loopback", \
         _diag(runs)
     cause = report["root_cause"]
     assert cause["ranks"] == [0, 1, 2]
     assert f"rank 2 on {clean.nodes[2].hostname}" in cause["detail"]
-    assert "NCCL_SOCKET_IFNAME=^docker0 picks lo 127.0.0.1 (loopback" in cause["detail"]
-    assert f"on {clean.nodes[1].hostname}" in cause["fix"]
-    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
+    assert "NCCL binds the first match in the kernel's interface order, lo (127.0.0.1)" \
+        in cause["detail"]
+    assert "NCCL_SOCKET_IFNAME=^docker0,lo" in cause["fix"]
+    assert not [c for c in report["causes"] if c["id"] == "ifname-mismatch"]  # said once
     assert report["timings"]["total"] < 15
+
+
+def test_nccl_prefix_picking_another_network_on_one_node_is_named(clean: Lab) -> None:
+    # "eth" on every node; node 2 also has eth1 in another network, and NCCL_SOCKET_IFNAME
+    # there names only eth1 by its prefix "eth1": a value valid on every node binding
+    # outside the cluster subnet on one
+    clean.fault("extra-iface", 2, iface="eth1")
+    runs = run_check(clean, FAST, per_node={0: {"NCCL_SOCKET_IFNAME": "eth"},
+                                            1: {"NCCL_SOCKET_IFNAME": "eth"},
+                                            2: {"NCCL_SOCKET_IFNAME": "eth1"}}, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "ifname-mismatch")
+    assert cause["ranks"] == [2] and cause["severity"] == "fail", _diag(runs)
+    assert "NCCL_SOCKET_IFNAME=eth1 picks eth1 198.19.254.3 (198.19.254.0/24, not the " \
+        "cluster subnet 198.18.0.0/24" in cause["detail"]
+    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
 
 
 def test_gloo_device_list_longer_on_one_node_is_named_before_the_group_hangs(

@@ -58,8 +58,10 @@ def compare_picks(nodes: Sequence[NodeFacts]) -> list[Cause]:
     ref = cluster_subnet(nodes)
     slots: dict[tuple[str, int], list[tuple[NodeFacts, Pick]]] = defaultdict(list)
     for n in nodes:
+        named = _named_by_selection(n)
         for p in picks_of(n):
-            if p.value is not None and p.iface is not None:  # unset / missing: named elsewhere
+            # unset, missing, or already a problem of this node's selection: named elsewhere
+            if p.value is not None and p.iface is not None and p.var not in named:
                 slots[(p.var, p.slot)].append((n, p))
     # a gloo device only some ranks have is the device count's finding, not a network's
     judged = [k for k in sorted(slots)
@@ -67,6 +69,12 @@ def compare_picks(nodes: Sequence[NodeFacts]) -> list[Cause]:
     causes = [c for key in judged if (c := _judge(key, slots[key], ref)) is not None]
     devices = _gloo_devices(nodes)
     return causes + ([devices] if devices else [])
+
+
+def _named_by_selection(n: NodeFacts) -> set[str]:
+    """Variables this node's selection already reports as a problem (``VAR=value: why``)."""
+    return {str(problem[1]).split("=", 1)[0] for problem in n.facts.get("selection_problems")
+            or () if len(problem) > 1}
 
 
 def _where(p: Pick, ref: str | None) -> str:
