@@ -73,6 +73,10 @@ def _second_nic_in_subnet_on_node2(lab: Lab) -> None:
     lab.fault("extra-iface", 2, iface="eth1", address="198.18.0.202/24")
 
 
+def _eth1_decoy_on_node2(lab: Lab) -> None:
+    lab.fault("extra-iface", 2, iface="eth1")
+
+
 def _ib0_decoy_on_node1(lab: Lab) -> None:
     lab.fault("extra-iface", 1, iface="ib0")
 
@@ -121,8 +125,12 @@ SCENARIOS: list[dict[str, Any]] = [
      "nodes": [0], "expect": "port-in-use", "target_s": 15},
     {"name": "path-mtu", "args": ["--no-matrix"], "setup": _jumbo_behind_1500_port_of_node3,
      "expect": "path-mtu", "target_s": 15},
-    {"name": "ifname-mismatch-nccl", "args": ["--no-matrix"],
+    {"name": "nccl-exclusion-leaves-lo", "args": ["--no-matrix"],
      "per_node": {i: {"NCCL_SOCKET_IFNAME": "^docker0"} for i in range(4)},
+     "expect": "hostname-loopback", "target_s": 15},
+    {"name": "ifname-mismatch-nccl", "args": ["--no-matrix"], "setup": _eth1_decoy_on_node2,
+     "per_node": {**{i: {"NCCL_SOCKET_IFNAME": "eth"} for i in range(4)},
+                  2: {"NCCL_SOCKET_IFNAME": "eth1"}},
      "expect": "ifname-mismatch", "target_s": 15},
     {"name": "ifname-mismatch-gloo-devices", "args": ["--no-matrix"],
      "setup": _docker0_on_node1, "per_node": {1: {"GLOO_SOCKET_IFNAME": "eth0,docker0"}},
