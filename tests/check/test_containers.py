@@ -32,3 +32,10 @@ def test_netns_id_is_boot_id_and_namespace_inode(tmp_path: Path) -> None:
     here = netns_id()
     assert here.count(":") == 1 and here.split(":")[1].isdigit()
     assert netns_id(tmp_path) == ""
+
+
+def test_malformed_addresses_in_facts_do_not_break_rank_0() -> None:
+    nodes = [_node(0, "a:1"), _node(1, "b:1")]
+    odd = NodeFacts(1, {**nodes[1].facts, "ifaddrs": {"x": ["not-an-address"]}})
+    [cause] = compare_addresses([nodes[0], odd])
+    assert cause.id == "duplicate-address" and "each node its own address" in cause.fix

@@ -45,12 +45,22 @@ def _shared_network(nodes: Sequence[NodeFacts], avoid: str) -> str | None:
     """A network every node has an address in, other than the duplicate's (pure)."""
     common: set[str] | None = None
     for n in nodes:
-        nets = {str(ipaddress.ip_interface(c).network)
-                for cidrs in (n.facts.get("ifaddrs") or {}).values() for c in cidrs}
+        nets = {net for cidrs in (n.facts.get("ifaddrs") or {}).values() for c in cidrs
+                if (net := _network_of(c))}
         common = nets if common is None else common & nets
-    bad = ipaddress.ip_address(avoid)
+    try:
+        bad = ipaddress.ip_address(avoid)
+    except ValueError:
+        return None
     return next((net for net in sorted(common or ())
                  if bad not in ipaddress.ip_network(net)), None)
+
+
+def _network_of(cidr: object) -> str | None:
+    try:
+        return str(ipaddress.ip_interface(str(cidr)).network)
+    except ValueError:
+        return None
 
 
 def _duplicate(address: str, group: Sequence[NodeFacts],

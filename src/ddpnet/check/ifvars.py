@@ -37,9 +37,12 @@ def picks_of(n: NodeFacts) -> list[Pick]:
 
 def interface_in(n: NodeFacts, subnet: str | None) -> str | None:
     """The interface of node ``n`` with an address in ``subnet`` (from its ``ifaddrs``)."""
-    if subnet is None:
+    try:
+        net = ipaddress.ip_network(str(subnet), strict=False) if subnet else None
+    except ValueError:
+        net = None
+    if net is None:
         return None
-    net = ipaddress.ip_network(subnet, strict=False)
     for name, cidrs in (n.facts.get("ifaddrs") or {}).items():
         for cidr in cidrs:
             try:
