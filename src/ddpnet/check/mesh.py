@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ddpnet.check.causes import Cause
-from ddpnet.check.pmtu import Echo
 
 OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
 SELF, UNKNOWN = "self", "?"
@@ -168,6 +167,8 @@ class Listener:
         self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
+        from ddpnet.check.pmtu import Echo
+
         self.echo = Echo(address)
         self._lock = threading.Lock()
         self._stop = threading.Event()
