@@ -58,6 +58,39 @@ def _rank0_name_loopback_on_node2(lab: Lab) -> None:
     lab.fault("hosts-entry", 2, host=lab.nodes[0].hostname, address="127.0.1.1")
 
 
+def _jumbo_behind_1500_port_of_node3(lab: Lab) -> None:
+    for node in range(4):
+        lab.fault("mtu", node, mtu=9000)
+        if node != 3:
+            lab.fault("port-mtu", node, mtu=9000)
+
+
+def _docker0_on_node1(lab: Lab) -> None:
+    lab.fault("extra-iface", 1, iface="docker0")
+
+
+def _second_nic_in_subnet_on_node2(lab: Lab) -> None:
+    lab.fault("extra-iface", 2, iface="eth1", address="198.18.0.202/24")
+
+
+def _eth1_decoy_on_node2(lab: Lab) -> None:
+    lab.fault("extra-iface", 2, iface="eth1")
+
+
+def _ib0_decoy_on_node1(lab: Lab) -> None:
+    lab.fault("extra-iface", 1, iface="ib0")
+
+
+def _same_docker0_everywhere(lab: Lab) -> None:
+    for node in range(4):
+        lab.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+
+
+def _node2_behind_vip_and_unreachable(lab: Lab) -> None:
+    lab.fault("vip", 2, address="198.18.0.250")
+    lab.fault("block-ephemeral", 2, port=PORT)
+
+
 SCENARIOS: list[dict[str, Any]] = [
     {"name": "healthy-no-matrix", "args": ["--no-matrix"], "expect": None, "target_s": 10},
     {"name": "healthy-matrix", "args": ["--matrix"], "expect": None, "target_s": 30},
@@ -90,6 +123,33 @@ SCENARIOS: list[dict[str, Any]] = [
      "expect": "master-port-foreign", "expect_on": 1, "target_s": 15},
     {"name": "port-in-use-holder", "args": ["--no-matrix"], "setup": _squat_http,
      "nodes": [0], "expect": "port-in-use", "target_s": 15},
+    {"name": "path-mtu", "args": ["--no-matrix"], "setup": _jumbo_behind_1500_port_of_node3,
+     "expect": "path-mtu", "target_s": 15},
+    {"name": "nccl-exclusion-leaves-lo", "args": ["--no-matrix"],
+     "per_node": {i: {"NCCL_SOCKET_IFNAME": "^docker0"} for i in range(4)},
+     "expect": "hostname-loopback", "target_s": 15},
+    {"name": "ifname-mismatch-nccl", "args": ["--no-matrix"], "setup": _eth1_decoy_on_node2,
+     "per_node": {**{i: {"NCCL_SOCKET_IFNAME": "eth"} for i in range(4)},
+                  2: {"NCCL_SOCKET_IFNAME": "eth1"}},
+     "expect": "ifname-mismatch", "target_s": 15},
+    {"name": "ifname-mismatch-gloo-devices", "args": ["--no-matrix"],
+     "setup": _docker0_on_node1, "per_node": {1: {"GLOO_SOCKET_IFNAME": "eth0,docker0"}},
+     "expect": "ifname-mismatch", "target_s": 15},
+    {"name": "nic-same-subnet", "args": ["--no-matrix"],
+     "setup": _second_nic_in_subnet_on_node2, "expect": "nic-same-subnet", "target_s": 15},
+    {"name": "nccl-auto-interface", "args": ["--no-matrix"], "setup": _ib0_decoy_on_node1,
+     "expect": "nccl-auto-interface", "target_s": 15},
+    {"name": "duplicate-address", "args": ["--no-matrix"], "setup": _same_docker0_everywhere,
+     "per_node": {i: {"GLOO_SOCKET_IFNAME": "docker0"} for i in range(4)},
+     "expect": "duplicate-address", "target_s": 15},
+    {"name": "master-address-local", "args": ["--no-matrix"],
+     "setup": _same_docker0_everywhere,
+     "per_node": {i: {"MASTER_ADDR": "198.19.254.1"} for i in range(4)},
+     "expect": "master-address-local", "expect_on": 1, "target_s": 15},
+    {"name": "advertised-unreachable", "args": ["--no-matrix"],
+     "setup": _node2_behind_vip_and_unreachable,
+     "per_node": {2: {"MASTER_ADDR": "198.18.0.250"}},
+     "expect": "advertised-unreachable", "target_s": 15},
 ]
 
 

@@ -175,3 +175,168 @@ def test_stale_store_of_an_old_job_on_master_port(clean: Lab) -> None:
     assert runs[0].returncode == 1 and own["id"] == "port-in-use", _diag(runs)
     assert "a TCPStore" in own["detail"] and f"pid {squatter.pid}" in own["detail"]
     assert runs[0].seconds < 15
+
+
+def test_jumbo_hosts_behind_a_1500_switch_port_name_that_link(clean: Lab) -> None:
+    # every node at 9000; the switch ports of nodes 0 and 1 too, node 2's stays at 1500:
+    # connects and small messages pass, frames above 1500 bytes to or from node 2 vanish
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+    for node in (0, 1):
+        clean.fault("port-mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "path-mtu", _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0]
+    assert f"the link of {clean.nodes[2].hostname}" in cause["detail"]
+    assert "probes of 1500 bytes crossed, 2000 did not" in cause["detail"]
+    assert "mtu 1500" in cause["fix"] and "9000" in cause["fix"]
+    assert report["timings"]["total"] < 15
+    for node in (1, 2):  # every rank prints the cluster verdict
+        assert runs[node].returncode == 1 and "path-mtu" in runs[node].stdout, _diag(runs)
+
+
+def test_jumbo_frames_end_to_end_pass(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+        clean.fault("port-mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+
+
+def test_nccl_exclusion_that_leaves_loopback_is_named_on_every_node(clean: Lab) -> None:
+    # ^docker0 leaves lo, which getifaddrs lists first: NCCL would advertise 127.0.0.1
+    runs = run_check(clean, FAST, per_node={i: {"NCCL_SOCKET_IFNAME": "^docker0"}
+                                            for i in range(3)}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "hostname-loopback", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2]
+    assert f"rank 2 on {clean.nodes[2].hostname}" in cause["detail"]
+    assert "NCCL binds the first match in the kernel's interface order, lo (127.0.0.1)" \
+        in cause["detail"]
+    assert "NCCL_SOCKET_IFNAME=^docker0,lo" in cause["fix"]
+    assert not [c for c in report["causes"] if c["id"] == "ifname-mismatch"]  # said once
+    assert report["timings"]["total"] < 15
+
+
+def test_nccl_prefix_picking_another_network_on_one_node_is_named(clean: Lab) -> None:
+    # "eth" on every node; node 2 also has eth1 in another network, and NCCL_SOCKET_IFNAME
+    # there names only eth1 by its prefix "eth1": a value valid on every node binding
+    # outside the cluster subnet on one
+    clean.fault("extra-iface", 2, iface="eth1")
+    runs = run_check(clean, FAST, per_node={0: {"NCCL_SOCKET_IFNAME": "eth"},
+                                            1: {"NCCL_SOCKET_IFNAME": "eth"},
+                                            2: {"NCCL_SOCKET_IFNAME": "eth1"}}, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "ifname-mismatch")
+    assert cause["ranks"] == [2] and cause["severity"] == "fail", _diag(runs)
+    assert "NCCL_SOCKET_IFNAME=eth1 picks eth1 198.19.254.3 (198.19.254.0/24, not the " \
+        "cluster subnet 198.18.0.0/24" in cause["detail"]
+    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
+
+
+def test_gloo_device_list_longer_on_one_node_is_named_before_the_group_hangs(
+        clean: Lab) -> None:
+    clean.fault("extra-iface", 1, iface="docker0")
+    runs = run_check(clean, FAST, per_node={1: {"GLOO_SOCKET_IFNAME": "eth0,docker0"}},
+                     timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1, _diag(runs)
+    causes = [c for c in report["causes"] if c["id"] == "ifname-mismatch"]
+    devices = next(c for c in causes if "number of devices" in c["detail"])
+    assert devices["ranks"] == [1] and clean.nodes[1].hostname in devices["hosts"][0]
+    assert "GLOO_SOCKET_IFNAME=eth0,docker0" in devices["detail"]
+    assert len(causes) == 1, causes  # its extra device is that finding, not a network's
+    assert "process_group" not in report["stages"], report["stages"]  # stopped before a hang
+    assert report["timings"]["total"] < 15
+
+
+def test_jumbo_hosts_behind_a_1500_switch_on_every_link(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("mtu", node, mtu=9000)
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "path-mtu", _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2] and "every link between these nodes" in cause["detail"]
+    for node in (1, 2):  # each names its own path to rank 0, at once
+        own = runs[node].json()
+        assert runs[node].returncode == 1 and "path-mtu" in str(own), _diag(runs)
+        assert runs[node].seconds < 10
+    assert report["timings"]["total"] < 15
+
+
+def test_second_nic_in_the_cluster_subnet_is_named_with_why(clean: Lab) -> None:
+    # an interface in the lab subnet that leads nowhere (its peer is not on the switch)
+    clean.fault("extra-iface", 2, iface="eth1", address="198.18.0.202/24")
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "nic-same-subnet")
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0], _diag(runs)
+    assert "198.18.0.0/24 on eth0, eth1" in cause["detail"]
+    assert "ip addr del <its address> dev eth1" in cause["fix"]
+    why = report["nodes"][2]["interface_why"]
+    assert why["source"] == "auto" and "also on that subnet: eth1" in why["reason"]
+    assert report["timings"]["total"] < 15
+
+
+def test_nccls_own_choice_of_an_ipoib_interface_is_named(clean: Lab) -> None:
+    # NCCL without NCCL_SOCKET_IFNAME takes ib* first: here a decoy network
+    clean.fault("extra-iface", 1, iface="ib0")
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    cause = _cause(report, "nccl-auto-interface")
+    assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
+    assert "ib0 198.19.254.2 (198.19.254.0/24, not the cluster subnet 198.18.0.0/24" \
+        in cause["detail"]
+    assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
+    assert cause["severity"] == "warn" and report["verdict"] == "pass"
+
+
+def test_same_bridge_address_on_every_node_is_duplicate_address(clean: Lab) -> None:
+    for node in range(3):  # docker0 at one address on every host, as Docker does
+        clean.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+    runs = run_check(clean, FAST, per_node={i: {"GLOO_SOCKET_IFNAME": "docker0"}
+                                            for i in range(3)}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["root_cause"]["id"] == "duplicate-address", \
+        _diag(runs)
+    cause = report["root_cause"]
+    assert cause["ranks"] == [0, 1, 2] and "the same address 198.19.254.1" in cause["detail"]
+    assert "(198.18.0.0/24)" in cause["fix"] and "GLOO_SOCKET_IFNAME=eth0" in cause["fix"]
+    assert "reachability" not in report["stages"]  # each rank would have probed itself
+    assert report["timings"]["total"] < 15
+
+
+def test_master_addr_on_a_bridge_every_node_has_is_named_by_the_workers(clean: Lab) -> None:
+    for node in range(3):
+        clean.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+    runs = run_check(clean, FAST, per_node={i: {"MASTER_ADDR": "198.19.254.1"}
+                                            for i in range(3)}, timeout=60)
+    for node in (1, 2):
+        own = _own(runs[node])
+        assert runs[node].returncode == 1 and own["id"] == "master-address-local", _diag(runs)
+        assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 8
+        assert "docker0" in own["detail"] and "export MASTER_ADDR=" in own["fix"]
+    assert runs[0].returncode == 1  # rank 0 never passes without them
+
+
+def test_store_through_a_vip_while_the_advertised_address_is_unreachable(clean: Lab) -> None:
+    # node 2 reaches rank 0 through a VIP (DNAT, as a Kubernetes Service), and its own
+    # advertised address takes no connection from its peers
+    clean.fault("vip", 2, address="198.18.0.250")
+    clean.fault("block-ephemeral", 2, port=29510)
+    runs = run_check(clean, FAST, per_node={2: {"MASTER_ADDR": "198.18.0.250"}}, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1, _diag(runs)
+    assert report["root_cause"]["id"] == "advertised-unreachable", report["causes"]
+    cause = report["root_cause"]
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0]
+    assert "reached the store at 198.18.0.250 (not an address of rank 0, which is " \
+        "198.18.0.1) and advertises 198.18.0.3:" in cause["detail"]
+    assert "rank(s) 0 (filtered), 1 (filtered) cannot reach" in cause["detail"]
+    assert report["timings"]["total"] < 15

@@ -79,6 +79,27 @@ def test_combine_applies_overrides_on_the_lab_shape() -> None:
     assert base.shaping.rate == "1gbit" and base.mtu == 1500 and base.link_up and base.nft is None
 
 
+def test_port_mtu_sets_the_switch_port_and_leaves_the_node() -> None:
+    p = plan(LabSpec(name="x1", nodes=2))
+    rec = faults.normalize("port-mtu", {"mtu": 9000})
+    nf = faults.combine(p, 0, [{"kind": "mtu", "mtu": 9000}, rec])
+    assert nf.port_mtu == 9000 and nf.mtu == 9000
+    assert faults.combine(p, 0, [{"kind": "mtu", "mtu": 9000}]).port_mtu is None
+    with pytest.raises(ConfigError, match="bad MTU"):
+        faults.normalize("port-mtu", {"mtu": 10})
+
+
+def test_vip_dnats_the_address_to_node_0() -> None:
+    p = plan(LabSpec(name="x1", nodes=3))
+    rec = faults.normalize("vip", {"address": "198.18.0.250"})
+    nf = faults.combine(p, 2, [rec])
+    assert nf.nft is not None and "ip daddr 198.18.0.250 dnat ip to 198.18.0.1" in nf.nft
+    assert "type nat hook output" in nf.nft
+    for bad in ({"address": "10.0.0.1"}, {"address": "x"}, {}):
+        with pytest.raises(ConfigError):
+            faults.normalize("vip", bad)
+
+
 def test_extra_iface_subnet_avoids_the_lab_subnet() -> None:
     p = plan(LabSpec(name="x1", nodes=2, subnet="198.19.0.0/16"))
     assert faults.extra_iface_cidr(p, 0) == "198.18.254.1/24"

@@ -133,6 +133,28 @@ def test_extra_iface_exists_sorts_first_and_does_not_route_to_master(lab: Lab) -
     assert "docker0" not in lab.exec(1, ["ls", "/sys/class/net"]).stdout
 
 
+def test_an_extra_iface_of_another_name_is_removed_by_clear(lab: Lab) -> None:
+    lab.fault("extra-iface", 1, iface="ib0")
+    lab.clear(1)  # its switch end went too: the next extra-iface can be made
+    assert "ib0" not in lab.exec(1, ["ls", "/sys/class/net"]).stdout
+    lab.fault("extra-iface", 1, iface="docker0")
+    assert "docker0" in lab.exec(1, ["ls", "/sys/class/net"]).stdout
+
+
+def test_port_mtu_and_vip_then_clear(lab: Lab) -> None:
+    lab.fault("mtu", 1, mtu=9000)
+    lab.fault("port-mtu", 1, mtu=9000)
+    assert ping(lab, 1, "-M", "do", "-s", "4000") != 0  # node 0's port is still 1500
+    lab.fault("mtu", 0, mtu=9000)
+    lab.fault("port-mtu", 0, mtu=9000)
+    assert ping(lab, 1, "-M", "do", "-s", "4000") == 0  # jumbo end to end
+    lab.fault("vip", 1, address="198.18.0.250")
+    assert lab.exec(1, ["ping", "-c1", "-W2", "198.18.0.250"]).returncode == 0  # DNAT'd
+    lab.clear()
+    assert "mtu 1500" in lab.exec(1, ["ip", "link", "show", "eth0"]).stdout
+    assert lab.exec(1, ["ping", "-c1", "-W1", "198.18.0.250"]).returncode != 0
+
+
 def test_mtu_mismatch_drops_big_frames(lab: Lab) -> None:
     lab.fault("mtu", 1, mtu=9000)
     assert "mtu 9000" in lab.exec(1, ["ip", "link", "show", "eth0"]).stdout

@@ -132,6 +132,21 @@ def test_user_values_are_validated(var: str, value: str, cause: str, needle: str
     assert var not in sel.env()
 
 
+def test_an_nccl_exclusion_leaving_loopback_first_in_kernel_order_is_loopback() -> None:
+    # NCCL walks getifaddrs in the kernel's order: lo (index 1) comes before eth0
+    order = ("lo", "eth0", "docker0")
+    sel = select(cfg(), TABLE, ROUTE, {NCCL: "^docker0"}, order=order)
+    assert sel.nccl.cause == "hostname-loopback", sel.nccl
+    assert "NCCL binds the first match in the kernel's interface order, lo (127.0.0.1)" \
+        in sel.nccl.reason
+    assert sel.nccl.hint.endswith(f"or exclude lo too: {NCCL}=^docker0,lo")
+    assert select(cfg(), TABLE, ROUTE, {NCCL: "^docker0,lo"}, order=order).nccl.ok
+    # one host: loopback is fine; by name (no order known) eth0 comes first
+    assert select(cfg(nodes=1, world=1, rank=0), TABLE, ROUTE, {NCCL: "^docker0"},
+                  order=order).nccl.ok
+    assert select(cfg(), TABLE, ROUTE, {NCCL: "^docker0"}).nccl.ok
+
+
 def test_ip_in_gloo_ifname_hint_names_the_owner() -> None:
     sel = select(cfg(), TABLE, ROUTE, {GLOO: "198.18.0.3"})
     assert sel.gloo.hint == f"export {GLOO}=eth0"

@@ -13,6 +13,8 @@ from typing import Any
 CAUSE_ORDER: tuple[str, ...] = (
     # a single-node config copied to a cluster: every node knows it before connecting
     "master-loopback",
+    # MASTER_ADDR is a bridge address every node has: a worker would connect to itself
+    "master-address-local",
     "master-unresolvable",
     "master-no-route",
     "master-port-filtered",
@@ -27,10 +29,21 @@ CAUSE_ORDER: tuple[str, ...] = (
     "name-mismatch",
     "family-mismatch",
     "hostname-loopback",
+    # one bridge address (docker0's 172.17.0.1) advertised by several hosts
+    "duplicate-address",
     "interface-mismatch",
+    # what gloo/NCCL/TensorPipe really bind, read as each library reads its variable
+    "ifname-mismatch",
+    # several NICs: ARP flux / rp_filter, NCCL's own choice on another network
+    "nic-same-subnet",
+    "nccl-auto-interface",
+    # the store reached through a VIP/NAT while the advertised addresses are not reachable
+    "advertised-unreachable",
     "peer-port-blocked",
     "version-mismatch",
     "mtu-mismatch",
+    # frames of the interfaces' MTU lost on a link: the first big transfer stalls
+    "path-mtu",
     "clock-skew",
     # GPU and NCCL facts (issue 19): a shared GPU explains NCCL's "invalid usage"
     "ranks-share-gpu",

@@ -50,6 +50,8 @@ class RankContext:
     progress: Progress = lambda _m: None
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
     timings: dict[str, float] = field(default_factory=dict)
+    #: ranks > 0: what crossed to rank 0's echo (``PeerMtu.to_dict()``), None if not probed
+    to_rank0: dict[str, Any] | None = None
 
     @property
     def rank(self) -> int:

@@ -8,7 +8,15 @@ import time
 
 from ddpnet.check.causes import Cause, host_label
 from ddpnet.check.context import Findings, RankContext, RankOutcome
-from ddpnet.check.stages import allreduce, bandwidth, facts, reachability, rendezvous, sweep
+from ddpnet.check.stages import (
+    allreduce,
+    bandwidth,
+    facts,
+    pathmtu,
+    reachability,
+    rendezvous,
+    sweep,
+)
 from ddpnet.check.stages.rendezvous import Plan
 
 #: how long rank 0 waits for the other ranks to read the verdict before it leaves
@@ -29,6 +37,7 @@ def verdict_line(rank: int, host: str, address: str, verdict: str,
 def coordinate(ctx: RankContext) -> RankOutcome:
     """Every stage on rank 0, then the verdict."""
     found = Findings(world=ctx.world, master=f"{ctx.cfg.master_addr}:{ctx.cfg.master_port}")
+    pathmtu.announce_echo(ctx)
     plan = rendezvous.admit(ctx, found)
     if plan.ok:
         _stages(ctx, found, plan)

@@ -149,7 +149,8 @@ def _broken_pairs(rest: Sequence[tuple[int, int, str]], labels: Sequence[str],
 
 class Listener:
     """The rank's listening socket (ephemeral port on its selected address). It answers probes
-    and receives bandwidth streams, recording bytes and seconds per (round, peer)."""
+    and receives bandwidth streams, recording bytes and seconds per (round, peer); beside it,
+    the UDP echo that answers path-MTU probes (``check.pmtu``)."""
 
     def __init__(self, address: str) -> None:
         import threading
@@ -162,6 +163,9 @@ class Listener:
         self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
+        from ddpnet.check.pmtu import Echo
+
+        self.echo = Echo(address)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="ddpnet-check-listener",
@@ -214,4 +218,5 @@ class Listener:
     def close(self) -> None:
         self._stop.set()
         self.sock.close()
+        self.echo.close()
         self._thread.join(timeout=1)

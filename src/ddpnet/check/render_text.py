@@ -119,11 +119,18 @@ def _nodes(report: CheckReport, console: Any) -> None:
     for n in report.nodes:
         off = n.get("clock_offset_s")
         table.add_row(str(n.get("rank")), str(n.get("host")), str(n.get("address")),
-                      str(n.get("interface")), str(n.get("mtu", "")),
+                      _interface(n), str(n.get("mtu", "")),
                       str(n.get("torch", "")), str(n.get("python", "")),
                       f"{off:+.3f} s" if isinstance(off, (int, float)) else "",
                       _doctor(n.get("doctor")))
     console.print(table)
+
+
+def _interface(node: dict[str, Any]) -> str:
+    """The interface and who chose it (auto, or the variable that set it)."""
+    why = node.get("interface_why")
+    source = why.get("source") if isinstance(why, dict) else None
+    return f"{node.get('interface')} ({source})" if source else str(node.get("interface"))
 
 
 def _too_big(report: CheckReport) -> bool:

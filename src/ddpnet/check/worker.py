@@ -8,16 +8,29 @@ import contextlib
 
 from ddpnet.check.context import RankContext, RankOutcome
 from ddpnet.check.coordinator import verdict_line
-from ddpnet.check.stages import allreduce, bandwidth, facts, reachability, rendezvous, sweep
+from ddpnet.check.pmtu import PeerMtu
+from ddpnet.check.stages import (
+    allreduce,
+    bandwidth,
+    facts,
+    pathmtu,
+    reachability,
+    rendezvous,
+    sweep,
+)
 from ddpnet.check.store import StageTimeout
 
 
 def follow(ctx: RankContext) -> RankOutcome:
     """Every stage on a rank > 0, then rank 0's verdict."""
     try:
+        # before the store carries anything big: a path that drops big frames stalls it
+        ctx.to_rank0 = pathmtu.probe_master(ctx)
         joined = rendezvous.join(ctx)
         if isinstance(joined, RankOutcome):
             return joined
+        if ctx.to_rank0 is not None and PeerMtu.from_dict(ctx.to_rank0).broken:
+            return pathmtu.stop_here(ctx, ctx.to_rank0)
         wait = _stages(ctx, joined) if joined.plan["ok"] else ctx.budget
         return _verdict(ctx, wait)
     except StageTimeout as exc:

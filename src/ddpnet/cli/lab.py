@@ -82,10 +82,12 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
 @click.option("--rate", default=None, help="rate: the link rate (100mbit).")
 @click.option("--percent", type=float, default=None, help="loss: percent dropped.")
 @click.option("--ms", type=float, default=None, help="delay: milliseconds added.")
-@click.option("--mtu", type=int, default=None, help="mtu: the node's interface MTU.")
+@click.option("--mtu", type=int, default=None,
+              help="mtu: the node's interface MTU; port-mtu: its switch port's.")
 @click.option("--iface", default=None, help="extra-iface: its name (docker0).")
 @click.option("--host", default=None, help="hosts-entry: the name to map.")
-@click.option("--address", default=None, help="hosts-entry: the address it maps to.")
+@click.option("--address", default=None,
+              help="hosts-entry: the address it maps to; vip: the VIP; extra-iface: its CIDR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the node's faults as JSON.")
 def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> int:
     """Inject a fault on one node, or `clear` a node's (or all nodes') faults.
@@ -93,8 +95,9 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
     \b
     KIND: block-port --port P [--reject] | block-ephemeral [--port MASTER_PORT]
           link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
-          mtu --mtu M | hostname-loopback | extra-iface [--iface NAME]
-          hosts-entry --host NAME --address IP | clear
+          mtu --mtu M | port-mtu --mtu M | hostname-loopback
+          extra-iface [--iface NAME] | hosts-entry --host NAME --address IP
+          vip --address IP | clear
     """
     options = ops.FaultOptions(name=name, kind=kind, node=node, params=opts)
     return finish(ops.fault(options), as_json, render.render_fault)

@@ -36,10 +36,13 @@ KINDS: dict[str, str] = {
     "loss": "drop --percent of the packets the node sends",
     "delay": "add --ms of delay to the packets the node sends",
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
+    "port-mtu": "set the MTU of the node's switch port to --mtu (the node keeps its own)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
     "extra-iface": "add a second, non-routable interface named --iface (default docker0)",
     "hosts-entry": "map --host to --address in the node's /etc/hosts, instead of the lab's "
                    "line (a stale, loopback or IPv6 entry on that node only)",
+    "vip": "connections from the node to --address are DNAT'd to node 0 (a service VIP, "
+           "load balancer or port-forward in front of rank 0)",
 }
 RENDEZVOUS_PORT = 29400
 NFT_TABLE = "ddpnet_lab"
@@ -70,8 +73,9 @@ def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
 _OPTIONS: dict[str, set[str]] = {
     "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
     "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
-    "mtu": {"mtu"}, "hostname-loopback": set(), "extra-iface": {"iface", "address"},
-    "hosts-entry": {"host", "address"},
+    "mtu": {"mtu"}, "port-mtu": {"mtu"}, "hostname-loopback": set(),
+    "extra-iface": {"iface", "address"},
+    "hosts-entry": {"host", "address"}, "vip": {"address"},
 }
 
 
@@ -159,12 +163,27 @@ def _hosts_entry(o: Mapping[str, Any]) -> dict[str, str]:
     return {"host": host, "address": str(ip)}
 
 
+def _vip(o: Mapping[str, Any]) -> dict[str, str]:
+    """An IPv4 address inside the lab range (routable on the lab subnet, so the kernel finds
+    a route before the DNAT rewrites it)."""
+    address = str(_need(o, "address", "vip", "an address", "--address 198.18.0.250"))
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise ConfigError(f"fault vip: bad address {address!r}: an IPv4 address",
+                          "for example --address 198.18.0.250") from None
+    if ip not in LAB_RANGE:
+        raise ConfigError(f"address {address} is outside 198.18.0.0/15",
+                          "pick an unused address of the lab subnet, e.g. 198.18.0.250")
+    return {"address": str(ip)}
+
+
 #: kind -> its options checked and turned into the record's fields
 _RECORDS: dict[str, Callable[[Mapping[str, Any], float | None], dict[str, Any]]] = {
     "block-port": _block_port, "block-ephemeral": _block_ephemeral, "link-down": _link_down,
-    "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu,
+    "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu, "port-mtu": _mtu,
     "hostname-loopback": lambda o, now: {}, "extra-iface": _extra_iface,
-    "hosts-entry": lambda o, now: _hosts_entry(o),
+    "hosts-entry": lambda o, now: _hosts_entry(o), "vip": lambda o, now: _vip(o),
 }
 
 
@@ -201,6 +220,8 @@ class NodeFaults:
     extra_iface: tuple[str, str] | None  # (name, cidr)
     #: (address, host) lines put first in the node's /etc/hosts
     hosts_entries: tuple[tuple[str, str], ...] = ()
+    #: the MTU of the node's switch port (the lab's MTU unless a port-mtu fault says)
+    port_mtu: int | None = None
 
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
@@ -216,7 +237,8 @@ def extra_iface_cidr(p: Plan, index: int) -> str:
 
 
 def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
-                loss_pct: float | None = None) -> str | None:
+                loss_pct: float | None = None,
+                dnat: Sequence[tuple[str, str]] = ()) -> str | None:
     """The node's ``inet ddpnet_lab`` table, or None for no table: an input chain for its
     firewall faults and an output chain that drops ``loss_pct`` % of what leaves ``ifname``
     (random loss in nftables, so it works on kernels without sch_netem)."""
@@ -242,6 +264,10 @@ def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
         per_10k = max(1, round(loss_pct * 100))
         chains.append("  chain output {\n    type filter hook output priority 0; policy accept;\n"
                       f'    oifname "{ifname}" numgen random mod 10000 < {per_10k} drop\n  }}\n')
+    if dnat:
+        body = "\n".join(f"    ip daddr {vip} dnat ip to {to}" for vip, to in dnat)
+        chains.append("  chain output_nat {\n    type nat hook output priority -100; "
+                      f"policy accept;\n{body}\n  }}\n")
     if not chains:
         return None
     return f"table inet {NFT_TABLE} {{\n" + "".join(chains) + "}\n"
@@ -254,6 +280,7 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
     shaping = p.spec.shaping
     mtu = p.spec.mtu
     link_up, loopback, extra = True, False, None
+    port_mtu = next((int(f["mtu"]) for f in fs if f["kind"] == "port-mtu"), None)
     for f in fs:
         kind = f["kind"]
         if kind == "rate":
@@ -275,10 +302,13 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
                                   "lab addresses stay inside 198.18.0.0/15")
             extra = (f["iface"], cidr)
     return NodeFaults(shaping=shaping, mtu=mtu, link_up=link_up, hostname_loopback=loopback,
-                      nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct),
+                      nft=nft_ruleset(fs, ifname=p.spec.ifname, loss_pct=shaping.loss_pct,
+                                      dnat=[(f["address"], p.nodes[0].address) for f in fs
+                                            if f["kind"] == "vip"]),
                       extra_iface=extra,
                       hosts_entries=tuple((f["address"], f["host"]) for f in fs
-                                          if f["kind"] == "hosts-entry"))
+                                          if f["kind"] == "hosts-entry"),
+                      port_mtu=port_mtu)
 
 
 def describe(f: Mapping[str, Any]) -> str:

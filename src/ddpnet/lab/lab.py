@@ -351,6 +351,8 @@ class Lab:
                        if f["kind"] == "extra-iface"} | {faultmod.EXTRA_IFACE}
         system.ip_batch([f"link del {name}" for name in sorted(extra_names)], n.namespace,
                         force=True)
+        # an extra-iface of another name cleared earlier is gone only with its switch end
+        system.ip_batch([f"link del x{n.index}"], p.switch, force=True)
         if nf.extra_iface:
             # a veth whose peer sits unattached in the switch namespace: up, with carrier and
             # an address, but leading nowhere (no dummy driver needed)
@@ -359,8 +361,10 @@ class Lab:
                       f"addr add {cidr} dev {name}", f"link set {name} up"]
         lines.append(f"link set {n.ifname} {'up' if nf.link_up else 'down'}")
         system.ip_batch(lines, n.namespace)
+        switch = [f"link set {n.port} mtu {nf.port_mtu or p.spec.mtu}"]
         if nf.extra_iface:
-            system.ip_batch([f"link set x{n.index} up"], p.switch)
+            switch.append(f"link set x{n.index} up")
+        system.ip_batch(switch, p.switch)
         # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
         netem = bool(nf.shaping.delay_ms) and system.netem_available()
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)

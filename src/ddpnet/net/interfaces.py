@@ -163,3 +163,14 @@ def list_interfaces(sys_net: Path = Path("/sys/class/net")) -> tuple[Interface, 
 def owner_of(ip: str, interfaces: Sequence[Interface]) -> Interface | None:
     """The interface holding address ``ip`` (pure; IPv6 scope ids ignored)."""
     return next((iface for iface in interfaces if iface.owns(ip)), None)
+
+
+def kernel_order(sys_net: Path = Path("/sys/class/net")) -> tuple[str, ...]:
+    """Interface names by ifindex, the order ``getifaddrs()`` lists them in (edge): NCCL takes
+    the first match in that order, not by name."""
+    try:
+        entries = list(sys_net.iterdir())
+    except OSError:
+        return ()
+    indexed = sorted((_read_int(e / "ifindex") or 1 << 30, e.name) for e in entries)
+    return tuple(name for _, name in indexed)

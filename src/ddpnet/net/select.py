@@ -29,6 +29,7 @@ from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.interfaces import Interface
 from ddpnet.net.names import HostResolution, is_loopback
 from ddpnet.net.nccl import IfnameSyntaxError, match, parse_nccl_ifname
+from ddpnet.net.picks import nccl_pick
 from ddpnet.net.routes import Route
 
 GLOO = "GLOO_SOCKET_IFNAME"
@@ -309,7 +310,8 @@ def _as_argument(choice: Choice, var: str, ifname: str,
 
 
 def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
-                family: int | None, single_host: bool, auto: _Auto) -> Choice:
+                family: int | None, single_host: bool, auto: _Auto,
+                order: Sequence[str] = ()) -> Choice:
     fix = _suggest(auto, by_name, NCCL, nccl=True)
     try:
         spec = parse_nccl_ifname(value)
@@ -327,6 +329,13 @@ def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
     if not single_host and all(i.kind == "loopback" for i in usable):
         return Choice(value, source, f"{NCCL}={value!r} selects only loopback in a multi-node "
                       f"job", "hostname-loopback", fix)
+    first = nccl_pick(value, tuple(by_name.values()), order)
+    if not single_host and by_name.get(first.iface or "", _LO).kind == "loopback" and \
+            first.iface is not None:
+        also = f"; or exclude lo too: {NCCL}=^{','.join(spec.names)},lo" if spec.exclude else ""
+        return Choice(value, source, f"{NCCL}={value!r}: NCCL binds the first match in the "
+                      f"kernel's interface order, {first.iface} ({first.address}): loopback in "
+                      f"a multi-node job", "hostname-loopback", fix + also)
     reason = f"set by {source}; matches {', '.join(i.name for i in usable)}"
     if auto.iface is not None and not auto.cause and auto.iface not in usable:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
@@ -352,13 +361,14 @@ def _single_host(cfg: DistConfig, route: Route | None) -> bool:
 
 def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None,
            environ: Mapping[str, str], *, ifname: str | None = None,
-           hostname: HostResolution | None = None) -> Selection:
+           hostname: HostResolution | None = None, order: Sequence[str] = ()) -> Selection:
     """Choose the interface and the three variables for this host (pure).
 
     ``route`` is the kernel's route to MASTER_ADDR (already resolved to an address), or
     None. ``ifname`` (an ``init(ifname=...)`` argument) forces one interface for all three.
     ``hostname`` (this host's name resolved) only adds a note: the trap gloo falls into
-    without GLOO_SOCKET_IFNAME.
+    without GLOO_SOCKET_IFNAME. ``order`` is the kernel's interface order (NCCL binds the
+    first match in it, :mod:`ddpnet.net.picks`; empty: by name).
     """
     by_name = {i.name: i for i in interfaces}
     single_host = _single_host(cfg, route)
@@ -373,7 +383,7 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
             # torch ignores GLOO_SOCKET_IFNAME of 0 or 1 characters
             if var == NCCL:
                 choice = _check_nccl(f"={given}" if source == "argument ifname" else given,
-                                     source, by_name, family, single_host, auto)
+                                     source, by_name, family, single_host, auto, order)
             else:
                 choice = _check_plain(var, given, source, by_name, family, single_host, auto,
                                       many=var == GLOO)
@@ -412,7 +422,7 @@ def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | 
     import os
 
     from ddpnet.env.resolve import resolve
-    from ddpnet.net.interfaces import list_interfaces
+    from ddpnet.net.interfaces import kernel_order, list_interfaces
     from ddpnet.net.names import resolve_host
     from ddpnet.net.routes import route_to
 
@@ -423,7 +433,8 @@ def select_for_host(cfg: DistConfig | None = None, environ: Mapping[str, str] | 
     route = None
     if resolution.ok:
         route = route_to(resolution.addresses[0])
-    sel = select(cfg, list_interfaces(), route, env, ifname=ifname, hostname=resolve_host())
+    sel = select(cfg, list_interfaces(), route, env, ifname=ifname, hostname=resolve_host(),
+                 order=kernel_order())
     if not resolution.ok:
         sel = Selection(sel.interface, sel.address, sel.gloo, sel.nccl, sel.tp, sel.master,
                         (*sel.notes, f"MASTER_ADDR {cfg.master_addr} does not resolve: "

@@ -44,7 +44,7 @@ def play(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
         other = tournament.partner(rounds, rnd, me)
         if other is None or peers[other] is None:
             continue
-        addr, port = peers[other]  # type: ignore[misc]
+        addr, port = peers[other][:2]  # type: ignore[index]
         with contextlib.suppress(OSError):
             tournament.send_stream(addr, int(port), rnd, me, seconds=opts.bw_seconds,
                                    timeout=opts.connect_timeout + opts.bw_seconds)

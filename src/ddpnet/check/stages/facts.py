@@ -9,18 +9,23 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ddpnet.check.causes import Cause
 from ddpnet.check.compare import NodeFacts, compare_facts
+from ddpnet.check.containers import compare_addresses, netns_id
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
+from ddpnet.check.ifvars import compare_picks
+from ddpnet.check.nics import compare_nics, nic_facts
+from ddpnet.check.stages.pathmtu import master_paths
 from ddpnet.check.store import StageTimeout
 from ddpnet.config import DistConfig
 from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
-from ddpnet.net.select import TP, Selection
+from ddpnet.net.select import GLOO, TP, Selection
 
 #: facts of each rank that the node table shows
 NODE_KEYS = ("python", "torch", "cuda", "nccl", "mtu", "subnet", "hostname_loopback",
-             "clock_offset_s", "doctor")
+             "clock_offset_s", "doctor", "interface_why")
 
 
 def selection_problems(sel: Selection) -> list[list[str]]:
@@ -51,17 +56,35 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
     facts this check selected and uses (edge)."""
     from ddpnet.check.gpu import nccl_facts
+    from ddpnet.doctor.base import Host
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
-    base = {**selection_facts(sel), **interface_facts(sel, list_interfaces()),
-            **nccl_facts(environ)}
+    table = list_interfaces()
+    base = {**selection_facts(sel), **interface_facts(sel, table), **nccl_facts(environ),
+            **binding_facts(environ, table),
+            **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl),
+            "netns": netns_id()}
     report = run_doctor(cfg=cfg, environ=environ)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
     merged["doctor"] = doctor_summary(report.checks)
     return merged
+
+
+def binding_facts(environ: Mapping[str, str], interfaces: Sequence[Interface],
+                  order: Sequence[str] | None = None) -> dict[str, Any]:
+    """What gloo/NCCL/TensorPipe really bind here (``net.picks``) and every address of this
+    host's interfaces but loopback and link-local: rank 0 compares them across nodes."""
+    from ddpnet.net.interfaces import kernel_order
+    from ddpnet.net.picks import library_picks
+
+    picks = library_picks(environ, interfaces, kernel_order() if order is None else order)
+    return {"library_picks": [p.to_dict() for p in picks],
+            "ifaddrs": {i.name: [str(a) for a in i.addresses
+                                 if not a.is_loopback and not a.is_link_local]
+                        for i in interfaces if i.kind != "loopback"}}
 
 
 def doctor_summary(checks: Sequence[CheckResult]) -> dict[str, Any]:
@@ -129,12 +152,25 @@ def record(ctx: RankContext, clock_offset: float | None) -> dict[str, Any]:
     facts["address"] = ctx.sel.address
     facts["interface"] = str(ctx.sel.interface)
     facts["mesh_port"] = ctx.listener.port
+    facts["mtu_port"] = ctx.listener.echo.port
     facts["clock_offset_s"] = clock_offset
     facts["selection_problems"] = selection_problems(ctx.sel)
     facts["names"] = name_facts(ctx.cfg.master_addr, _host0(ctx), ctx.cfg.launcher)
+    if ctx.to_rank0 is not None:
+        facts["to_rank0"] = ctx.to_rank0
     if ctx.rank == 0:
         facts["own_addresses"] = own_addresses()
     return facts
+
+
+def prefer_bindings(facts: list[Cause], bindings: list[Cause]) -> list[Cause]:
+    """This check binds gloo where GLOO_SOCKET_IFNAME says, so a GLOO_SOCKET_IFNAME
+    ``ifname-mismatch`` of ranks an ``interface-mismatch`` names is that same finding: keep
+    the one the report always gave (pure)."""
+    named = {r for c in facts if c.id == "interface-mismatch" for r in c.ranks}
+    return facts + [c for c in bindings if not (
+        c.data.get("var") == GLOO and not c.data.get("devices")
+        and named and set(c.ranks) <= named)]
 
 
 def _backend(requested: str) -> str | None:
@@ -162,8 +198,11 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     lost = [r for r in found.ranks if r not in got]
     if lost:
         found.causes.append(found.timeout_cause("facts", lost))
+    found.causes.extend(master_paths(got, found))  # drops the ranks that stopped on it
     nodes = [NodeFacts(r, got[r]) for r in sorted(got)]
-    found.causes.extend(compare_facts(nodes))
+    found.causes.extend(prefer_bindings(compare_facts(nodes), compare_picks(nodes)))
+    found.causes.extend(compare_nics(nodes))
+    found.causes.extend(compare_addresses(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})

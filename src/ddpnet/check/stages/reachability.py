@@ -7,31 +7,57 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import mesh
+from ddpnet.check import mesh, pmtu
 from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.nat import compare_translated
+from ddpnet.check.stages import pathmtu
 
 Peer = tuple[str, int]
 
 
 def peers_of(got: Mapping[int, Mapping[str, Any]], world: int) -> list[list[Any] | None]:
-    """``[address, mesh_port]`` of every rank that published its facts, by rank (pure)."""
-    return [[got[r]["address"], got[r]["mesh_port"]] if r in got else None
-            for r in range(world)]
+    """``[address, mesh_port, mtu_port, mtu]`` of every rank that published its facts, by
+    rank (pure)."""
+    return [[got[r]["address"], got[r]["mesh_port"], got[r].get("mtu_port"),
+             got[r].get("mtu")] if r in got else None for r in range(world)]
 
 
 def as_peers(peers: Sequence[Sequence[Any] | None]) -> list[Peer | None]:
     return [(str(p[0]), int(p[1])) if p else None for p in peers]
 
 
+def mtu_targets(peers: Sequence[Sequence[Any] | None]) -> list[pmtu.Target | None]:
+    """``(address, echo port, MTU)`` of every peer that published both (pure)."""
+    return [(str(p[0]), int(p[2]), int(p[3])) if p and len(p) > 3 and p[2] and p[3] else None
+            for p in peers]
+
+
 def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
-    """Connect to every peer; publish this rank's row."""
-    row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
-                         fanout=ctx.opts.fanout)
+    """Connect to every peer while the path-MTU probes run; publish this rank's rows (the
+    MTU row first: rank 0 reads it once the mesh row is there)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    targets = mtu_targets(peers)
+    own = targets[ctx.rank] if ctx.rank < len(targets) else None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        mtu_row = pool.submit(pmtu.probe_row, ctx.rank, ctx.address, own[2] if own else 0,
+                              targets, fanout=ctx.opts.fanout)
+        row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
+                             fanout=ctx.opts.fanout)
+        try:
+            mtus = mtu_row.result()
+        except OSError as exc:  # a probe socket this host refuses: not judged
+            mtus = {"error": {"reason": str(exc)}}
+    ctx.store.publish("pmtu", ctx.rank, mtus)
     ctx.store.publish("mesh", ctx.rank, row)
 
 
 def _blocking(found: Findings) -> bool:
-    return any(c.id == "hostname-loopback" and c.severity == "fail" for c in found.causes)
+    """Failures that would hang the process group stage until its timeout: a loopback
+    address, or gloo bound (GLOO_SOCKET_IFNAME) where its peers cannot pair up."""
+    return any(c.severity == "fail" and (c.id == "hostname-loopback" or (
+        c.id == "ifname-mismatch" and c.data.get("var") == "GLOO_SOCKET_IFNAME"))
+        for c in found.causes)
 
 
 def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str, Any]],
@@ -50,6 +76,8 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     causes = mesh.analyze(matrix, found.labels, [p[1] if p else None for p in peers],
                           ctx.cfg.master_port,
                           str(got[0].get("subnet") or "<cluster-subnet>"))
+    causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
+    causes += compare_translated(matrix, got, found.labels)
     found.causes.extend(causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
@@ -66,6 +94,8 @@ def announce(ctx: RankContext, found: Findings,
     """Rank 0: publish every rank's listener (the go for the mesh) when every rank's facts
     came; the peers, or None when the check stops here."""
     peers = peers_of(got, ctx.world)
-    complete = all(r in got for r in found.ranks)
-    ctx.store.set("stage/mesh", {"go": complete, "peers": peers})
-    return peers if complete else None
+    # peers advertising one address would probe themselves: nothing to learn from the mesh
+    go = all(r in got for r in found.ranks) and not any(
+        c.id == "duplicate-address" for c in found.causes)
+    ctx.store.set("stage/mesh", {"go": go, "peers": peers})
+    return peers if go else None
