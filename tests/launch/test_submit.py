@@ -55,3 +55,19 @@ def test_job_id_needs_digits() -> None:
     assert job_id("17\n") == "17"
     with pytest.raises(ConfigError, match="no job id"):
         job_id("Submitted?")
+
+
+def test_sbatch_json_prints_one_object_with_the_script(tmp_path: Path) -> None:
+    """``ddpnet sbatch --json``: a script can read the script and where it went (issue 17)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "job.sh"
+    proc = subprocess.run([sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "2", "--json",
+                           "--script", str(out), "--", "train.py"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["script_path"] == str(out) and data["job_id"] is None
+    assert data["script"] == out.read_text() and "#SBATCH --nodes=2" in data["script"]

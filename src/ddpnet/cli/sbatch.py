@@ -36,13 +36,15 @@ import click
 @click.option("--script", "script_path", type=click.Path(dir_okay=False), default=None,
               help="Write the script here instead of stdout.")
 @click.option("--submit", is_flag=True, help="Submit with sbatch and print the job id.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: script, script_path, job_id (errors too).")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
             gpus_per_node: int | None, cpus_per_task: int | None, partition: str | None,
             time: str | None, output: str, job_name: str, engine: str, max_restarts: int,
             ifname: str | None, preflight: bool, requeue: bool, preempt_signal: str | None,
-            script_path: str | None,
-            submit: bool, program: tuple[str, ...]) -> int:
+            script_path: str | None, submit: bool, as_json: bool,
+            program: tuple[str, ...]) -> int:
     """Render a batch script that runs SCRIPT (or -m MODULE) on every rank.
 
     \b
@@ -64,4 +66,4 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
         python=sys.executable,
     )
     result = run(SbatchOptions(cfg, script_path=script_path, submit=submit))
-    return finish(result, False, render_sbatch)
+    return finish(result, as_json, render_sbatch)
