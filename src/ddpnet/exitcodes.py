@@ -13,6 +13,9 @@ class ExitCode(IntEnum):
     USAGE = 2
     #: a requirement is missing: not root, a system tool absent
     MISSING_REQUIREMENT = 3
+    #: the watchdog named why training stalled or lost a rank (ddpnet.watch); every rank
+    #: exits with it instead of waiting for the backend's timeout
+    WATCHDOG = 4
     #: stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2
     INTERRUPTED = 130
     #: stopped by SIGTERM (a scheduler, kill): 128 + 15

@@ -84,14 +84,15 @@ def describe(record: CollectiveRecord) -> str:
 # -- rank-gone ---------------------------------------------------------------------------------
 
 def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
-    """Ranks that are gone, with why: the side channel said so, they never published, or
-    (live) their last heartbeat is older than ``stale_after``."""
-    out: dict[int, str] = {}
+    """Ranks that are gone, with why, in the order they left (the side channel's own order
+    first): the side channel said so, they never published, or (live) their last heartbeat is
+    older than ``stale_after``."""
+    out: dict[int, str] = dict(snapshot.gone)
     for rank in range(snapshot.world_size):
         state = snapshot.states.get(rank)
-        if rank in snapshot.gone:
-            out[rank] = snapshot.gone[rank]
-        elif state is None:
+        if rank in out:
+            continue
+        if state is None:
             out[rank] = "never published its state" if options.live else "left no dump"
         elif options.live and snapshot.taken - state.published > options.stale_after:
             out[rank] = (f"no heartbeat for {snapshot.taken - state.published:.0f} s while its "
@@ -103,15 +104,14 @@ def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | N
     gone = silent_ranks(snapshot, options)
     if not gone or _first_mismatch(snapshot) is not None:
         return None
-    ranks = sorted(gone)
-    hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
+    ranks = list(gone)  # the first to leave first: the others often fail because of it
+    hosts = tuple(dict.fromkeys(_host(snapshot.states.get(r)) for r in ranks))
     evidence = [f"{_where(r, snapshot.states.get(r))}: {gone[r]}" + _last_seen(
         snapshot.states.get(r)) for r in ranks[:_NAMED]]
     evidence += _waiting_lines(snapshot, exclude=set(ranks))
     first = ranks[0]
-    summary = (f"{_where(first, snapshot.states.get(first))} is gone: {gone[first]}"
-               if len(ranks) == 1 else
-               f"ranks {_names(ranks)} are gone (on {', '.join(hosts[:_NAMED])})")
+    after = f" (then {len(ranks) - 1} more rank(s): {_names(ranks[1:])})" if ranks[1:] else ""
+    summary = f"{_where(first, snapshot.states.get(first))} is gone: {gone[first]}{after}"
     return Diagnosis("rank-gone", summary, tuple(ranks), hosts, tuple(evidence),
                      "the job cannot go on without it: read that rank's own log on its host "
                      "(an OOM kill shows in `dmesg`), then restart from the last checkpoint")
@@ -176,9 +176,11 @@ def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
                 for ranks in groups.values()]
     ranks = tuple(sorted(records))
     hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
-    minority = min(groups.values(), key=len)
-    summary = (f"collective mismatch at seq {seq}: rank(s) {_names(minority)} called "
-               f"{describe(records[minority[0]])} while the others called a different one")
+    sides = sorted(groups.values(), key=len)
+    other = sides[1] if len(sides) > 1 else sides[0]
+    summary = (f"collective mismatch at seq {seq}: rank(s) {_names(sides[0])} called "
+               f"{describe(records[sides[0][0]])}, rank(s) {_names(other)} "
+               f"{describe(records[other[0]])}")
     return Diagnosis("collective-mismatch", summary, ranks, hosts, tuple(evidence),
                      "every rank must call the same collectives in the same order with the same "
                      "shapes: look for a data-dependent branch or an uneven number of batches "

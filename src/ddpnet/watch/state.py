@@ -133,7 +133,7 @@ class Snapshot:
         return {"world_size": self.world_size, "taken": self.taken,
                 "states": {str(r): (s.to_dict() if s is not None else None)
                            for r, s in sorted(self.states.items())},
-                "gone": {str(r): why for r, why in sorted(self.gone.items())},
+                "gone": {str(r): why for r, why in self.gone.items()},  # in the order they left
                 "probes": [p.to_dict() for p in self.probes]}
 
     @classmethod
