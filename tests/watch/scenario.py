@@ -1,6 +1,8 @@
-"""A tiny DDP training script with one fault, for the watch's real-process tests:
-``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape or sleepdata; rank
-``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5)."""
+"""A tiny DDP training script with one fault, for the watch's real-process tests and its
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape or sleepdata;
+rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5).
+
+:func:`run_job` runs N such ranks on loopback and returns how each ended."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -25,6 +28,8 @@ def main(mode: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(int(os.environ.get("STEPS", "40"))):
         fault = faulty and step == fault_step
+        if fault:
+            print(f"fault {mode} {time.time()}", flush=True)
         ddpnet.step(step)
         with ddpnet.phase("data"):
             x = torch.randn(8, 16)
@@ -44,6 +49,78 @@ def main(mode: str) -> None:
         time.sleep(0.02)
     print("finished", flush=True)
     ddpnet.shutdown()
+
+
+@dataclass
+class Job:
+    codes: dict[int, int]
+    stderr: dict[int, str]
+    stdout: dict[int, str]
+    fault_at: float | None
+    rank0_exit: float | None
+    left: list[int]  # pids still running afterwards (ranks or the hub): must be empty
+
+
+def _hubs(token: str) -> list[int]:
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or ())
+        if "ddpnet.watch.hub" in cmd and token in cmd:
+            out.append(proc.pid)
+    return out
+
+
+def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
+            watch_timeout: float = 4, extra: dict[str, str] | None = None) -> Job:
+    """Run ``world`` ranks of this script; a SIGSTOPped rank gets SIGCONT once rank 0 is
+    gone (so it can read the verdict and exit); whatever still runs at the end is listed in
+    ``left`` and killed."""
+    import subprocess
+
+    from ddpnet.local import local_environ
+    from ddpnet.net.ports import free_port
+
+    port = free_port()
+    env = {**os.environ, "DDPNET_WATCH_DIR": directory, "WATCH_TIMEOUT": str(watch_timeout),
+           **(extra or {})}
+    procs = [subprocess.Popen([sys.executable, __file__, mode], text=True,
+                              env=local_environ(env, r, world, port, cpus=2),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+             for r in range(world)]
+    outs: dict[int, tuple[str, str]] = {}
+    import threading
+
+    def drain(rank: int) -> None:
+        outs[rank] = procs[rank].communicate()
+
+    readers = [threading.Thread(target=drain, args=(r,), daemon=True) for r in range(world)]
+    for reader in readers:
+        reader.start()
+    deadline, rank0_exit = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        if procs[0].poll() is not None and rank0_exit is None:
+            rank0_exit = time.time()
+            for p in procs[1:]:
+                os.kill(p.pid, signal.SIGCONT) if p.poll() is None else None
+        time.sleep(0.1)
+    token = f"127.0.0.1:{port}:{world}"
+    end = time.monotonic() + 10
+    while _hubs(token) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = [p.pid for p in procs if p.poll() is None] + _hubs(token)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    for reader in readers:
+        reader.join(10)
+    fault = next((line.split()[2] for out, _err in outs.values()
+                  for line in out.splitlines() if line.startswith("fault ")), None)
+    return Job({r: p.wait() for r, p in enumerate(procs)},
+               {r: outs.get(r, ("", ""))[1] for r in range(world)},
+               {r: outs.get(r, ("", ""))[0] for r in range(world)},
+               float(fault) if fault else None, rank0_exit, left)
 
 
 if __name__ == "__main__":
