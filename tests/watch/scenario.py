@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -72,11 +73,9 @@ def _hubs(token: str) -> list[int]:
     return out
 
 
-def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
-            watch_timeout: float = 4, extra: dict[str, str] | None = None) -> Job:
-    """Run ``world`` ranks of this script; a SIGSTOPped rank gets SIGCONT once rank 0 is
-    gone (so it can read the verdict and exit); whatever still runs at the end is listed in
-    ``left`` and killed."""
+def start_job(mode: str, directory: str, *, world: int = 2, watch_timeout: float = 4,
+              extra: dict[str, str] | None = None) -> tuple[list[Any], int]:
+    """``world`` ranks of this script on loopback, each in a session of its own."""
     import subprocess
 
     from ddpnet.local import local_environ
@@ -90,8 +89,31 @@ def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
              for r in range(world)]
-    outs: dict[int, tuple[str, str]] = {}
+    return procs, port
+
+
+def leftovers(procs: list[Any], port: int, world: int, patience: float = 10) -> list[int]:
+    """Pids of ranks or this job's hub still running after ``patience``; they are killed."""
+    token = f"127.0.0.1:{port}:{world}"
+    end = time.monotonic() + patience
+    while (_hubs(token) or any(p.poll() is None for p in procs)) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = [p.pid for p in procs if p.poll() is None] + _hubs(token)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
+            watch_timeout: float = 4, extra: dict[str, str] | None = None) -> Job:
+    """Run ``world`` ranks of this script; a SIGSTOPped rank gets SIGCONT once rank 0 is
+    gone (so it can read the verdict and exit); whatever still runs at the end is listed in
+    ``left`` and killed."""
     import threading
+
+    procs, port = start_job(mode, directory, world=world, watch_timeout=watch_timeout,
+                            extra=extra)
+    outs: dict[int, tuple[str, str]] = {}
 
     def drain(rank: int) -> None:
         outs[rank] = procs[rank].communicate()
@@ -104,15 +126,10 @@ def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
         if procs[0].poll() is not None and rank0_exit is None:
             rank0_exit = time.time()
             for p in procs[1:]:
-                os.kill(p.pid, signal.SIGCONT) if p.poll() is None else None
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
         time.sleep(0.1)
-    token = f"127.0.0.1:{port}:{world}"
-    end = time.monotonic() + 10
-    while _hubs(token) and time.monotonic() < end:
-        time.sleep(0.2)
-    left = [p.pid for p in procs if p.poll() is None] + _hubs(token)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
+    left = leftovers(procs, port, world, patience=0 if rank0_exit is None else 10)
     for reader in readers:
         reader.join(10)
     fault = next((line.split()[2] for out, _err in outs.values()

@@ -205,6 +205,26 @@ class Hub:
         self.verdict_at = time.monotonic()
 
 
+def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
+    """A running hub's snapshot and its ``stale_after`` (``ddpnet diagnose``); OSError when no
+    hub answers, ValueError when what answers is not one."""
+    from ddpnet.watch.wire import MAX_SNAPSHOT
+
+    deadline = time.monotonic() + timeout
+    lines = Lines(MAX_SNAPSHOT)
+    with socket.create_connection((address, port), timeout=timeout) as sock:
+        sock.sendall(encode({"t": "snapshot"}))
+        while time.monotonic() < deadline:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            for message in lines.feed(data):
+                if message.get("t") == "snapshot":
+                    return (Snapshot.from_dict(message["snapshot"]),
+                            float(message.get("stale_after", 10.0)))
+    raise ValueError(f"{address}:{port} did not answer with a watch snapshot")
+
+
 def main(argv: list[str]) -> int:
     """``python -m ddpnet.watch.hub OPTIONS_JSON``: bind, say ``ready PORT`` on stdout, serve."""
     from ddpnet.net.ports import listen_socket

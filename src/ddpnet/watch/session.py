@@ -70,11 +70,15 @@ def watch_config(environ: Mapping[str, str], watch: bool | None = None,
 
 def hub_port(cfg: DistConfig, wc: WatchConfig) -> int:
     """The hub's port: chosen, or derived from the job's rendezvous (the same on every node)."""
+    return derived_port(cfg.master_addr, cfg.master_port, wc)
+
+
+def derived_port(master_addr: str, master_port: int, wc: WatchConfig) -> int:
     from ddpnet.env.jobport import derive_port, read_port_range
 
     if wc.port is not None:
         return wc.port
-    return derive_port(f"ddpnet-watch:{cfg.master_addr}:{cfg.master_port}", read_port_range())
+    return derive_port(f"ddpnet-watch:{master_addr}:{master_port}", read_port_range())
 
 
 def torch_environ(environ: Mapping[str, str]) -> dict[str, str]:
