@@ -54,13 +54,13 @@ class Watchdog:
 
     settings: Settings
     key: tuple[object, ...] = ()
-    since: float = 0.0
+    since: float | None = None
     gone_since: dict[int, float] = field(default_factory=dict)
     fired: bool = False
 
     def due(self, snapshot: Snapshot, now: float) -> str | None:
         key = progress_key(snapshot)
-        if key != self.key or not self.since:
+        if key != self.key or self.since is None:
             self.key, self.since = key, now
             self.fired = False  # progress again: a warned stall may warn again later
         for rank in snapshot.gone:
@@ -69,6 +69,7 @@ class Watchdog:
             return None
         if self.gone_since and now - min(self.gone_since.values()) >= self.settings.grace:
             return "a rank left"
-        if someone_waits(snapshot) and now - self.since >= self.settings.timeout:
-            return f"no progress for {now - self.since:.0f} s"
+        waited = now - self.since
+        if someone_waits(snapshot) and waited >= self.settings.timeout:
+            return f"no progress for {waited:.0f} s"
         return None

@@ -1,0 +1,105 @@
+"""The watch's cost and speed (issue 20): recorder + heartbeat overhead on ``ddpnet train``
+steps, and the time from a fault to the named cause for each kind.
+
+Overhead: ``ddpnet train --local 2`` (gloo, loopback) with the watch off (``DDPNET_WATCH=0``)
+and on, interleaved over rounds so that load on a shared machine hits both alike; the
+figure is the median of each side's mean step time (the summary's ``step_time_s``, warm-up
+steps excluded). Two models: the default tiny MLP (a ~3 ms step: the worst case, the Flight
+Recorder and the phase marks are a fixed cost per step) and a wider one (~20-40 ms).
+Target: < 2 % on the wider model.
+
+Fault to cause: the real-process scenarios of tests/watch (two gloo ranks, one fault at step
+5, watch_timeout 4 s): seconds from the fault to rank 0's exit with the report printed.
+
+    .venv/bin/python benchmarks/watch_overhead.py [--rounds N] [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+MODELS = {"tiny": ["--width", "64", "--depth", "2"],
+          "wide": ["--width", "1024", "--depth", "4"]}
+KINDS = {"kill": "rank-gone", "stop": "rank-gone", "skip": "collective-mismatch",
+         "shape": "collective-mismatch", "sleepdata": "rank-not-arriving"}
+
+
+def train_step(model: list[str], watch: bool, steps: int) -> float:
+    env = {**os.environ, "DDPNET_WATCH": "1" if watch else "0",
+           "DDPNET_WATCH_DIR": tempfile.mkdtemp(prefix="watch-bench-")}
+    proc = subprocess.run([sys.executable, "-m", "ddpnet", "train", "--local", "2", "--json",
+                           "--max-steps", str(steps), "--log-every", str(steps), *model],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["step_time_s"])
+
+
+def overhead(rounds: int, steps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, model in MODELS.items():
+        off, on = [], []
+        for _ in range(rounds):
+            off.append(train_step(model, False, steps))
+            on.append(train_step(model, True, steps))
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        out[name] = {"step_s_off": off, "step_s_on": on, "median_off_s": m_off,
+                     "median_on_s": m_on, "overhead_pct": 100 * (m_on - m_off) / m_off}
+        print(f"{name}: off {m_off * 1e3:.2f} ms  on {m_on * 1e3:.2f} ms  "
+              f"{out[name]['overhead_pct']:+.2f} %", flush=True)
+    return out
+
+
+def fault_to_cause(watch_timeout: float) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.watch.scenario import run_job
+
+    out: dict[str, Any] = {}
+    for mode, kind in KINDS.items():
+        with tempfile.TemporaryDirectory() as directory:
+            job = run_job(mode, directory, watch_timeout=watch_timeout)
+        named = f"ddpnet watch: {kind}" in job.stderr[0]
+        seconds = (job.rank0_exit - job.fault_at
+                   if job.fault_at is not None and job.rank0_exit is not None else None)
+        out[mode] = {"kind": kind, "named": named, "fault_to_exit_s": seconds,
+                     "codes": job.codes, "left_running": job.left}
+        shown = f"{seconds:.1f} s" if seconds is not None else "?"
+        print(f"{mode}: {kind} named={named} in {shown}", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 60 steps")
+    parser.add_argument("--out", type=Path, default=RESULTS / "watch_overhead.json")
+    args = parser.parse_args()
+    rounds, steps = (2, 60) if args.quick else (args.rounds, args.steps)
+    load_before = os.getloadavg()
+    result = {
+        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": rounds, "steps": steps, "loadavg_before": load_before,
+        "overhead": overhead(rounds, steps),
+        "watch_timeout_s": 4.0, "fault_to_cause": fault_to_cause(4.0),
+        "loadavg_after": os.getloadavg(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
