@@ -60,6 +60,75 @@ def overhead(rounds: int, steps: int) -> dict[str, Any]:
     return out
 
 
+#: one process, a world-1 gloo group: the cost of each piece of the watch, in isolation
+MICRO = r"""
+import json, os, sys, time
+import torch, torch.distributed as dist
+from ddpnet.net.ports import free_port
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                        world_size=1)
+t = torch.ones(16)
+for _ in range(200):
+    dist.all_reduce(t)
+best = float("inf")
+for _ in range(5):
+    start = time.perf_counter()
+    for _ in range(2000):
+        dist.all_reduce(t)
+    best = min(best, (time.perf_counter() - start) / 2000)
+out = {"allreduce_s": best}
+if sys.argv[1] == "pieces":
+    from ddpnet.watch.heartbeat import Beacon
+    from ddpnet.watch.session import phase, recorder, step
+    from ddpnet.watch.state import RankState
+    from ddpnet.watch.wire import encode
+    from pathlib import Path
+    beacon = Beacon(recorder(), RankState(rank=0, world_size=1), Path("."))
+    def per_call(fn, n):
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for i in range(n):
+                fn(i)
+            best = min(best, (time.perf_counter() - start) / n)
+        return best
+    def marks(i):
+        step(i)
+        for name in ("data", "forward", "backward", "step"):
+            with phase(name):
+                pass
+    out["marks_per_step_s"] = per_call(marks, 2000)
+    out["heartbeat_s"] = per_call(lambda i: encode({"t": "state", "state":
+                                                   beacon.state().to_dict()}), 200)
+    out["records"] = len(beacon.state().recent)
+print(json.dumps(out))
+"""
+
+
+def micro(rounds: int) -> dict[str, Any]:
+    """Per-collective cost of the Flight Recorder (FR on vs off, min over rounds), the
+    phase/step marks of one ``ddpnet train`` step, and one heartbeat (dump, state, JSON)."""
+    fr_on, fr_off, pieces = [], [], {}
+    for _ in range(rounds):
+        for size, sink in (("64", fr_on), ("0", fr_off)):
+            proc = subprocess.run([sys.executable, "-c", MICRO, "pieces" if size != "0" else
+                                   "bare"], capture_output=True, text=True, timeout=300,
+                                  check=True, env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+            sink.append(data["allreduce_s"])
+            if size != "0":
+                pieces = {k: min(v, pieces.get(k, v)) for k, v in data.items()}
+    out = {"allreduce_fr_on_s": min(fr_on), "allreduce_fr_off_s": min(fr_off),
+           "fr_cost_per_collective_s": min(fr_on) - min(fr_off),
+           "marks_per_step_s": pieces["marks_per_step_s"],
+           "heartbeat_s": pieces["heartbeat_s"], "heartbeat_records": pieces["records"],
+           "heartbeat_share_of_a_core": pieces["heartbeat_s"] / 1.0}
+    print(f"FR per collective {out['fr_cost_per_collective_s'] * 1e6:.1f} us, marks per step "
+          f"{out['marks_per_step_s'] * 1e6:.1f} us, heartbeat {out['heartbeat_s'] * 1e3:.2f} "
+          f"ms/s", flush=True)
+    return out
+
+
 def fault_to_cause(watch_timeout: float) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from tests.watch.scenario import run_job
@@ -91,6 +160,7 @@ def main() -> int:
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rounds": rounds, "steps": steps, "loadavg_before": load_before,
+        "micro": micro(3),
         "overhead": overhead(rounds, steps),
         "watch_timeout_s": 4.0, "fault_to_cause": fault_to_cause(4.0),
         "loadavg_after": os.getloadavg(),

@@ -16,7 +16,9 @@ WATCH_TIMEOUT = 4.0
 
 def named(job: Job, kind: str) -> str:
     report = job.stderr[0]
-    assert f"ddpnet watch: {kind}" in report, report[-3000:]
+    ours = [f"rank {r}: {line}" for r, err in job.stderr.items() for line in err.splitlines()
+            if "ddpnet" in line and "site-packages" not in line]
+    assert f"ddpnet watch: {kind}" in report, "\n".join([*ours, report[-1500:]])
     return report
 
 

@@ -45,7 +45,7 @@ def test_merge_keeps_announced_calls_the_recorder_does_not_hold_yet() -> None:
     called = [CollectiveRecord(seq=7, op="all_reduce", started=1.0, site="a"),
               CollectiveRecord(seq=8, op="all_reduce", shape=(3,), started=2.0, site="b")]
     merged = merge(fr, called)
-    assert [(r.seq, r.site) for r in merged] == [(7, ""), (8, "b")]
+    assert [(r.seq, r.site) for r in merged] == [(7, "a"), (8, "b")]
 
 
 def test_phases_and_step_times() -> None:

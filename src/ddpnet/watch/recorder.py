@@ -2,14 +2,14 @@
 
 The collectives come from torch's Flight Recorder (``TORCH_FR_BUFFER_SIZE``): in torch >= 2.8
 both ProcessGroupGloo and ProcessGroupNCCL record every collective there, the C++ Reducer's
-gradient all-reduces of DDP included (a Python wrapper never sees those), with the Python
-stack of the call. ``ddpnet.init()`` turns it on before the group exists. Reading it costs
-~0.3 ms per heartbeat, nothing per collective beyond torch's own bookkeeping.
+gradient all-reduces of DDP included (a Python wrapper never sees those). ``ddpnet.init()``
+turns it on before the group exists. Reading it costs ~0.3 ms per heartbeat; torch's own
+bookkeeping ~10 us per collective (benchmarks/watch_overhead.py).
 
 Collectives called from Python (``dist.all_reduce`` ...) are also announced *before* they run
-(:meth:`Recorder.wrap_collectives`): gloo aborts a process that receives the wrong size within
-microseconds, before any heartbeat could tell what it was calling. Where torch has no Flight
-Recorder, those wrapped calls are the record.
+(:meth:`Recorder.wrap_collectives`), with their call site: gloo aborts a process that receives
+the wrong size within microseconds, before any heartbeat could tell what it was calling. Where
+torch has no Flight Recorder, those wrapped calls are the record.
 """
 
 from __future__ import annotations
@@ -89,7 +89,11 @@ def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...
 
 
 def flight_recorder() -> Mapping[str, Any] | None:
-    """This process's Flight Recorder dump, or None where torch has none (edge)."""
+    """This process's Flight Recorder dump, or None where torch has none (edge).
+
+    Without stacks: the first dump with stacks costs torch seconds (measured 2-7 s, once per
+    process) and the heartbeat must stay cheap (~0.3 ms without). Call sites come from the
+    announced Python calls instead."""
     import pickle
 
     import torch._C._distributed_c10d as c10d
@@ -97,8 +101,8 @@ def flight_recorder() -> Mapping[str, Any] | None:
     dump = getattr(c10d, "_dump_fr_trace", None)
     if dump is None:
         return None
-    try:
-        data: Mapping[str, Any] = pickle.loads(dump(True, True, False))  # our own process's
+    try:  # a pickle of our own process's recorder
+        data: Mapping[str, Any] = pickle.loads(dump(True, False, False))
     except Exception:  # torch raises RuntimeError when no group recorded yet
         return None
     return data
@@ -106,11 +110,17 @@ def flight_recorder() -> Mapping[str, Any] | None:
 
 def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
           ) -> tuple[CollectiveRecord, ...]:
-    """The Flight Recorder's records, plus announced Python calls it does not hold yet (pure)."""
+    """The Flight Recorder's records with the call sites of the announced Python calls, plus
+    announced calls it does not hold yet (pure)."""
+    from dataclasses import replace
+
+    sites = {(r.group, r.seq): r.site for r in called}
+    last = fr[-1].seq if fr else 0
+    out = [replace(r, site=sites.get((r.group, r.seq), r.site)) if not r.site else r
+           for r in fr]
     seen = {(r.group, r.seq) for r in fr}
-    extra = [r for r in called if (r.group, r.seq) not in seen
-             and (not fr or r.seq > fr[-1].seq or r.group != fr[-1].group)]
-    return tuple(sorted((*fr, *extra), key=lambda r: (r.started, r.seq)))[-RING:]
+    out += [r for r in called if (r.group, r.seq) not in seen and r.seq > last]
+    return tuple(sorted(out, key=lambda r: (r.started, r.seq)))[-RING:]
 
 
 class Recorder:
