@@ -59,6 +59,7 @@ class Job:
     stdout: dict[int, str]
     fault_at: float | None
     rank0_exit: float | None
+    report_at: float | None  # when the hub wrote report.json (the cause named)
     left: list[int]  # pids still running afterwards (ranks or the hub): must be empty
 
 
@@ -129,6 +130,8 @@ def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
                 if p.poll() is None:
                     os.kill(p.pid, signal.SIGCONT)
         time.sleep(0.1)
+    if rank0_exit is None and procs[0].poll() is not None:
+        rank0_exit = time.time()  # every rank ended within the same poll
     left = leftovers(procs, port, world, patience=0 if rank0_exit is None else 10)
     for reader in readers:
         reader.join(10)
@@ -137,7 +140,12 @@ def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
     return Job({r: p.wait() for r, p in enumerate(procs)},
                {r: outs.get(r, ("", ""))[1] for r in range(world)},
                {r: outs.get(r, ("", ""))[0] for r in range(world)},
-               float(fault) if fault else None, rank0_exit, left)
+               float(fault) if fault else None, rank0_exit, _mtime(directory), left)
+
+
+def _mtime(directory: str) -> float | None:
+    path = os.path.join(directory, "report.json")
+    return os.path.getmtime(path) if os.path.exists(path) else None
 
 
 if __name__ == "__main__":

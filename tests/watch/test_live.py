@@ -28,8 +28,8 @@ def check_exits(job: Job, *, killed: int | None = None) -> None:
         if rank != killed:
             assert code in (4, 1, -6), (rank, code, job.stderr[rank][-2000:])
     # 4: the verdict; 1: gloo saw the peer go first and raised; -6: gloo aborted on a mismatch
-    if job.fault_at is not None and job.rank0_exit is not None:
-        assert job.rank0_exit - job.fault_at < WATCH_TIMEOUT + 15
+    assert job.fault_at is not None and job.report_at is not None
+    assert job.report_at - job.fault_at < WATCH_TIMEOUT + 15
 
 
 @pytest.mark.parametrize("mode,kind", [
