@@ -81,3 +81,14 @@ def test_lines_split_and_bound_messages() -> None:
                                                            {"t": "bye"}]
     with pytest.raises(ValueError):
         lines.feed(b"x" * 100)
+
+
+def test_a_restarted_round_gets_its_own_hub_port() -> None:
+    from ddpnet.watch.session import derived_port
+
+    wc = watch_config({})
+    first = derived_port("10.0.0.1", 29500, wc, {})
+    assert derived_port("10.0.0.1", 29500, wc, {"TORCHELASTIC_RESTART_COUNT": "0"}) == first
+    assert derived_port("10.0.0.1", 29500, wc, {"TORCHELASTIC_RESTART_COUNT": "1"}) != first
+    assert derived_port("10.0.0.1", 29500, watch_config({"DDPNET_WATCH_PORT": "29777"}),
+                        {}) == 29777

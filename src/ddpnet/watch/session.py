@@ -73,12 +73,22 @@ def hub_port(cfg: DistConfig, wc: WatchConfig) -> int:
     return derived_port(cfg.master_addr, cfg.master_port, wc)
 
 
-def derived_port(master_addr: str, master_port: int, wc: WatchConfig) -> int:
+def derived_port(master_addr: str, master_port: int, wc: WatchConfig,
+                 environ: Mapping[str, str] | None = None) -> int:
+    """From MASTER_ADDR:MASTER_PORT, and torchrun's restart count after a restart (the last
+    round's hub may still hold the port for a few seconds)."""
     from ddpnet.env.jobport import derive_port, read_port_range
 
     if wc.port is not None:
         return wc.port
-    return derive_port(f"ddpnet-watch:{master_addr}:{master_port}", read_port_range())
+    return derive_port(f"ddpnet-watch:{master_addr}:{master_port}{_round(environ)}",
+                       read_port_range())
+
+
+def _round(environ: Mapping[str, str] | None) -> str:
+    restarts = (os.environ if environ is None else environ).get(
+        "TORCHELASTIC_RESTART_COUNT", "0")
+    return "" if restarts in ("", "0") else f":restart{restarts}"
 
 
 def torch_environ(environ: Mapping[str, str]) -> dict[str, str]:
@@ -90,7 +100,7 @@ def torch_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
 def job_token(cfg: DistConfig) -> str:
     """What the hub and the ranks check each other by: one job's rendezvous."""
-    return f"{cfg.master_addr}:{cfg.master_port}:{cfg.world_size}"
+    return f"{cfg.master_addr}:{cfg.master_port}:{cfg.world_size}{_round(None)}"
 
 
 # -- the hub (rank 0) --------------------------------------------------------------------------
