@@ -22,6 +22,7 @@ import ddpnet
 
 def main(mode: str) -> None:
     handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
+    print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)

@@ -56,3 +56,10 @@ def test_healthy_run_finishes_with_the_watch_on(tmp_path: Path) -> None:
     assert job.left == []
     assert "ddpnet watch" not in job.stderr[0]
     assert not (tmp_path / "report.json").exists()
+    assert "watching True fr 64" in job.stdout[0] and "watching True" in job.stdout[1]
+
+
+def test_the_watch_can_be_turned_off(tmp_path: Path) -> None:
+    job = run_job("ok", str(tmp_path), extra={"DDPNET_WATCH": "0"})
+    assert job.codes == {0: 0, 1: 0} and job.left == []
+    assert "watching False fr None" in job.stdout[0]
