@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ddpnet.diagnose.run import DiagnoseOptions, run
 from ddpnet.watch.dump import write_state
@@ -41,14 +43,20 @@ def test_cli_on_an_empty_directory_is_a_usage_error(tmp_path: Path, run_cli) -> 
     assert proc.returncode == 2 and "no watch dumps" in proc.stderr
 
 
+def _line(stream: Any, seconds: float) -> str:
+    """The next line, or "" when none comes within ``seconds`` (a test must not hang)."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return str(stream.readline()) if ready else ""
+
+
 def test_live_job_hanging_in_its_data_loader(tmp_path: Path) -> None:
     """The job only warns (long timeout): diagnose, run from outside, names the late rank."""
     procs, port = start_job("sleepdata", str(tmp_path), watch_timeout=300,
                             extra={"DDPNET_WATCH_ACTION": "warn"})
     try:
         assert procs[1].stdout is not None
-        line = procs[1].stdout.readline()  # "fault sleepdata <time>"
-        assert line.startswith("fault"), procs[1].stderr.read() if procs[1].stderr else ""
+        lines = [_line(procs[1].stdout, 90) for _ in range(2)]  # "watching ...", "fault ..."
+        assert lines[-1].startswith("fault"), lines
         time.sleep(2.5)  # two heartbeats after the fault
         proc = subprocess.run([sys.executable, "-m", "ddpnet", "diagnose", "--json",
                                "--master", f"127.0.0.1:{port}"], capture_output=True,
