@@ -151,7 +151,10 @@ class Session:
 
     def excepthook(self, kind: type[BaseException], exc: BaseException,
                    tb: TracebackType | None) -> None:
-        self.beacon.close(short_error(kind.__name__, str(exc)))
+        # Ctrl-C and SIGTERM (errors.Terminated) are someone's intent, sent to every rank:
+        # a goodbye, not a failure to report
+        self.beacon.close(short_error(kind.__name__, str(exc))
+                          if issubclass(kind, Exception) else "")
         self.previous_hook(kind, exc, tb)
 
     def stop(self) -> None:
