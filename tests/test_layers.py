@@ -18,7 +18,7 @@ FLOORS: dict[str, int] = {
     "net": 2,
     "process_group": 3, "local": 3, "rendezvous": 3, "watch": 3,
     "doctor": 4, "check": 4, "bench": 4, "tune": 4, "launch": 4, "train": 4, "monitor": 4,
-    "lab": 4, "k8s": 4,
+    "lab": 4, "k8s": 4, "diagnose": 4,
     "cli": 5, "__main__": 5,
 }
 

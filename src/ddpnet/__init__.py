@@ -17,9 +17,12 @@ _LAZY = {
     "errors": "ddpnet.errors:",
     "init": "ddpnet.process_group:init",
     "shutdown": "ddpnet.process_group:shutdown",
+    "phase": "ddpnet.watch.session:phase",
+    "step": "ddpnet.watch.session:step",
 }
 
-__all__ = ["DistConfig", "__version__", "errors", "init", "resolve", "shutdown"]
+__all__ = ["DistConfig", "__version__", "errors", "init", "phase", "resolve", "shutdown",
+           "step"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,6 +13,9 @@ class ExitCode(IntEnum):
     USAGE = 2
     #: a requirement is missing: not root, a system tool absent
     MISSING_REQUIREMENT = 3
+    #: the watchdog named why training stalled or lost a rank (ddpnet.watch); every rank
+    #: exits with it instead of waiting for the backend's timeout
+    WATCHDOG = 4
     #: preempted: a SIGUSR1/SIGTERM stopped training after a step every rank agreed on and
     #: its checkpoint is saved; run it again to resume (sysexits' EX_TEMPFAIL: retry later)
     PREEMPTED = 75

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,6 +24,9 @@ from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
 from ddpnet.output import lend_stdout
+from ddpnet.watch.session import WatchConfig, start_hub, torch_environ, watch_config
+from ddpnet.watch.session import start as start_watch
+from ddpnet.watch.session import stop as stop_watch
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -60,6 +64,8 @@ class Handle:
     environ_set: dict[str, str] = field(default_factory=dict)
     #: the backend/device choice with its reasons
     choice: BackendChoice | None = None
+    #: the hang watch (ddpnet.watch) runs on this rank
+    watching: bool = False
 
     @property
     def local_rank(self) -> int:
@@ -186,7 +192,9 @@ def _seconds(name: str, value: Any, hint: str) -> float:
 
 def init(backend: str = "auto", init_method: str | None = None, timeout: float | None = None,
          connect_timeout: float = 60, *, ifname: str | None = None, device: str = "auto",
-         join_timeout: float | None = None, **overrides: Any) -> Handle:
+         join_timeout: float | None = None, watch: bool | None = None,
+         watch_timeout: float | None = None, watch_action: str | None = None,
+         **overrides: Any) -> Handle:
     """Bring up the default process group on the right interface, or fail fast with a cause.
 
     ``timeout`` (seconds) is torch's process-group timeout (None: torch's default);
@@ -195,6 +203,9 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     with the backend by :func:`pick_backend`; on cuda the local rank's GPU becomes the
     current device. ``join_timeout`` (default: ``connect_timeout``) bounds how long every
     rank waits for the others at the rendezvous before the missing ranks are named.
+    ``watch`` (default on, ``DDPNET_WATCH=0`` turns it off) names a hang mid-training:
+    after ``watch_timeout`` seconds without progress (default 60) every rank exits with the
+    cause, or only reports it with ``watch_action="warn"`` (docs/watch.md).
     ``overrides``: rank, world_size, local_rank, master_addr, master_port, ... as for
     ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError (``.cause``:
     master-unresolvable, master-no-route, master-port-filtered, master-port-refused,
@@ -214,6 +225,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         "join_timeout", join_timeout, "the seconds ranks may start apart, e.g. join_timeout=300")
     cfg = resolve(init_method=init_method, **overrides)
     check_requested(backend, device)
+    wc = watch_config(os.environ, watch, watch_timeout, watch_action)
     _refuse_second_group(cfg)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch
@@ -223,12 +235,37 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     check_store(cfg, patience=min(connect_timeout, 10.0))
     choice = choose(backend, device)
     placed = _place(choice, cfg, selection)
-    to_set = selection.env()
+    watching = wc.enabled and cfg.world_size > 1
+    to_set = {**selection.env(), **(torch_environ(os.environ) if watching else {})}
     _set_env(to_set)
     lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
-    _init_group(choice.backend, cfg, selection, timeout, join_timeout)
+    hub = _start_hub(cfg, wc) if watching and cfg.rank == 0 else None
+    try:
+        _init_group(choice.backend, cfg, selection, timeout, join_timeout)
+    except BaseException:
+        if hub is not None:
+            hub.kill()
+        raise
+    if watching:
+        start_watch(cfg, wc, selection.address or "", selection.interface, hub,
+                    cfg.master_addr)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
-                  selection, dict(to_set), choice)
+                  selection, dict(to_set), choice, watching)
+
+
+def _start_hub(cfg: DistConfig, wc: WatchConfig) -> subprocess.Popen[bytes] | None:
+    """Rank 0 starts the watch's hub on MASTER_ADDR's own address (never every interface);
+    a warning and no hub when that cannot be."""
+    from ddpnet.rendezvous import bind_address
+
+    bind = bind_address(cfg)
+    started = start_hub(cfg, wc, bind) if bind else \
+        f"MASTER_ADDR {cfg.master_addr} is not an address of this host"
+    if isinstance(started, str):
+        sys.stderr.write(f"ddpnet: warning: rank 0 on {socket.gethostname()}: the watch's hub "
+                         f"did not start: {started}\n")
+        return None
+    return started
 
 
 def choose(backend: str = "auto", device: str = "auto") -> BackendChoice:
@@ -307,6 +344,7 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
 
 def shutdown() -> None:
     """Destroy the default process group (if any) and put back the variables init() set."""
+    stop_watch()
     try:
         import torch.distributed as dist
 

@@ -30,10 +30,12 @@ STEPS, EVERY = 60, 10
 
 
 def _workers(launcher: psutil.Process) -> list[psutil.Process]:
-    """The training workers: children running ddpnet train, not the torchrun agent."""
+    """The training workers: children running ddpnet train, not the torchrun agent nor the
+    watch's hub."""
     return [p for p in launcher.children(recursive=True)
             if "ddpnet" in " ".join(p.cmdline()) and p.pid != launcher.pid
-            and "torch.distributed.run" not in p.cmdline()]
+            and "torch.distributed.run" not in p.cmdline()
+            and "ddpnet.watch.hub" not in p.cmdline()]  # rank 0's watch hub
 
 
 def test_killed_worker_is_restarted_and_the_run_completes(tmp_path: Path) -> None:

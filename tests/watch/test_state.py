@@ -21,3 +21,20 @@ def test_rank_state_round_trips_through_json() -> None:
 def test_diagnosis_to_dict_is_json() -> None:
     d = Diagnosis(kind="rank-gone", summary="rank 1 (n1) died", ranks=(1,), hosts=("n1",))
     assert json.loads(json.dumps(d.to_dict()))["ranks"] == [1]
+
+
+def test_snapshot_round_trips_through_json() -> None:
+    from ddpnet.watch.state import LinkProbe, Snapshot
+
+    snap = Snapshot(world_size=3, taken=9.5,
+                    states={0: RankState(rank=0, world_size=3, host="n0"), 1: None,
+                            2: RankState(rank=2, world_size=3, recent=(
+                                CollectiveRecord(seq=1, op="barrier"),))},
+                    gone={1: "side channel closed"},
+                    probes=(LinkProbe(0, 1, False, "timed out"),))
+    assert Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_diagnosis_round_trips() -> None:
+    d = Diagnosis(kind="rank-gone", summary="s", ranks=(1,), hosts=("n1",), evidence=("e",))
+    assert Diagnosis.from_dict(json.loads(json.dumps(d.to_dict()))) == d

@@ -64,7 +64,8 @@ def run_rank(options: BenchOptions) -> BenchOutcome:
     """This process is one rank: init, measure, shut down; rank 0 writes and reports."""
     from ddpnet.process_group import init, shutdown
 
-    handle = init(backend=options.backend, timeout=options.timeout)
+    # no watch: its per-call announcement would be timed with the collectives
+    handle = init(backend=options.backend, timeout=options.timeout, watch=False)
     try:
         result = measure(options, report=handle.rank == 0)
     finally:

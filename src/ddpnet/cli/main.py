@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "monitor": ("ddpnet.cli.monitor", "Live network, TCP and GPU telemetry on this node."),
     "tune": ("ddpnet.cli.tune", "Tune sysctl, firewall, hosts, env; dry run unless --apply."),
     "train": ("ddpnet.cli.train", "Reference DDP training: comm hooks, AMP, resumable."),
+    "diagnose": ("ddpnet.cli.diagnose", "Name why a running job hangs, or why it died."),
 }
 
 

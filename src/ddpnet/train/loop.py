@@ -34,6 +34,8 @@ from ddpnet.train.precision import flops_per_step, precision_label, precision_no
 from ddpnet.train.preempt import Preempted, StopChecks, StopRequest
 from ddpnet.train.resume import checkpoint_path, due, restore, save
 from ddpnet.train.summary import StepCallback, StepEvent, Summary
+from ddpnet.watch.session import phase
+from ddpnet.watch.session import step as mark_step
 
 
 def autocast_context(amp: str, device: str) -> contextlib.AbstractContextManager[Any]:
@@ -145,9 +147,10 @@ def make_forward_backward(cfg: TrainConfig, scaler: torch.amp.GradScaler,
 
     def forward_backward(net: torch.nn.Module, x: torch.Tensor,
                          y: torch.Tensor) -> torch.Tensor:
-        with autocast_context(cfg.amp, device):
+        with phase("forward"), autocast_context(cfg.amp, device):
             loss = F.cross_entropy(net(x), y) / cfg.grad_accum
-        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        with phase("backward"):
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         return loss.detach()
 
     return forward_backward
@@ -230,6 +233,7 @@ class Loop:
 
     def one_step(self, epoch: int, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
                  ) -> None:
+        mark_step(self.step + 1)  # the watch's step marker (its times feed the straggler analysis)
         times = self.optimizer_step(batches)
         self.step += 1
         cfg = self.cfg
@@ -266,8 +270,9 @@ class Loop:
         t0 = time.perf_counter()
         losses, no_sync_time, sync_time = [], 0.0, 0.0
         for micro in range(accum):
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with phase("data"):
+                x, y = next(batches)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             last = micro == accum - 1
             tm = time.perf_counter()
             # no_sync: accumulate locally, all-reduce only on the group's last backward
@@ -279,7 +284,8 @@ class Loop:
             else:
                 no_sync_time += time.perf_counter() - tm
         loss = float(torch.stack(losses).sum())
-        self.apply_update(loss)
+        with phase("step"):
+            self.apply_update(loss)
         _sync(device)
         return StepTimes(loss, time.perf_counter() - t0, no_sync_time, sync_time)
 

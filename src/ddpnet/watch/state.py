@@ -112,6 +112,13 @@ class LinkProbe:
     outcome: str = ""              # net.probe's outcome ("connected", "refused", "timeout",
                                    # "unreachable", ...), or "stalled" for a stream
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LinkProbe:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -126,6 +133,22 @@ class Snapshot:
     states: Mapping[int, RankState | None]
     gone: Mapping[int, str] = field(default_factory=dict)
     probes: tuple[LinkProbe, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "taken": self.taken,
+                "states": {str(r): (s.to_dict() if s is not None else None)
+                           for r, s in sorted(self.states.items())},
+                "gone": {str(r): why for r, why in self.gone.items()},  # in the order they left
+                "probes": [p.to_dict() for p in self.probes]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        states = {int(r): (RankState.from_dict(s) if s is not None else None)
+                  for r, s in dict(data.get("states", {})).items()}
+        return cls(world_size=int(data["world_size"]), taken=float(data.get("taken", 0.0)),
+                   states=states,
+                   gone={int(r): str(w) for r, w in dict(data.get("gone", {})).items()},
+                   probes=tuple(LinkProbe.from_dict(p) for p in data.get("probes", ())))
 
 
 @dataclass(frozen=True)
@@ -145,3 +168,10 @@ class Diagnosis:
         out["hosts"] = list(self.hosts)
         out["evidence"] = list(self.evidence)
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for key in ("ranks", "hosts", "evidence"):
+            values[key] = tuple(values.get(key, ()))
+        return cls(**values)

@@ -1,0 +1,180 @@
+"""The watch's cost and speed (issue 20): recorder + heartbeat overhead on ``ddpnet train``
+steps, and the time from a fault to the named cause for each kind.
+
+Overhead: ``ddpnet train --local 2`` (gloo, loopback) with the watch off (``DDPNET_WATCH=0``)
+and on, interleaved over rounds so that load on a shared machine hits both alike; the
+figure is the median of each side's mean step time (the summary's ``step_time_s``, warm-up
+steps excluded). Two models: the default tiny MLP (a ~3 ms step: the worst case, the Flight
+Recorder and the phase marks are a fixed cost per step) and a wider one (~20-40 ms).
+Target: < 2 % on the wider model.
+
+Fault to cause: the real-process scenarios of tests/watch (two gloo ranks, one fault at step
+5, watch_timeout 4 s): seconds from the fault to the hub writing report.json (the cause
+named). Pieces in isolation (``micro``): the Flight Recorder's cost per collective (a
+world-1 gloo all_reduce with TORCH_FR_BUFFER_SIZE 64 vs 0), the phase/step marks of one
+``ddpnet train`` step, one heartbeat (recorder dump, state, JSON).
+
+    .venv/bin/python benchmarks/watch_overhead.py [--rounds N] [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+MODELS = {"tiny": ["--width", "64", "--depth", "2"],
+          "wide": ["--width", "1024", "--depth", "4"]}
+KINDS = {"kill": "rank-gone", "stop": "rank-gone", "skip": "collective-mismatch",
+         "shape": "collective-mismatch", "sleepdata": "rank-not-arriving"}
+
+
+def train_step(model: list[str], watch: bool, steps: int) -> float:
+    env = {**os.environ, "DDPNET_WATCH": "1" if watch else "0",
+           "DDPNET_WATCH_DIR": tempfile.mkdtemp(prefix="watch-bench-")}
+    proc = subprocess.run([sys.executable, "-m", "ddpnet", "train", "--local", "2", "--json",
+                           "--max-steps", str(steps), "--log-every", str(steps), *model],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["step_time_s"])
+
+
+def overhead(rounds: int, steps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, model in MODELS.items():
+        off, on = [], []
+        for _ in range(rounds):
+            off.append(train_step(model, False, steps))
+            on.append(train_step(model, True, steps))
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        out[name] = {"step_s_off": off, "step_s_on": on, "median_off_s": m_off,
+                     "median_on_s": m_on, "overhead_pct": 100 * (m_on - m_off) / m_off,
+                     "overhead_pct_of_min": 100 * (min(on) - min(off)) / min(off)}
+        print(f"{name}: off {m_off * 1e3:.2f} ms  on {m_on * 1e3:.2f} ms  "
+              f"{out[name]['overhead_pct']:+.2f} % (medians), "
+              f"{out[name]['overhead_pct_of_min']:+.2f} % (minima)", flush=True)
+    return out
+
+
+#: one process, a world-1 gloo group: the cost of each piece of the watch, in isolation
+MICRO = r"""
+import json, os, sys, time
+import torch, torch.distributed as dist
+from ddpnet.net.ports import free_port
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                        world_size=1)
+t = torch.ones(16)
+for _ in range(200):
+    dist.all_reduce(t)
+best = float("inf")
+for _ in range(5):
+    start = time.perf_counter()
+    for _ in range(2000):
+        dist.all_reduce(t)
+    best = min(best, (time.perf_counter() - start) / 2000)
+out = {"allreduce_s": best}
+if sys.argv[1] == "pieces":
+    from ddpnet.watch.heartbeat import Beacon
+    from ddpnet.watch.session import phase, recorder, step
+    from ddpnet.watch.state import RankState
+    from ddpnet.watch.wire import encode
+    from pathlib import Path
+    beacon = Beacon(recorder(), RankState(rank=0, world_size=1), Path("."))
+    def per_call(fn, n):
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for i in range(n):
+                fn(i)
+            best = min(best, (time.perf_counter() - start) / n)
+        return best
+    def marks(i):
+        step(i)
+        for name in ("data", "forward", "backward", "step"):
+            with phase(name):
+                pass
+    out["marks_per_step_s"] = per_call(marks, 2000)
+    out["heartbeat_s"] = per_call(lambda i: encode({"t": "state", "state":
+                                                   beacon.state().to_dict()}), 200)
+    out["records"] = len(beacon.state().recent)
+print(json.dumps(out))
+"""
+
+
+def micro(rounds: int) -> dict[str, Any]:
+    """Per-collective cost of the Flight Recorder (FR on vs off, min over rounds), the
+    phase/step marks of one ``ddpnet train`` step, and one heartbeat (dump, state, JSON)."""
+    fr_on, fr_off, pieces = [], [], {}
+    for _ in range(rounds):
+        for size, sink in (("64", fr_on), ("0", fr_off)):
+            proc = subprocess.run([sys.executable, "-c", MICRO, "pieces" if size != "0" else
+                                   "bare"], capture_output=True, text=True, timeout=300,
+                                  check=True, env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+            sink.append(data["allreduce_s"])
+            if size != "0":
+                pieces = {k: min(v, pieces.get(k, v)) for k, v in data.items()}
+    out = {"allreduce_fr_on_s": min(fr_on), "allreduce_fr_off_s": min(fr_off),
+           "fr_cost_per_collective_s": min(fr_on) - min(fr_off),
+           "marks_per_step_s": pieces["marks_per_step_s"],
+           "heartbeat_s": pieces["heartbeat_s"], "heartbeat_records": pieces["records"],
+           "heartbeat_share_of_a_core": pieces["heartbeat_s"] / 1.0}
+    print(f"FR per collective {out['fr_cost_per_collective_s'] * 1e6:.1f} us, marks per step "
+          f"{out['marks_per_step_s'] * 1e6:.1f} us, heartbeat {out['heartbeat_s'] * 1e3:.2f} "
+          f"ms/s", flush=True)
+    return out
+
+
+def fault_to_cause(watch_timeout: float) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.watch.scenario import run_job
+
+    out: dict[str, Any] = {}
+    for mode, kind in KINDS.items():
+        with tempfile.TemporaryDirectory() as directory:
+            job = run_job(mode, directory, watch_timeout=watch_timeout)
+        named = f"ddpnet watch: {kind}" in job.stderr[0]
+        seconds = (job.report_at - job.fault_at
+                   if job.fault_at is not None and job.report_at is not None else None)
+        out[mode] = {"kind": kind, "named": named, "fault_to_report_s": seconds,
+                     "codes": job.codes, "left_running": job.left}
+        shown = f"{seconds:.1f} s" if seconds is not None else "?"
+        print(f"{mode}: {kind} named={named} in {shown}", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 60 steps")
+    parser.add_argument("--out", type=Path, default=RESULTS / "watch_overhead.json")
+    args = parser.parse_args()
+    rounds, steps = (2, 60) if args.quick else (args.rounds, args.steps)
+    load_before = os.getloadavg()
+    result = {
+        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": rounds, "steps": steps, "loadavg_before": load_before,
+        "micro": micro(3),
+        "overhead": overhead(rounds, steps),
+        "watch_timeout_s": 4.0, "fault_to_cause": fault_to_cause(4.0),
+        "loadavg_after": os.getloadavg(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

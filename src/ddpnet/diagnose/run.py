@@ -1,0 +1,102 @@
+"""``ddpnet diagnose``: ask a running job's watch hub for every rank's state, or read the
+dump files a job left, and name the cause with the same analysis as the watchdog."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpnet.errors import ConfigError
+from ddpnet.exitcodes import ExitCode
+from ddpnet.watch.analyze import Options, analyze
+from ddpnet.watch.report import render_text
+from ddpnet.watch.state import Diagnosis, Snapshot
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    #: read dump files from this directory instead of asking a live hub
+    dumps: Path | None = None
+    #: the job's MASTER_ADDR:MASTER_PORT (default: resolved from this environment)
+    master: str | None = None
+    #: the hub's port (default: DDPNET_WATCH_PORT, else derived from the master)
+    port: int | None = None
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    diagnosis: Diagnosis
+    snapshot: Snapshot
+    source: str
+
+    @property
+    def exit_code(self) -> int:
+        return int(ExitCode.OK if self.diagnosis.kind == "ok" else ExitCode.CHECK_FAILED)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.diagnosis.kind, "source": self.source,
+                "diagnosis": self.diagnosis.to_dict(), "snapshot": self.snapshot.to_dict()}
+
+
+def render(result: DiagnoseResult, console: Any) -> None:
+    """The watchdog's one-screen report (brackets are text, not markup)."""
+    console.print(render_text(result.diagnosis, result.snapshot, result.source), markup=False,
+                  highlight=False, soft_wrap=True)
+
+
+def run(options: DiagnoseOptions) -> DiagnoseResult:
+    if options.dumps is not None:
+        return from_dumps(options.dumps)
+    return live(options)
+
+
+def from_dumps(directory: Path) -> DiagnoseResult:
+    from ddpnet.watch.dump import read_dumps
+
+    try:
+        snapshot = read_dumps(directory)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"no watch dumps in {directory}: {exc}",
+                          "point --dumps at the job's DDPNET_WATCH_DIR (default "
+                          "./ddpnet-watch in each rank's working directory)") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot read the watch dumps in {directory}: {exc}",
+                          "each rank-N.json is written by ddpnet's watch; copy them whole") \
+            from None
+    return DiagnoseResult(analyze(snapshot, Options(live=False)), snapshot,
+                          f"dumps in {directory}")
+
+
+def _master(options: DiagnoseOptions) -> tuple[str, int]:
+    if options.master is not None:
+        host, _, port = options.master.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--master {options.master!r} is not HOST:PORT",
+                              "the job's MASTER_ADDR:MASTER_PORT, e.g. --master node0:29500")
+        return host.strip("[]"), int(port)
+    from ddpnet.env.resolve import resolve
+
+    cfg = resolve()
+    return cfg.master_addr, cfg.master_port
+
+
+def live(options: DiagnoseOptions) -> DiagnoseResult:
+    from ddpnet.watch.hub import ask_snapshot
+    from ddpnet.watch.session import derived_port, watch_config
+
+    host, master_port = _master(options)
+    wc = watch_config(os.environ)
+    port = options.port if options.port is not None else derived_port(host, master_port, wc)
+    try:
+        snapshot, stale_after = ask_snapshot(host, port, options.timeout)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"no watch hub answers at {host}:{port} (job {host}:{master_port}): {exc}",
+            "run this where the job's MASTER_ADDR/MASTER_PORT are set, or pass --master "
+            "HOST:PORT (and --port if DDPNET_WATCH_PORT was set); after the job died use "
+            "--dumps DIR") from None
+    return DiagnoseResult(analyze(snapshot, Options(stale_after=stale_after)), snapshot,
+                          f"live hub {host}:{port}")

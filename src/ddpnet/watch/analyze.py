@@ -1,0 +1,245 @@
+"""Name the cause of a stall from every rank's last state (pure: Snapshot -> Diagnosis).
+
+Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins.
+``rank-gone``, ``collective-mismatch`` and ``rank-not-arriving`` live here; ``network`` and
+``straggler`` come from :mod:`ddpnet.watch.network` and :mod:`ddpnet.watch.straggler` (each
+exposes ``detect(snapshot) -> Diagnosis | None``) when those modules exist.
+
+One exception to "first match wins": a rank that died right after a mismatched collective
+died *of* the mismatch (gloo aborts a process that receives the wrong size), so ``rank-gone``
+steps aside when the states prove a mismatch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ddpnet.watch.state import KINDS, CollectiveRecord, Diagnosis, RankState, Snapshot
+
+Detector = Callable[[Snapshot], "Diagnosis | None"]
+
+#: a live rank whose last heartbeat is older than this (seconds) is not answering
+STALE_AFTER_S = 10.0
+#: at most this many ranks are named in one line (1000-rank jobs)
+_NAMED = 8
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the analysis judges time: ``stale_after`` seconds without a heartbeat is a rank
+    that stopped answering; ``live`` is False for dump files (old states are not stale)."""
+
+    stale_after: float = STALE_AFTER_S
+    live: bool = True
+
+
+def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
+    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``."""
+    for kind in KINDS:
+        found = detector(kind, options)(snapshot)
+        if found is not None:
+            return found
+    return _nothing_named(snapshot)
+
+
+def detector(kind: str, options: Options = Options()) -> Detector:
+    """The detector of ``kind``; one that always answers None when its module is absent."""
+    if kind == "rank-gone":
+        return lambda snap: rank_gone(snap, options)
+    if kind == "collective-mismatch":
+        return collective_mismatch
+    if kind == "rank-not-arriving":
+        return rank_not_arriving
+    module = {"network": "ddpnet.watch.network", "straggler": "ddpnet.watch.straggler"}[kind]
+    if importlib.util.find_spec(module) is None:
+        return lambda _snap: None
+    found: Detector = importlib.import_module(module).detect
+    return found
+
+
+def _host(state: RankState | None) -> str:
+    return state.host if state is not None and state.host else "?"
+
+
+def _where(rank: int, state: RankState | None) -> str:
+    return f"rank {rank} ({_host(state)})"
+
+
+def _names(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:_NAMED])
+    return shown + (f" and {len(ranks) - _NAMED} more" if len(ranks) > _NAMED else "")
+
+
+def describe(record: CollectiveRecord) -> str:
+    """``all_reduce float32[110] seq 42 at train.py:40 in step``."""
+    shape = "[" + ",".join(str(n) for n in record.shape) + "]" if record.shape else ""
+    what = f"{record.op} {record.dtype}{shape}".strip()
+    site = f" at {record.site}" if record.site else ""
+    return f"{what} seq {record.seq}{site}"
+
+
+# -- rank-gone ---------------------------------------------------------------------------------
+
+def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
+    """Ranks that are gone, with why, in the order they left (the side channel's own order
+    first): the side channel said so, they never published, or (live) their last heartbeat is
+    older than ``stale_after``."""
+    out: dict[int, str] = dict(snapshot.gone)
+    for rank in range(snapshot.world_size):
+        state = snapshot.states.get(rank)
+        if rank in out:
+            continue
+        if state is None:
+            out[rank] = "never published its state" if options.live else "left no dump"
+        elif options.live and snapshot.taken - state.published > options.stale_after:
+            out[rank] = (f"no heartbeat for {snapshot.taken - state.published:.0f} s while its "
+                         f"side-channel connection stays open (process stopped or host frozen)")
+    return out
+
+
+def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:
+    gone = silent_ranks(snapshot, options)
+    if not gone or _first_mismatch(snapshot) is not None:
+        return None
+    ranks = list(gone)  # the first to leave first: the others often fail because of it
+    hosts = tuple(dict.fromkeys(_host(snapshot.states.get(r)) for r in ranks))
+    evidence = [f"{_where(r, snapshot.states.get(r))}: {gone[r]}" + _last_seen(
+        snapshot.states.get(r)) for r in ranks[:_NAMED]]
+    evidence += _waiting_lines(snapshot, exclude=set(ranks))
+    first = ranks[0]
+    after = f" (then {len(ranks) - 1} more rank(s): {_names(ranks[1:])})" if ranks[1:] else ""
+    summary = f"{_where(first, snapshot.states.get(first))} is gone: {gone[first]}{after}"
+    return Diagnosis("rank-gone", summary, tuple(ranks), hosts, tuple(evidence),
+                     "the job cannot go on without it: read that rank's own log on its host "
+                     "(an OOM kill shows in `dmesg`), then restart from the last checkpoint")
+
+
+def _last_seen(state: RankState | None) -> str:
+    if state is None:
+        return ""
+    phase = f", phase {state.phase!r}" if state.phase else ""
+    return f"; last seen at step {state.step}{phase}, last collective seq {state.last_seq}"
+
+
+def _waiting_lines(snapshot: Snapshot, exclude: set[int]) -> list[str]:
+    lines = []
+    for rank, state in sorted(snapshot.states.items()):
+        flight = state.in_flight() if state is not None and rank not in exclude else None
+        if flight is not None:
+            lines.append(f"{_where(rank, state)} waits in {describe(flight)} for "
+                         f"{max(0.0, snapshot.taken - flight.started):.0f} s")
+    return lines[:_NAMED]
+
+
+# -- collective-mismatch -----------------------------------------------------------------------
+
+def _signature(record: CollectiveRecord) -> tuple[str, str, tuple[int, ...]]:
+    return record.op, record.dtype, record.shape
+
+
+def _by_seq(snapshot: Snapshot) -> dict[tuple[str, int], dict[int, CollectiveRecord]]:
+    table: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
+    for rank, state in snapshot.states.items():
+        for record in state.recent if state is not None else ():
+            table.setdefault((record.group, record.seq), {})[rank] = record
+    return table
+
+
+def _differs(records: Mapping[int, CollectiveRecord]) -> bool:
+    if len({_signature(r) for r in records.values()}) > 1:
+        return True
+    sites = {r.site for r in records.values() if r.site}
+    return len(sites) > 1
+
+
+def _first_mismatch(snapshot: Snapshot) -> tuple[int, dict[int, CollectiveRecord]] | None:
+    table = _by_seq(snapshot)
+    for (_group, seq) in sorted(table, key=lambda key: key[1]):
+        records = table[(_group, seq)]
+        if len(records) > 1 and _differs(records):
+            return seq, records
+    return None
+
+
+def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
+    found = _first_mismatch(snapshot)
+    if found is None:
+        return None
+    seq, records = found
+    groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
+    for rank, record in sorted(records.items()):
+        groups.setdefault((*_signature(record), record.site), []).append(rank)
+    evidence = [f"rank(s) {_names(ranks)} called {describe(records[ranks[0]])}"
+                for ranks in groups.values()]
+    ranks = tuple(sorted(records))
+    hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
+    sides = sorted(groups.values(), key=len)
+    other = sides[1] if len(sides) > 1 else sides[0]
+    summary = (f"collective mismatch at seq {seq}: rank(s) {_names(sides[0])} called "
+               f"{describe(records[sides[0][0]])}, rank(s) {_names(other)} "
+               f"{describe(records[other[0]])}")
+    return Diagnosis("collective-mismatch", summary, ranks, hosts, tuple(evidence),
+                     "every rank must call the same collectives in the same order with the same "
+                     "shapes: look for a data-dependent branch or an uneven number of batches "
+                     "per rank (DistributedSampler drop_last, torch's Join)")
+
+
+# -- rank-not-arriving -------------------------------------------------------------------------
+
+def rank_not_arriving(snapshot: Snapshot) -> Diagnosis | None:
+    waiting = {r: s.in_flight() for r, s in snapshot.states.items() if s is not None}
+    flights = {r: f for r, f in waiting.items() if f is not None}
+    if not flights:
+        return None
+    target = max(flights.values(), key=lambda f: f.seq)
+    late = sorted(r for r, s in snapshot.states.items()
+                  if s is not None and r not in flights and s.last_seq < target.seq)
+    if not late:
+        return None
+    states = snapshot.states
+    evidence = [_late_line(r, states[r], snapshot.taken) for r in late[:_NAMED]]
+    evidence += _waiting_lines(snapshot, exclude=set(late))
+    first = states[late[0]]
+    assert first is not None
+    ranks = tuple(late)
+    hosts = tuple(sorted({_host(states[r]) for r in late}))
+    summary = (f"{_late_line(late[0], first, snapshot.taken)}; {len(flights)} rank(s) wait "
+               f"for it in {describe(target)}")
+    return Diagnosis("rank-not-arriving", summary, ranks, hosts, tuple(evidence),
+                     _late_hint(first.phase))
+
+
+def _late_line(rank: int, state: RankState | None, now: float) -> str:
+    if state is None:
+        return f"rank {rank} (?) has not arrived"
+    phase = state.phase or "unmarked code"
+    since = f" for {max(0.0, now - state.phase_since):.0f} s" if state.phase_since else ""
+    return (f"{_where(rank, state)} has not arrived: in {phase!r}{since} at step {state.step}, "
+            f"last collective seq {state.last_seq}")
+
+
+def _late_hint(phase: str) -> str:
+    if phase == "data":
+        return ("its data loader is stuck or slow: slow or unreachable storage, a worker "
+                "process that died, a lock; if that much time is expected, raise "
+                "ddpnet.init(watch_timeout=...)")
+    return ("it is busy outside the collectives (compute, I/O, a rank-0-only step such as "
+            "saving a checkpoint): if that is expected, raise ddpnet.init(watch_timeout=...); "
+            "mark phases with ddpnet.phase(...) to see where")
+
+
+# -- nothing named -----------------------------------------------------------------------------
+
+def _nothing_named(snapshot: Snapshot) -> Diagnosis:
+    lines = _waiting_lines(snapshot, exclude=set())
+    if not lines:
+        return Diagnosis("ok", "no rank is inside a collective: nothing is stalled")
+    ranks = tuple(sorted(r for r, s in snapshot.states.items()
+                         if s is not None and s.in_flight() is not None))
+    return Diagnosis("stalled", f"{len(ranks)} rank(s) wait inside collectives and no detector "
+                     f"named why", ranks, (), tuple(lines),
+                     "every rank is inside the same collective: suspect the network between "
+                     "them (`ddpnet check` on all nodes)")

@@ -1,0 +1,65 @@
+"""Dump files (edge): each rank's last state when the watchdog acts or the rank fails, and
+rank 0's report, under ``$DDPNET_WATCH_DIR`` (default ``./ddpnet-watch``), for ``ddpnet
+diagnose --dumps`` after the job died."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ddpnet.watch.state import RankState, Snapshot
+
+DIR_VARIABLE = "DDPNET_WATCH_DIR"
+DEFAULT_DIR = "ddpnet-watch"
+
+
+def watch_dir(environ: Mapping[str, str]) -> Path:
+    """Where dumps and reports go (pure)."""
+    return Path(environ.get(DIR_VARIABLE) or DEFAULT_DIR)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)  # a reader never sees half a file
+
+
+def write_state(directory: Path, state: RankState, reason: str) -> Path | None:
+    """``rank-N.json``; None when the directory cannot be written (a dump must never be what
+    takes a failing rank down)."""
+    path = directory / f"rank-{state.rank}.json"
+    try:
+        _write(path, json.dumps({"reason": reason, "state": state.to_dict()}))
+    except OSError:
+        return None
+    return path
+
+
+def write_report(directory: Path, report: Mapping[str, Any], html: str) -> Path | None:
+    try:
+        _write(directory / "report.json", json.dumps(report, indent=1))
+        _write(directory / "report.html", html)
+    except OSError:
+        return None
+    return directory / "report.json"
+
+
+def read_dumps(directory: Path) -> Snapshot:
+    """Every ``rank-N.json`` under ``directory`` as one snapshot; OSError/ValueError when
+    there are none or one is unreadable (the caller names it)."""
+    states: dict[int, RankState | None] = {}
+    for path in sorted(directory.glob("rank-*.json")):
+        data = json.loads(path.read_text())
+        state = RankState.from_dict(data["state"])
+        states[state.rank] = state
+    if not states:
+        raise FileNotFoundError(f"no rank-N.json dump in {directory}")
+    world = max(s.world_size for s in states.values() if s is not None)
+    for rank in range(world):
+        states.setdefault(rank, None)
+    taken = max(s.published for s in states.values() if s is not None)
+    return Snapshot(world_size=world, taken=taken, states=states)

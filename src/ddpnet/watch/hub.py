@@ -1,0 +1,249 @@
+"""The side channel's hub (edge): a small process rank 0 starts, not a thread of rank 0, so it
+outlives rank 0 being killed or aborted by gloo and can still name that. Every rank's heartbeat
+connects to it; it keeps each rank's last state, notices who leaves without a goodbye, runs the
+watchdog, prints the report on rank 0's stderr, writes it under the watch directory and sends
+the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
+
+It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
+``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
+when every rank has left, a few seconds after an exit verdict, or when no rank came at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import selectors
+import socket
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ddpnet.exitcodes import ExitCode
+from ddpnet.watch.analyze import Options, analyze
+from ddpnet.watch.dump import write_report
+from ddpnet.watch.report import render_html, render_text, report_dict
+from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
+from ddpnet.watch.watchdog import Settings, Watchdog
+from ddpnet.watch.wire import Lines, encode
+
+#: seconds the hub waits for the first rank before it gives up
+FIRST_RANK_S = 120.0
+#: seconds after an exit verdict before the hub leaves, connected or not
+AFTER_VERDICT_S = 5.0
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    bind: str
+    port: int
+    world_size: int
+    timeout: float
+    action: str
+    directory: str
+    #: the job's rendezvous: a rank of another job (or a stray client) is told it is wrong
+    token: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+@dataclass
+class Peer:
+    sock: socket.socket
+    lines: Lines
+    rank: int | None = None
+
+
+class Hub:
+    def __init__(self, options: HubOptions, sock: socket.socket) -> None:
+        self.options = options
+        self.settings = Settings(timeout=options.timeout, action=options.action)
+        self.watchdog = Watchdog(self.settings)
+        self.sock = sock
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(sock, selectors.EVENT_READ)
+        self.peers: dict[socket.socket, Peer] = {}
+        self.states: dict[int, RankState] = {}
+        self.left: dict[int, str] = {}
+        self.finished: set[int] = set()
+        self.started = time.monotonic()
+        self.verdict_at: float | None = None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        while not self.done():
+            for key, _events in self.selector.select(timeout=0.25):
+                if key.fileobj is self.sock:
+                    self.accept()
+                else:
+                    self.read(self.peers[key.fileobj])  # type: ignore[index]
+            self.tick()
+
+    def done(self) -> bool:
+        now = time.monotonic()
+        if self.verdict_at is not None:
+            return not self.peers or now - self.verdict_at > AFTER_VERDICT_S
+        if self.left and not self.watchdog.fired:
+            return False  # a rank left without a goodbye: name it first
+        away = len(self.finished | set(self.left))
+        if away >= self.options.world_size and not self.peers:
+            return True
+        return not self.states and now - self.started > FIRST_RANK_S
+
+    def accept(self) -> None:
+        try:
+            conn, _addr = self.sock.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self.peers[conn] = Peer(conn, Lines())
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def read(self, peer: Peer) -> None:
+        try:
+            data = peer.sock.recv(1 << 16)
+            messages = peer.lines.feed(data) if data else []
+        except (OSError, ValueError):
+            data, messages = b"", []
+        for message in messages:
+            self.handle(peer, message)
+        if not data:
+            self.drop(peer)
+
+    def drop(self, peer: Peer) -> None:
+        self.selector.unregister(peer.sock)
+        peer.sock.close()
+        self.peers.pop(peer.sock, None)
+        rank = peer.rank
+        if rank is not None and rank not in self.finished and rank not in self.left:
+            self.left[rank] = ("its process exited or was killed (side channel closed "
+                               "without a goodbye)")
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def handle(self, peer: Peer, message: dict[str, Any]) -> None:
+        kind = message.get("t")
+        if kind == "snapshot":
+            self.send(peer, {"t": "snapshot", "snapshot": self.snapshot().to_dict(),
+                             "stale_after": self.settings.stale_after})
+            return
+        rank = int(message.get("rank", -1))
+        if not 0 <= rank < self.options.world_size:
+            return
+        if kind == "hello":
+            self.send(peer, {"t": "welcome", "token": self.options.token})
+            if message.get("token") == self.options.token:
+                peer.rank = rank
+            return
+        if peer.rank != rank:
+            return  # not this job's rank: no hello with the right token on this connection
+        if kind == "state":
+            self.states[rank] = RankState.from_dict(message["state"])
+        elif kind == "call":
+            self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+        elif kind == "bye":
+            error = str(message.get("error", ""))
+            if error:
+                self.left[rank] = f"exited with an error: {error}"
+            else:
+                self.finished.add(rank)
+
+    def add_call(self, rank: int, record: CollectiveRecord) -> None:
+        state = self.states.get(rank) or RankState(rank=rank, world_size=self.options.world_size)
+        if any(r.seq == record.seq and r.group == record.group for r in state.recent):
+            return
+        # a rank announces a call only once the one before returned (or was async)
+        recent = tuple(replace(r, ended=record.started, state="completed")
+                       if r.ended is None and r.seq < record.seq else r for r in state.recent)
+        self.states[rank] = replace(state, recent=(*recent, record)[-64:])
+
+    def send(self, peer: Peer, message: dict[str, Any]) -> None:
+        """Best effort, never blocking: a peer whose buffer is full misses the message."""
+        with contextlib.suppress(OSError):
+            peer.sock.send(encode(message))
+
+    # -- the watchdog ------------------------------------------------------------------------
+
+    def snapshot(self, *, leavers_only: bool = False) -> Snapshot:
+        gone = dict(self.left)
+        if not leavers_only:
+            for rank in self.finished:
+                gone.setdefault(rank, "finished normally (said goodbye) while others may still "
+                                      "call collectives")
+        states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
+        states.update(self.states)
+        return Snapshot(self.options.world_size, time.time(), states, gone)
+
+    def tick(self) -> None:
+        if self.verdict_at is not None or not self.states:
+            return
+        trigger = self.watchdog.due(self.snapshot(leavers_only=True), time.monotonic())
+        if trigger is not None:
+            self.act(trigger)
+
+    def act(self, trigger: str) -> None:
+        snapshot = self.snapshot()
+        diagnosis = analyze(snapshot, Options(stale_after=self.settings.stale_after))
+        report = report_dict(diagnosis, snapshot, trigger)
+        directory = Path(self.options.directory)
+        written = write_report(directory, report, render_html(diagnosis, snapshot, trigger))
+        where = f"\n  report: {written}" if written else ""
+        sys.stderr.write(render_text(diagnosis, snapshot, trigger) + where + "\n")
+        sys.stderr.flush()
+        self.watchdog.fired = True
+        if self.settings.action != "exit":
+            return
+        verdict = {"t": "verdict", "diagnosis": diagnosis.to_dict(),
+                   "code": int(ExitCode.WATCHDOG), "report": str(written or "")}
+        for peer in list(self.peers.values()):
+            if peer.rank is not None:
+                self.send(peer, verdict)
+        self.verdict_at = time.monotonic()
+
+
+def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
+    """A running hub's snapshot and its ``stale_after`` (``ddpnet diagnose``); OSError when no
+    hub answers, ValueError when what answers is not one."""
+    from ddpnet.watch.wire import MAX_SNAPSHOT
+
+    deadline = time.monotonic() + timeout
+    lines = Lines(MAX_SNAPSHOT)
+    with socket.create_connection((address, port), timeout=timeout) as sock:
+        sock.sendall(encode({"t": "snapshot"}))
+        while time.monotonic() < deadline:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            for message in lines.feed(data):
+                if message.get("t") == "snapshot":
+                    return (Snapshot.from_dict(message["snapshot"]),
+                            float(message.get("stale_after", 10.0)))
+    raise ValueError(f"{address}:{port} did not answer with a watch snapshot")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m ddpnet.watch.hub OPTIONS_JSON``: bind, say ``ready PORT`` on stdout, serve."""
+    from ddpnet.net.ports import listen_socket
+
+    options = HubOptions(**json.loads(argv[0]))
+    try:
+        sock = listen_socket(options.bind, options.port, backlog=1024)
+    except OSError as exc:
+        print(f"error {options.bind}:{options.port}: {exc.strerror or exc}", flush=True)
+        return 1
+    sock.setblocking(False)
+    print(f"ready {sock.getsockname()[1]}", flush=True)
+    sys.stdout.close()
+    try:
+        Hub(options, sock).serve()
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

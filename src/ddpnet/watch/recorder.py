@@ -1,0 +1,213 @@
+"""What this rank is doing: its last collectives, its training phase and step.
+
+The collectives come from torch's Flight Recorder (``TORCH_FR_BUFFER_SIZE``): in torch >= 2.8
+both ProcessGroupGloo and ProcessGroupNCCL record every collective there, the C++ Reducer's
+gradient all-reduces of DDP included (a Python wrapper never sees those). ``ddpnet.init()``
+turns it on before the group exists. Reading it costs ~0.3 ms per heartbeat; torch's own
+bookkeeping ~10 us per collective (benchmarks/watch_overhead.py).
+
+Collectives called from Python (``dist.all_reduce`` ...) are also announced *before* they run
+(:meth:`Recorder.wrap_collectives`), with their call site: gloo aborts a process that receives
+the wrong size within microseconds, before any heartbeat could tell what it was calling. Where
+torch has no Flight Recorder, those wrapped calls are the record.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ddpnet.watch.state import PHASES, CollectiveRecord
+
+#: entries the Flight Recorder keeps per process (its ring); we publish the last RING
+FR_ENTRIES = 64
+RING = 32
+#: step times kept for the straggler analysis
+STEP_WINDOW = 16
+#: the Python collectives announced before they run (default group only)
+WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+           "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
+
+#: torch's dtype names in Flight Recorder dumps -> torch's usual names
+_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+           "Int": "int32", "Long": "int64", "Byte": "uint8", "Char": "int8", "Bool": "bool",
+           "Short": "int16"}
+
+
+def _prod(shape: Iterable[int]) -> int:
+    out = 1
+    for n in shape:
+        out *= int(n)
+    return out
+
+
+_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8,
+             "uint8": 1, "int8": 1, "bool": 1, "int16": 2}
+
+
+def call_site(frames: Iterable[Mapping[str, Any]]) -> str:
+    """``train.py:42 in step``: the innermost frame outside torch and ddpnet.watch (pure)."""
+    for frame in frames:
+        filename = str(frame.get("filename", ""))
+        if not filename or f"{os.sep}torch{os.sep}" in filename or \
+                f"ddpnet{os.sep}watch{os.sep}" in filename:
+            continue
+        return f"{os.path.basename(filename)}:{frame.get('line', '?')} in {frame.get('name', '?')}"
+    return ""
+
+
+def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...]:
+    """The Flight Recorder's entries as records, oldest first (pure). An entry is in flight
+    until torch retires it; gloo leaves its state at "scheduled", so ``retired`` decides."""
+    out = []
+    for entry in dump.get("entries", ()):
+        if entry.get("is_p2p"):
+            continue
+        sizes = entry.get("input_sizes") or [[]]
+        dtypes = entry.get("input_dtypes") or [""]
+        dtype = _DTYPES.get(str(dtypes[0]), str(dtypes[0]).lower())
+        shape = tuple(int(n) for n in sizes[0]) if sizes else ()
+        started = (entry.get("time_created_ns") or 0) / 1e9
+        done_ns = entry.get("time_discovered_completed_ns")
+        retired = bool(entry.get("retired")) or entry.get("state") == "completed"
+        group = entry.get("process_group") or ("", "default_pg")
+        out.append(CollectiveRecord(
+            seq=int(entry.get("collective_seq_id", 0)),
+            op=str(entry.get("profiling_name", "?")).split(":")[-1],
+            group=str(group[1] if len(group) > 1 else group[0]),
+            dtype=dtype, shape=shape, nbytes=_prod(shape) * _ITEMSIZE.get(dtype, 0),
+            started=started, ended=(done_ns / 1e9 if done_ns else started) if retired else None,
+            state="completed" if retired else "started",
+            site=call_site(entry.get("frames") or ())))
+    return tuple(out[-RING:])
+
+
+def flight_recorder() -> Mapping[str, Any] | None:
+    """This process's Flight Recorder dump, or None where torch has none (edge).
+
+    Without stacks: the first dump with stacks costs torch seconds (measured 2-7 s, once per
+    process) and the heartbeat must stay cheap (~0.3 ms without). Call sites come from the
+    announced Python calls instead."""
+    import pickle
+
+    import torch._C._distributed_c10d as c10d
+
+    dump = getattr(c10d, "_dump_fr_trace", None)
+    if dump is None:
+        return None
+    try:  # a pickle of our own process's recorder
+        data: Mapping[str, Any] = pickle.loads(dump(True, False, False))
+    except Exception:  # torch raises RuntimeError when no group recorded yet
+        return None
+    return data
+
+
+def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
+          ) -> tuple[CollectiveRecord, ...]:
+    """The Flight Recorder's records with the call sites of the announced Python calls, plus
+    announced calls it does not hold yet (pure)."""
+    from dataclasses import replace
+
+    sites = {(r.group, r.seq): r.site for r in called}
+    last = fr[-1].seq if fr else 0
+    out = [replace(r, site=sites.get((r.group, r.seq), r.site)) if not r.site else r
+           for r in fr]
+    seen = {(r.group, r.seq) for r in fr}
+    out += [r for r in called if (r.group, r.seq) not in seen and r.seq > last]
+    return tuple(sorted(out, key=lambda r: (r.started, r.seq)))[-RING:]
+
+
+class Recorder:
+    """The rank's phase, step and announced calls, written by the training thread and read
+    by the heartbeat thread (a lock keeps the pair consistent)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.phase, self.phase_since = "", clock()
+        self.step, self.step_started = -1, 0.0
+        self.step_times: deque[float] = deque(maxlen=STEP_WINDOW)
+        self.called: deque[CollectiveRecord] = deque(maxlen=RING)
+        self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
+        self.use_fr = True
+
+    def set_phase(self, phase: str) -> None:
+        if phase not in PHASES:
+            from ddpnet.errors import ConfigError
+
+            raise ConfigError(f"phase {phase!r} is not one of {', '.join(p for p in PHASES if p)}",
+                              "use ddpnet.phase('data'|'forward'|'backward'|'step'|...)")
+        with self.lock:
+            if phase != self.phase:
+                self.phase, self.phase_since = phase, self.clock()
+
+    def set_step(self, step: int) -> None:
+        now = self.clock()
+        with self.lock:
+            if self.step_started and step != self.step:
+                self.step_times.append(now - self.step_started)
+            self.step, self.step_started = step, now
+
+    def records(self) -> tuple[CollectiveRecord, ...]:
+        fr = flight_recorder() if self.use_fr else None
+        with self.lock:
+            called = tuple(self.called)
+        if fr is None:
+            return called[-RING:]
+        return merge(from_flight_recorder(fr), called)
+
+    def called_record(self, op: str, args: tuple[Any, ...], seq: int) -> CollectiveRecord:
+        tensor = args[0] if args and hasattr(args[0], "shape") else None
+        if isinstance(args[0] if args else None, list) and args[0] and \
+                hasattr(args[0][0], "shape"):
+            tensor = args[0][0]
+        dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else ""
+        shape = tuple(int(n) for n in tensor.shape) if tensor is not None else ()
+        frame = sys._getframe(2)
+        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in " \
+               f"{frame.f_code.co_name}"
+        return CollectiveRecord(seq=seq, op=op, group="default_pg", dtype=dtype, shape=shape,
+                                nbytes=_prod(shape) * _ITEMSIZE.get(dtype, 0),
+                                started=self.clock(), site=site)
+
+    def wrap_collectives(self, dist: Any, next_seq: Callable[[], int]) -> Callable[[], None]:
+        """Announce each default-group Python collective before it runs; returns the undo."""
+        originals = {name: getattr(dist, name) for name in WRAPPED if hasattr(dist, name)}
+        for name, original in originals.items():
+            setattr(dist, name, self._wrapped(name, original, next_seq))
+
+        def undo() -> None:
+            for name, original in originals.items():
+                setattr(dist, name, original)
+
+        return undo
+
+    def _wrapped(self, name: str, original: Callable[..., Any],
+                 next_seq: Callable[[], int]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("group") is not None:
+                return original(*args, **kwargs)
+            record = self.called_record(name, args, next_seq())
+            with self.lock:
+                self.called.append(record)
+            self.announce(record)
+            result = original(*args, **kwargs)
+            if not kwargs.get("async_op"):
+                self._ended(record)
+            return result
+
+        return call
+
+    def _ended(self, record: CollectiveRecord) -> None:
+        from dataclasses import replace
+
+        with self.lock:
+            if self.called and self.called[-1] is record:
+                self.called[-1] = replace(record, ended=self.clock(), state="completed")

@@ -1,0 +1,78 @@
+"""The watch report: one screen of text for rank 0's stderr (and ``ddpnet diagnose``), the
+same as a JSON object and a self-contained HTML page (pure)."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+from ddpnet.watch.analyze import describe
+from ddpnet.watch.state import Diagnosis, RankState, Snapshot
+
+#: ranks shown in the table of one screen (the JSON has them all)
+_ROWS = 16
+
+
+def report_dict(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str) -> dict[str, Any]:
+    return {"kind": diagnosis.kind, "trigger": trigger, "diagnosis": diagnosis.to_dict(),
+            "snapshot": snapshot.to_dict()}
+
+
+def _row(rank: int, state: RankState | None, now: float, gone: str) -> str:
+    if state is None:
+        return f"  {rank:>4}  {'?':<14} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
+    flight = state.in_flight()
+    doing = f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"
+    age = f"{max(0.0, now - state.phase_since):.0f}s" if state.phase_since else "-"
+    note = f"  [{gone}]" if gone else ""
+    return (f"  {rank:>4}  {state.host[:14]:<14} {state.step:>6}  {state.phase or '-':<9} "
+            f"{age:>6}  {doing}{note}")
+
+
+def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> str:
+    """At most ~30 lines: the verdict, the evidence, the fix, then one row per rank."""
+    when = time.strftime("%H:%M:%S", time.localtime(snapshot.taken)) if snapshot.taken else ""
+    head = f"ddpnet watch: {diagnosis.kind}" + (f" ({trigger}, {when})" if trigger else "")
+    lines = [head, f"  {diagnosis.summary}"]
+    lines += [f"  - {line}" for line in diagnosis.evidence[:8]]
+    if diagnosis.hint:
+        lines.append(f"  hint: {diagnosis.hint}")
+    lines.append(f"  {'rank':>4}  {'host':<14} {'step':>6}  {'phase':<9} {'for':>6}  collective")
+    ranks = sorted(set(snapshot.states) | set(snapshot.gone))
+    for rank in ranks[:_ROWS]:
+        lines.append(_row(rank, snapshot.states.get(rank), snapshot.taken,
+                          snapshot.gone.get(rank, "")))
+    if len(ranks) > _ROWS:
+        lines.append(f"  ... {len(ranks) - _ROWS} more ranks in the JSON report")
+    return "\n".join(lines)
+
+
+_CSS = ("body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24}"
+        "h1{font-size:22px} .root{border:2px solid #cf222e;border-radius:6px;padding:10px 14px;"
+        "max-width:980px} table{border-collapse:collapse;margin:8px 0}"
+        "th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}"
+        "code{background:#f3f4f6;padding:1px 4px;border-radius:3px}")
+
+
+def render_html(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{r}</td><td>{e(s.host if s else '?')}</td><td>{s.step if s else '-'}</td>"
+        f"<td>{e(s.phase if s else '-')}</td><td>{e(_doing(s))}</td>"
+        f"<td>{e(snapshot.gone.get(r, ''))}</td></tr>"
+        for r, s in sorted(snapshot.states.items()))
+    evidence = "".join(f"<li>{e(line)}</li>" for line in diagnosis.evidence)
+    return (f"<!doctype html><meta charset=utf-8><title>ddpnet watch: {e(diagnosis.kind)}"
+            f"</title><style>{_CSS}</style><h1>ddpnet watch: {e(diagnosis.kind)}</h1>"
+            f"<p>{e(trigger)}</p><div class=root><b>{e(diagnosis.summary)}</b><ul>{evidence}"
+            f"</ul><p>hint: {e(diagnosis.hint)}</p></div><table><tr><th>rank</th><th>host"
+            f"</th><th>step</th><th>phase</th><th>collective</th><th>gone</th></tr>{rows}"
+            f"</table>")
+
+
+def _doing(state: RankState | None) -> str:
+    if state is None:
+        return "-"
+    flight = state.in_flight()
+    return f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"

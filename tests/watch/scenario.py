@@ -1,0 +1,153 @@
+"""A tiny DDP training script with one fault, for the watch's real-process tests and its
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape or sleepdata;
+rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5).
+
+:func:`run_job` runs N such ranks on loopback and returns how each ended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddpnet
+
+
+def main(mode: str) -> None:
+    handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
+    print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
+    faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
+    fault_step = int(os.environ.get("FAULT_STEP", "5"))
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(int(os.environ.get("STEPS", "40"))):
+        fault = faulty and step == fault_step
+        if fault:
+            print(f"fault {mode} {time.time()}", flush=True)
+        ddpnet.step(step)
+        with ddpnet.phase("data"):
+            x = torch.randn(8, 16)
+            if fault and mode == "sleepdata":
+                time.sleep(600)
+        with ddpnet.phase("forward"):
+            loss = model(x).sum()
+        with ddpnet.phase("backward"):
+            loss.backward()
+        with ddpnet.phase("step"):
+            opt.step()
+            opt.zero_grad()
+        if fault and mode in ("stop", "kill"):
+            os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
+        if not (fault and mode == "skip"):
+            dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
+        time.sleep(0.02)
+    print("finished", flush=True)
+    ddpnet.shutdown()
+
+
+@dataclass
+class Job:
+    codes: dict[int, int]
+    stderr: dict[int, str]
+    stdout: dict[int, str]
+    fault_at: float | None
+    rank0_exit: float | None
+    report_at: float | None  # when the hub wrote report.json (the cause named)
+    left: list[int]  # pids still running afterwards (ranks or the hub): must be empty
+
+
+def _hubs(token: str) -> list[int]:
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or ())
+        if "ddpnet.watch.hub" in cmd and token in cmd:
+            out.append(proc.pid)
+    return out
+
+
+def start_job(mode: str, directory: str, *, world: int = 2, watch_timeout: float = 4,
+              extra: dict[str, str] | None = None) -> tuple[list[Any], int]:
+    """``world`` ranks of this script on loopback, each in a session of its own."""
+    import subprocess
+
+    from ddpnet.local import local_environ
+    from ddpnet.net.ports import free_port
+
+    port = free_port()
+    env = {**os.environ, "DDPNET_WATCH_DIR": directory, "WATCH_TIMEOUT": str(watch_timeout),
+           **(extra or {})}
+    procs = [subprocess.Popen([sys.executable, __file__, mode], text=True,
+                              env=local_environ(env, r, world, port, cpus=2),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+             for r in range(world)]
+    return procs, port
+
+
+def leftovers(procs: list[Any], port: int, world: int, patience: float = 10) -> list[int]:
+    """Pids of ranks or this job's hub still running after ``patience``; they are killed."""
+    token = f"127.0.0.1:{port}:{world}"
+    end = time.monotonic() + patience
+    while (_hubs(token) or any(p.poll() is None for p in procs)) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = [p.pid for p in procs if p.poll() is None] + _hubs(token)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
+            watch_timeout: float = 4, extra: dict[str, str] | None = None) -> Job:
+    """Run ``world`` ranks of this script; a SIGSTOPped rank gets SIGCONT once rank 0 is
+    gone (so it can read the verdict and exit); whatever still runs at the end is listed in
+    ``left`` and killed."""
+    import threading
+
+    procs, port = start_job(mode, directory, world=world, watch_timeout=watch_timeout,
+                            extra=extra)
+    outs: dict[int, tuple[str, str]] = {}
+
+    def drain(rank: int) -> None:
+        outs[rank] = procs[rank].communicate()
+
+    readers = [threading.Thread(target=drain, args=(r,), daemon=True) for r in range(world)]
+    for reader in readers:
+        reader.start()
+    deadline, rank0_exit = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        if procs[0].poll() is not None and rank0_exit is None:
+            rank0_exit = time.time()
+            for p in procs[1:]:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.1)
+    if rank0_exit is None and procs[0].poll() is not None:
+        rank0_exit = time.time()  # every rank ended within the same poll
+    left = leftovers(procs, port, world, patience=0 if rank0_exit is None else 10)
+    for reader in readers:
+        reader.join(10)
+    fault = next((line.split()[2] for out, _err in outs.values()
+                  for line in out.splitlines() if line.startswith("fault ")), None)
+    return Job({r: p.wait() for r, p in enumerate(procs)},
+               {r: outs.get(r, ("", ""))[1] for r in range(world)},
+               {r: outs.get(r, ("", ""))[0] for r in range(world)},
+               float(fault) if fault else None, rank0_exit, _mtime(directory), left)
+
+
+def _mtime(directory: str) -> float | None:
+    path = os.path.join(directory, "report.json")
+    return os.path.getmtime(path) if os.path.exists(path) else None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

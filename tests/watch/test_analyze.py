@@ -1,0 +1,90 @@
+"""The analysis on recorded snapshots: every kind named with its ranks, hosts and evidence."""
+
+from __future__ import annotations
+
+from ddpnet.watch.analyze import Options, analyze, describe, silent_ranks
+from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
+
+NOW = 1000.0
+
+
+def rec(seq: int, *, shape: tuple[int, ...] = (110,), ended: float | None = 1.0,
+        op: str = "all_reduce", site: str = "") -> CollectiveRecord:
+    return CollectiveRecord(seq=seq, op=op, dtype="float32", shape=shape, started=NOW - 30,
+                            ended=ended, state="completed" if ended else "started", site=site)
+
+
+def state(rank: int, *records: CollectiveRecord, phase: str = "backward",
+          published: float = NOW - 0.5, step: int = 7) -> RankState:
+    done = [r.seq for r in records if r.ended is not None]
+    return RankState(rank=rank, world_size=3, host=f"node{rank}", step=step, phase=phase,
+                     phase_since=NOW - 42, last_seq=max(done, default=0), recent=records,
+                     published=published)
+
+
+def snap(*states: RankState | None, gone: dict[int, str] | None = None) -> Snapshot:
+    return Snapshot(world_size=len(states), taken=NOW,
+                    states={i: s for i, s in enumerate(states)}, gone=gone or {})
+
+
+def test_healthy_group_is_ok() -> None:
+    d = analyze(snap(state(0, rec(1)), state(1, rec(1)), state(2, rec(1))))
+    assert d.kind == "ok"
+
+
+def test_killed_rank_is_gone_with_host_and_who_waits() -> None:
+    d = analyze(snap(state(0, rec(5), rec(6, ended=None)), state(1, rec(5)),
+                     state(2, rec(5), rec(6, ended=None)), gone={1: "process exited"}))
+    assert d.kind == "rank-gone" and d.ranks == (1,) and d.hosts == ("node1",)
+    assert "rank 1 (node1) is gone: process exited" in d.summary
+    assert any("rank 0 (node0) waits in all_reduce float32[110] seq 6" in e for e in d.evidence)
+
+
+def test_stopped_rank_with_stale_heartbeat_is_gone() -> None:
+    d = analyze(snap(state(0, rec(6, ended=None)), state(1, rec(5), published=NOW - 40),
+                     state(2, rec(6, ended=None))))
+    assert d.kind == "rank-gone" and d.ranks == (1,)
+    assert "no heartbeat for 40 s" in d.summary
+
+
+def test_stale_is_not_gone_in_dump_files() -> None:
+    s = snap(state(0, rec(6, ended=None)), state(1, rec(5), published=NOW - 40))
+    assert silent_ranks(s, Options(live=False)) == {}
+
+
+def test_shape_mismatch_names_ranks_seq_and_sites() -> None:
+    d = analyze(snap(state(0, rec(9, shape=(3,), ended=None, site="t.py:5 in f")),
+                     state(1, rec(9, shape=(4,), ended=None, site="t.py:7 in f")),
+                     state(2, rec(9, shape=(3,), ended=None, site="t.py:5 in f"))))
+    assert d.kind == "collective-mismatch" and d.ranks == (0, 1, 2)
+    assert "seq 9" in d.summary and "rank(s) 1 called all_reduce float32[4]" in d.summary
+    assert any("t.py:5" in e for e in d.evidence) and any("t.py:7" in e for e in d.evidence)
+
+
+def test_mismatch_wins_over_the_rank_it_killed() -> None:
+    d = analyze(snap(state(0, rec(4), rec(5, shape=(1,), ended=None)),
+                     state(1, rec(4), rec(5, ended=None)), gone={0: "process exited"}))
+    assert d.kind == "collective-mismatch"
+
+
+def test_same_shape_different_call_site_is_a_skipped_collective() -> None:
+    d = analyze(snap(state(0, rec(5, ended=None, site="a.py:1")),
+                     state(1, rec(5, ended=None, site="a.py:9"))))
+    assert d.kind == "collective-mismatch"
+
+
+def test_late_rank_in_data_is_not_arriving_with_phase_and_time() -> None:
+    d = analyze(snap(state(0, rec(5), rec(6, ended=None)), state(1, rec(5), phase="data"),
+                     state(2, rec(5), rec(6, ended=None))))
+    assert d.kind == "rank-not-arriving" and d.ranks == (1,) and d.hosts == ("node1",)
+    assert "in 'data' for 42 s" in d.summary and "data loader" in d.hint
+
+
+def test_everyone_inside_the_same_collective_is_stalled_not_a_rank() -> None:
+    d = analyze(snap(state(0, rec(6, ended=None)), state(1, rec(6, ended=None))))
+    assert d.kind in ("stalled", "network")
+    assert d.kind != "rank-not-arriving"
+
+
+def test_describe_a_barrier() -> None:
+    assert describe(CollectiveRecord(seq=3, op="barrier")) == "barrier seq 3"

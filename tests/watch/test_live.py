@@ -1,0 +1,65 @@
+"""Real gloo ranks with one fault each: the watch names the right kind with rank and host
+within its threshold + 15 s, every rank exits, nothing (rank or hub) is left running."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.watch.scenario import Job, run_job
+
+WATCH_TIMEOUT = 4.0
+
+
+def named(job: Job, kind: str) -> str:
+    report = job.stderr[0]
+    ours = [f"rank {r}: {line}" for r, err in job.stderr.items() for line in err.splitlines()
+            if "ddpnet" in line and "site-packages" not in line]
+    assert f"ddpnet watch: {kind}" in report, "\n".join([*ours, report[-1500:]])
+    return report
+
+
+def check_exits(job: Job, *, killed: int | None = None) -> None:
+    assert job.left == [], "something still ran after the verdict"
+    for rank, code in job.codes.items():
+        if rank != killed:
+            assert code in (4, 1, -6), (rank, code, job.stderr[rank][-2000:])
+    # 4: the verdict; 1: gloo saw the peer go first and raised; -6: gloo aborted on a mismatch
+    assert job.fault_at is not None and job.report_at is not None
+    assert job.report_at - job.fault_at < WATCH_TIMEOUT + 15
+
+
+@pytest.mark.parametrize("mode,kind", [
+    ("kill", "rank-gone"), ("stop", "rank-gone"), ("skip", "collective-mismatch"),
+    ("shape", "collective-mismatch"), ("sleepdata", "rank-not-arriving")])
+def test_fault_is_named_and_every_rank_exits(mode: str, kind: str, tmp_path: Path) -> None:
+    job = run_job(mode, str(tmp_path), watch_timeout=WATCH_TIMEOUT)
+    report = named(job, kind)
+    host = socket.gethostname()
+    assert f"rank 1 ({host})" in report or "rank(s) 1 called" in report
+    check_exits(job, killed=1 if mode == "kill" else None)
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["kind"] == kind
+    if mode == "sleepdata":
+        assert "in 'data' for" in report
+        assert job.codes == {0: 4, 1: 4}
+    if mode == "shape":
+        assert "float32[7]" in report and "float32[1]" in report
+
+
+def test_healthy_run_finishes_with_the_watch_on(tmp_path: Path) -> None:
+    job = run_job("ok", str(tmp_path), watch_timeout=WATCH_TIMEOUT)
+    assert job.codes == {0: 0, 1: 0}, job.stderr
+    assert job.left == []
+    assert "ddpnet watch" not in job.stderr[0]
+    assert not (tmp_path / "report.json").exists()
+    assert "watching True fr 64" in job.stdout[0] and "watching True" in job.stdout[1]
+
+
+def test_the_watch_can_be_turned_off(tmp_path: Path) -> None:
+    job = run_job("ok", str(tmp_path), extra={"DDPNET_WATCH": "0"})
+    assert job.codes == {0: 0, 1: 0} and job.left == []
+    assert "watching False fr None" in job.stdout[0]
