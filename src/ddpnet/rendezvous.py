@@ -73,9 +73,10 @@ def open_store(cfg: DistConfig, host: str, timeout: float, join_timeout: float) 
 
 def bind_address(cfg: DistConfig) -> str:
     """Where rank 0's store listens: MASTER_ADDR's own address on this host (``""``, every
-    interface, only when MASTER_ADDR is not one of this host's addresses). ``ddpnet check``'s
-    short-lived store listens dual-stack on every interface instead, so that a worker that
-    reaches it over the other family is seen and named (``family-mismatch``)."""
+    interface, only when MASTER_ADDR is not one of this host's addresses). ``ddpnet check``
+    listens here too and relays the port from the other family's addresses of the same
+    interface, so that a worker that reaches it over the other family is seen and named
+    (``family-mismatch``)."""
     from ddpnet.net.interfaces import list_interfaces
     from ddpnet.net.names import resolve_host
     from ddpnet.net.ports import store_address

@@ -52,3 +52,47 @@ def test_ctrl_c_is_answered_within_one_slice(store: Store) -> None:
     with pytest.raises(KeyboardInterrupt):
         store.get("never", 30.0)
     assert time.monotonic() - started < 0.3 + WAIT_SLICE + 0.5
+
+
+def _cfg(addr: str, port: int) -> object:
+    from ddpnet.config import DistConfig
+
+    return DistConfig("manual", 0, 2, 0, 1, 0, 2, addr, port, "env://")
+
+
+def test_rank0_listens_on_master_addr_only_not_every_interface() -> None:
+    """Issue 17: the check's store is unauthenticated; it listens on MASTER_ADDR's own
+    address (here loopback), not on [::] or 0.0.0.0."""
+    import socket
+
+    from ddpnet.check.store import listen_early
+    from ddpnet.net.ports import free_port
+
+    port = free_port()
+    early = listen_early(_cfg("127.0.0.1", port), "here")  # type: ignore[arg-type]
+    assert early.fd is not None
+    sock = socket.socket(fileno=early.fd)
+    try:
+        assert sock.getsockname()[:2] == ("127.0.0.1", port)
+        assert early.relays == ()  # ::1 is loopback: nothing to relay
+    finally:
+        sock.close()
+        early.close()
+
+
+def test_a_master_addr_that_is_not_ours_listens_everywhere() -> None:
+    """A VIP / NAT address (not this host's): only then every interface, as before."""
+    import socket
+
+    from ddpnet.check.store import listen_early
+    from ddpnet.net.ports import free_port
+
+    port = free_port()
+    early = listen_early(_cfg("198.18.254.254", port), "here")  # type: ignore[arg-type]
+    assert early.fd is not None
+    sock = socket.socket(fileno=early.fd)
+    try:
+        assert sock.getsockname()[0] in ("::", "0.0.0.0")
+    finally:
+        sock.close()
+        early.close()

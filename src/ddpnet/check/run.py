@@ -140,7 +140,20 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     else:
         preflight_patiently(cfg, environ, opts, tools.preflight)
     _require_address(cfg, sel, host)
-    listen_fd = listen_early(cfg, host) if cfg.rank == 0 else None
+    early = listen_early(cfg, host) if cfg.rank == 0 else None
+    try:
+        return _join_and_run(cfg, opts, sel, facts, tools, environ, progress, host, started,
+                             early.fd if early is not None else None)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
+                  facts: Future[dict[str, Any]], tools: Tools, environ: Mapping[str, str],
+                  progress: Progress, host: str, started: float,
+                  listen_fd: int | None) -> RankOutcome:
+    """Import torch, open (or join) the store and run this rank's stages."""
     # is what answers on MASTER_PORT a TCPStore? asked while torch imports (rank 0's store
     # answers once it imported torch too); as patient as a rank waits for rank 0
     probe = None if cfg.rank == 0 else _in_thread(

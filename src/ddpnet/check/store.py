@@ -9,16 +9,20 @@ Every wait is bounded and waits in short slices, so Ctrl-C is answered within on
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import socket
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from ddpnet.check.options import CheckOptions
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
+from ddpnet.net.ports import listen_socket
+from ddpnet.net.relay import Relay
 
 PREFIX = "ddpnet/check/"
 #: the longest single wait on the store: how late Ctrl-C may be seen
@@ -105,24 +109,70 @@ def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
         host=host, rank=0)
 
 
-def listen_early(cfg: DistConfig, host: str) -> int | None:
+@dataclass
+class EarlyListen:
+    """Rank 0's listening socket on MASTER_PORT (``fd``, taken over by the store) and the
+    relays from the other family's addresses; ``close()`` at the end of the check."""
+
+    fd: int | None
+    relays: tuple[Relay, ...] = ()
+
+    def close(self) -> None:
+        for relay in self.relays:
+            relay.close()
+
+
+def listen_early(cfg: DistConfig, host: str) -> EarlyListen:
     """Rank 0 binds MASTER_PORT before importing torch, so early ranks connect instead of
-    being refused; returns the listening fd for TCPStore(master_listen_fd=...). Like torch's
-    own store it listens on both families where it can ([::], dual-stack): a worker whose
-    MASTER_ADDR resolves to IPv6 joins, and the facts then show the family mismatch."""
+    being refused; the fd goes to TCPStore(master_listen_fd=...). It listens on
+    MASTER_ADDR's own address only (the store is unauthenticated: never on every interface)
+    and relays the port from the other family's addresses of that interface, so a worker
+    whose MASTER_ADDR resolves to IPv6 still joins and the facts show the family mismatch.
+    Only a MASTER_ADDR that is not this host's (a VIP, a NAT) leaves it on every interface."""
+    from ddpnet.rendezvous import bind_address
+
     if cfg.world_size <= 1:
-        return None
+        return EarlyListen(None)
+    own = bind_address(cfg)
+    try:
+        if not own:
+            return EarlyListen(_listen_everywhere(cfg))
+        sock = listen_socket(own, cfg.master_port)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise bind_error(cfg, host) from None
+        raise
+    return EarlyListen(int(sock.detach()), _relays(own, cfg.master_port))
+
+
+def _listen_everywhere(cfg: DistConfig) -> int | None:
     v6_only = ":" in cfg.master_addr
-    sock = None
     for family, wildcard in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-        if sock is not None or (family == socket.AF_INET and v6_only):
+        if family == socket.AF_INET and v6_only:
             continue
         try:
-            sock = _listen(family, wildcard, cfg.master_port)
+            return int(_listen(family, wildcard, cfg.master_port).detach())
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise bind_error(cfg, host) from None
-    return None if sock is None else int(sock.detach())  # the store owns it from now on
+                raise
+    return None
+
+
+def _relays(own: str, port: int) -> tuple[Relay, ...]:
+    """Relays of ``port`` from the other family's (non-link-local) addresses of the
+    interface that owns ``own``; best effort: an address that cannot listen is skipped."""
+    from ddpnet.net.interfaces import list_interfaces
+
+    family = 6 if ":" in own else 4
+    relays = []
+    for iface in list_interfaces():
+        if not iface.owns(own):
+            continue
+        for addr in iface.addresses:
+            if addr.family != family and not addr.is_link_local and not addr.is_loopback:
+                with contextlib.suppress(OSError):
+                    relays.append(Relay(addr.ip, port, own, port))
+    return tuple(relays)
 
 
 def _listen(family: socket.AddressFamily, wildcard: str, port: int) -> socket.socket:
