@@ -32,7 +32,8 @@ def _failing_report() -> CheckReport:
                   severity="warn", stage="facts"),
         ),
         nodes=tuple({"rank": i, "host": labels[i], "address": f"198.18.0.{i + 1}",
-                     "interface": "eth0", "mtu": 1500, "clock_offset_s": 0.001 * i}
+                     "interface": "eth0", "mtu": 1500, "clock_offset_s": 0.001 * i,
+                     "interface_why": {"source": "auto", "reason": "routes to MASTER_ADDR"}}
                     for i in range(4)),
         reachability=tuple(tuple("self" if i == j else ("filtered" if j == 2 else "ok")
                                  for j in range(4)) for i in range(4)),
@@ -72,6 +73,7 @@ def test_text_report_leads_with_the_root_cause() -> None:
     assert text.index("FAIL") < text.index("ROOT CAUSE: peer-port-blocked")
     assert text.index("peer-port-blocked") < text.index("slow-node")
     assert "filtered" in text and "0.09" in text
+    assert "eth0 (auto)" in text  # the interface and who chose it
 
 
 def test_html_is_self_contained_and_escaped() -> None:
@@ -80,6 +82,8 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert re.findall(r"https?://[^'\"]+", page) == ["http://www.w3.org/2000/svg"]
     assert "rank 2 &lt;b&gt;" in page and "rank 2 <b>" not in page
     assert "id='verdict' class='fail'" in page
+    # which interface each node uses and why
+    assert "why this interface" in page and "auto: routes to MASTER_ADDR" in page
 
 
 def _chromium(url: str, out: Path) -> tuple[str, list[str]]:

@@ -239,14 +239,24 @@ def analyze(rows: Mapping[int, Mapping[str, Mapping[str, Any]]], labels: Mapping
                 if all(r.broken for p, r in judged.items() if k in p)]
     covered = all(any(k in p for k in culprits) for p in broken)
     if len(broken) == len(judged) or not covered or len(culprits) == len(nodes):
-        where, odd = "every link between these nodes (a switch or path at a smaller MTU)" \
-            if len(broken) == len(judged) else "these pairs", sorted({n for p in broken
-                                                                         for n in p})
+        where, odd = _everywhere(judged, labels) if len(broken) == len(judged) else \
+            "these pairs", sorted({n for p in broken for n in p})
     else:
         odd = culprits
         where = "the link of " + ", ".join(labels.get(k, f"rank {k}") for k in odd) + \
             " (its NIC, cable or switch port): its other pairs are fine"
     return [_cause(broken, odd, where, labels, interfaces, stage)]
+
+
+def _everywhere(judged: Pairs, labels: Mapping[int, str]) -> str:
+    """Every probed pair broken: the switch, unless every pair probed shares one node (only
+    the paths to rank 0 were probed), which may be that node's link as well."""
+    common = set.intersection(*(set(p) for p in judged))
+    if len(common) == 1 and len({n for p in judged for n in p}) > 2:
+        hub = labels.get(next(iter(common)), "rank 0")
+        return (f"every path to {hub} ({hub}'s link or the switch; the paths between the "
+                "others were not probed)")
+    return "every link between these nodes (a switch or path at a smaller MTU)"
 
 
 def describe(r: PeerMtu) -> str:

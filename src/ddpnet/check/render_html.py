@@ -174,13 +174,16 @@ def _causes_html(report: CheckReport) -> list[str]:
 
 
 def _nodes_html(report: CheckReport) -> list[str]:
+    from ddpnet.check.nics import node_why
+
     cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
-            "cuda", "clock_offset_s", "doctor")
+            "cuda", "clock_offset_s", "doctor", "why this interface")
     out = ["<h2>Nodes</h2><table id='nodes'><tr>" + "".join(f"<th>{c}</th>" for c in cols)
            + "</tr>"]
     for n in report.nodes:
-        out.append("<tr>" + "".join(f"<td class='l'>{_e(_cell(n.get(c)))}</td>"
-                                    for c in cols) + "</tr>")
+        out.append("<tr>" + "".join(
+            f"<td class='l'>{_e(node_why(n) if c == cols[-1] else _cell(n.get(c)))}</td>"
+            for c in cols) + "</tr>")
     out.append("</table>")
     return out
 
