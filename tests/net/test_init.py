@@ -29,7 +29,7 @@ def _run_ranks(world: int, args: list[str], extra: dict[str, str] | None = None,
     for rank in range(world):
         env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                              "WORLD_SIZE": str(world), "RANK": str(rank),
-                             "PYTHONPATH": ROOT, **(extra or {})})
+                             "PYTHONPATH": f"{ROOT}/src:{ROOT}", **(extra or {})})
         procs.append(subprocess.Popen([sys.executable, WORKER, *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
@@ -53,8 +53,10 @@ def test_two_ranks_env_tcp_file_in_one_run(tmp_path: Path) -> None:
         for r in rounds:
             assert r["rank"] == rank and r["world_size"] == 2 and r["sum"] == 3.0
             assert r["backend"] == "gloo" and r["device"] == "cpu" and r["interface"] == "lo"
+            # the interface pins, and the watch's Flight Recorder size (docs/watch.md)
             assert r["environ_set"] == {"GLOO_SOCKET_IFNAME": "lo",
-                                        "NCCL_SOCKET_IFNAME": "=lo", "TP_SOCKET_IFNAME": "lo"}
+                                        "NCCL_SOCKET_IFNAME": "=lo", "TP_SOCKET_IFNAME": "lo",
+                                        "TORCH_FR_BUFFER_SIZE": "64"}
             assert r["changed"] == sorted(r["environ_set"])  # nothing else touched
             assert r["restored"] and not r["initialized"]
 
@@ -65,7 +67,7 @@ def test_rank0_missing_gives_refused_within_connect_timeout() -> None:
     t0 = time.monotonic()
     port = free_port()
     env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                         "WORLD_SIZE": "2", "RANK": "1", "PYTHONPATH": ROOT,
+                         "WORLD_SIZE": "2", "RANK": "1", "PYTHONPATH": f"{ROOT}/src:{ROOT}",
                          "NT_CONNECT_TIMEOUT": "2"})
     proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -157,7 +159,7 @@ def test_init_url() -> None:
 def test_import_ddpnet_stays_torch_free() -> None:
     code = "import sys, ddpnet; ddpnet.init; ddpnet.shutdown; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=clean_environ({"PYTHONPATH": ROOT}))
+                         check=True, env=clean_environ({"PYTHONPATH": f"{ROOT}/src:{ROOT}"}))
     assert out.stdout.strip() == "False"
 
 
@@ -168,7 +170,7 @@ def test_under_torchrun_rank0_uses_the_agent_store() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-port", str(port), WORKER, "env"],
-        env=clean_environ({"PYTHONPATH": ROOT}), capture_output=True, text=True, timeout=120)
+        env=clean_environ({"PYTHONPATH": f"{ROOT}/src:{ROOT}"}), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = sorted((json.loads(line) for line in proc.stdout.splitlines()
                      if line.startswith("{")), key=lambda o: o["rank"])

@@ -93,7 +93,8 @@ def test_hostname_loopback_plain_gloo_fails_ddpnet_init_works_env_tcp_file(
             assert o["sum"] == 10.0 and o["interface"] == "eth0", o
             assert o["environ_set"] == {"GLOO_SOCKET_IFNAME": "eth0",
                                         "NCCL_SOCKET_IFNAME": "=eth0",
-                                        "TP_SOCKET_IFNAME": "eth0"}
+                                        "TP_SOCKET_IFNAME": "eth0",
+                                        "TORCH_FR_BUFFER_SIZE": "64"}
             assert o["restored"] and o["changed"] == sorted(o["environ_set"])
         reasons[r.node.index] = rounds[0]["reason"]
     assert reasons[0] == f"MASTER_ADDR {lab.master_addr} is this host's address on eth0"
