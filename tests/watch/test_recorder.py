@@ -56,7 +56,8 @@ def test_phases_and_step_times() -> None:
     rec.set_step(1)
     now[0] = 100.5
     rec.set_step(2)
-    assert list(rec.step_times) == [0.5]
+    assert rec.take_spans() == [(100.0, 100.5)]
+    assert rec.take_spans() == []
     with pytest.raises(ConfigError):
         rec.set_phase("lunch")
 

@@ -3,6 +3,11 @@ every ``period`` seconds over its own TCP connection (not the process group it w
 obeys the hub's verdict: write this rank's dump, say why on stderr, exit with the watchdog's
 code. The training thread may be stuck inside a C++ collective, so exiting is ``os._exit``.
 
+Each state carries the last steps' wall and collective seconds (a ``StragglerWindow`` fed
+from the recorder's finished steps) and ``extra["ports"]``: the listeners its peers probe
+when the hub asks (a ``probe`` message: ``probe_pairs`` runs in a daemon thread, bounded, and
+its LinkProbes go back as ``probes``).
+
 Every socket operation has a timeout; a hub that vanishes only ends the heartbeat.
 """
 
@@ -20,8 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.watch.dump import write_state
+from ddpnet.watch.probe import (
+    BACKEND,
+    PORTS_KEY,
+    SIDE,
+    SINK,
+    ProbeSink,
+    listening_ports,
+    probe_pairs,
+)
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
+from ddpnet.watch.straggler import StragglerWindow, wait_in
 from ddpnet.watch.wire import Lines, encode
 
 #: seconds between heartbeats
@@ -49,16 +64,38 @@ class Beacon:
         self.stopped = threading.Event()
         self.lines = Lines()
         self.thread: threading.Thread | None = None
+        self.window = StragglerWindow()
+        self.window_lock = threading.Lock()
+        self.listeners: list[ProbeSink] = []
 
     def state(self) -> RankState:
         records = self.recorder.records()
         rec = self.recorder
         done = [r.seq for r in records if r.ended is not None]
+        with self.window_lock:
+            for start, end in rec.take_spans():
+                self.window = self.window.add(end - start, wait_in(records, start, end))
+            window = self.window
         with rec.lock:
             return replace(self.ident, step=rec.step, phase=rec.phase,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
-                           recent=records, step_times=tuple(rec.step_times),
-                           published=time.time())
+                           recent=records, step_times=window.step_times,
+                           wait_times=window.wait_times, published=time.time())
+
+    def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
+        """Listen for peers' probes on this rank's address and publish the ports: ``side``
+        (answers while this rank's host is up), ``sink`` (stream probes) and, for gloo only,
+        ``backend`` (gloo's own listener; NCCL's must not be poked)."""
+        side = ProbeSink(self.ident.address, max_conns=8, idle=2.0)
+        sink = ProbeSink(self.ident.address)
+        self.listeners = [side, sink]
+        ports = {SIDE: side.port, SINK: sink.port}
+        if gloo:
+            found = listening_ports(exclude=(*ports.values(), *exclude))
+            if found:
+                ports[BACKEND] = found[0]
+        self.ident = replace(self.ident, extra={**self.ident.extra, PORTS_KEY: ports})
+        return ports
 
     def connect(self, address: str, port: int, *, token: str, patience: float = 10.0) -> None:
         """Connect to the hub, retrying while it starts, and check it is this job's (``token``);
@@ -137,6 +174,25 @@ class Beacon:
         for message in self.lines.feed(data or b""):
             if message.get("t") == "verdict":
                 self.obey(message)
+            elif message.get("t") == "probe":
+                threading.Thread(target=self.probe, args=(message,), name="ddpnet-watch-probe",
+                                 daemon=True).start()
+
+    def probe(self, request: dict[str, Any]) -> None:
+        """Probe the peers the hub named and send back what was found (each probe bounded
+        by the request's timeout)."""
+        me = self.ident.rank
+        try:
+            peers = {int(r): RankState(rank=int(r), world_size=self.ident.world_size,
+                                       address=str(p.get("address", "")),
+                                       extra={PORTS_KEY: p.get("ports", {})})
+                     for r, p in dict(request.get("peers", {})).items()}
+            found = probe_pairs(peers, me, timeout=float(request.get("timeout", 2.0)),
+                                group=[int(r) for r in request.get("group", [*peers, me])])
+        except (OSError, ValueError, TypeError, RuntimeError):
+            found = ()
+        self.send({"t": "probes", "rank": me, "id": request.get("id"),
+                   "probes": [p.to_dict() for p in found]})
 
     def obey(self, verdict: dict[str, Any]) -> None:
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
@@ -159,3 +215,5 @@ class Beacon:
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()
+        for listener in self.listeners:
+            listener.close()

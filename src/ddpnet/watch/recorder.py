@@ -28,8 +28,8 @@ from ddpnet.watch.state import PHASES, CollectiveRecord
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
 RING = 32
-#: step times kept for the straggler analysis
-STEP_WINDOW = 16
+#: finished steps kept until the heartbeat takes them (it does once a second)
+STEP_WINDOW = 256
 #: the Python collectives announced before they run (default group only)
 WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
@@ -132,7 +132,8 @@ class Recorder:
         self.lock = threading.Lock()
         self.phase, self.phase_since = "", clock()
         self.step, self.step_started = -1, 0.0
-        self.step_times: deque[float] = deque(maxlen=STEP_WINDOW)
+        #: (start, end) of each finished step, until the heartbeat takes them
+        self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
@@ -151,8 +152,15 @@ class Recorder:
         now = self.clock()
         with self.lock:
             if self.step_started and step != self.step:
-                self.step_times.append(now - self.step_started)
+                self.spans.append((self.step_started, now))
             self.step, self.step_started = step, now
+
+    def take_spans(self) -> list[tuple[float, float]]:
+        """The steps finished since the last call, oldest first (the heartbeat's)."""
+        with self.lock:
+            spans = list(self.spans)
+            self.spans.clear()
+        return spans
 
     def records(self) -> tuple[CollectiveRecord, ...]:
         fr = flight_recorder() if self.use_fr else None

@@ -185,9 +185,11 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
                       interface=interface or "", address=address)
     beacon = Beacon(_recorder, ident, wc.directory)
     try:
+        beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
         # rank 0 started the hub before the group existed: no need to wait long for it
         beacon.connect(hub_address, hub_port(cfg, wc), token=job_token(cfg), patience=3.0)
     except OSError as exc:
+        beacon.close()
         sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {host}: the watch is off: no "
                          f"hub at {hub_address}:{hub_port(cfg, wc)} ({exc})\n")
         return
