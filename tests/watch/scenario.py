@@ -1,6 +1,9 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
-benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape or sleepdata;
-rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5).
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata or
+slow; rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
+that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
+all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
+so a wait inside backward would not be measured there).
 
 :func:`run_job` runs N such ranks on loopback and returns how each ended."""
 
@@ -42,6 +45,8 @@ def main(mode: str) -> None:
         with ddpnet.phase("backward"):
             loss.backward()
         with ddpnet.phase("step"):
+            if faulty and mode == "slow" and step >= fault_step:
+                time.sleep(float(os.environ.get("SLOW_S", "0.1")))
             opt.step()
             opt.zero_grad()
         if fault and mode in ("stop", "kill"):

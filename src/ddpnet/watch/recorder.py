@@ -108,16 +108,27 @@ def flight_recorder() -> Mapping[str, Any] | None:
     return data
 
 
+def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> CollectiveRecord:
+    """A Flight Recorder record with what the announced call knows: its site, and its end
+    when torch has none (gloo records no completion time: ``ended == started``)."""
+    from dataclasses import replace
+
+    if call is None:
+        return fr
+    out = fr if fr.site else replace(fr, site=call.site)
+    if call.ended is not None and (out.ended is None or out.ended == out.started):
+        out = replace(out, started=call.started, ended=call.ended, state="completed")
+    return out
+
+
 def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
           ) -> tuple[CollectiveRecord, ...]:
     """The Flight Recorder's records with the call sites of the announced Python calls, plus
     announced calls it does not hold yet (pure)."""
-    from dataclasses import replace
 
-    sites = {(r.group, r.seq): r.site for r in called}
+    mine = {(r.group, r.seq): r for r in called}
     last = fr[-1].seq if fr else 0
-    out = [replace(r, site=sites.get((r.group, r.seq), r.site)) if not r.site else r
-           for r in fr]
+    out = [_with_call(r, mine.get((r.group, r.seq))) for r in fr]
     seen = {(r.group, r.seq) for r in fr}
     out += [r for r in called if (r.group, r.seq) not in seen and r.seq > last]
     return tuple(sorted(out, key=lambda r: (r.started, r.seq)))[-RING:]
