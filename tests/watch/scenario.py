@@ -9,6 +9,7 @@ so a wait inside backward would not be measured there).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -21,11 +22,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpnet
+from ddpnet.watch.session import ports as watch_ports
 
 
 def main(mode: str) -> None:
     handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
+    print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)
@@ -54,6 +57,8 @@ def main(mode: str) -> None:
         if not (fault and mode == "skip"):
             dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
         time.sleep(0.02)
+        if step % 20 == 0:
+            print(f"step {step}", flush=True)
     print("finished", flush=True)
     ddpnet.shutdown()
 

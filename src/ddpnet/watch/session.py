@@ -220,6 +220,14 @@ def active() -> bool:
     return _session is not None
 
 
+def ports() -> dict[str, int]:
+    """The ports this rank published for its peers' link probes ({} when not watched)."""
+    session = _session
+    if session is None:
+        return {}
+    return dict(session.beacon.ident.extra.get("ports", {}))
+
+
 # -- the public API ----------------------------------------------------------------------------
 
 class _Phase(contextlib.AbstractContextManager["_Phase"]):
