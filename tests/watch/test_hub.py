@@ -167,3 +167,11 @@ def test_a_straggler_is_warned_once_in_one_line(
     saved = json.loads((tmp_path / "warnings.json").read_text())
     assert [w["ranks"] for w in saved] == [[1]]
     sock.close()
+
+
+def test_a_silent_rank_is_probed_by_connects_only() -> None:
+    states = {r: RankState(rank=r, world_size=100, address=f"10.0.0.{r}",
+                           extra={"ports": {"side": 1000 + r}}) for r in range(100)}
+    request = probe_request(3, states, 50, tuple(range(100)), silent=(7, 50))
+    assert set(request["peers"]) == {"7"} and request["stream"] is False
+    assert probe_request(3, states, 50, tuple(range(100)))["stream"] is True

@@ -13,6 +13,7 @@ Every socket operation has a timeout; a hub that vanishes only ends the heartbea
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -24,12 +25,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ddpnet.exitcodes import ExitCode
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
     BACKEND,
     PORTS_KEY,
     SIDE,
     SINK,
+    STREAM_BYTES,
     ProbeSink,
     listening_ports,
     probe_pairs,
@@ -43,6 +46,9 @@ from ddpnet.watch.wire import Lines, encode
 PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
+#: seconds the hub may leave what this rank sent unacknowledged before the rank counts
+#: itself cut off (TCP_USER_TIMEOUT; the session passes the watch timeout)
+LOST_AFTER_S = 60.0
 
 
 def _exit_now(code: int) -> None:
@@ -54,10 +60,11 @@ class Beacon:
     """One rank's side of the side channel."""
 
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
-                 period: float = PERIOD_S,
+                 period: float = PERIOD_S, lost_after: float = LOST_AFTER_S,
                  exit_now: Callable[[int], None] = _exit_now) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
         self.period = period
+        self.lost_after = lost_after
         self.exit_now = exit_now
         self.sock: socket.socket | None = None
         self.send_lock = threading.Lock()
@@ -104,6 +111,9 @@ class Beacon:
         while True:
             try:
                 self.sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
+                if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
+                    self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                         int(self.lost_after * 1000))
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -126,10 +136,28 @@ class Beacon:
         try:
             with self.send_lock:
                 sock.sendall(encode(message))
-        except OSError:
+        except OSError as exc:
             self.sock = None
+            if exc.errno == errno.ETIMEDOUT:
+                self.cut_off()
             return False
         return True
+
+    def cut_off(self) -> None:
+        """The hub left what we sent unacknowledged for ``lost_after`` s: this rank's host
+        cannot reach rank 0's (its link is down). Inside a collective that cannot finish
+        either, so exit now (dump and one line) rather than at the backend's timeout."""
+        flight = next((r for r in self.recorder.records() if r.ended is None), None)
+        if flight is None or self.stopped.is_set():
+            return
+        why = (f"cut off: the watch hub acknowledged nothing for {self.lost_after:.0f} s while "
+               f"this rank is inside {flight.op} seq {flight.seq}: this node's link or route "
+               f"to rank 0's host is down")
+        path = write_state(self.directory, self.state(), why)
+        dump = f"; dump {path}" if path else ""
+        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits "
+                         f"({int(ExitCode.WATCHDOG)}): {why}{dump}\n")
+        self.exit_now(int(ExitCode.WATCHDOG))
 
     def expect(self, kind: str) -> dict[str, Any]:
         """The first message of ``kind`` within the socket timeout ({} if none)."""
@@ -166,8 +194,11 @@ class Beacon:
         try:
             ready, _, _ = select.select([sock], [], [], seconds)
             data = sock.recv(1 << 16) if ready else None
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             data = b""
+            if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+                self.sock = None
+                self.cut_off()
         if data == b"":  # the hub is gone: nobody watches any more
             self.sock = None
             return
@@ -188,7 +219,8 @@ class Beacon:
                                        extra={PORTS_KEY: p.get("ports", {})})
                      for r, p in dict(request.get("peers", {})).items()}
             found = probe_pairs(peers, me, timeout=float(request.get("timeout", 2.0)),
-                                group=[int(r) for r in request.get("group", [*peers, me])])
+                                group=[int(r) for r in request.get("group", [*peers, me])],
+                                stream_bytes=STREAM_BYTES if request.get("stream", True) else 0)
         except (OSError, ValueError, TypeError, RuntimeError):
             found = ()
         self.send({"t": "probes", "rank": me, "id": request.get("id"),

@@ -82,13 +82,16 @@ class Probing:
 
 
 def probe_request(ident: int, states: dict[int, RankState], rank: int,
-                  group: tuple[int, ...]) -> dict[str, Any]:
+                  group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
     """What ``rank`` is asked to probe: only the peers it probes, each with its address and
-    published ports (pure; O(1) peers per rank above ``FULL_MESH_LIMIT``)."""
+    published ports (pure; O(1) peers per rank above ``FULL_MESH_LIMIT``). With ``silent``
+    (ranks that stopped answering) only those, by connects: is their host still up?"""
+    if silent:
+        group = (rank, *silent)
     peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
              for r in peers_to_probe(rank, group) if r in states and states[r].address}
     return {"t": "probe", "id": ident, "group": list(group), "timeout": PROBE_TIMEOUT_S,
-            "peers": peers}
+            "peers": peers, "stream": not silent}
 
 
 class Hub:
@@ -258,19 +261,28 @@ class Hub:
         False when there is nothing to probe (then the hub acts at once)."""
         snapshot = self.snapshot()
         stuck = network.stuck_collective(snapshot)
-        if stuck is None or not network.wants_probes(snapshot):
+        silent = () if stuck is not None else self.silent(snapshot)
+        if not (silent or network.wants_probes(snapshot)):
             return False
+        group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
         self.rounds += 1
         asked = set()
         for peer in list(self.peers.values()):
             rank = peer.rank
-            if rank is not None and rank not in self.left and rank not in self.finished:
-                self.send(peer, probe_request(self.rounds, self.states, rank, stuck.ranks))
+            if rank is not None and rank not in (*self.left, *self.finished, *silent):
+                self.send(peer, probe_request(self.rounds, self.states, rank, group, silent))
                 asked.add(rank)
         if not asked:
             return False
         self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [])
         return True
+
+    def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
+        """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
+        stale = self.settings.stale_after
+        return tuple(r for r, s in sorted(self.states.items())
+                     if r not in self.left and r not in self.finished
+                     and snapshot.taken - s.published > stale)[:8]
 
     def add_probes(self, rank: int, message: dict[str, Any]) -> None:
         probing = self.probing

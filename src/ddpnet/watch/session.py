@@ -183,7 +183,7 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     host = socket.gethostname()
     ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=host, pid=os.getpid(),
                       interface=interface or "", address=address)
-    beacon = Beacon(_recorder, ident, wc.directory)
+    beacon = Beacon(_recorder, ident, wc.directory, lost_after=wc.timeout)
     try:
         beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
         # rank 0 started the hub before the group existed: no need to wait long for it
