@@ -1,11 +1,15 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
-benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape or sleepdata;
-rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5).
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata or
+slow; rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
+that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
+all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
+so a wait inside backward would not be measured there).
 
 :func:`run_job` runs N such ranks on loopback and returns how each ended."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -18,11 +22,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpnet
+from ddpnet.watch.session import ports as watch_ports
 
 
 def main(mode: str) -> None:
     handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
+    print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)
@@ -42,6 +48,8 @@ def main(mode: str) -> None:
         with ddpnet.phase("backward"):
             loss.backward()
         with ddpnet.phase("step"):
+            if faulty and mode == "slow" and step >= fault_step:
+                time.sleep(float(os.environ.get("SLOW_S", "0.1")))
             opt.step()
             opt.zero_grad()
         if fault and mode in ("stop", "kill"):
@@ -49,6 +57,8 @@ def main(mode: str) -> None:
         if not (fault and mode == "skip"):
             dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
         time.sleep(0.02)
+        if step % 20 == 0:
+            print(f"step {step}", flush=True)
     print("finished", flush=True)
     ddpnet.shutdown()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpnet.watch.analyze import Options, analyze, describe, silent_ranks
+from ddpnet.watch.analyze import Options, analyze, describe, rank_gone, silent_ranks
 from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
 
 NOW = 1000.0
@@ -88,3 +88,26 @@ def test_everyone_inside_the_same_collective_is_stalled_not_a_rank() -> None:
 
 def test_describe_a_barrier() -> None:
     assert describe(CollectiveRecord(seq=3, op="barrier")) == "barrier seq 3"
+
+
+def test_a_silent_rank_whose_host_answers_on_no_port_is_named_cut_off() -> None:
+    """The hub's probes of a rank that stopped answering: every connect timing out is its
+    link or host down; one answer (a SIGSTOPped process's kernel still accepts) is not."""
+    from ddpnet.watch.state import LinkProbe
+
+    flight = (CollectiveRecord(seq=9, op="all_reduce", started=90.0),)
+    states = {r: RankState(rank=r, world_size=3, host=f"n{r}", recent=flight,
+                           published=100.0 if r != 1 else 80.0) for r in range(3)}
+    down = tuple(LinkProbe(src, 1, False, "timeout", port=port, purpose=purpose,
+                           outcome="timeout")
+                 for src in (0, 2) for port, purpose in ((5, "side"), (6, "sink")))
+    found = rank_gone(Snapshot(3, 100.0, states, probes=down))
+    assert found is not None and found.ranks == (1,)
+    assert "its host answers on no port from rank(s) 0, 2 (every connect timeout): its link " \
+           "or host is down" in found.summary
+    answered = (*down[:1], LinkProbe(2, 1, True, "connected", port=5, purpose="side",
+                                     outcome="connected"))
+    found = rank_gone(Snapshot(3, 100.0, states, probes=answered))
+    assert found is not None and "(process stopped or host frozen)" in found.summary
+    found = rank_gone(Snapshot(3, 100.0, states))
+    assert found is not None and "(process stopped or host frozen)" in found.summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -11,9 +12,9 @@ import pytest
 
 from ddpnet.net.ports import listen_socket
 from ddpnet.watch.heartbeat import Beacon
-from ddpnet.watch.hub import Hub, HubOptions, ask_snapshot
+from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request
 from ddpnet.watch.recorder import Recorder
-from ddpnet.watch.state import RankState
+from ddpnet.watch.state import CollectiveRecord, RankState
 
 TOKEN = "127.0.0.1:1:2"
 
@@ -92,3 +93,85 @@ def test_no_hub_is_an_os_error_quickly(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         beacon(0, tmp_path, []).connect("127.0.0.1", port, token=TOKEN, patience=0.5)
     assert time.monotonic() - start < 5
+
+
+def stuck_beacon(rank: int, tmp_path: Path, exits: list[tuple[int, int]]) -> Beacon:
+    """A rank inside all_reduce #5 that never returns, with its probe listeners open."""
+    rec = Recorder()
+    rec.use_fr = False
+    rec.called.append(CollectiveRecord(seq=5, op="all_reduce", group="default_pg",
+                                       started=time.time()))
+    b = Beacon(rec, RankState(rank=rank, world_size=2, host=f"h{rank}", address="127.0.0.1"),
+               tmp_path, period=0.2, exit_now=lambda code: exits.append((rank, code)))
+    ports = b.open_ports(gloo=False)
+    assert set(ports) == {"side", "sink"} and b.ident.extra["ports"] == ports
+    return b
+
+
+def test_a_stall_in_one_collective_is_probed_and_the_closed_port_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _hub, port, thread = start_hub(tmp_path, timeout=1.0)
+    exits: list[tuple[int, int]] = []
+    b0, b1 = stuck_beacon(0, tmp_path, exits), stuck_beacon(1, tmp_path, exits)
+    b1.listeners[1].close()  # rank 1's sink stops listening: refused, its side port answers
+    for b in (b0, b1):
+        b.connect("127.0.0.1", port, token=TOKEN)
+    assert wait_for(lambda: len(exits) == 2, 20), capsys.readouterr().err
+    thread.join(10)
+    report = json.loads((tmp_path / "report.json").read_text())
+    probes = report["snapshot"]["probes"]
+    assert {p["src_rank"] for p in probes} == {0, 1}  # both ranks answered the request
+    assert report["kind"] == "network", report["diagnosis"]
+    # two ranks, one failing pair: the link is named (a node needs a third rank to tell)
+    summary = report["diagnosis"]["summary"]
+    assert summary.startswith("firewall: rank 0 (h0") and "rank 1 (h1" in summary, summary
+    assert f"port(s) {b1.ident.extra['ports']['sink']} are refused" in summary
+    for b in (b0, b1):
+        b.close()
+
+
+def test_probe_request_names_only_the_peers_a_rank_probes() -> None:
+    states = {r: RankState(rank=r, world_size=100, address=f"10.0.0.{r}",
+                           extra={"ports": {"side": 1000 + r}}) for r in range(100)}
+    request = probe_request(7, states, 5, tuple(range(100)))
+    assert request["id"] == 7 and request["t"] == "probe"
+    assert set(request["peers"]) == {"4", "6"}  # ring neighbours above 64 ranks
+    assert request["peers"]["6"] == {"address": "10.0.0.6", "ports": {"side": 1006}}
+
+
+def test_late_or_foreign_probes_are_ignored(tmp_path: Path) -> None:
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, 30, "exit", str(tmp_path), TOKEN), sock)
+    hub.probing = Probing(2, "no progress", time.monotonic() + 5, {0, 1}, [])
+    probe = {"src_rank": 1, "dst_rank": 0, "reachable": True}
+    hub.add_probes(1, {"id": 1, "probes": [probe]})  # an earlier stall's
+    assert hub.probing.waiting == {0, 1} and hub.probing.found == []
+    hub.add_probes(1, {"id": 2, "probes": [probe]})
+    hub.add_probes(1, {"id": 2, "probes": [probe]})  # twice: counted once
+    assert hub.probing.waiting == {0} and len(hub.probing.found) == 1
+    sock.close()
+
+
+def test_a_straggler_is_warned_once_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, 30, "exit", str(tmp_path), TOKEN), sock)
+    steps = (0.2,) * 10
+    hub.states = {0: RankState(rank=0, world_size=2, step_times=steps, wait_times=(0.15,) * 10),
+                  1: RankState(rank=1, world_size=2, host="slow", step_times=steps,
+                               wait_times=(0.0,) * 10)}
+    hub.check_stragglers(100.0)
+    hub.check_stragglers(200.0)  # the same straggler again: no second line
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("ddpnet: watch: warning: straggler: rank 1 (slow")
+    saved = json.loads((tmp_path / "warnings.json").read_text())
+    assert [w["ranks"] for w in saved] == [[1]]
+    sock.close()
+
+
+def test_a_silent_rank_is_probed_by_connects_only() -> None:
+    states = {r: RankState(rank=r, world_size=100, address=f"10.0.0.{r}",
+                           extra={"ports": {"side": 1000 + r}}) for r in range(100)}
+    request = probe_request(3, states, 50, tuple(range(100)), silent=(7, 50))
+    assert set(request["peers"]) == {"7"} and request["stream"] is False
+    assert probe_request(3, states, 50, tuple(range(100)))["stream"] is True

@@ -54,7 +54,7 @@ def test_healthy_run_finishes_with_the_watch_on(tmp_path: Path) -> None:
     job = run_job("ok", str(tmp_path), watch_timeout=WATCH_TIMEOUT)
     assert job.codes == {0: 0, 1: 0}, job.stderr
     assert job.left == []
-    assert "ddpnet watch" not in job.stderr[0]
+    assert "ddpnet watch" not in job.stderr[0] and "warning: straggler" not in job.stderr[0]
     assert not (tmp_path / "report.json").exists()
     assert "watching True fr 64" in job.stdout[0] and "watching True" in job.stdout[1]
 
@@ -63,3 +63,17 @@ def test_the_watch_can_be_turned_off(tmp_path: Path) -> None:
     job = run_job("ok", str(tmp_path), extra={"DDPNET_WATCH": "0"})
     assert job.codes == {0: 0, 1: 0} and job.left == []
     assert "watching False fr None" in job.stdout[0]
+
+
+def test_a_slow_rank_is_warned_once_and_the_job_goes_on(tmp_path: Path) -> None:
+    """Rank 1's optimizer step takes 0.1 s longer from step 5 on: the hub's periodic straggler
+    analysis (every 10 s) names it in one warning line on rank 0's stderr; nobody exits."""
+    job = run_job("slow", str(tmp_path), watch_timeout=10, extra={"STEPS": "150"})
+    assert job.codes == {0: 0, 1: 0}, job.stderr
+    warned = [line for line in job.stderr[0].splitlines() if "warning: straggler" in line]
+    assert len(warned) == 1, job.stderr[0][-2000:]
+    assert f"straggler: rank 1 ({socket.gethostname()}" in warned[0]
+    assert "computes" in warned[0] and "median of the last" in warned[0]
+    saved = json.loads((tmp_path / "warnings.json").read_text())
+    assert [w["ranks"] for w in saved] == [[1]]
+    assert not (tmp_path / "report.json").exists()

@@ -65,10 +65,20 @@ def test_stuck_collective_found_when_every_rank_is_inside_the_same_one() -> None
 
 def test_not_all_ranks_in_the_same_collective_is_not_network() -> None:
     snap = snapshot()
-    behind = {**snap.states, 2: rank_state(2, 3, seq=6)}
+    behind = {**snap.states, 2: rank_state(2, 3, seq=5)}
     snap = Snapshot(3, NOW, behind)
     assert network.stuck_collective(snap) is None
     assert network.detect(snap) is None and not network.wants_probes(snap)
+
+
+def test_a_rank_one_collective_behind_and_still_inside_it_is_the_same_stall() -> None:
+    """The others finished seq 6 and wait in 7; rank 2 never got its last chunk of 6 (the
+    lab's firewall on one rank's gloo port does this): probe, and name seq 6."""
+    snap = snapshot()
+    behind = Snapshot(3, NOW, {**snap.states, 2: rank_state(2, 3, seq=6)})
+    stuck = network.stuck_collective(behind)
+    assert stuck is not None and stuck.seq == 6
+    assert network.wants_probes(behind)
 
 
 def test_a_rank_that_finished_it_or_calls_another_op_is_not_network() -> None:

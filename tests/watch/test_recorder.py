@@ -56,7 +56,8 @@ def test_phases_and_step_times() -> None:
     rec.set_step(1)
     now[0] = 100.5
     rec.set_step(2)
-    assert list(rec.step_times) == [0.5]
+    assert rec.take_spans() == [(100.0, 100.5)]
+    assert rec.take_spans() == []
     with pytest.raises(ConfigError):
         rec.set_phase("lunch")
 
@@ -92,3 +93,14 @@ def test_wrapped_collective_is_announced_before_it_runs() -> None:
     assert rec.called[-1].ended is not None
     undo()
     assert not hasattr(fake.all_reduce, "__wrapped__")
+
+
+def test_an_announced_call_gives_gloo_records_their_end() -> None:
+    """gloo's Flight Recorder retires a record without a completion time (ended == started):
+    the announced call's end is the one the straggler wait needs."""
+    fr = (CollectiveRecord(seq=9, op="all_reduce", started=5.0, ended=5.0, state="completed"),
+          CollectiveRecord(seq=10, op="all_reduce", started=6.0, ended=6.0, state="completed"))
+    called = [CollectiveRecord(seq=9, op="all_reduce", started=4.9, ended=5.4, site="t.py:3")]
+    merged = merge(fr, called)
+    assert (merged[0].started, merged[0].ended, merged[0].site) == (4.9, 5.4, "t.py:3")
+    assert merged[1] == fr[1]

@@ -96,8 +96,21 @@ def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
             out[rank] = "never published its state" if options.live else "left no dump"
         elif options.live and snapshot.taken - state.published > options.stale_after:
             out[rank] = (f"no heartbeat for {snapshot.taken - state.published:.0f} s while its "
-                         f"side-channel connection stays open (process stopped or host frozen)")
+                         f"side-channel connection stays open" + _why_silent(snapshot, rank))
     return out
+
+
+def _why_silent(snapshot: Snapshot, rank: int) -> str:
+    """From the peers' connect probes to a silent rank, when the hub ran them: every port
+    timing out or unreachable is its link or host down; any answer, a stopped process."""
+    probes = [p for p in snapshot.probes if p.dst_rank == rank and p.what == "connect"]
+    if not probes or any(p.reachable for p in probes):
+        return " (process stopped or host frozen)"
+    if all(p.outcome in ("timeout", "unreachable") for p in probes):
+        who = ", ".join(str(r) for r in sorted({p.src_rank for p in probes}))
+        return (f"; its host answers on no port from rank(s) {who} (every connect "
+                f"{probes[0].outcome}): its link or host is down")
+    return " (process stopped or host frozen)"
 
 
 def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:

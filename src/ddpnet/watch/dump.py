@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,15 @@ def write_report(directory: Path, report: Mapping[str, Any], html: str) -> Path 
     except OSError:
         return None
     return directory / "report.json"
+
+
+def write_warnings(directory: Path, warnings: Sequence[Mapping[str, Any]]) -> Path | None:
+    """``warnings.json``: what the hub warned about while the job ran (stragglers)."""
+    try:
+        _write(directory / "warnings.json", json.dumps(list(warnings), indent=1))
+    except OSError:
+        return None
+    return directory / "warnings.json"
 
 
 def read_dumps(directory: Path) -> Snapshot:

@@ -3,11 +3,17 @@ every ``period`` seconds over its own TCP connection (not the process group it w
 obeys the hub's verdict: write this rank's dump, say why on stderr, exit with the watchdog's
 code. The training thread may be stuck inside a C++ collective, so exiting is ``os._exit``.
 
+Each state carries the last steps' wall and collective seconds (a ``StragglerWindow`` fed
+from the recorder's finished steps) and ``extra["ports"]``: the listeners its peers probe
+when the hub asks (a ``probe`` message: ``probe_pairs`` runs in a daemon thread, bounded, and
+its LinkProbes go back as ``probes``).
+
 Every socket operation has a timeout; a hub that vanishes only ends the heartbeat.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -19,15 +25,30 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ddpnet.exitcodes import ExitCode
 from ddpnet.watch.dump import write_state
+from ddpnet.watch.probe import (
+    BACKEND,
+    PORTS_KEY,
+    SIDE,
+    SINK,
+    STREAM_BYTES,
+    ProbeSink,
+    listening_ports,
+    probe_pairs,
+)
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
+from ddpnet.watch.straggler import StragglerWindow, wait_in
 from ddpnet.watch.wire import Lines, encode
 
 #: seconds between heartbeats
 PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
+#: seconds the hub may leave what this rank sent unacknowledged before the rank counts
+#: itself cut off (TCP_USER_TIMEOUT; the session passes the watch timeout)
+LOST_AFTER_S = 60.0
 
 
 def _exit_now(code: int) -> None:
@@ -39,26 +60,49 @@ class Beacon:
     """One rank's side of the side channel."""
 
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
-                 period: float = PERIOD_S,
+                 period: float = PERIOD_S, lost_after: float = LOST_AFTER_S,
                  exit_now: Callable[[int], None] = _exit_now) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
         self.period = period
+        self.lost_after = lost_after
         self.exit_now = exit_now
         self.sock: socket.socket | None = None
         self.send_lock = threading.Lock()
         self.stopped = threading.Event()
         self.lines = Lines()
         self.thread: threading.Thread | None = None
+        self.window = StragglerWindow()
+        self.window_lock = threading.Lock()
+        self.listeners: list[ProbeSink] = []
 
     def state(self) -> RankState:
         records = self.recorder.records()
         rec = self.recorder
         done = [r.seq for r in records if r.ended is not None]
+        with self.window_lock:
+            for start, end in rec.take_spans():
+                self.window = self.window.add(end - start, wait_in(records, start, end))
+            window = self.window
         with rec.lock:
             return replace(self.ident, step=rec.step, phase=rec.phase,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
-                           recent=records, step_times=tuple(rec.step_times),
-                           published=time.time())
+                           recent=records, step_times=window.step_times,
+                           wait_times=window.wait_times, published=time.time())
+
+    def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
+        """Listen for peers' probes on this rank's address and publish the ports: ``side``
+        (answers while this rank's host is up), ``sink`` (stream probes) and, for gloo only,
+        ``backend`` (gloo's own listener; NCCL's must not be poked)."""
+        side = ProbeSink(self.ident.address, max_conns=8, idle=2.0)
+        sink = ProbeSink(self.ident.address)
+        self.listeners = [side, sink]
+        ports = {SIDE: side.port, SINK: sink.port}
+        if gloo:
+            found = listening_ports(exclude=(*ports.values(), *exclude))
+            if found:
+                ports[BACKEND] = found[0]
+        self.ident = replace(self.ident, extra={**self.ident.extra, PORTS_KEY: ports})
+        return ports
 
     def connect(self, address: str, port: int, *, token: str, patience: float = 10.0) -> None:
         """Connect to the hub, retrying while it starts, and check it is this job's (``token``);
@@ -67,6 +111,9 @@ class Beacon:
         while True:
             try:
                 self.sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
+                if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
+                    self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                         int(self.lost_after * 1000))
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -89,10 +136,28 @@ class Beacon:
         try:
             with self.send_lock:
                 sock.sendall(encode(message))
-        except OSError:
+        except OSError as exc:
             self.sock = None
+            if exc.errno == errno.ETIMEDOUT:
+                self.cut_off()
             return False
         return True
+
+    def cut_off(self) -> None:
+        """The hub left what we sent unacknowledged for ``lost_after`` s: this rank's host
+        cannot reach rank 0's (its link is down). Inside a collective that cannot finish
+        either, so exit now (dump and one line) rather than at the backend's timeout."""
+        flight = next((r for r in self.recorder.records() if r.ended is None), None)
+        if flight is None or self.stopped.is_set():
+            return
+        why = (f"cut off: the watch hub acknowledged nothing for {self.lost_after:.0f} s while "
+               f"this rank is inside {flight.op} seq {flight.seq}: this node's link or route "
+               f"to rank 0's host is down")
+        path = write_state(self.directory, self.state(), why)
+        dump = f"; dump {path}" if path else ""
+        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits "
+                         f"({int(ExitCode.WATCHDOG)}): {why}{dump}\n")
+        self.exit_now(int(ExitCode.WATCHDOG))
 
     def expect(self, kind: str) -> dict[str, Any]:
         """The first message of ``kind`` within the socket timeout ({} if none)."""
@@ -129,14 +194,37 @@ class Beacon:
         try:
             ready, _, _ = select.select([sock], [], [], seconds)
             data = sock.recv(1 << 16) if ready else None
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             data = b""
+            if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+                self.sock = None
+                self.cut_off()
         if data == b"":  # the hub is gone: nobody watches any more
             self.sock = None
             return
         for message in self.lines.feed(data or b""):
             if message.get("t") == "verdict":
                 self.obey(message)
+            elif message.get("t") == "probe":
+                threading.Thread(target=self.probe, args=(message,), name="ddpnet-watch-probe",
+                                 daemon=True).start()
+
+    def probe(self, request: dict[str, Any]) -> None:
+        """Probe the peers the hub named and send back what was found (each probe bounded
+        by the request's timeout)."""
+        me = self.ident.rank
+        try:
+            peers = {int(r): RankState(rank=int(r), world_size=self.ident.world_size,
+                                       address=str(p.get("address", "")),
+                                       extra={PORTS_KEY: p.get("ports", {})})
+                     for r, p in dict(request.get("peers", {})).items()}
+            found = probe_pairs(peers, me, timeout=float(request.get("timeout", 2.0)),
+                                group=[int(r) for r in request.get("group", [*peers, me])],
+                                stream_bytes=STREAM_BYTES if request.get("stream", True) else 0)
+        except (OSError, ValueError, TypeError, RuntimeError):
+            found = ()
+        self.send({"t": "probes", "rank": me, "id": request.get("id"),
+                   "probes": [p.to_dict() for p in found]})
 
     def obey(self, verdict: dict[str, Any]) -> None:
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
@@ -159,3 +247,5 @@ class Beacon:
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()
+        for listener in self.listeners:
+            listener.close()

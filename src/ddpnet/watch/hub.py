@@ -4,6 +4,12 @@ connects to it; it keeps each rank's last state, notices who leaves without a go
 watchdog, prints the report on rank 0's stderr, writes it under the watch directory and sends
 the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
 
+While the job is healthy it runs the straggler analysis every :data:`STRAGGLER_EVERY_S`
+seconds and warns once per distinct straggler (one line, no exit). When the watchdog fires
+and every rank is inside the same collective (``network.wants_probes``), it first asks every
+live rank to probe its peers and waits at most :data:`PROBE_WAIT_S` for the answers: the
+verdict is analysed with the probes of this stall that arrived.
+
 It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
 ``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
 when every rank has left, a few seconds after an exit verdict, or when no rank came at all.
@@ -22,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
+from ddpnet.watch import network, straggler
 from ddpnet.watch.analyze import Options, analyze
-from ddpnet.watch.dump import write_report
-from ddpnet.watch.report import render_html, render_text, report_dict
-from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
+from ddpnet.watch.dump import write_report, write_warnings
+from ddpnet.watch.probe import PORTS_KEY, peers_to_probe
+from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
+from ddpnet.watch.state import CollectiveRecord, Diagnosis, LinkProbe, RankState, Snapshot
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -33,6 +41,11 @@ from ddpnet.watch.wire import Lines, encode
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
+#: seconds between straggler analyses of a healthy job
+STRAGGLER_EVERY_S = 10.0
+#: each link probe's bound, and how long the hub waits for every rank's probes
+PROBE_TIMEOUT_S = 2.0
+PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,30 @@ class Peer:
     rank: int | None = None
 
 
+@dataclass
+class Probing:
+    """One stall's probe round: the ranks asked and not answered yet, what came back."""
+
+    ident: int
+    trigger: str
+    deadline: float
+    waiting: set[int]
+    found: list[LinkProbe]
+
+
+def probe_request(ident: int, states: dict[int, RankState], rank: int,
+                  group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
+    """What ``rank`` is asked to probe: only the peers it probes, each with its address and
+    published ports (pure; O(1) peers per rank above ``FULL_MESH_LIMIT``). With ``silent``
+    (ranks that stopped answering) only those, by connects: is their host still up?"""
+    if silent:
+        group = (rank, *silent)
+    peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
+             for r in peers_to_probe(rank, group) if r in states and states[r].address}
+    return {"t": "probe", "id": ident, "group": list(group), "timeout": PROBE_TIMEOUT_S,
+            "peers": peers, "stream": not silent}
+
+
 class Hub:
     def __init__(self, options: HubOptions, sock: socket.socket) -> None:
         self.options = options
@@ -71,6 +108,10 @@ class Hub:
         self.finished: set[int] = set()
         self.started = time.monotonic()
         self.verdict_at: float | None = None
+        self.probing: Probing | None = None
+        self.rounds = 0
+        self.next_straggler = 0.0
+        self.warnings: list[Diagnosis] = []
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -139,12 +180,16 @@ class Hub:
             if message.get("token") == self.options.token:
                 peer.rank = rank
             return
-        if peer.rank != rank:
-            return  # not this job's rank: no hello with the right token on this connection
+        if peer.rank == rank:  # else not this job's rank: no hello with the right token
+            self.handle_rank(rank, kind, message)
+
+    def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         if kind == "state":
             self.states[rank] = RankState.from_dict(message["state"])
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+        elif kind == "probes":
+            self.add_probes(rank, message)
         elif kind == "bye":
             error = str(message.get("error", ""))
             if error:
@@ -181,14 +226,78 @@ class Hub:
     def tick(self) -> None:
         if self.verdict_at is not None or not self.states:
             return
-        trigger = self.watchdog.due(self.snapshot(leavers_only=True), time.monotonic())
-        if trigger is not None:
+        now = time.monotonic()
+        if self.probing is not None:
+            if not self.probing.waiting or now > self.probing.deadline:
+                probing, self.probing = self.probing, None
+                self.act(probing.trigger, tuple(probing.found))
+            return
+        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now)
+        if trigger is None:
+            self.check_stragglers(now)
+        elif not self.ask_probes(trigger, now):
             self.act(trigger)
 
-    def act(self, trigger: str) -> None:
+    # -- straggler warnings ------------------------------------------------------------------
+
+    def check_stragglers(self, now: float) -> None:
+        """Every STRAGGLER_EVERY_S while healthy: one warning line per distinct straggler."""
+        if now < self.next_straggler or self.left:
+            return
+        self.next_straggler = now + STRAGGLER_EVERY_S
+        found = straggler.detect(self.snapshot(leavers_only=True))
+        if found is None or any(w.ranks == found.ranks for w in self.warnings):
+            return
+        self.warnings.append(found)
+        sys.stderr.write(warning_line(found) + "\n")
+        sys.stderr.flush()
+        write_warnings(Path(self.options.directory),
+                       [{"at": time.time(), **w.to_dict()} for w in self.warnings])
+
+    # -- link probes -------------------------------------------------------------------------
+
+    def ask_probes(self, trigger: str, now: float) -> bool:
+        """Ask every live rank to probe its peers when all are stuck in one collective;
+        False when there is nothing to probe (then the hub acts at once)."""
         snapshot = self.snapshot()
+        stuck = network.stuck_collective(snapshot)
+        silent = () if stuck is not None else self.silent(snapshot)
+        if not (silent or network.wants_probes(snapshot)):
+            return False
+        group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
+        self.rounds += 1
+        asked = set()
+        for peer in list(self.peers.values()):
+            rank = peer.rank
+            if rank is not None and rank not in (*self.left, *self.finished, *silent):
+                self.send(peer, probe_request(self.rounds, self.states, rank, group, silent))
+                asked.add(rank)
+        if not asked:
+            return False
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [])
+        return True
+
+    def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
+        """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
+        stale = self.settings.stale_after
+        return tuple(r for r, s in sorted(self.states.items())
+                     if r not in self.left and r not in self.finished
+                     and snapshot.taken - s.published > stale)[:8]
+
+    def add_probes(self, rank: int, message: dict[str, Any]) -> None:
+        probing = self.probing
+        if probing is None or message.get("id") != probing.ident or rank not in probing.waiting:
+            return  # late, or from an earlier stall
+        probing.waiting.discard(rank)
+        probing.found += [LinkProbe.from_dict(p) for p in message.get("probes", ())
+                          if isinstance(p, dict)]
+
+    # -- the verdict -------------------------------------------------------------------------
+
+    def act(self, trigger: str, probes: tuple[LinkProbe, ...] = ()) -> None:
+        snapshot = replace(self.snapshot(), probes=probes)
         diagnosis = analyze(snapshot, Options(stale_after=self.settings.stale_after))
-        report = report_dict(diagnosis, snapshot, trigger)
+        report = report_dict(diagnosis, snapshot, trigger, self.warnings)
         directory = Path(self.options.directory)
         written = write_report(directory, report, render_html(diagnosis, snapshot, trigger))
         where = f"\n  report: {written}" if written else ""

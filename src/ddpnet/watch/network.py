@@ -53,18 +53,23 @@ class Stuck:
 
 def stuck_collective(snapshot: Snapshot) -> Stuck | None:
     """The collective all ranks are in, when each published a state, none is gone, and each
-    one's oldest unfinished collective is the same (group, seq, op) (pure)."""
+    one's oldest unfinished collective is in the same group, one op per seq, and at most one
+    seq apart (pure). One apart is the same stall: in a ring the others can finish a
+    collective while one rank still waits for its last chunk, then wait in the next (seen in
+    the lab with a firewall dropping one rank's gloo port); the earliest is named."""
     if snapshot.gone or snapshot.world_size < 2:
         return None
     states = [snapshot.states.get(r) for r in range(snapshot.world_size)]
-    flights = [s.in_flight() if s is not None else None for s in states]
-    if any(f is None for f in flights):
+    flights = [f for f in (s.in_flight() if s is not None else None for s in states)
+               if f is not None]
+    if len(flights) != len(states):
         return None
-    keys = {(f.group, f.seq, f.op) for f in flights if f is not None}
-    if len(keys) != 1:
+    keys = {(f.group, f.seq, f.op) for f in flights}
+    seqs = sorted({seq for _, seq, _ in keys})
+    if len({g for g, _, _ in keys}) != 1 or len(keys) != len(seqs) or seqs[-1] - seqs[0] > 1:
         return None
-    group, seq, op = keys.pop()
-    since = min(f.started for f in flights if f is not None)
+    group, seq, op = min(keys, key=lambda k: k[1])
+    since = min(f.started for f in flights)
     return Stuck(group, seq, op, since, tuple(range(snapshot.world_size)))
 
 

@@ -28,8 +28,8 @@ from ddpnet.watch.state import PHASES, CollectiveRecord
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
 RING = 32
-#: step times kept for the straggler analysis
-STEP_WINDOW = 16
+#: finished steps kept until the heartbeat takes them (it does once a second)
+STEP_WINDOW = 256
 #: the Python collectives announced before they run (default group only)
 WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
@@ -108,16 +108,27 @@ def flight_recorder() -> Mapping[str, Any] | None:
     return data
 
 
+def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> CollectiveRecord:
+    """A Flight Recorder record with what the announced call knows: its site, and its end
+    when torch has none (gloo records no completion time: ``ended == started``)."""
+    from dataclasses import replace
+
+    if call is None:
+        return fr
+    out = fr if fr.site else replace(fr, site=call.site)
+    if call.ended is not None and (out.ended is None or out.ended == out.started):
+        out = replace(out, started=call.started, ended=call.ended, state="completed")
+    return out
+
+
 def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
           ) -> tuple[CollectiveRecord, ...]:
     """The Flight Recorder's records with the call sites of the announced Python calls, plus
     announced calls it does not hold yet (pure)."""
-    from dataclasses import replace
 
-    sites = {(r.group, r.seq): r.site for r in called}
+    mine = {(r.group, r.seq): r for r in called}
     last = fr[-1].seq if fr else 0
-    out = [replace(r, site=sites.get((r.group, r.seq), r.site)) if not r.site else r
-           for r in fr]
+    out = [_with_call(r, mine.get((r.group, r.seq))) for r in fr]
     seen = {(r.group, r.seq) for r in fr}
     out += [r for r in called if (r.group, r.seq) not in seen and r.seq > last]
     return tuple(sorted(out, key=lambda r: (r.started, r.seq)))[-RING:]
@@ -132,7 +143,8 @@ class Recorder:
         self.lock = threading.Lock()
         self.phase, self.phase_since = "", clock()
         self.step, self.step_started = -1, 0.0
-        self.step_times: deque[float] = deque(maxlen=STEP_WINDOW)
+        #: (start, end) of each finished step, until the heartbeat takes them
+        self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
@@ -151,8 +163,15 @@ class Recorder:
         now = self.clock()
         with self.lock:
             if self.step_started and step != self.step:
-                self.step_times.append(now - self.step_started)
+                self.spans.append((self.step_started, now))
             self.step, self.step_started = step, now
+
+    def take_spans(self) -> list[tuple[float, float]]:
+        """The steps finished since the last call, oldest first (the heartbeat's)."""
+        with self.lock:
+            spans = list(self.spans)
+            self.spans.clear()
+        return spans
 
     def records(self) -> tuple[CollectiveRecord, ...]:
         fr = flight_recorder() if self.use_fr else None

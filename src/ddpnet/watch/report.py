@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ddpnet.watch.analyze import describe
@@ -14,9 +15,18 @@ from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 _ROWS = 16
 
 
-def report_dict(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str) -> dict[str, Any]:
+def report_dict(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str,
+                warnings: Sequence[Diagnosis] = ()) -> dict[str, Any]:
+    """``warnings``: what the hub warned about before (stragglers), oldest first."""
     return {"kind": diagnosis.kind, "trigger": trigger, "diagnosis": diagnosis.to_dict(),
-            "snapshot": snapshot.to_dict()}
+            "snapshot": snapshot.to_dict(), "warnings": [w.to_dict() for w in warnings]}
+
+
+def warning_line(diagnosis: Diagnosis) -> str:
+    """One line on rank 0's stderr for a cause that is no hang (a straggler): the summary
+    and its first evidence."""
+    evidence = f" ({diagnosis.evidence[0]})" if diagnosis.evidence else ""
+    return f"ddpnet: watch: warning: {diagnosis.kind}: {diagnosis.summary}{evidence}"
 
 
 def _row(rank: int, state: RankState | None, now: float, gone: str) -> str:

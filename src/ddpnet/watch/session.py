@@ -183,11 +183,13 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     host = socket.gethostname()
     ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=host, pid=os.getpid(),
                       interface=interface or "", address=address)
-    beacon = Beacon(_recorder, ident, wc.directory)
+    beacon = Beacon(_recorder, ident, wc.directory, lost_after=wc.timeout)
     try:
+        beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
         # rank 0 started the hub before the group existed: no need to wait long for it
         beacon.connect(hub_address, hub_port(cfg, wc), token=job_token(cfg), patience=3.0)
     except OSError as exc:
+        beacon.close()
         sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {host}: the watch is off: no "
                          f"hub at {hub_address}:{hub_port(cfg, wc)} ({exc})\n")
         return
@@ -216,6 +218,14 @@ def stop() -> None:
 
 def active() -> bool:
     return _session is not None
+
+
+def ports() -> dict[str, int]:
+    """The ports this rank published for its peers' link probes ({} when not watched)."""
+    session = _session
+    if session is None:
+        return {}
+    return dict(session.beacon.ident.extra.get("ports", {}))
 
 
 # -- the public API ----------------------------------------------------------------------------
