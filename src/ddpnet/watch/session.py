@@ -180,6 +180,8 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     import torch.distributed as dist
 
     global _session
+    if not dist.is_initialized():  # no default group (init_process_group stubbed): no watch
+        return
     host = socket.gethostname()
     ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=host, pid=os.getpid(),
                       interface=interface or "", address=address)
