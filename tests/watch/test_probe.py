@@ -157,9 +157,3 @@ def test_listening_ports_are_this_process_own(side: socket.socket) -> None:
         assert {port, sink.port} <= set(probe.listening_ports())
         assert port not in probe.listening_ports(exclude=[port])
     assert sink.port not in probe.listening_ports()
-
-
-def test_stream_sockets_set_dont_fragment() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        probe.set_dont_fragment(sock)
-        assert sock.getsockopt(socket.IPPROTO_IP, 10) == 2  # IP_MTU_DISCOVER: IP_PMTUDISC_DO

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.check.causes import Cause
+from ddpnet.net.sockopt import path_mtu, set_dont_fragment
 
 MAGIC = b"DDPNETMTU"
 #: whole-packet sizes probed below the pair's MTU (IPv6's minimum MTU, Ethernet, jumbo steps)
@@ -35,8 +36,6 @@ _RESENDS = 3
 CONFIRM_TRIES, CONFIRM_WAIT_S = 3, 0.4
 #: the echo's receive buffer: every peer's burst may arrive at once
 ECHO_RCVBUF = 4 << 20
-#: <linux/in.h> and <linux/in6.h>; Python's socket module does not name them
-_IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
 
 
 def overhead(address: str) -> int:
@@ -111,20 +110,6 @@ class Echo:
         self._thread.join(timeout=1)
 
 
-def _dont_fragment(sock: socket.socket, v6: bool) -> None:
-    level, opt = (socket.IPPROTO_IPV6, _IPV6_MTU_DISCOVER) if v6 else (socket.IPPROTO_IP,
-                                                                        _IP_MTU_DISCOVER)
-    sock.setsockopt(level, opt, _PMTUDISC_DO)
-
-
-def _kernel_mtu(sock: socket.socket, v6: bool) -> int | None:
-    level, opt = (socket.IPPROTO_IPV6, _IPV6_MTU) if v6 else (socket.IPPROTO_IP, _IP_MTU)
-    try:
-        return int(sock.getsockopt(level, opt))
-    except OSError:
-        return None
-
-
 def _token(size: int) -> bytes:
     return MAGIC + b"%06d" % size
 
@@ -137,7 +122,7 @@ def probe_peer(address: str, port: int, mtu: int, timeout: float = PROBE_TIMEOUT
     want = sizes(mtu)
     echoed: set[int] = set()
     with socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        _dont_fragment(sock, v6)
+        set_dont_fragment(sock)
         sock.connect((address, port))
         start = time.monotonic()
         for attempt in range(_RESENDS):
@@ -146,7 +131,7 @@ def probe_peer(address: str, port: int, mtu: int, timeout: float = PROBE_TIMEOUT
             if echoed >= set(want):
                 break
         _confirm(sock, want, echoed, address)
-        kernel = _kernel_mtu(sock, v6)
+        kernel = path_mtu(sock)
     return _summary(want, echoed, kernel, mtu)
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 from ddpnet.net.ports import listen_socket
 from ddpnet.net.probe import CONNECTED, RESET, TIMEOUT, Attempt, connect_loop, outcome_of
+from ddpnet.net.sockopt import set_dont_fragment
 from ddpnet.watch.state import LinkProbe, RankState
 
 #: ``RankState.extra[PORTS_KEY]`` = {purpose: port} a rank publishes for its peers' probes
@@ -207,22 +208,6 @@ def _drain(sock: socket.socket, deadline: float) -> int:
     return unacked
 
 
-#: linux/in.h and linux/in6.h (Python names them from 3.12 on): (level, option, "do" value)
-_PMTUDISC_DO = {
-    socket.AF_INET: (socket.IPPROTO_IP, getattr(socket, "IP_MTU_DISCOVER", 10), 2),
-    socket.AF_INET6: (socket.IPPROTO_IPV6, getattr(socket, "IPV6_MTU_DISCOVER", 23), 2),
-}
-
-
-def set_dont_fragment(sock: socket.socket) -> None:
-    """DF on every segment whatever ``ip_no_pmtu_disc`` says (IP_PMTUDISC_DO), so a path that
-    cannot carry the MSS drops the segments instead of fragmenting them (Linux)."""
-    level, option, value = _PMTUDISC_DO.get(sock.family, (None, 0, 0))
-    if level is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(level, option, value)
-
-
 def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
                  seconds: float = STREAM_SECONDS) -> LinkProbe:
     """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
@@ -239,7 +224,8 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
     with sock:
         # close with a reset: what is still queued must not keep loading a slow link
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        set_dont_fragment(sock)
+        with contextlib.suppress(OSError):  # a stream without DF still measures the rate
+            set_dont_fragment(sock)
         sock.setblocking(False)
         t0 = time.monotonic()
         deadline = start + timeout

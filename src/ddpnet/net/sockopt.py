@@ -1,0 +1,31 @@
+"""Path-MTU socket options Python's socket module does not name (``<linux/in.h>``,
+``<linux/in6.h>``): the one place that sets DF and reads the kernel's path MTU, for the
+check's UDP MTU probes and the watch's TCP stream probes. Linux only; edge module."""
+
+from __future__ import annotations
+
+import socket
+
+_IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
+
+#: family -> (level, MTU_DISCOVER option, MTU option)
+_OPTIONS = {
+    socket.AF_INET: (socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_MTU),
+    socket.AF_INET6: (socket.IPPROTO_IPV6, _IPV6_MTU_DISCOVER, _IPV6_MTU),
+}
+
+
+def set_dont_fragment(sock: socket.socket) -> None:
+    """DF on every packet whatever ``ip_no_pmtu_disc`` says (IP_PMTUDISC_DO), so a path that
+    cannot carry a size drops it instead of fragmenting it. OSError where it cannot be set."""
+    level, discover, _ = _OPTIONS[sock.family]
+    sock.setsockopt(level, discover, _PMTUDISC_DO)
+
+
+def path_mtu(sock: socket.socket) -> int | None:
+    """The kernel's path MTU for a connected socket, or None when it cannot say."""
+    level, _, mtu = _OPTIONS[sock.family]
+    try:
+        return int(sock.getsockopt(level, mtu))
+    except OSError:
+        return None
