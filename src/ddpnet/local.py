@@ -23,6 +23,7 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.net.ports import free_port
+from ddpnet.output import relay_line
 
 #: more ranks than this on one machine is a typo, not a job (each rank is a Python process
 #: importing torch: ~300 MB); the bound stops ``--local 100000`` before anything starts
@@ -229,8 +230,7 @@ class LocalRanks:
                     lines.append(line)
                     if not self.capture:
                         del lines[:-_TAIL]
-                        sys.stderr.write(f"[rank {rank}] {line}")
-                        sys.stderr.flush()
+                        relay_line(line.rstrip("\n"), prefix=f"rank {rank}", stderr=True)
 
             reader = threading.Thread(target=pump, daemon=True)
             reader.start()
