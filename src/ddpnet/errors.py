@@ -105,14 +105,17 @@ class RendezvousError(DdpnetError):
         self.detail = detail
 
 
-def from_os_error(exc: OSError) -> DdpnetError:
+def from_os_error(exc: OSError, flag: str | None = None) -> DdpnetError:
     """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
-    permission problems are a missing requirement (exit 3), the rest bad input (exit 2)."""
+    permission problems are a missing requirement (exit 3), the rest bad input (exit 2).
+    ``flag`` names the option the path came from, so the line says which one to fix."""
     where = f" {exc.filename}" if exc.filename is not None else ""
     what = exc.strerror or type(exc).__name__
     if isinstance(exc, PermissionError):
         return RequirementError(f"permission denied:{where} ({what})",
                                 "run as a user allowed to read and write it (root for "
                                 "system paths), or choose another path")
+    if flag is not None:
+        return ConfigError(f"{flag}{where}: {what}", f"give {flag} an existing, readable path")
     return ConfigError(f"cannot use{where}: {what}",
                        "check the path named in the command; --debug shows where it failed")

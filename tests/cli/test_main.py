@@ -148,3 +148,12 @@ def test_os_error_without_a_path_is_not_hidden(monkeypatch: pytest.MonkeyPatch) 
     _fake_command(monkeypatch, ConnectionResetError(errno.ECONNRESET, "reset"))
     with pytest.raises(ConnectionResetError):
         main(["qa-boom"])
+
+
+def test_os_error_names_the_flag_the_path_came_from() -> None:
+    from ddpnet.errors import ConfigError, from_os_error
+
+    err = from_os_error(FileNotFoundError(2, "No such file or directory", "/nope"), "--hostfile")
+    assert isinstance(err, ConfigError)
+    assert err.message == "--hostfile /nope: No such file or directory"
+    assert "--hostfile" in err.hint

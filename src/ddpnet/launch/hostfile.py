@@ -99,7 +99,7 @@ def read_hostfile(path: str) -> tuple[Host, ...]:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise from_os_error(exc) from None
+        raise from_os_error(exc, "--hostfile") from None
     return parse_hostfile(text, path)
 
 
