@@ -90,24 +90,31 @@ def test_describe_a_barrier() -> None:
     assert describe(CollectiveRecord(seq=3, op="barrier")) == "barrier seq 3"
 
 
-def test_a_silent_rank_whose_host_answers_on_no_port_is_named_cut_off() -> None:
-    """The hub's probes of a rank that stopped answering: every connect timing out is its
-    link or host down; one answer (a SIGSTOPped process's kernel still accepts) is not."""
+def test_a_silent_rank_whose_host_answers_on_no_port_is_a_link_down_not_gone() -> None:
+    """The hub's probes of a rank that stopped answering while its connection stays open:
+    every connect timing out is its link down (network: the process may be alive); one answer
+    (a SIGSTOPped process's kernel still accepts) is a stopped process (rank-gone)."""
     from ddpnet.watch.state import LinkProbe
 
     flight = (CollectiveRecord(seq=9, op="all_reduce", started=90.0),)
     states = {r: RankState(rank=r, world_size=3, host=f"n{r}", recent=flight,
-                           published=100.0 if r != 1 else 80.0) for r in range(3)}
+                           published=100.0 if r != 1 else 80.0, interface="eth0",
+                           address=f"198.18.0.{r + 2}") for r in range(3)}
     down = tuple(LinkProbe(src, 1, False, "timeout", port=port, purpose=purpose,
                            outcome="timeout")
                  for src in (0, 2) for port, purpose in ((5, "side"), (6, "sink")))
-    found = rank_gone(Snapshot(3, 100.0, states, probes=down))
-    assert found is not None and found.ranks == (1,)
-    assert "its host answers on no port from rank(s) 0, 2 (every connect timeout): its link " \
-           "or host is down" in found.summary
+    assert rank_gone(Snapshot(3, 100.0, states, probes=down)) is None
+    found = analyze(Snapshot(3, 100.0, states, probes=down))
+    assert found.kind == "network" and found.ranks == (1,) and found.hosts == ("n1",)
+    assert found.summary.startswith("link down: rank 1 (n1, eth0 198.18.0.3) sent no "
+                                    "heartbeat for 20 s and answers on no port from rank(s) "
+                                    "0, 2"), found.summary
+    assert "ip -br link show eth0" in found.hint and "ping -c3 198.18.0.3" in found.hint
+    closed = analyze(Snapshot(3, 100.0, states, probes=down, gone={1: "connection closed"}))
+    assert closed.kind == "rank-gone", "a closed connection is a dead process, not a link"
     answered = (*down[:1], LinkProbe(2, 1, True, "connected", port=5, purpose="side",
                                      outcome="connected"))
-    found = rank_gone(Snapshot(3, 100.0, states, probes=answered))
-    assert found is not None and "(process stopped or host frozen)" in found.summary
-    found = rank_gone(Snapshot(3, 100.0, states))
-    assert found is not None and "(process stopped or host frozen)" in found.summary
+    found = analyze(Snapshot(3, 100.0, states, probes=answered))
+    assert found.kind == "rank-gone" and "(process stopped or host frozen)" in found.summary
+    found = analyze(Snapshot(3, 100.0, states))
+    assert found.kind == "rank-gone" and "(process stopped or host frozen)" in found.summary

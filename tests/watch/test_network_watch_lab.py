@@ -87,9 +87,10 @@ def test_a_link_down_mid_run_names_the_node_and_it_exits_too(tmp_path: Path) -> 
         faulter, results = run(lab, "link-down", tmp_path)
         node1 = lab.nodes[1].hostname
     report = results[0].stderr
-    assert "rank-gone" in report and f"rank 1 ({node1}) is gone" in report, report[-3000:]
-    assert "its host answers on no port from rank(s) 0, 2" in report, report[-3000:]
-    assert "its link or host is down" in report
+    assert "ddpnet watch: network" in report and f"link down: rank 1 ({node1}, " in report, \
+        report[-3000:]
+    assert "answers on no port from rank(s) 0, 2" in report, report[-3000:]
+    assert "its link is down" in report and "ip -br link show" in report
     assert faulter.at is not None
     assert (tmp_path / "report.json").stat().st_mtime - faulter.at < WATCH_TIMEOUT + 15
     assert "cut off: the watch hub acknowledged nothing" in results[1].stderr, \

@@ -3,20 +3,20 @@
 Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins.
 ``rank-gone``, ``collective-mismatch`` and ``rank-not-arriving`` live here; ``network`` and
 ``straggler`` come from :mod:`ddpnet.watch.network` and :mod:`ddpnet.watch.straggler` (each
-exposes ``detect(snapshot) -> Diagnosis | None``) when those modules exist.
+exposes ``detect(snapshot) -> Diagnosis | None``).
 
-One exception to "first match wins": a rank that died right after a mismatched collective
-died *of* the mismatch (gloo aborts a process that receives the wrong size), so ``rank-gone``
-steps aside when the states prove a mismatch.
+Two exceptions to "first match wins", where ``rank-gone`` steps aside: a rank that died right
+after a mismatched collective died *of* the mismatch (gloo aborts a process that receives the
+wrong size), and a silent rank that no peer can reach on any port while its connection stays
+open has a link down (``network``), its process may well be alive.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ddpnet.watch import network, straggler
 from ddpnet.watch.state import KINDS, CollectiveRecord, Diagnosis, RankState, Snapshot
 
 Detector = Callable[[Snapshot], "Diagnosis | None"]
@@ -46,18 +46,13 @@ def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
 
 
 def detector(kind: str, options: Options = Options()) -> Detector:
-    """The detector of ``kind``; one that always answers None when its module is absent."""
+    """The detector of ``kind``."""
     if kind == "rank-gone":
         return lambda snap: rank_gone(snap, options)
-    if kind == "collective-mismatch":
-        return collective_mismatch
-    if kind == "rank-not-arriving":
-        return rank_not_arriving
-    module = {"network": "ddpnet.watch.network", "straggler": "ddpnet.watch.straggler"}[kind]
-    if importlib.util.find_spec(module) is None:
-        return lambda _snap: None
-    found: Detector = importlib.import_module(module).detect
-    return found
+    found: dict[str, Detector] = {"collective-mismatch": collective_mismatch,
+                                  "rank-not-arriving": rank_not_arriving,
+                                  "network": network.detect, "straggler": straggler.detect}
+    return found[kind]
 
 
 def _host(state: RankState | None) -> str:
@@ -114,8 +109,13 @@ def _why_silent(snapshot: Snapshot, rank: int) -> str:
 
 
 def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:
+    """The ranks that left, first to leave first. Steps aside for a mismatch (they died of
+    it) and for a first rank that no peer can reach while its connection stays open: a link
+    down, which the network detector names."""
     gone = silent_ranks(snapshot, options)
     if not gone or _first_mismatch(snapshot) is not None:
+        return None
+    if options.live and network.cut_off(snapshot, next(iter(gone))):
         return None
     ranks = list(gone)  # the first to leave first: the others often fail because of it
     hosts = tuple(dict.fromkeys(_host(snapshot.states.get(r)) for r in ranks))

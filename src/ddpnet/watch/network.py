@@ -81,8 +81,12 @@ def wants_probes(snapshot: Snapshot) -> bool:
 
 
 def detect(snapshot: Snapshot) -> Diagnosis | None:
-    """The network diagnosis, or None when not every rank is inside the same collective or
-    when every probe passed."""
+    """The network diagnosis: a silent node no peer can reach (its link is down), else, when
+    every rank is inside the same collective, what the link probes show; None when neither
+    (or when every probe passed)."""
+    cut = silent_link_down(snapshot)
+    if cut is not None:
+        return cut
     stuck = stuck_collective(snapshot)
     if stuck is None:
         return None
@@ -203,6 +207,56 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                                                            for p in ps]),
         hint=f"on {at}: `ip -br link show {iface}` (state UP, carrier) and `ip -s link show "
              f"{iface}` (errors); check its cable / switch port; `ping -c3 {peer}` from a peer",
+    )
+
+
+def unreachable_from(snapshot: Snapshot, rank: int) -> tuple[int, ...]:
+    """The ranks that probed ``rank`` when every connect to every port of it timed out or was
+    unreachable (no answer at all, not even a refusal); empty when any answered or none was
+    probed (pure)."""
+    probes = [p for p in snapshot.probes if p.dst_rank == rank and p.what == CONNECT]
+    if not probes or not all(p.outcome in (TIMEOUT, UNREACHABLE) for p in probes):
+        return ()
+    return tuple(sorted({p.src_rank for p in probes}))
+
+
+def cut_off(snapshot: Snapshot, rank: int) -> bool:
+    """A rank whose heartbeats stopped while its side-channel connection stays open (no FIN,
+    no RST: the process did not die) and that answers on no port: its link is down (pure).
+    A dead process closes its connection and its host refuses; a stopped one still has a
+    kernel that answers."""
+    return (rank not in snapshot.gone and not fresh(snapshot, rank)
+            and bool(unreachable_from(snapshot, rank)))
+
+
+def silent_link_down(snapshot: Snapshot) -> Diagnosis | None:
+    """The ranks :func:`cut_off` from every peer that probed them, named as a link down."""
+    cut = [r for r in range(snapshot.world_size) if cut_off(snapshot, r)]
+    if not cut:
+        return None
+    states = snapshot.states
+    first = cut[0]
+    who = ", ".join(str(r) for r in unreachable_from(snapshot, first))
+    words = "; ".join(name(states, r) for r in cut[:4])
+    hosts = tuple(dict.fromkeys(_host(states, r) for r in cut))
+    iface = _field(states, first, "interface", "<iface>")
+    peer = _field(states, first, "address", "<its address>")
+    probes = [p for p in snapshot.probes if p.dst_rank in cut and p.what == CONNECT]
+    lines = [f"rank {p.src_rank} -> {name(states, p.dst_rank)}: {p.detail}"
+             for p in probes[:MAX_EVIDENCE]]
+    return Diagnosis(
+        kind=KIND,
+        summary=f"link down: {words} sent no heartbeat for {_age(snapshot, first):.0f} s and "
+                f"answers on no port from rank(s) {who} (every connect dropped or "
+                f"unreachable) while its connection stays open: its link is down (or its "
+                f"host lost power)",
+        ranks=tuple(cut), hosts=hosts,
+        evidence=(*lines, "a dead process would have closed its connection and a stopped one "
+                          "would still answer; only a cut link (or a powered-off host) does "
+                          "neither"),
+        hint=f"on {hosts[0]}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
+             f"show {iface}` (errors); check its cable / switch port; from a peer `ping -c3 "
+             f"{peer}`; then restart the job from the last checkpoint",
     )
 
 
