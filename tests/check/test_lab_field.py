@@ -3,6 +3,7 @@ the node(s) at fault, with the evidence and a fix, and never passes."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -324,6 +325,22 @@ def test_master_addr_on_a_bridge_every_node_has_is_named_by_the_workers(clean: L
         assert own["hosts"] == [clean.nodes[node].hostname] and runs[node].seconds < 8
         assert "docker0" in own["detail"] and "export MASTER_ADDR=" in own["fix"]
     assert runs[0].returncode == 1  # rank 0 never passes without them
+    init = clean.run([sys.executable, "-c", INIT], nodes=[1], timeout=30,
+                     env={"MASTER_ADDR": "198.19.254.1", "WORLD_SIZE": "3", "RANK": "1",
+                          "NODE_RANK": "1", "NNODES": "3"})[0]
+    assert init.returncode == 1, (init.stdout, init.stderr[-2000:])
+    assert "master-address-local" in init.stdout and "docker0" in init.stdout, init.stdout
+    assert init.duration_s < 10, "init() names it before any wait"
+
+
+#: a user's script: ddpnet.init(), the error's id and message on stdout
+INIT = """
+import ddpnet, sys
+try:
+    ddpnet.init(backend="gloo", timeout=60)
+except ddpnet.errors.DdpnetError as exc:
+    print(exc.error_id, exc); sys.exit(1)
+"""
 
 
 def test_store_through_a_vip_while_the_advertised_address_is_unreachable(clean: Lab) -> None:

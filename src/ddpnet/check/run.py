@@ -32,6 +32,7 @@ from ddpnet.check.tools import Tools
 from ddpnet.check.worker import follow
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError, Terminated, raise_terminated
+from ddpnet.net.probe import refuse_master_on_bridge
 from ddpnet.net.select import VARIABLES, Selection
 from ddpnet.paths import file_writable
 
@@ -131,7 +132,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     started = time.monotonic()
     sel = tools.select(cfg, environ)
     _refuse_master_loopback(sel, host, cfg.rank)
-    _refuse_master_on_bridge(cfg, sel, host)
+    refuse_master_on_bridge(cfg, sel, host)
     facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
@@ -201,29 +202,6 @@ def _refuse_master_loopback(sel: Selection, host: str, rank: int) -> None:
     problem = sel.error(host=host, rank=rank)
     if problem is not None and problem.cause == "master-loopback":
         raise problem
-
-
-def _refuse_master_on_bridge(cfg: DistConfig, sel: Selection, host: str) -> None:
-    """A rank on another node than rank 0's (NODE_RANK/GROUP_RANK/SLURM_NODEID > 0) whose
-    MASTER_ADDR is its own address on a container bridge (docker0's 172.17.0.1 is on every
-    Docker host): it would connect to itself and wait out the join timeout. Named at once."""
-    from ddpnet.net.interfaces import list_interfaces
-
-    if cfg.node_rank < 1 or cfg.sources.get("node_rank") in ("derived", "default", None):
-        return
-    if sel.address is None or sel.address != cfg.master_addr:
-        return
-    iface = next((i for i in list_interfaces() if i.owns(sel.address)), None)
-    if iface is None or iface.kind not in ("docker", "bridge"):
-        return
-    raise RendezvousError(
-        "master-address-local",
-        f"MASTER_ADDR {cfg.master_addr} is this node's own address on {iface.kind} interface "
-        f"{iface.name} (node {cfg.node_rank}, not rank 0's): a container bridge address "
-        f"every node has, so this rank would connect to itself",
-        "export MASTER_ADDR=<rank 0's address on the cluster network> on every node (on rank "
-        "0's host: `ip -br addr`, not the docker0/bridge address)",
-        host=host, rank=cfg.rank, detail=f"MASTER_ADDR={cfg.master_addr}")
 
 
 def _require_address(cfg: DistConfig, sel: Selection, host: str) -> None:

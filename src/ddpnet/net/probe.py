@@ -225,6 +225,7 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
         problem = selection.error(host=me, rank=cfg.rank, backend=backend)
         if problem is not None:
             raise problem
+        refuse_master_on_bridge(cfg, selection, me)
     if cfg.init_method.startswith("file://"):
         return  # the file is the rendezvous; interface problems were checked above
     started = time.monotonic()
@@ -239,6 +240,30 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
         return
     left = connect_timeout - (time.monotonic() - started)
     _connect_or_raise(cfg, addr, route, me, max(left, 0.1), connect)
+
+
+def refuse_master_on_bridge(cfg: DistConfig, sel: Selection, host: str) -> None:
+    """A rank on another node than rank 0's (NODE_RANK/GROUP_RANK/SLURM_NODEID > 0) whose
+    MASTER_ADDR is its own address on a container bridge (docker0's 172.17.0.1 is on every
+    Docker host): it would connect to itself and wait out the join timeout. Named at once,
+    by init()'s preflight and by check's."""
+    from ddpnet.net.interfaces import list_interfaces
+
+    if cfg.node_rank < 1 or cfg.sources.get("node_rank") in ("derived", "default", None):
+        return
+    if sel.address is None or sel.address != cfg.master_addr:
+        return
+    iface = next((i for i in list_interfaces() if i.owns(sel.address)), None)
+    if iface is None or iface.kind not in ("docker", "bridge"):
+        return
+    raise RendezvousError(
+        "master-address-local",
+        f"MASTER_ADDR {cfg.master_addr} is this node's own address on {iface.kind} interface "
+        f"{iface.name} (node {cfg.node_rank}, not rank 0's): a container bridge address "
+        f"every node has, so this rank would connect to itself",
+        "export MASTER_ADDR=<rank 0's address on the cluster network> on every node (on rank "
+        "0's host: `ip -br addr`, not the docker0/bridge address)",
+        host=host, rank=cfg.rank, detail=f"MASTER_ADDR={cfg.master_addr}")
 
 
 def _master_route(cfg: DistConfig, me: str, connect_timeout: float) -> tuple[str, Route]:
