@@ -18,7 +18,6 @@ from ddpnet.bench.link import (
     merge_pairs,
     nominal_gbps,
     parse_iperf3,
-    pinned_interface,
     plan_pairs,
 )
 from ddpnet.bench.result import PairRate
@@ -61,28 +60,31 @@ def test_choose_method() -> None:
     assert "rank(s) 1" in err.value.message and "--baseline tcp" in err.value.hint
 
 
-def test_pinned_interface() -> None:
-    assert pinned_interface({"GLOO_SOCKET_IFNAME": "eth1,eth1"}, "gloo") == "eth1"
-    assert pinned_interface({"GLOO_SOCKET_IFNAME": "eth1"}, "nccl") is None
-    assert pinned_interface({"NCCL_SOCKET_IFNAME": "ib0"}, "nccl") == "ib0"
-    assert pinned_interface({"NCCL_SOCKET_IFNAME": "^docker,lo"}, "nccl") is None
-    assert pinned_interface({"NCCL_SOCKET_IFNAME": "=eth0"}, "nccl") is None
-    assert pinned_interface({}, "gloo") is None
-
-
 def iface(name: str, *ips: str, speed_mbps: int | None = None) -> Interface:
     addrs = tuple(Address(ip, 64 if ":" in ip else 24, 6 if ":" in ip else 4) for ip in ips)
     return Interface(name, True, addrs, 1500, speed_mbps, "physical")
 
 
-def test_local_address_of_the_pinned_interface() -> None:
+def test_local_address_is_what_the_library_binds() -> None:
     # (interface_of moved to net.interfaces.owner_of: tests/net/test_interfaces.py)
-    table = [iface("lo", "127.0.0.1", "::1"), iface("eth1", "fe80::2", "198.18.0.2")]
-    pinned = {"GLOO_SOCKET_IFNAME": "eth1"}
-    assert local_address(pinned, "gloo", "127.0.0.1", table) == "198.18.0.2"
-    # not pinned (or pinned for the other backend): the route's source toward the master
-    assert local_address(pinned, "nccl", "127.0.0.1", table) == "127.0.0.1"
-    assert local_address({}, "gloo", "127.0.0.1", table) == "127.0.0.1"
+    table = [iface("lo", "127.0.0.1", "::1"), iface("eth0", "198.18.0.2"),
+             iface("eth1", "fe80::2", "198.18.1.2"), iface("docker0", "172.17.0.1")]
+    order = ("lo", "eth0", "eth1", "docker0")
+    pinned = {"GLOO_SOCKET_IFNAME": "eth1,eth0"}
+    assert local_address(pinned, "gloo", table, "198.18.0.2", order) == "198.18.1.2"
+    # pinned for the other backend: the selector's address toward MASTER_ADDR
+    assert local_address(pinned, "nccl", table, "198.18.0.2", order) == "198.18.0.2"
+    assert local_address({}, "gloo", table, None, order) == "127.0.0.1"
+    # NCCL's syntax as NCCL reads it: prefix (first in kernel order), exact, exclusion
+    assert local_address({"NCCL_SOCKET_IFNAME": "eth"}, "nccl", table, None, order) \
+        == "198.18.0.2"
+    assert local_address({"NCCL_SOCKET_IFNAME": "=eth1"}, "nccl", table, None, order) \
+        == "198.18.1.2"
+    assert local_address({"NCCL_SOCKET_IFNAME": "^lo,eth"}, "nccl", table, None, order) \
+        == "172.17.0.1"
+    # a pin that matches nothing here: the selector's address, not a made-up one
+    assert local_address({"GLOO_SOCKET_IFNAME": "ib0"}, "gloo", table, "198.18.0.2", order) \
+        == "198.18.0.2"
 
 
 IPERF3_OK = {"start": {}, "end": {"sum_sent": {"bits_per_second": 9.6e8},

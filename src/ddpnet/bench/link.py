@@ -23,8 +23,10 @@ from typing import Any
 
 from ddpnet.bench.result import LinkRate, PairRate
 from ddpnet.errors import RequirementError
-from ddpnet.net.interfaces import Interface, list_interfaces, owner_of
+from ddpnet.net.interfaces import Interface, kernel_order, list_interfaces, owner_of
+from ddpnet.net.picks import GLOO, NCCL, library_picks
 from ddpnet.net.ports import free_port
+from ddpnet.net.select import select_for_host
 from ddpnet.subproc import run_tool
 
 AllGather = Callable[[Any], list[Any]]
@@ -73,15 +75,6 @@ def choose_method(requested: str, endpoints: Sequence[Endpoint]) -> tuple[str, s
     return requested, ""
 
 
-def pinned_interface(environ: Mapping[str, str], backend: str) -> str | None:
-    """The interface GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME pins (first plain name)."""
-    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
-    value = environ.get(var, "").strip()
-    if not value or value.startswith(("^", "=")):
-        return None
-    return value.split(",")[0].strip() or None
-
-
 def parse_iperf3(text: str) -> float:
     """Receiver-side rate (Gb/s) from ``iperf3 -c ... -J`` output; ValueError on errors."""
     data = json.loads(text)
@@ -114,30 +107,26 @@ def summarize(method: str, pairs: Sequence[PairRate], nominal: float | None,
 # ---------------------------------------------------------------- edges
 
 
-def local_address(environ: Mapping[str, str], backend: str, master_addr: str,
-                  interfaces: Sequence[Interface]) -> str:
-    """The address this rank talks from: the pinned interface's IPv4, else the route's source
-    toward MASTER_ADDR (a UDP connect sends nothing)."""
-    pinned = pinned_interface(environ, backend)
-    for iface in interfaces:
-        if iface.name == pinned:
-            v4 = [a.ip for a in iface.addresses if a.family == 4]
-            if v4:
-                return v4[0]
-    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((master_addr, 9))
-            return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
+def local_address(environ: Mapping[str, str], backend: str, interfaces: Sequence[Interface],
+                  selected: str | None, order: Sequence[str] = ()) -> str:
+    """The address this rank's backend talks from (pure): what the library binds for the
+    user's NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME as it reads them (``net.picks``: NCCL's
+    prefixes, ``=`` and ``^``, gloo's first device), else the selector's address toward
+    MASTER_ADDR (``selected``), else loopback."""
+    var = NCCL if backend == "nccl" else GLOO
+    pick = next((p for p in library_picks(environ, interfaces, order)
+                 if p.var == var and p.value and p.address), None)
+    if pick is not None and pick.address is not None:
+        return pick.address
+    return selected or "127.0.0.1"
 
 
-def local_endpoint(rank: int, environ: Mapping[str, str], backend: str,
-                   master_addr: str) -> tuple[Endpoint, Interface | None]:
+def local_endpoint(rank: int, environ: Mapping[str, str], backend: str, master_addr: str
+                   ) -> tuple[Endpoint, Interface | None]:
     """This rank's address, the interface holding it, and whether iperf3 is here (edge)."""
     interfaces = list_interfaces()
-    address = local_address(environ, backend, master_addr, interfaces)
+    selected = select_for_host(environ={**environ, "MASTER_ADDR": master_addr}).address
+    address = local_address(environ, backend, interfaces, selected, kernel_order())
     iface = owner_of(address, interfaces)
     me = Endpoint(rank, address, iface.name if iface else None,
                   shutil.which("iperf3") is not None)
