@@ -21,7 +21,7 @@ def test_absent_disabled_permissive(tmp_path: Path) -> None:
     r = selinux.Mode().run(Tree(tmp_path).host(), inputs())
     assert r.status == "skip" and r.facts["selinux"] == "absent"
     tree = Tree(tmp_path / "d")
-    tree.write("etc/selinux/config", "SELINUX=disabled\n")
+    tree.write("etc/selinux/config", "# a comment\nSELINUX=disabled\n")
     assert selinux.Mode().run(tree.host(), inputs()).facts["selinux"] == "disabled"
     tree = Tree(tmp_path / "p")
     tree.write("sys/fs/selinux/enforce", "0")
@@ -42,7 +42,9 @@ def test_enforcing_with_port_denial_fails_with_specific_fix(tmp_path: Path) -> N
     tree.write("sys/fs/selinux/enforce", "1")
     tree.write("var/log/audit/audit.log", OTHER + AVC)
     r = selinux.Mode().run(tree.host(), inputs())
-    assert r.status == "fail" and "src=29500" in r.detail
+    assert r.status == "fail" and r.detail == ("python (unconfined_service_t) was denied "
+                                               "name_bind on tcp port 29500 "
+                                               "(unreserved_port_t)")
     assert "semanage port -a -t unreserved_port_t -p tcp 29500" in r.fix
     assert "audit2allow" in r.fix
     assert "disable" not in r.fix.lower() and "setenforce" not in r.fix

@@ -3,25 +3,25 @@ We never advise disabling SELinux: the fix is a port label or a local policy mod
 
 from __future__ import annotations
 
-import re
-
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 from ddpnet.env.jobport import C10D_PORT
+from ddpnet.tune.selinux import Denial
+from ddpnet.tune.selinux import mode as parse_mode
+from ddpnet.tune.selinux import port_denials as parse_denials
 
 _TAIL_BYTES = 2 << 20
 
 
 def mode(host: Host) -> str:
-    """enforcing / permissive / disabled / absent."""
-    enforce = host.read(host.sys / "fs" / "selinux" / "enforce")
-    if enforce is not None:
-        return "enforcing" if enforce.strip() == "1" else "permissive"
-    # a config file without /sys/fs/selinux: the kernel runs without SELinux
-    return "absent" if host.read(host.etc / "selinux" / "config") is None else "disabled"
+    """enforcing / permissive / disabled / absent (the one parser: ``tune.selinux.mode``)."""
+    live, _configured = parse_mode(host.read(host.sys / "fs" / "selinux" / "enforce"),
+                                   host.read(host.etc / "selinux" / "config"))
+    return live
 
 
-def port_denials(host: Host, ports: set[int]) -> list[str]:
-    """AVC denial lines from the audit log naming one of ``ports`` (last 2 MiB read)."""
+def port_denials(host: Host, ports: set[int]) -> tuple[Denial, ...]:
+    """AVC denials of a TCP bind/connect on one of ``ports`` in the audit log (its last 2 MiB
+    read; parsed by ``tune.selinux.port_denials``, the one AVC parser)."""
     path = host.var / "log" / "audit" / "audit.log"
     try:
         with path.open("rb") as f:
@@ -30,15 +30,8 @@ def port_denials(host: Host, ports: set[int]) -> list[str]:
             f.seek(max(0, size - _TAIL_BYTES))
             text = f.read().decode(errors="replace")
     except OSError:
-        return []
-    found = []
-    for line in text.splitlines():
-        if "avc:" not in line or "denied" not in line:
-            continue
-        m = re.search(r"\b(?:src|dest|lport|rport)=(\d+)", line)
-        if m and int(m.group(1)) in ports:
-            found.append(line.strip())
-    return found
+        return ()
+    return parse_denials(text, ports.__contains__)
 
 
 class Mode(Check):
@@ -58,10 +51,12 @@ class Mode(Check):
         if not denials:
             return self.ok("SELinux enforcing, no AVC denial mentions the training ports",
                            f"ports checked: {', '.join(map(str, sorted(ports)))}", **facts)
-        port = sorted(ports)[0]
+        last = denials[-1]
+        port = last.port
         return self.fail(
             f"SELinux denied {len(denials)} access(es) to the training ports",
-            denials[-1][:300],
+            f"{last.comm} ({last.domain}) was denied {last.perm} on tcp port {port} "
+            f"({last.port_type})",
             f"label the port: semanage port -a -t unreserved_port_t -p tcp {port} (or -m if "
             "defined); or build a local module from the denials: ausearch -m avc -ts recent "
             "| audit2allow -M ddpnet && semodule -i ddpnet.pp", **facts)
