@@ -62,3 +62,13 @@ def test_mpirun_plan_counts_slots_and_warns_on_another_master() -> None:
     assert isinstance(plan, LaunchPlan) and plan.engine == "mpirun"
     assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--ifname"}
     assert plan.warnings and "not the first host of --hosts" in plan.warnings[0]
+
+
+def test_torchrun_handles_slurms_warning_signal_unless_the_user_chose() -> None:
+    """A hand-written `ddpnet launch` in a `--signal=USR1@90` job: torchrun must pass SIGUSR1
+    on to its ranks (they checkpoint) instead of dying of it; a user's own choice stays."""
+    plan = prepare(_opts(local=2, ifname="lo"), environ={})
+    assert plan.env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+    mine = prepare(_opts(local=2, ifname="lo"),
+                   environ={"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM"})
+    assert "TORCHELASTIC_SIGNALS_TO_HANDLE" not in mine.env  # the user's value is inherited

@@ -138,10 +138,16 @@ def _forwarded(step: str, sig: PreemptSignal) -> list[str]:
 _TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
+def torchrun_signals(sig_name: str = "USR1") -> str:
+    """TORCHELASTIC_SIGNALS_TO_HANDLE with the preemption warning added: torchrun dies of a
+    signal its agent does not handle (SIGUSR1's default action) and the step ends with its
+    workers mid-checkpoint; handled, it passes the signal on to the workers and waits for
+    them (30 s) before it exits."""
+    return ",".join(dict.fromkeys((*_TORCHRUN_SIGNALS, f"SIG{sig_name}")))
+
+
 def torchrun_lines(sig: PreemptSignal) -> list[str]:
-    """torchrun dies of a signal its agent does not handle (SIGUSR1's default action) and
-    the step ends with its workers mid-checkpoint; handled, it passes the signal on to
-    the workers and waits for them (30 s) before it exits."""
-    handled = ",".join(dict.fromkeys((*_TORCHRUN_SIGNALS, f"SIG{sig.name}")))
+    """The sbatch script's export of :func:`torchrun_signals` for its warning signal."""
+    handled = torchrun_signals(sig.name)
     return ["# torchrun passes the warning on to its ranks and waits for them (not die of it)",
             f"export TORCHELASTIC_SIGNALS_TO_HANDLE={handled}"]

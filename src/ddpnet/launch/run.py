@@ -201,6 +201,7 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     from ddpnet.launch import host, iface
     from ddpnet.launch.command import build_torchrun, rank0_warnings
     from ddpnet.launch.plan import make_config, parse_nproc, per_node
+    from ddpnet.launch.requeue import torchrun_signals
 
     rdzv, rdzv_note = _rdzv(opts, nn)
     _check_node_rank(opts.node_rank, nn)
@@ -222,6 +223,8 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     if opts.dry_run:
         return replace(plan, nodes=tuple(per_node(cfg, all_nodes=all_nodes)))
     argv, env = build_torchrun(cfg)
+    if "TORCHELASTIC_SIGNALS_TO_HANDLE" not in environ:  # SLURM's --signal=USR1@90 warning
+        env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = torchrun_signals()
     return replace(plan, argv=tuple(argv), env=env)
 
 
