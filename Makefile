@@ -26,7 +26,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: setup system-deps lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
