@@ -150,6 +150,16 @@ SCENARIOS: list[dict[str, Any]] = [
      "setup": _node2_behind_vip_and_unreachable,
      "per_node": {2: {"MASTER_ADDR": "198.18.0.250"}},
      "expect": "advertised-unreachable", "target_s": 15},
+    # kinds 4 and 7 through a router (each in its own lab of this shape: "lab" is passed to
+    # Lab); the router's outer address is the last of 198.18.0.0/24
+    {"name": "behind-nat", "args": ["--no-matrix"], "lab": {"behind": (1, 2)},
+     "expect": "behind-nat", "target_s": 15},
+    {"name": "advertised-unreachable-port-forward", "args": ["--no-matrix"],
+     "lab": {"behind": (0,), "forwards": ((PORT, 0),)},
+     "per_node": {i: {"MASTER_ADDR": "198.18.0.254"} for i in (1, 2, 3)},
+     "expect": "advertised-unreachable", "target_s": 15},
+    {"name": "routed-subnets-pass", "args": ["--no-matrix"],
+     "lab": {"behind": (2, 3), "router": "routed"}, "expect": None, "target_s": 10},
 ]
 
 
@@ -195,6 +205,14 @@ def run_one(lab: Lab, sc: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def run_shaped(lab: Lab, sc: dict[str, Any]) -> dict[str, Any]:
+    """A scenario in the shared lab, or in its own lab of the shape its "lab" names."""
+    if "lab" not in sc:
+        return run_one(lab, sc)
+    with Lab(name=f"ckn{os.getpid()}", nodes=4, rate="1gbit", **sc["lab"]) as own:
+        return run_one(own, sc)
+
+
 def torch_import_s() -> float:
     t = time.monotonic()
     subprocess.run([sys.executable, "-c", "import torch.distributed"], check=True,
@@ -222,7 +240,7 @@ def main() -> int:
             run_one(lab, SCENARIOS[0])
         for sc in chosen:
             for _ in range(args.repeat):
-                rec = run_one(lab, sc)
+                rec = run_shaped(lab, sc)
                 results.append(rec)
                 print(f"{rec['name']:22s} {rec['seconds']:6.2f} s (target < {rec['target_s']} s)"
                       f" named={rec['named']} causes={rec['causes']}", flush=True)

@@ -102,3 +102,19 @@ def test_listener_answers_probes_and_measures_a_stream() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert mesh.probe("127.0.0.1", port, 2.0) == mesh.REFUSED
+
+
+def test_listener_records_the_address_each_probing_rank_arrives_from() -> None:
+    assert mesh.parse_hello(mesh.hello(12)) == 12
+    assert mesh.parse_hello(mesh.PROBE_MAGIC) is None and mesh.hello(None) == mesh.PROBE_MAGIC
+    assert mesh.parse_hello(b"DDPNETPROBE x\n") is None
+    assert mesh.unmapped("::ffff:198.18.0.254") == "198.18.0.254"
+    lst = mesh.Listener("127.0.0.1")
+    try:
+        row = mesh.probe_row(2, [("127.0.0.1", lst.port), None, None], timeout=2.0)
+        assert row == [mesh.OK, mesh.UNKNOWN, mesh.SELF]
+        assert mesh.probe("127.0.0.1", lst.port, 2.0) == mesh.OK  # an older rank: no rank
+        assert mesh.probe("127.0.0.1", lst.port, 2.0, rank=5) == mesh.OK
+        assert lst.wait_sources([2, 5], 5.0) == {2: "127.0.0.1", 5: "127.0.0.1"}
+    finally:
+        lst.close()

@@ -53,3 +53,20 @@ def test_results_json_and_exit_codes() -> None:
     assert FaultResult("l", 1, "l-n1", rec, (rec,)).to_dict() == {
         "name": "l", "node": 1, "fault": rec, "faults": [rec]}
     assert DownResult("l").to_dict() == {"name": "l", "down": True}
+
+
+def test_router_options_parse_to_nodes_mode_and_forwards() -> None:
+    from ddpnet.lab.ops import UpOptions, parse_forward, router_nodes
+
+    assert router_nodes(UpOptions("x", 4, "198.18.0.0/24", nat="1-2")) == ((1, 2), "nat")
+    assert router_nodes(UpOptions("x", 4, "198.18.0.0/24", routed="3")) == ((3,), "routed")
+    assert router_nodes(UpOptions("x", 4, "198.18.0.0/24")) == ((), "nat")
+    assert parse_forward("29500:0") == (29500, 0)
+    for bad, needle in ((UpOptions("x", 4, "s", nat="1", routed="2"), "both given"),
+                        (UpOptions("x", 4, "s", nat="all"), "behind the router"),
+                        (UpOptions("x", 4, "s", nat="7"), "does not exist")):
+        with pytest.raises(ConfigError, match=needle):
+            router_nodes(bad)
+    for text in ("29500", "a:1", "1:b", ":", "1" * 30 + ":1"):
+        with pytest.raises(ConfigError, match="expected PORT:NODE"):
+            parse_forward(text)

@@ -41,6 +41,16 @@ def test_table_and_up_line() -> None:
     assert up.rstrip().endswith("slurm: sinfo")
 
 
+def test_the_router_is_shown_under_the_table() -> None:
+    router = {"namespace": "l-rt", "mode": "nat", "outer": "198.18.0.254",
+              "inner": "198.19.1.1", "subnet": "198.19.1.0/24",
+              "forwards": [{"port": 29500, "to": "198.19.1.2"}]}
+    text = _text(nodes_table, {**STATUS, "router": router})
+    assert "router l-rt (nat): 198.18.0.254 outside, 198.19.1.1 on 198.19.1.0/24; port " \
+        "forwards 29500 -> 198.19.1.2" in text
+    assert "router" not in _text(nodes_table, {**STATUS, "router": None})
+
+
 def test_fault_lines() -> None:
     assert _text(render_fault, FaultResult("l", None, None)) == \
         "lab l: cleared faults on all nodes\n"

@@ -114,3 +114,73 @@ def test_node_argv_execs_in_netns_with_hostname() -> None:
     assert argv[-4:] == ["x1-n0", "python", "-c", "pass"]
     with pytest.raises(ConfigError):
         node_argv("x1-n0", "x1-n0", [])
+
+
+# ---- a router with nodes behind it -------------------------------------------------------
+
+def test_nodes_behind_a_router_get_the_inner_subnet_and_a_way_out() -> None:
+    from ddpnet.lab.topology import router_batch, switch_batch
+
+    p = plan(LabSpec(name="x1", nodes=4, behind=(1, 2), forwards=((29510, 1),)))
+    assert [n.address for n in p.nodes] == ["198.18.0.1", "198.19.1.3", "198.19.1.4",
+                                            "198.18.0.4"]
+    rt = p.router
+    assert rt is not None and (rt.namespace, rt.outer, rt.inner, rt.subnet) == (
+        "x1-rt", "198.18.0.254", "198.19.1.1", "198.19.1.0/24")
+    assert rt.forwards == ((29510, "198.19.1.3"),)
+    assert p.namespaces == ("x1-sw", "x1-rt", "x1-n0", "x1-n1", "x1-n2", "x1-n3")
+    assert namespace_pattern("x1").match("x1-rt")
+    assert node_batch(p, p.nodes[1])[-1] == "route add default via 198.19.1.1 dev eth0 onlink"
+    assert not any("route" in line for line in node_batch(p, p.nodes[0]))  # NAT: no way in
+    assert "link add br1 mtu 1500 type bridge stp_state 0 forward_delay 0" in switch_batch(p)
+    ports = switch_ports_batch(p)
+    assert "link set p1 master br1" in ports and "link set p0 master br0" in ports
+    assert "link set r0 master br0" in ports and "link set r1 master br1" in ports
+    assert "addr add 198.18.0.254/24 dev eth0" in router_batch(p)
+    assert "addr add 198.19.1.1/24 dev eth1" in router_batch(p)
+
+
+def test_router_ruleset_masquerades_out_and_forwards_only_replies_and_forwards_in() -> None:
+    from ddpnet.lab.topology import router_nft
+
+    p = plan(LabSpec(name="x1", nodes=4, behind=(0,), forwards=((29510, 0),)))
+    text = router_nft(p) or ""
+    assert 'ip saddr 198.19.1.0/24 oifname "eth0" masquerade' in text
+    assert 'iifname "eth0" ip daddr 198.18.0.254 tcp dport 29510 dnat to 198.19.1.2' in text
+    assert 'iifname "eth0" oifname "eth1" ct state established,related accept' in text
+    assert text.index("ct status dnat accept") < text.index('oifname "eth1" drop')
+
+
+def test_routed_mode_forwards_untouched_and_routes_the_outer_nodes() -> None:
+    from ddpnet.lab.topology import router_nft
+
+    p = plan(LabSpec(name="x1", nodes=3, behind=(2,), router="routed"))
+    assert router_nft(p) is None  # nothing translated, nothing dropped
+    assert node_batch(p, p.nodes[0])[-1] == "route add 198.19.1.0/24 via 198.18.0.254 dev " \
+        "eth0 onlink"
+    assert plan(LabSpec(name="x1", nodes=2)).router is None
+
+
+def test_inner_subnet_avoids_the_lab_subnet_and_spec_round_trips() -> None:
+    p = plan(LabSpec(name="x1", nodes=2, subnet="198.19.0.0/16", behind=(1,)))
+    assert p.router is not None and p.router.subnet == "198.18.1.0/24"
+    spec = LabSpec(name="x1", nodes=3, behind=(1, 2), forwards=((1, 2),))
+    import json
+    assert LabSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    (LabSpec(nodes=2, behind=(2,)), "bad node list behind the router"),
+    (LabSpec(nodes=2, behind=(1, 1)), "bad node list behind the router"),
+    (LabSpec(nodes=2, behind=(1,), router="bridge"), "bad router mode"),
+    (LabSpec(nodes=2, forwards=((80, 1),)), "needs nodes behind the router"),
+    (LabSpec(nodes=2, behind=(1,), forwards=((80, 0),)), "bad port forward 80:0"),
+    (LabSpec(nodes=2, behind=(1,), forwards=((0, 1),)), "bad port forward 0:1"),
+    (LabSpec(nodes=3, behind=(1, 2), forwards=((80, 1), (80, 2))), "one port forwarded twice"),
+    (LabSpec(nodes=6, subnet="198.18.0.0/29", behind=(1,)), "room for 5 nodes"),
+    (LabSpec(nodes=2, subnet="198.18.0.0/15", behind=(1,)), "no free /24"),
+])
+def test_bad_router_specs_are_config_errors(spec: LabSpec, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as info:
+        plan(spec)
+    assert info.value.hint

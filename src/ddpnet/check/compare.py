@@ -266,6 +266,7 @@ def _subnets(nodes: Sequence[NodeFacts]) -> Cause | None:
             + ", ".join(n.label for n in odd)
             + ": export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface> "
             "(or route the networks to each other)",
+        data={"subnets": True},  # settled with the mesh (check.nat.settle_subnets)
     )
 
 

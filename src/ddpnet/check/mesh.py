@@ -30,11 +30,25 @@ def classify_error(exc: BaseException) -> str:
     return _MESH_WORD.get(probe_outcomes.outcome_of(exc).outcome, NO_ROUTE)
 
 
-def probe(address: str, port: int, timeout: float) -> str:
+def hello(rank: int | None) -> bytes:
+    """What a probe says: the magic, and the prober's rank (so the listener can record the
+    address the prober's connections arrive from: a NAT shows there)."""
+    return PROBE_MAGIC if rank is None else PROBE_MAGIC[:-1] + b" %d\n" % rank
+
+
+def parse_hello(data: bytes) -> int | None:
+    """The rank in a probe's hello, None when it carries none (pure)."""
+    if not data.startswith(PROBE_MAGIC[:-1] + b" ") or not data.endswith(b"\n"):
+        return None
+    text = data[len(PROBE_MAGIC):-1]
+    return int(text) if text.isdigit() and len(text) < 10 else None
+
+
+def probe(address: str, port: int, timeout: float, rank: int | None = None) -> str:
     """Connect once, say who we are, close (edge)."""
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
-            sock.sendall(PROBE_MAGIC)
+            sock.sendall(hello(rank))
         return OK
     except OSError as exc:
         return classify_error(exc)
@@ -50,7 +64,7 @@ def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: floa
         target = peers[j]
         if target is None:
             return j, UNKNOWN
-        return j, probe(target[0], target[1], timeout)
+        return j, probe(target[0], target[1], timeout, me)
 
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(peers)))) as pool:
         for j, status in pool.map(one, [j for j in range(len(peers)) if j != me]):
@@ -147,6 +161,11 @@ def _broken_pairs(rest: Sequence[tuple[int, int, str]], labels: Sequence[str],
     )
 
 
+def unmapped(address: str) -> str:
+    """``::ffff:198.18.0.1`` -> ``198.18.0.1`` (an IPv4 peer on a dual-stack socket)."""
+    return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
+
+
 class Listener:
     """The rank's listening socket (ephemeral port on its selected address). It answers probes
     and receives bandwidth streams, recording bytes and seconds per (round, peer); beside it,
@@ -163,6 +182,8 @@ class Listener:
         self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
+        #: prober rank -> the address its probe came from (after any NAT on the way)
+        self.sources: dict[int, str] = {}
         from ddpnet.check.pmtu import Echo
 
         self.echo = Echo(address)
@@ -177,14 +198,30 @@ class Listener:
 
         while not self._stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._handle, args=(conn, str(peer[0])),
+                             daemon=True).start()
 
-    def _handle(self, conn: socket.socket) -> None:
+    def _probed(self, head: bytes, peer: str) -> None:
+        rank = parse_hello(head)
+        if rank is not None:
+            with self._lock:
+                self.sources[rank] = unmapped(peer)
+
+    def wait_sources(self, ranks: Sequence[int], timeout: float) -> dict[int, str]:
+        """The sources of ``ranks`` once all are recorded or after ``timeout`` (a probe
+        that connected may still be in its handler thread)."""
+        deadline = time.monotonic() + timeout
+        while not set(ranks) <= set(self.sources) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            return dict(self.sources)
+
+    def _handle(self, conn: socket.socket, source: str = "") -> None:
         from ddpnet.check.tournament import HEADER, MAGIC, parse_header
 
         try:
@@ -193,7 +230,7 @@ class Listener:
             while len(head) < HEADER:
                 chunk = conn.recv(HEADER - len(head))
                 if not chunk:
-                    return  # a reachability probe: connect, hello, close
+                    return self._probed(head, source)  # a probe: connect, hello, close
                 head += chunk
             if not head.startswith(MAGIC):
                 return

@@ -41,11 +41,16 @@ def command() -> None:
 @click.option("--ifname", default="eth0", show_default=True, help="Name of each node's NIC.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab as one JSON object.")
 @click.option("--slurm", is_flag=True, help="Also start SLURM: a slurmd per node, slurmctld on 0.")
-def up_cmd(name: str, nodes: int, subnet: str, rate: str | None, delay: str | None,
-           loss: str | None, mtu: int, ifname: str, as_json: bool, slurm: bool = False) -> int:
+@click.option("--nat", default=None, metavar="NODES",
+              help="Put these nodes (0,2-3) on an inner subnet behind a NAT router.")
+@click.option("--routed", default=None, metavar="NODES",
+              help="The same behind a plain router (forwards, no NAT).")
+@click.option("--port-forward", "port_forward", multiple=True, metavar="PORT:NODE",
+              help="Router's outer address:PORT DNAT'd to an inner NODE (repeatable).")
+def up_cmd(name: str, nodes: int, as_json: bool, port_forward: tuple[str, ...],
+           **opts: Any) -> int:
     """Build the lab (a no-op when it is already up with this shape)."""
-    options = ops.UpOptions(name=name, nodes=nodes, subnet=subnet, rate=rate, delay=delay,
-                        loss=loss, mtu=mtu, ifname=ifname, slurm=slurm)
+    options = ops.UpOptions(name=name, nodes=nodes, port_forward=port_forward, **opts)
     return finish(ops.up(options), as_json, render.render_up)
 
 

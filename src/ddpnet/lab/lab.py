@@ -28,6 +28,7 @@ from ddpnet.lab.topology import (
     DEFAULT_MASTER_PORT,
     DEFAULT_NAME,
     DEFAULT_SUBNET,
+    ROUTER_NAT,
     LabNode,
     LabSpec,
     Plan,
@@ -41,6 +42,8 @@ from ddpnet.lab.topology import (
     parse_nodes,
     plan,
     qdisc_lines,
+    router_batch,
+    router_nft,
     run_environ,
     switch_batch,
     switch_ports_batch,
@@ -89,13 +92,16 @@ class Lab:
     def __init__(self, name: str = DEFAULT_NAME, nodes: int = 2, subnet: str = DEFAULT_SUBNET,
                  rate: str | None = None, delay: str | float | None = None,
                  loss: str | float | None = None, mtu: int = 1500,
-                 ifname: str = DEFAULT_IFNAME) -> None:
+                 ifname: str = DEFAULT_IFNAME, behind: Sequence[int] = (),
+                 router: str = ROUTER_NAT, forwards: Sequence[tuple[int, int]] = ()) -> None:
         if isinstance(delay, (int, float)):
             delay = f"{delay:g}ms"
         if isinstance(loss, (int, float)):
             loss = f"{loss:g}" if loss else None
         self.spec = LabSpec(name=name, nodes=nodes, subnet=subnet, rate=rate or None,
-                            delay=delay or None, loss=loss or None, mtu=int(mtu), ifname=ifname)
+                            delay=delay or None, loss=loss or None, mtu=int(mtu), ifname=ifname,
+                            behind=tuple(sorted(behind)), router=router,
+                            forwards=tuple((int(p), int(n)) for p, n in forwards))
         self.plan: Plan = plan(self.spec)
         self._popens: list[subprocess.Popen[Any]] = []
 
@@ -129,7 +135,8 @@ class Lab:
                               f"start one: ddpnet lab up --name {name} --nodes N")
         s = st.spec
         return cls(name=s.name, nodes=s.nodes, subnet=s.subnet, rate=s.rate, delay=s.delay,
-                   loss=s.loss, mtu=s.mtu, ifname=s.ifname)
+                   loss=s.loss, mtu=s.mtu, ifname=s.ifname, behind=s.behind, router=s.router,
+                   forwards=s.forwards)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -151,7 +158,8 @@ class Lab:
     def up(self) -> bool:
         """Build the lab; returns False when it was already up with this shape (a no-op).
         ConfigError when a lab of this name exists with another shape."""
-        system.require_root(("ip", "tc", "unshare"))
+        system.require_root(("ip", "tc", "unshare", "nft") if self.plan.router
+                            else ("ip", "tc", "unshare"))
         with statemod.locked(self.name):
             st = statemod.load(self.name)
             if st is not None and st.spec != self.spec:
@@ -185,7 +193,11 @@ class Lab:
             system.write_file(_hosts_path(node), hosts_file(p, node))
             system.write_file(system.ETC_NETNS / node.namespace / "hostname", node.hostname + "\n")
         system.parallel([(system.ip_batch, node_batch(p, n), n.namespace) for n in p.nodes])
+        if p.router:
+            system.ip_batch(router_batch(p), p.router.namespace)
         system.ip_batch(switch_ports_batch(p), p.switch)
+        if p.router:
+            self._route(p.router.namespace)
         shaping = p.spec.shaping
         if shaping.delay_ms or shaping.loss_pct:
             st = LabState(spec=p.spec)  # no faults yet: _apply builds the base shaping
@@ -199,6 +211,14 @@ class Lab:
                     sw_lines += qdisc_lines(n.port, shaping, egress_netem=False)
                 calls.append((system.tc_batch, sw_lines, p.switch))
             system.parallel(calls)
+
+    def _route(self, namespace: str) -> None:
+        """Turn the router namespace into a router: forwarding on, its NAT ruleset loaded."""
+        system.run(["ip", "netns", "exec", namespace, "sysctl", "-qw",
+                    "net.ipv4.ip_forward=1"])
+        script = router_nft(self.plan)
+        if script:
+            system.run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], input=script)
 
     def down(self) -> None:
         """Remove every namespace, veth, /etc/netns entry, process and state file of this lab
@@ -431,6 +451,7 @@ class Lab:
         return {
             "name": self.name, "subnet": self.spec.subnet, "up": bool(st and st.complete),
             "master_addr": self.master_addr, "switch": self.plan.switch,
+            "router": self.plan.router.to_dict() if self.plan.router else None,
             "spec": self.spec.to_dict(), "nodes": nodes,
         }
 
@@ -477,6 +498,9 @@ def _shape(spec: LabSpec) -> str:
              f"ifname={spec.ifname}"]
     parts += [f"{k}={v}" for k, v in (("rate", spec.rate), ("delay", spec.delay),
                                       ("loss", spec.loss)) if v]
+    if spec.behind:
+        parts.append(f"{spec.router}={','.join(map(str, spec.behind))}")
+        parts += [f"port-forward={p}:{n}" for p, n in spec.forwards]
     return " ".join(parts)
 
 

@@ -38,6 +38,10 @@ class UpOptions:
     mtu: int = 1500
     ifname: str = "eth0"
     slurm: bool = False
+    #: nodes behind a NAT router (``--nat 1,2``) or a plain router (``--routed 1,2``)
+    nat: str | None = None
+    routed: str | None = None
+    port_forward: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,11 @@ class UpResult:
 def up(options: UpOptions) -> UpResult:
     """Build the lab (a no-op when it is already up with this shape), SLURM on it if asked."""
     validate_name(options.name)
+    behind, router = router_nodes(options)
     lab = Lab(name=options.name, nodes=options.nodes, subnet=options.subnet,
               rate=options.rate, delay=options.delay, loss=options.loss, mtu=options.mtu,
-              ifname=options.ifname)
+              ifname=options.ifname, behind=behind, router=router,
+              forwards=[parse_forward(text) for text in options.port_forward])
     started = time.monotonic()
     built = lab.up()
     note = None
@@ -69,6 +75,31 @@ def up(options: UpOptions) -> UpResult:
         labslurm.start(lab)
         note = labslurm.describe(options.name)
     return UpResult(lab.status(), built, time.monotonic() - started, note)
+
+
+def router_nodes(options: UpOptions) -> tuple[tuple[int, ...], str]:
+    """``--nat`` / ``--routed``: the nodes behind the router and its mode."""
+    from ddpnet.lab.topology import ROUTER_NAT, ROUTER_ROUTED, parse_nodes
+
+    if options.nat and options.routed:
+        raise ConfigError("--nat and --routed both given: one router per lab",
+                          "--nat NODES (masquerade) or --routed NODES (forward only)")
+    text, mode = (options.routed, ROUTER_ROUTED) if options.routed else (options.nat, ROUTER_NAT)
+    if not text:
+        return (), ROUTER_NAT
+    if text.strip() == "all" or not isinstance(options.nodes, int) or options.nodes < 1:
+        raise ConfigError(f"bad node list {text!r} behind the router",
+                          "name some nodes, e.g. --nat 1,2 (the others stay outside)")
+    return parse_nodes(text, options.nodes), mode
+
+
+def parse_forward(text: str) -> tuple[int, int]:
+    """``--port-forward PORT:NODE``."""
+    port, sep, node = text.partition(":")
+    if not (sep and port.strip().isdigit() and node.strip().isdigit()) or len(text) > 20:
+        raise ConfigError(f"bad --port-forward {text!r}: expected PORT:NODE",
+                          "e.g. --nat 0 --port-forward 29500:0")
+    return int(port), int(node)
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -40,6 +40,16 @@ def nodes_table(status: Mapping[str, Any], out: Console) -> None:
         table.add_row(n["namespace"], n["hostname"], addrs, n["ifname"],
                       shaping_text(n["shaping"]), faults)
     out.print(table)
+    if status.get("router"):
+        out.print(router_line(status["router"]), markup=False)
+
+
+def router_line(rt: Mapping[str, Any]) -> str:
+    """``router lab-rt (nat): 198.18.0.254 | 198.19.1.1 (198.19.1.0/24); 29500 -> ...``."""
+    line = (f"router {rt['namespace']} ({rt['mode']}): {rt['outer']} outside, {rt['inner']} "
+            f"on {rt['subnet']}")
+    forwards = ", ".join(f"{f['port']} -> {f['to']}" for f in rt.get("forwards") or ())
+    return line + (f"; port forwards {forwards}" if forwards else "")
 
 
 def render_up(result: UpResult, out: Console) -> None:

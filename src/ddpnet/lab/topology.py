@@ -23,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ddpnet.errors import ConfigError
@@ -42,6 +42,10 @@ DEFAULT_NAME = "lab"
 DEFAULT_IFNAME = "eth0"
 DEFAULT_MASTER_PORT = 29500
 SWITCH_SUFFIX = "-sw"
+ROUTER_SUFFIX = "-rt"
+ROUTER_NAT, ROUTER_ROUTED = "nat", "routed"
+#: the inner bridge (in the switch namespace) of a lab with nodes behind its router
+INNER_BRIDGE = "br1"
 #: the most nodes one lab builds (namespaces, veths and an O(N^2) hosts total)
 MAX_NODES = 4096
 BRIDGE = "br0"
@@ -146,13 +150,25 @@ class LabSpec:
     loss: str | None = None
     mtu: int = 1500
     ifname: str = DEFAULT_IFNAME
+    #: nodes on an inner subnet behind a router namespace (:mod:`ddpnet.lab.router`)
+    behind: tuple[int, ...] = ()
+    #: what the router does: ``nat`` (masquerade inner -> outer) or ``routed`` (forward only)
+    router: str = ROUTER_NAT
+    #: (port, node): the router's outer address:port is DNAT'd to that inner node's port
+    forwards: tuple[tuple[int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LabSpec:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        kept = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        # JSON has lists: the spec compares as tuples (idempotent ``up``)
+        if "behind" in kept:
+            kept["behind"] = tuple(int(i) for i in kept["behind"])
+        if "forwards" in kept:
+            kept["forwards"] = tuple((int(p), int(n)) for p, n in kept["forwards"])
+        return cls(**kept)
 
     @property
     def shaping(self) -> Shaping:
@@ -185,16 +201,42 @@ class LabNode:
 
 
 @dataclass(frozen=True)
+class Router:
+    """The router namespace of a lab with nodes behind it: one leg (``eth0``) on the lab
+    subnet at ``outer``, one (``eth1``) on the inner subnet at ``inner``; ``forwards`` are
+    (port, inner address) pairs DNAT'd from ``outer``."""
+
+    namespace: str
+    mode: str
+    outer: str
+    outer_prefix: int
+    inner: str
+    subnet: str
+    forwards: tuple[tuple[int, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "mode": self.mode, "outer": self.outer,
+                "inner": self.inner, "subnet": self.subnet,
+                "forwards": [{"port": p, "to": a} for p, a in self.forwards]}
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated spec and every name and address it implies."""
 
     spec: LabSpec
     switch: str
     nodes: tuple[LabNode, ...] = field(default_factory=tuple)
+    router: Router | None = None
 
     @property
     def namespaces(self) -> tuple[str, ...]:
-        return (self.switch, *(n.namespace for n in self.nodes))
+        extra = (self.router.namespace,) if self.router else ()
+        return (self.switch, *extra, *(n.namespace for n in self.nodes))
+
+    def inner(self, node: LabNode) -> bool:
+        """Whether ``node`` sits behind the router."""
+        return node.index in self.spec.behind
 
 
 def validate_name(name: str) -> str:
@@ -249,6 +291,7 @@ def plan(spec: LabSpec) -> Plan:
                           "or fewer")
     net = lab_network(spec.subnet)
     hosts = net.num_addresses - 2 if net.prefixlen < 31 else net.num_addresses
+    hosts -= 1 if spec.behind else 0  # the router's outer leg takes the last one
     if spec.nodes > hosts:
         raise ConfigError(
             f"subnet {spec.subnet} has room for {hosts} nodes, {spec.nodes} asked",
@@ -261,6 +304,7 @@ def plan(spec: LabSpec) -> Plan:
     if spec.rate:
         rate_bits(spec.rate)
     spec.shaping  # noqa: B018  (validates delay and loss)
+    router = plan_router(spec, net)
     first = int(net.network_address) + (1 if net.prefixlen < 31 else 0)
     nodes = tuple(
         LabNode(
@@ -269,18 +313,72 @@ def plan(spec: LabSpec) -> Plan:
             namespace=f"{spec.name}-n{i}",
             hostname=f"{spec.name}-n{i}",
             ifname=spec.ifname,
-            address=str(ipaddress.IPv4Address(first + i)),
-            prefix=net.prefixlen,
+            address=inner_address(router, i) if router and i in spec.behind
+            else str(ipaddress.IPv4Address(first + i)),
+            prefix=24 if router and i in spec.behind else net.prefixlen,
             port=f"p{i}",
         )
         for i in range(spec.nodes)
     )
-    return Plan(spec=spec, switch=spec.name + SWITCH_SUFFIX, nodes=nodes)
+    return Plan(spec=spec, switch=spec.name + SWITCH_SUFFIX, nodes=nodes, router=router)
+
+
+#: inner subnets a router may take, the first that does not overlap the lab subnet (the
+#: extra-iface decoys use 198.19.254/253 and 198.18.254)
+INNER_SUBNETS = ("198.19.1.0/24", "198.19.2.0/24", "198.18.1.0/24")
+
+
+def inner_address(router: Router, index: int) -> str:
+    """Node ``index`` behind the router: host ``index + 2`` of the inner /24 (1 is the
+    router's inner leg)."""
+    net = ipaddress.ip_network(router.subnet)
+    return str(net.network_address + index + 2)
+
+
+def plan_router(spec: LabSpec, net: ipaddress.IPv4Network) -> Router | None:
+    """The router of a lab with ``behind`` nodes (validated), or None."""
+    if spec.router not in (ROUTER_NAT, ROUTER_ROUTED):
+        raise ConfigError(f"bad router mode {spec.router!r}: nat or routed",
+                          "--nat NODES (masquerade) or --routed NODES (forward only)")
+    behind = tuple(spec.behind)
+    if not behind:
+        if spec.forwards:
+            raise ConfigError("a port forward needs nodes behind the router",
+                              "for example --nat 0 --port-forward 29500:0")
+        return None
+    bad = sorted(i for i in behind if not (isinstance(i, int) and 0 <= i < spec.nodes))
+    if bad or len(set(behind)) != len(behind):
+        raise ConfigError(f"bad node list behind the router: {list(behind)} (the lab has "
+                          f"nodes 0-{spec.nodes - 1}, each once)", "for example --nat 1,2")
+    if max(behind) > 252 or net.prefixlen > 30:
+        raise ConfigError("a router needs node indices up to 252 behind it and a lab subnet "
+                          "of /30 or larger", "for example --nodes 4 --nat 1,2")
+    inner = next((s for s in INNER_SUBNETS
+                  if not ipaddress.ip_network(s).overlaps(net)), None)
+    if inner is None:
+        raise ConfigError(f"no free /24 for the inner subnet beside {spec.subnet}",
+                          "use a smaller lab subnet, e.g. 198.18.0.0/24")
+    rt = Router(namespace=spec.name + ROUTER_SUFFIX, mode=spec.router,
+                outer=str(net.broadcast_address - 1), outer_prefix=net.prefixlen,
+                inner=str(ipaddress.ip_network(inner).network_address + 1), subnet=inner)
+    return replace(rt, forwards=_forwards(spec, rt))
+
+
+def _forwards(spec: LabSpec, rt: Router) -> tuple[tuple[int, str], ...]:
+    out = []
+    for port, node in spec.forwards:
+        if not (isinstance(port, int) and 1 <= port <= 65535) or node not in spec.behind:
+            raise ConfigError(f"bad port forward {port}:{node}: a port 1-65535 to a node "
+                              "behind the router", "for example --nat 0 --port-forward 29500:0")
+        out.append((port, inner_address(rt, node)))
+    if len({p for p, _ in out}) != len(out):
+        raise ConfigError("one port forwarded twice", "one --port-forward per port")
+    return tuple(out)
 
 
 def namespace_pattern(name: str) -> re.Pattern[str]:
     """Matches exactly the namespaces lab ``name`` creates (for ``down`` without state)."""
-    return re.compile(rf"^{re.escape(name)}-(?:sw|n\d+)$")
+    return re.compile(rf"^{re.escape(name)}-(?:sw|rt|n\d+)$")
 
 
 # ---- /etc/hosts --------------------------------------------------------------------------
@@ -313,32 +411,93 @@ def netns_add_batch(p: Plan) -> list[str]:
 
 def switch_batch(p: Plan) -> list[str]:
     """Lines for ``ip -n <switch> -batch``: the bridge (run before the nodes' batches)."""
-    return [
-        "link set lo up",
-        f"link add {BRIDGE} mtu {p.spec.mtu} type bridge stp_state 0 forward_delay 0",
-        f"link set {BRIDGE} up",
-    ]
+    bridges = (BRIDGE, INNER_BRIDGE) if p.router else (BRIDGE,)
+    lines = ["link set lo up"]
+    for br in bridges:
+        lines += [f"link add {br} mtu {p.spec.mtu} type bridge stp_state 0 forward_delay 0",
+                  f"link set {br} up"]
+    return lines
 
 
 def node_batch(p: Plan, node: LabNode) -> list[str]:
     """Lines for ``ip -n <node> -batch``: the veth pair created straight into the node and the
     switch namespaces (never the host's), its address, and the bridge port."""
     mtu = p.spec.mtu
-    return [
+    lines = [
         "link set lo up",
         f"link add {node.ifname} mtu {mtu} type veth peer name {node.port} mtu {mtu} "
         f"netns {p.switch}",
         f"addr add {node.cidr} dev {node.ifname}",
         f"link set {node.ifname} up",
     ]
+    rt = p.router
+    if rt is not None and p.inner(node):  # behind the router: it is the way out
+        lines.append(f"route add default via {rt.inner} dev {node.ifname} onlink")
+    elif rt is not None and rt.mode == ROUTER_ROUTED:  # a routed network: both ways
+        lines.append(f"route add {rt.subnet} via {rt.outer} dev {node.ifname} onlink")
+    return lines
 
 
 def switch_ports_batch(p: Plan) -> list[str]:
     """Lines for ``ip -n <switch> -batch`` after the nodes': attach and raise every port."""
     lines: list[str] = []
     for node in p.nodes:
-        lines += [f"link set {node.port} master {BRIDGE}", f"link set {node.port} up"]
+        bridge = INNER_BRIDGE if p.inner(node) else BRIDGE
+        lines += [f"link set {node.port} master {bridge}", f"link set {node.port} up"]
+    if p.router:
+        for port, bridge in ((ROUTER_PORTS[0], BRIDGE), (ROUTER_PORTS[1], INNER_BRIDGE)):
+            lines += [f"link set {port} master {bridge}", f"link set {port} up"]
     return lines
+
+
+#: the router's legs (outer, inner) and their ports on the bridges (switch namespace)
+ROUTER_LEGS = ("eth0", "eth1")
+ROUTER_PORTS = ("r0", "r1")
+
+
+def router_batch(p: Plan) -> list[str]:
+    """Lines for ``ip -n <router> -batch``: its two legs, created straight into the router
+    and switch namespaces (run before :func:`switch_ports_batch`)."""
+    rt = p.router
+    if rt is None:
+        return []
+    mtu = p.spec.mtu
+    lines = ["link set lo up"]
+    for leg, port, cidr in ((ROUTER_LEGS[0], ROUTER_PORTS[0], f"{rt.outer}/{rt.outer_prefix}"),
+                            (ROUTER_LEGS[1], ROUTER_PORTS[1], f"{rt.inner}/24")):
+        lines += [f"link add {leg} mtu {mtu} type veth peer name {port} mtu {mtu} "
+                  f"netns {p.switch}", f"addr add {cidr} dev {leg}", f"link set {leg} up"]
+    return lines
+
+
+def router_nft(p: Plan) -> str | None:
+    """The router's nftables ruleset: in ``nat`` mode it masquerades what the inner subnet
+    sends out of the outer leg and forwards only replies (and port forwards) inwards, as a
+    home or cloud NAT gateway does; ``forwards`` DNAT the outer address's ports to inner
+    nodes. ``routed`` mode forwards both ways untouched (no ruleset unless a port forward)."""
+    rt = p.router
+    if rt is None or (rt.mode == ROUTER_ROUTED and not rt.forwards):
+        return None
+    outer, inner = ROUTER_LEGS
+    chains = []
+    if rt.forwards:
+        rules = "".join(f"    iifname \"{outer}\" ip daddr {rt.outer} tcp dport {port} "
+                        f"dnat to {to}\n" for port, to in rt.forwards)
+        chains.append("  chain prerouting {\n    type nat hook prerouting priority -100; "
+                      f"policy accept;\n{rules}  }}\n")
+    if rt.mode == ROUTER_NAT:
+        chains.append("  chain postrouting {\n    type nat hook postrouting priority 100; "
+                      f"policy accept;\n    ip saddr {rt.subnet} oifname \"{outer}\" "
+                      "masquerade\n  }\n")
+        chains.append("  chain forward {\n    type filter hook forward priority 0; "
+                      f"policy accept;\n    iifname \"{outer}\" oifname \"{inner}\" ct state "
+                      f"established,related accept\n    iifname \"{outer}\" oifname "
+                      f"\"{inner}\" ct status dnat accept\n    iifname \"{outer}\" "
+                      f"oifname \"{inner}\" drop\n  }}\n")
+    return f"table ip {ROUTER_TABLE} {{\n" + "".join(chains) + "}\n"
+
+
+ROUTER_TABLE = "ddpnet_lab_router"
 
 
 def netns_del_batch(namespaces: Sequence[str]) -> list[str]:

@@ -37,7 +37,8 @@ def announce_echo(ctx: RankContext) -> None:
 
 def probe_master(ctx: RankContext) -> dict[str, Any] | None:
     """Ranks > 0: the path to rank 0 (``PeerMtu.to_dict()``), None when not probed (rank 0
-    on this address, an older rank 0, no MTU known)."""
+    on this address, an older rank 0, no MTU known, or no route to the address rank 0
+    advertises: rank 0 behind a port forward or NAT, which the mesh names)."""
     try:
         address, port, mtu0 = ctx.store.get("echo0", ECHO_WAIT_S)
     except StageTimeout:
@@ -45,7 +46,10 @@ def probe_master(ctx: RankContext) -> dict[str, Any] | None:
     own = interface_mtu(ctx.sel.interface)
     if not (own and mtu0 and port) or address == ctx.address:
         return None
-    return pmtu.probe_peer(str(address), int(port), min(own, int(mtu0))).to_dict()
+    try:
+        return pmtu.probe_peer(str(address), int(port), min(own, int(mtu0))).to_dict()
+    except OSError:  # ENETUNREACH at connect: not a path-MTU finding
+        return None
 
 
 def stop_here(ctx: RankContext, to_rank0: Mapping[str, Any]) -> RankOutcome:

@@ -7,9 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import mesh, pmtu
+from ddpnet.check import mesh, nat, pmtu
 from ddpnet.check.context import Findings, RankContext
-from ddpnet.check.nat import compare_translated
 from ddpnet.check.stages import pathmtu
 
 Peer = tuple[str, int]
@@ -73,11 +72,15 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
-    causes = mesh.analyze(matrix, found.labels, [p[1] if p else None for p in peers],
-                          ctx.cfg.master_port,
-                          str(got[0].get("subnet") or "<cluster-subnet>"))
+    # where each rank's probe arrived at rank 0 from: a NAT rewrites it
+    sources = ctx.listener.wait_sources([r for r in rows if r and matrix[r][0] == mesh.OK], 1.0)
+    causes, explained = nat.analyze(matrix, got, found.labels, sources)
+    causes += mesh.analyze(nat.masked(matrix, explained), found.labels,
+                           [p[1] if p else None for p in peers], ctx.cfg.master_port,
+                           str(got[0].get("subnet") or "<cluster-subnet>"))
     causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
-    causes += compare_translated(matrix, got, found.labels)
+    settle(found, matrix, [r for c in causes if c.id in ("behind-nat", "advertised-unreachable")
+                           for r in c.ranks])
     found.causes.extend(causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
@@ -87,6 +90,15 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     go = not causes and not lost and not _blocking(found)
     ctx.store.set("stage/pg", {"go": go})
     return go
+
+
+def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int]) -> None:
+    """The facts stage's other-subnet finding, judged again with the mesh: a routed
+    multi-subnet cluster passes, a NATed one is the NAT's finding."""
+    found.causes[:] = nat.settle_subnets(found.causes, matrix, nat_ranks)
+    if found.stages.get("facts") == "fail" and not any(
+            c.stage == "facts" and c.severity == "fail" for c in found.causes):
+        found.stages["facts"] = "pass"
 
 
 def announce(ctx: RankContext, found: Findings,
