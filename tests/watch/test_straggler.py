@@ -173,3 +173,23 @@ def test_a_thousand_ranks_are_analysed_in_time() -> None:
     found = straggler.detect(snap)
     assert found is not None and found.ranks == (613,)
     assert time.monotonic() - start < 5.0
+
+
+def test_waits_per_step_counts_timed_spans_once_per_step() -> None:
+    # DDP's bucket all-reduces overlap each other; the second step's span straddles steps
+    spans = [(0.1, 0.4), (0.2, 0.5), (0.9, 1.3), (2.5, 2.6)]
+    got = straggler.waits_per_step([(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)], spans)
+    assert got == pytest.approx([0.5, 0.3, 0.1])
+    assert straggler.waits_per_step([(0.0, 1.0)], []) == [0.0]
+    assert straggler.waits_per_step([], spans) == []
+    assert straggler.union([(3.0, 4.0), (1.0, 2.0), (1.5, 2.5), (5.0, 5.0)]) == [
+        (1.0, 2.5), (3.0, 4.0)]  # sorted, merged, empty spans dropped
+
+
+def test_steps_published_is_the_aligned_window() -> None:
+    snap = ddp(even(steps=20))
+    assert straggler.steps_published(snap) == 20
+    states = dict(snap.states)
+    states[1] = state(1, [0.2] * 3, [0.05] * 3)  # a rank that published 3 steps so far
+    assert straggler.steps_published(Snapshot(4, 0.0, states)) == 3
+    assert straggler.steps_published(Snapshot(4, 0.0, {0: states[0]})) == 0

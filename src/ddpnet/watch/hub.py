@@ -5,7 +5,9 @@ watchdog, prints the report on rank 0's stderr, writes it under the watch direct
 the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
 
 While the job is healthy it runs the straggler analysis every :data:`STRAGGLER_EVERY_S`
-seconds and warns once per distinct straggler (one line, no exit). When the watchdog fires
+seconds and warns once per distinct straggler (one line, no exit); when collectives slowed
+down on most ranks (``straggler.wants_probes``) it first runs one probe round, so that the
+warning names the slow node or link. When the watchdog fires
 and every rank is inside the same collective (``network.wants_probes``), it first asks every
 live rank to probe its peers and waits at most :data:`PROBE_WAIT_S` for the answers: the
 verdict is analysed with the probes of this stall that arrived.
@@ -42,7 +44,7 @@ FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
 #: seconds between straggler analyses of a healthy job
-STRAGGLER_EVERY_S = 10.0
+STRAGGLER_EVERY_S = 5.0
 #: each link probe's bound, and how long the hub waits for every rank's probes
 PROBE_TIMEOUT_S = 2.0
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
@@ -72,13 +74,19 @@ class Peer:
 
 @dataclass
 class Probing:
-    """One stall's probe round: the ranks asked and not answered yet, what came back."""
+    """One probe round: the ranks asked and not answered yet, what came back. A stall's round
+    ends in the verdict (``trigger``); a straggler's (``straggler``: what was found without
+    probes) in a warning naming the slow node or link."""
 
     ident: int
     trigger: str
     deadline: float
     waiting: set[int]
     found: list[LinkProbe]
+    straggler: Diagnosis | None = None
+
+    def over(self, now: float) -> bool:
+        return not self.waiting or now > self.deadline
 
 
 def probe_request(ident: int, states: dict[int, RankState], rank: int,
@@ -111,6 +119,10 @@ class Hub:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
+        #: a straggler probe round was sent for the slowdown now seen, and what it found (kept
+        #: for the later checks of the same slowdown; both reset when the job is even again)
+        self.straggler_probed = False
+        self.straggler_probes: tuple[LinkProbe, ...] = ()
         self.warnings: list[Diagnosis] = []
 
     # -- the loop ----------------------------------------------------------------------------
@@ -227,25 +239,58 @@ class Hub:
         if self.verdict_at is not None or not self.states:
             return
         now = time.monotonic()
-        if self.probing is not None:
-            if not self.probing.waiting or now > self.probing.deadline:
-                probing, self.probing = self.probing, None
+        probing = self.probing
+        if probing is not None and probing.straggler is None:  # the verdict waits for it
+            if probing.over(now):
+                self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
         trigger = self.watchdog.due(self.snapshot(leavers_only=True), now)
-        if trigger is None:
+        if trigger is not None:
+            self.probing = None  # a stall outranks a straggler's probes
+            if not self.ask_probes(trigger, now):
+                self.act(trigger)
+        elif probing is not None:
+            if probing.over(now):
+                self.probing = None
+                self.warn_probed(probing)
+        else:
             self.check_stragglers(now)
-        elif not self.ask_probes(trigger, now):
-            self.act(trigger)
 
     # -- straggler warnings ------------------------------------------------------------------
 
     def check_stragglers(self, now: float) -> None:
-        """Every STRAGGLER_EVERY_S while healthy: one warning line per distinct straggler."""
+        """Every STRAGGLER_EVERY_S while healthy (every second until enough steps came): one
+        warning line per distinct straggler. A network that slowed down is first probed
+        (once per slowdown: until a check finds the job even again), so that the warning
+        names the slow node or link."""
         if now < self.next_straggler or self.left:
             return
+        snapshot = replace(self.snapshot(leavers_only=True), probes=self.straggler_probes)
+        if straggler.steps_published(snapshot) < 2 * straggler.MIN_STEPS:
+            self.next_straggler = now + 1.0
+            return
         self.next_straggler = now + STRAGGLER_EVERY_S
-        found = straggler.detect(self.snapshot(leavers_only=True))
+        found = straggler.detect(snapshot)
+        if found is None:
+            self.straggler_probed, self.straggler_probes = False, ()
+            return
+        if not self.straggler_probed and straggler.wants_probes(snapshot):
+            self.straggler_probed = True
+            if self.send_probes(tuple(range(self.options.world_size)), (), now,
+                                trigger="straggler", straggler=found):
+                return
+        self.warn(found)
+
+    def warn_probed(self, probing: Probing) -> None:
+        """A straggler's probe round is over: the warning, named by the probes when they
+        found the slow node or link."""
+        self.straggler_probes = tuple(probing.found)
+        found = straggler.detect(replace(self.snapshot(leavers_only=True),
+                                         probes=self.straggler_probes))
+        self.warn(found if found is not None and found.hosts else probing.straggler)
+
+    def warn(self, found: Diagnosis | None) -> None:
         if found is None or any(w.ranks == found.ranks for w in self.warnings):
             return
         self.warnings.append(found)
@@ -265,6 +310,11 @@ class Hub:
         if not (silent or network.wants_probes(snapshot)):
             return False
         group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
+        return self.send_probes(group, silent, now, trigger=trigger)
+
+    def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
+                    trigger: str, straggler: Diagnosis | None = None) -> bool:
+        """Send one probe round's requests to every live rank; False when none was asked."""
         self.rounds += 1
         asked = set()
         for peer in list(self.peers.values()):
@@ -274,7 +324,7 @@ class Hub:
                 asked.add(rank)
         if not asked:
             return False
-        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [])
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], straggler)
         return True
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:

@@ -17,11 +17,13 @@ A slow rank computes longer and waits *least*; the others wait for it. So:
   rates; otherwise :func:`wants_probes` asks the watchdog to probe.
 
 :class:`StragglerWindow` is what a heartbeat keeps to publish ``step_times`` / ``wait_times``,
-and :func:`wait_in` sums a step's collective time from the recorder's ring.
+and :func:`waits_per_step` sums each step's collective time from the recorder's ring and the
+spans a comm hook timed (:func:`wait_in` for one step).
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -67,15 +69,37 @@ class StragglerWindow:
 def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> float:
     """Seconds of [start, end] spent inside finished collectives (pure; overlapping calls,
     e.g. DDP's bucketed async all-reduces, count once)."""
-    spans = sorted((max(c.started, start), min(c.ended, end)) for c in records
-                   if c.ended is not None and c.ended > start and c.started < end)
-    total, reach = 0.0, start
-    for lo, hi in spans:
-        lo = max(lo, reach)
-        if hi > lo:
-            total += hi - lo
-            reach = hi
-    return total
+    spans = [(c.started, c.ended) for c in records if c.ended is not None]
+    return waits_per_step([(start, end)], spans)[0]
+
+
+def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans merged into sorted, disjoint ones (pure)."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(s for s in spans if s[1] > s[0]):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def waits_per_step(steps: Sequence[tuple[float, float]],
+                   spans: Iterable[tuple[float, float]]) -> list[float]:
+    """For each step (start, end), the seconds inside any of ``spans`` (collectives; those
+    that overlap count once). Pure, O((steps + spans) log spans): a heartbeat feeds it every
+    step and timed bucket all-reduce since the last one."""
+    merged = union(spans)
+    ends = [hi for _, hi in merged]
+    out = []
+    for start, end in steps:
+        total, i = 0.0, bisect.bisect_right(ends, start)
+        while i < len(merged) and merged[i][0] < end:
+            total += min(merged[i][1], end) - max(merged[i][0], start)
+            i += 1
+        out.append(total)
+    return out
 
 
 # ---- the analysis ---------------------------------------------------------------------------
@@ -121,6 +145,12 @@ def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
     n = min(p.window, *(min(len(s.step_times), len(s.wait_times)) for s in usable.values()))
     return Times.of({r: s.step_times[-n:] for r, s in usable.items()},
                     {r: s.wait_times[-n:] for r, s in usable.items()})
+
+
+def steps_published(snapshot: Snapshot) -> int:
+    """How many aligned steps the analysis would see (0 with fewer than two ranks)."""
+    t = aligned(snapshot.states, Params(min_steps=1))
+    return 0 if t is None else t.steps
 
 
 def _median(values: Iterable[float]) -> float:
