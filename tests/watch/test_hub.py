@@ -225,7 +225,37 @@ def test_a_network_slowdown_is_probed_once_and_the_warning_names_the_slow_node(
                          wait_times=(0.05,) * 20) for r in range(3)}
     hub.states = even
     hub.check_stragglers(300.0)  # even again: the next slowdown is probed anew
-    assert not hub.straggler_probed and hub.straggler_probes == ()
+    assert hub.probed_wait is None and hub.straggler_probes == ()
+    for ours, theirs in pairs:
+        ours.close()
+        theirs.close()
+    sock.close()
+
+
+def test_a_slowdown_that_got_twice_worse_is_probed_again(tmp_path: Path) -> None:
+    from ddpnet.watch.hub import Peer
+    from ddpnet.watch.wire import Lines
+
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 3, 30, "exit", str(tmp_path), TOKEN), sock)
+    pairs = [socket.socketpair() for _ in range(3)]
+    for rank, (ours, _theirs) in enumerate(pairs):
+        hub.peers[ours] = Peer(ours, Lines(), rank)
+    hub.states = slowed_states()
+    hub.check_stragglers(100.0)
+    assert hub.probing is not None and hub.probed_wait == pytest.approx(0.5)
+    hub.probing = None  # the round found nothing: the generic warning
+    hub.check_stragglers(200.0)
+    assert hub.probing is None  # the same slowdown: not probed again
+    worse = slowed_states()
+    for r, st in worse.items():
+        waits = tuple(w * 2.5 if w > 0.1 else w for w in st.wait_times)
+        worse[r] = RankState(rank=r, world_size=3, host=st.host, address=st.address,
+                             step_times=tuple(0.2 + w for w in waits), wait_times=waits,
+                             extra=st.extra)
+    hub.states = worse
+    hub.check_stragglers(300.0)
+    assert hub.probing is not None and hub.probed_wait == pytest.approx(1.25)
     for ours, theirs in pairs:
         ours.close()
         theirs.close()

@@ -119,9 +119,10 @@ class Hub:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
-        #: a straggler probe round was sent for the slowdown now seen, and what it found (kept
-        #: for the later checks of the same slowdown; both reset when the job is even again)
-        self.straggler_probed = False
+        #: the network's wait per step (straggler.recent_wait) when a straggler probe round
+        #: was last sent, and what it found (kept for the later checks of the same slowdown;
+        #: both reset when the job is even again)
+        self.probed_wait: float | None = None
         self.straggler_probes: tuple[LinkProbe, ...] = ()
         self.warnings: list[Diagnosis] = []
 
@@ -262,8 +263,7 @@ class Hub:
     def check_stragglers(self, now: float) -> None:
         """Every STRAGGLER_EVERY_S while healthy (every second until enough steps came): one
         warning line per distinct straggler. A network that slowed down is first probed
-        (once per slowdown: until a check finds the job even again), so that the warning
-        names the slow node or link."""
+        (:meth:`probe_slowdown`), so that the warning names the slow node or link."""
         if now < self.next_straggler or self.left:
             return
         snapshot = replace(self.snapshot(leavers_only=True), probes=self.straggler_probes)
@@ -273,14 +273,24 @@ class Hub:
         self.next_straggler = now + STRAGGLER_EVERY_S
         found = straggler.detect(snapshot)
         if found is None:
-            self.straggler_probed, self.straggler_probes = False, ()
+            self.probed_wait, self.straggler_probes = None, ()
             return
-        if not self.straggler_probed and straggler.wants_probes(snapshot):
-            self.straggler_probed = True
-            if self.send_probes(tuple(range(self.options.world_size)), (), now,
-                                trigger="straggler", straggler=found):
-                return
+        if self.probe_slowdown(snapshot, now, found):
+            return
         self.warn(found)
+
+    def probe_slowdown(self, snapshot: Snapshot, now: float, found: Diagnosis) -> bool:
+        """Start a straggler probe round for a network slowdown: once per slowdown, again
+        only when the waits doubled since the last round (a slowdown that got worse, e.g. a
+        mild one, then a NIC dropping its rate). False when there is none to start."""
+        wait = straggler.recent_wait(snapshot)
+        if self.probed_wait is not None and wait < 2 * self.probed_wait:
+            return False
+        if not straggler.wants_probes(replace(snapshot, probes=())):
+            return False
+        self.probed_wait, self.straggler_probes = wait, ()
+        return self.send_probes(tuple(range(self.options.world_size)), (), now,
+                                trigger="straggler", straggler=found)
 
     def warn_probed(self, probing: Probing) -> None:
         """A straggler's probe round is over: the warning, named by the probes when they

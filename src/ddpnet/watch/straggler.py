@@ -220,6 +220,16 @@ def wants_probes(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = M
             and _slow_network(snapshot, t, p) is not None)
 
 
+def recent_wait(snapshot: Snapshot) -> float:
+    """The median rank's collective wait per step over the second half of the window (0.0
+    without enough steps): how slow the network is now. The hub probes a slowdown again only
+    when this doubled since its last probe round."""
+    t = aligned(snapshot.states, Params())
+    if t is None:
+        return 0.0
+    return _median(_halves(t.wait[r])[1] for r in t.ranks)
+
+
 def _host(states: Mapping[int, RankState | None], rank: int) -> str:
     state = states.get(rank)
     return state.host if state is not None and state.host else f"rank {rank}'s host"
