@@ -170,7 +170,8 @@ def register_hook(ddp: Any, name: str, *, powersgd_rank: int, start_iter: int,
     if hook is not None:
         ddp.register_comm_hook(state, hook if timing is None else timed_hook(hook, timing))
     notes = {
-        "none": "fp32 gradients, DDP's built-in all-reduce",
+        "none": "fp32 gradients, DDP's built-in all-reduce" if timing is None else
+                "fp32 gradients, DDP's all-reduce as torch's allreduce_hook (timed for the watch)",
         "fp16": "gradients cast to fp16 per bucket",
         "bf16": "gradients cast to bf16 per bucket",
         "powersgd": f"rank-{powersgd_rank} P and Q factors plus uncompressed tensors "
