@@ -221,6 +221,7 @@ def test_a_network_slowdown_is_probed_once_and_the_warning_names_the_slow_node(
     assert hub.probing is None and capsys.readouterr().err == ""
     saved = json.loads((tmp_path / "warnings.json").read_text())
     assert [(w["ranks"], w["hosts"]) for w in saved] == [([2], ["node2"])]
+    assert len(saved[0]["probes"]) == 6  # the round's probes, for the record
     even = {r: RankState(rank=r, world_size=3, step_times=(0.25,) * 20,
                          wait_times=(0.05,) * 20) for r in range(3)}
     hub.states = even
@@ -242,11 +243,15 @@ def test_a_slowdown_that_got_twice_worse_is_probed_again(tmp_path: Path) -> None
     for rank, (ours, _theirs) in enumerate(pairs):
         hub.peers[ours] = Peer(ours, Lines(), rank)
     hub.states = slowed_states()
-    hub.check_stragglers(100.0)
-    assert hub.probing is not None and hub.probed_wait == pytest.approx(0.5)
-    hub.probing = None  # the round found nothing: the generic warning
+    for k in range(3):  # rounds that name nothing: tried again at the next check, 3 in all
+        hub.check_stragglers(100.0 + 10 * k)
+        assert hub.probing is not None and hub.probed_wait == pytest.approx(0.5)
+        probing, hub.probing = hub.probing, None
+        hub.warn_probed(probing)
     hub.check_stragglers(200.0)
-    assert hub.probing is None  # the same slowdown: not probed again
+    assert hub.probing is None  # the same slowdown: not probed a fourth time
+    saved = json.loads((tmp_path / "warnings.json").read_text())
+    assert [w["summary"][:12] for w in saved] == ["slow network"]  # the generic one, once
     worse = slowed_states()
     for r, st in worse.items():
         waits = tuple(w * 2.5 if w > 0.1 else w for w in st.wait_times)

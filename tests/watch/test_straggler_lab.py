@@ -67,7 +67,7 @@ def test_a_node_whose_rate_dropped_is_named_a_straggler_and_the_job_goes_on(
     print(f"fault -> warning {faulter.warned - faulter.at:.1f} s")
     saved = json.loads((tmp_path / "warnings.json").read_text())
     named = [w for w in saved if w["ranks"] == [1]]
-    assert named, (saved, report[-3000:])
+    assert named, json.dumps(saved, indent=1)[-6000:]
     assert named[0]["hosts"] == [node1], named
     assert f"the probes name rank 1 ({node1}" in named[0]["summary"], named
     assert f"rank 1 ({node1}" in report

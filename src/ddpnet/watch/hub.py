@@ -48,6 +48,8 @@ STRAGGLER_EVERY_S = 5.0
 #: each link probe's bound, and how long the hub waits for every rank's probes
 PROBE_TIMEOUT_S = 2.0
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
+#: probe rounds for one network slowdown while none names its node or link
+SLOWDOWN_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,14 @@ class Hub:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
-        #: the network's wait per step (straggler.recent_wait) when a straggler probe round
-        #: was last sent, and what it found (kept for the later checks of the same slowdown;
-        #: both reset when the job is even again)
+        #: the network's wait per step (straggler.recent_wait) when this slowdown was first
+        #: probed, the probes of a round that named its node or link (kept for the later
+        #: checks), and the rounds that named nothing; reset when the job is even again
         self.probed_wait: float | None = None
         self.straggler_probes: tuple[LinkProbe, ...] = ()
+        self.slowdown_rounds = 0
         self.warnings: list[Diagnosis] = []
+        self.warned: list[dict[str, Any]] = []
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -273,41 +277,51 @@ class Hub:
         self.next_straggler = now + STRAGGLER_EVERY_S
         found = straggler.detect(snapshot)
         if found is None:
-            self.probed_wait, self.straggler_probes = None, ()
+            self.probed_wait, self.straggler_probes, self.slowdown_rounds = None, (), 0
             return
         if self.probe_slowdown(snapshot, now, found):
             return
         self.warn(found)
 
     def probe_slowdown(self, snapshot: Snapshot, now: float, found: Diagnosis) -> bool:
-        """Start a straggler probe round for a network slowdown: once per slowdown, again
-        only when the waits doubled since the last round (a slowdown that got worse, e.g. a
-        mild one, then a NIC dropping its rate). False when there is none to start."""
+        """Start a straggler probe round for a network slowdown: once per slowdown (again
+        at the next checks while rounds name nothing, :data:`SLOWDOWN_ROUNDS` in all), and
+        anew when the waits doubled since (a mild slowdown, then a NIC dropping its rate).
+        False when there is none to start."""
         wait = straggler.recent_wait(snapshot)
-        if self.probed_wait is not None and wait < 2 * self.probed_wait:
+        worse = self.probed_wait is None or wait >= 2 * self.probed_wait
+        retry = not self.straggler_probes and self.slowdown_rounds < SLOWDOWN_ROUNDS
+        if not (worse or retry) or not straggler.wants_probes(replace(snapshot, probes=())):
             return False
-        if not straggler.wants_probes(replace(snapshot, probes=())):
-            return False
-        self.probed_wait, self.straggler_probes = wait, ()
+        if worse:
+            self.probed_wait, self.slowdown_rounds = wait, 0
+        self.straggler_probes = ()
         return self.send_probes(tuple(range(self.options.world_size)), (), now,
-                                trigger="straggler", straggler=found)
+                                trigger="straggler", slowdown=found)
 
     def warn_probed(self, probing: Probing) -> None:
         """A straggler's probe round is over: the warning, named by the probes when they
-        found the slow node or link."""
-        self.straggler_probes = tuple(probing.found)
-        found = straggler.detect(replace(self.snapshot(leavers_only=True),
-                                         probes=self.straggler_probes))
-        self.warn(found if found is not None and found.hosts else probing.straggler)
+        found the slow node or link (kept for the later checks of this slowdown)."""
+        probes = tuple(probing.found)
+        found = straggler.detect(replace(self.snapshot(leavers_only=True), probes=probes))
+        if found is not None and found.hosts:
+            self.straggler_probes = probes
+            self.warn(found, probes)
+        else:
+            self.slowdown_rounds += 1
+            self.warn(probing.straggler, probes)
 
-    def warn(self, found: Diagnosis | None) -> None:
+    def warn(self, found: Diagnosis | None, probes: tuple[LinkProbe, ...] = ()) -> None:
+        """One line on stderr and an entry in warnings.json (with the round's probes) per
+        distinct straggler."""
         if found is None or any(w.ranks == found.ranks for w in self.warnings):
             return
         self.warnings.append(found)
+        self.warned.append({"at": time.time(), **found.to_dict(),
+                            **({"probes": [p.to_dict() for p in probes]} if probes else {})})
         sys.stderr.write(warning_line(found) + "\n")
         sys.stderr.flush()
-        write_warnings(Path(self.options.directory),
-                       [{"at": time.time(), **w.to_dict()} for w in self.warnings])
+        write_warnings(Path(self.options.directory), self.warned)
 
     # -- link probes -------------------------------------------------------------------------
 
@@ -323,7 +337,7 @@ class Hub:
         return self.send_probes(group, silent, now, trigger=trigger)
 
     def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
-                    trigger: str, straggler: Diagnosis | None = None) -> bool:
+                    trigger: str, slowdown: Diagnosis | None = None) -> bool:
         """Send one probe round's requests to every live rank; False when none was asked."""
         self.rounds += 1
         asked = set()
@@ -334,7 +348,7 @@ class Hub:
                 asked.add(rank)
         if not asked:
             return False
-        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], straggler)
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown)
         return True
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
