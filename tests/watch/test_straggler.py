@@ -54,6 +54,17 @@ def test_ratio_is_a_parameter() -> None:
     assert found is not None and found.ranks == (1,)
 
 
+def test_a_millisecond_more_of_a_tiny_step_names_nobody() -> None:
+    # seen on a 2-core host with 4 ranks of the tiny MLP: 0.006 s vs 0.005 s, every step
+    compute = even(base=0.005)
+    compute = {r: [0.005] * 20 for r in compute}
+    compute[3] = [0.0067] * 20
+    assert straggler.detect(ddp(compute, comm=0.002)) is None
+    compute[3] = [0.012] * 20  # 7 ms more per step: named
+    found = straggler.detect(ddp(compute, comm=0.002))
+    assert found is not None and found.ranks == (3,)
+
+
 def test_single_slow_step_names_nobody() -> None:
     compute = even()
     compute[3][7] = 5.0  # a checkpoint, a GC pause

@@ -38,7 +38,8 @@ MIN_STEPS = 5
 #: share of the window's steps in which a rank must be slow
 CONSISTENT = 0.8
 WINDOW = 50
-#: below this many seconds per step, waits are noise (no network slowdown is named)
+#: below this many seconds per step, waits are noise (no network slowdown is named), and so
+#: is a rank computing this much longer than the others (no slow rank is named)
 MIN_WAIT_S = 0.005
 
 
@@ -178,12 +179,14 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
-    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median."""
+    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
+    over :data:`MIN_WAIT_S` more (1 ms more of a 5 ms step is scheduling noise on a busy
+    host, and nothing anyone would act on)."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
         for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
-            if c > 0 and c > ratio * others:
+            if c > ratio * others and c - others > MIN_WAIT_S:
                 counts[r] += 1
     return counts
 
