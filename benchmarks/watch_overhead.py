@@ -12,7 +12,9 @@ Fault to cause: the real-process scenarios of tests/watch (two gloo ranks, one f
 5, watch_timeout 4 s): seconds from the fault to the hub writing report.json (the cause
 named). Pieces in isolation (``micro``): the Flight Recorder's cost per collective (a
 world-1 gloo all_reduce with TORCH_FR_BUFFER_SIZE 64 vs 0), the phase/step marks of one
-``ddpnet train`` step, one heartbeat (recorder dump, state, JSON).
+``ddpnet train`` step, one heartbeat (recorder dump, state, JSON), and ``ddpnet train``'s
+timed comm hook on gloo (a tiny MLP's DDP forward+backward, one bucket: DDP's built-in
+all-reduce vs torch's allreduce_hook wrapped by ``train.comm.timed_hook``).
 
     .venv/bin/python benchmarks/watch_overhead.py [--rounds N] [--quick] [--out FILE]
 """
@@ -106,7 +108,43 @@ if sys.argv[1] == "pieces":
     out["heartbeat_s"] = per_call(lambda i: encode({"t": "state", "state":
                                                    beacon.state().to_dict()}), 200)
     out["records"] = len(beacon.state().recent)
+    out.update(hook_cost())
 print(json.dumps(out))
+"""
+
+#: ddpnet train's timed comm hook on gloo: DDP steps of two tiny MLPs (one bucket each), the
+#: built-in all-reduce vs torch's allreduce_hook wrapped by timed_hook, interleaved blocks
+HOOK = r"""
+def hook_cost():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from ddpnet.train.comm import timed_hook
+    from ddpnet.train.model import build_model
+    from ddpnet.watch.session import recorder
+    def make(timed):
+        torch.manual_seed(0)
+        ddp = DDP(build_model("mlp", 64, 2, 10))
+        if timed is None:  # the hook alone: what replacing the built-in costs
+            ddp.register_comm_hook(None, allreduce_hook)
+        elif timed:
+            ddp.register_comm_hook(None, timed_hook(allreduce_hook, recorder().add_wait))
+        return ddp
+    from ddpnet.train.model import IN_FEATURES
+    x, y = torch.randn(32, IN_FEATURES), torch.randint(0, 10, (32,))
+    nets = {"builtin": make(False), "hook": make(None), "timed": make(True)}
+    def block(net, n):
+        start = time.perf_counter()
+        for _ in range(n):
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+        return (time.perf_counter() - start) / n
+    for net in nets.values():
+        block(net, 50)
+    best = {k: float("inf") for k in nets}
+    for _ in range(10):
+        for k, net in nets.items():
+            best[k] = min(best[k], block(net, 300))
+    return {"ddp_step_builtin_s": best["builtin"], "ddp_step_allreduce_hook_s": best["hook"],
+            "ddp_step_timed_hook_s": best["timed"]}
 """
 
 
@@ -114,8 +152,8 @@ def _micro_run(size: str, tries: int = 3) -> dict[str, Any]:
     """One MICRO process; retried, because gloo on a busy host now and then aborts at exit
     (seen once in ~30 runs, SIGABRT after the figures were printed)."""
     for _ in range(tries):
-        proc = subprocess.run([sys.executable, "-c", MICRO, "pieces" if size != "0" else
-                               "bare"], capture_output=True, text=True, timeout=300,
+        proc = subprocess.run([sys.executable, "-c", HOOK + MICRO, "pieces" if size != "0"
+                               else "bare"], capture_output=True, text=True, timeout=300,
                               env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
         lines = proc.stdout.strip().splitlines()
         if lines and lines[-1].startswith("{"):
@@ -137,10 +175,16 @@ def micro(rounds: int) -> dict[str, Any]:
            "fr_cost_per_collective_s": min(fr_on) - min(fr_off),
            "marks_per_step_s": pieces["marks_per_step_s"],
            "heartbeat_s": pieces["heartbeat_s"], "heartbeat_records": pieces["records"],
-           "heartbeat_share_of_a_core": pieces["heartbeat_s"] / 1.0}
+           "heartbeat_share_of_a_core": pieces["heartbeat_s"] / 1.0,
+           "ddp_step_builtin_s": pieces["ddp_step_builtin_s"],
+           "ddp_step_allreduce_hook_s": pieces["ddp_step_allreduce_hook_s"],
+           "ddp_step_timed_hook_s": pieces["ddp_step_timed_hook_s"],
+           "timed_hook_cost_per_step_s": pieces["ddp_step_timed_hook_s"]
+           - pieces["ddp_step_builtin_s"]}
     print(f"FR per collective {out['fr_cost_per_collective_s'] * 1e6:.1f} us, marks per step "
           f"{out['marks_per_step_s'] * 1e6:.1f} us, heartbeat {out['heartbeat_s'] * 1e3:.2f} "
-          f"ms/s", flush=True)
+          f"ms/s; DDP step {out['ddp_step_builtin_s'] * 1e6:.0f} us built-in, "
+          f"{out['ddp_step_timed_hook_s'] * 1e6:.0f} us with the timed hook", flush=True)
     return out
 
 
@@ -167,10 +211,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 60 steps")
+    parser.add_argument("--micro-only", action="store_true",
+                        help="only the pieces in isolation (updates 'micro' in --out)")
     parser.add_argument("--out", type=Path, default=RESULTS / "watch_overhead.json")
     args = parser.parse_args()
     rounds, steps = (2, 60) if args.quick else (args.rounds, args.steps)
     load_before = os.getloadavg()
+    if args.micro_only:
+        kept = json.loads(args.out.read_text()) if args.out.exists() else {}
+        kept["micro"] = {**micro(3), "loadavg": [load_before, os.getloadavg()],
+                         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        args.out.write_text(json.dumps(kept, indent=1) + "\n")
+        return 0
     result = {
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -73,3 +73,62 @@ def test_powersgd_registers_ours_on_gloo_and_torchs_on_nccl(
         assert "torch's hook" in plan.note
     assert plan.bytes_per_step == allreduce_bytes(
         [tuple(p.shape) for p in ddp.module.parameters()], "powersgd", powersgd_rank=3)
+
+
+def test_timed_hook_reports_launch_to_completion_and_returns_the_inner_future() -> None:
+    import torch
+
+    from ddpnet.train.comm import timed_hook
+
+    clock = iter([1.0, 3.5]).__next__
+    fut: torch.futures.Future[object] = torch.futures.Future()
+    calls: list[tuple[object, object]] = []
+    spans: list[tuple[float, float]] = []
+
+    def inner(state: object, bucket: object) -> torch.futures.Future[object]:
+        calls.append((state, bucket))
+        return fut
+
+    hook = timed_hook(inner, lambda a, b: spans.append((a, b)), clock=clock)
+    assert hook("state", "bucket") is fut and calls == [("state", "bucket")]
+    assert spans == []  # launched, not completed
+    fut.set_result("done")
+    assert spans == [(1.0, 3.5)] and hook.__annotations__ == {}
+    assert hook.__name__ == "timed_inner"
+
+
+@pytest.mark.parametrize("name", ["none", "bf16", "powersgd"])
+def test_register_hook_wraps_whichever_hook_runs_when_timed(
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    from ddpnet.train.comm import register_hook
+    from ddpnet.train.powersgd import PowerSGD
+
+    monkeypatch.setattr(dist, "get_backend", lambda *a, **k: "gloo")
+    plain, timed = _FakeDDP(), _FakeDDP()
+    a = register_hook(plain, name, powersgd_rank=2, start_iter=1)
+    b = register_hook(timed, name, powersgd_rank=2, start_iter=1, timing=lambda s, e: None)
+    assert a.bytes_per_step == b.bytes_per_step
+    assert (a.note == b.note) == (name != "none"), b.note  # none says it runs a Python hook
+    [(state, hook)] = timed.registered
+    assert getattr(hook, "__name__", "").startswith("timed_")
+    if name == "none":
+        assert plain.registered == []  # DDP's built-in all-reduce, untouched
+        assert hook.__name__ == f"timed_{allreduce_hook.__name__}"  # type: ignore[attr-defined]
+    else:
+        assert len(plain.registered) == 1
+    if name == "powersgd":
+        assert isinstance(state, PowerSGD) and (state.rank, state.start_iter) == (2, 1)
+
+
+def test_only_a_watched_gloo_group_is_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpnet.train.comm import watch_timing
+    from ddpnet.watch import session
+
+    monkeypatch.setattr(session, "active", lambda: True)
+    assert watch_timing("gloo") == session.recorder().add_wait
+    assert watch_timing("nccl") is None  # NCCL's Flight Recorder times its own
+    monkeypatch.setattr(session, "active", lambda: False)
+    assert watch_timing("gloo") is None

@@ -14,7 +14,7 @@ from ddpnet.net.ports import listen_socket
 from ddpnet.watch.heartbeat import Beacon
 from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request
 from ddpnet.watch.recorder import Recorder
-from ddpnet.watch.state import CollectiveRecord, RankState
+from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 
 TOKEN = "127.0.0.1:1:2"
 
@@ -175,3 +175,106 @@ def test_a_silent_rank_is_probed_by_connects_only() -> None:
     request = probe_request(3, states, 50, tuple(range(100)), silent=(7, 50))
     assert set(request["peers"]) == {"7"} and request["stream"] is False
     assert probe_request(3, states, 50, tuple(range(100)))["stream"] is True
+
+
+def slowed_states(world: int = 3, steps: int = 20) -> dict[int, RankState]:
+    """Every rank's collectives 10x slower in the second half of the window, compute even."""
+    waits = tuple(0.05 if k < steps // 2 else 0.5 for k in range(steps))
+    return {r: RankState(rank=r, world_size=world, host=f"node{r}", address=f"10.0.0.{r}",
+                         step_times=tuple(0.2 + w for w in waits), wait_times=waits,
+                         extra={"ports": {"sink": 2000 + r}}) for r in range(world)}
+
+
+def stream(a: int, b: int, rate: float) -> dict[str, object]:
+    return {"src_rank": a, "dst_rank": b, "reachable": True, "detail": f"{rate} Gb/s",
+            "rate_gbps": rate, "what": "stream", "purpose": "sink", "outcome": "streamed"}
+
+
+def test_a_network_slowdown_is_probed_once_and_the_warning_names_the_slow_node(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ddpnet.watch.hub import Peer
+    from ddpnet.watch.wire import Lines
+
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 3, 30, "exit", str(tmp_path), TOKEN), sock)
+    hub.states = slowed_states()
+    pairs = [socket.socketpair() for _ in range(3)]
+    for rank, (ours, _theirs) in enumerate(pairs):
+        hub.peers[ours] = Peer(ours, Lines(), rank)
+    hub.check_stragglers(100.0)
+    assert hub.probing is not None and hub.probing.straggler is not None
+    assert capsys.readouterr().err == ""  # no warning before the probes are in
+    for _ours, theirs in pairs:
+        [request] = Lines().feed(theirs.recv(1 << 16))
+        assert request["t"] == "probe" and request["stream"] is True
+        assert len(request["peers"]) == 2 and request["id"] == hub.probing.ident
+    ident = hub.probing.ident
+    rates = {(0, 1): 9.4, (1, 0): 9.1, (0, 2): 0.9, (2, 0): 0.95, (1, 2): 0.92, (2, 1): 0.9}
+    for rank in range(3):
+        hub.add_probes(rank, {"id": ident, "probes": [stream(a, b, r) for (a, b), r
+                                                      in rates.items() if a == rank]})
+    hub.tick()  # every rank answered: the round is over
+    assert hub.probing is None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "the probes name rank 2 (node2" in err[0], err
+    hub.check_stragglers(200.0)  # the same slowdown later: no second round, no second line
+    assert hub.probing is None and capsys.readouterr().err == ""
+    saved = json.loads((tmp_path / "warnings.json").read_text())
+    assert [(w["ranks"], w["hosts"]) for w in saved] == [([2], ["node2"])]
+    assert len(saved[0]["probes"]) == 6  # the round's probes, for the record
+    even = {r: RankState(rank=r, world_size=3, step_times=(0.25,) * 20,
+                         wait_times=(0.05,) * 20) for r in range(3)}
+    hub.states = even
+    hub.check_stragglers(300.0)  # even again: the next slowdown is probed anew
+    assert hub.probed_wait is None and hub.straggler_probes == ()
+    for ours, theirs in pairs:
+        ours.close()
+        theirs.close()
+    sock.close()
+
+
+def test_a_slowdown_that_got_twice_worse_is_probed_again(tmp_path: Path) -> None:
+    from ddpnet.watch.hub import Peer
+    from ddpnet.watch.wire import Lines
+
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 3, 30, "exit", str(tmp_path), TOKEN), sock)
+    pairs = [socket.socketpair() for _ in range(3)]
+    for rank, (ours, _theirs) in enumerate(pairs):
+        hub.peers[ours] = Peer(ours, Lines(), rank)
+    hub.states = slowed_states()
+    for k in range(3):  # rounds that name nothing: tried again at the next check, 3 in all
+        hub.check_stragglers(100.0 + 10 * k)
+        assert hub.probing is not None and hub.probed_wait == pytest.approx(0.5)
+        probing, hub.probing = hub.probing, None
+        hub.warn_probed(probing)
+    hub.check_stragglers(200.0)
+    assert hub.probing is None  # the same slowdown: not probed a fourth time
+    saved = json.loads((tmp_path / "warnings.json").read_text())
+    assert [w["summary"][:12] for w in saved] == ["slow network"]  # the generic one, once
+    worse = slowed_states()
+    for r, st in worse.items():
+        waits = tuple(w * 2.5 if w > 0.1 else w for w in st.wait_times)
+        worse[r] = RankState(rank=r, world_size=3, host=st.host, address=st.address,
+                             step_times=tuple(0.2 + w for w in waits), wait_times=waits,
+                             extra=st.extra)
+    hub.states = worse
+    hub.check_stragglers(300.0)
+    assert hub.probing is not None and hub.probed_wait == pytest.approx(1.25)
+    for ours, theirs in pairs:
+        ours.close()
+        theirs.close()
+    sock.close()
+
+
+def test_a_stall_outranks_a_stragglers_probe_round(tmp_path: Path) -> None:
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, 30, "warn", str(tmp_path), TOKEN), sock)
+    hub.states = {0: RankState(rank=0, world_size=2)}
+    hub.probing = Probing(1, "straggler", time.monotonic() + 60, {0}, [],
+                          straggler=Diagnosis(kind="straggler", summary="slow network"))
+    hub.watchdog.due = lambda snapshot, now: "no progress for 30 s"  # type: ignore[method-assign]
+    hub.tick()
+    assert hub.probing is None or hub.probing.straggler is None
+    assert (tmp_path / "report.json").exists()  # acted on the stall at once (nothing to probe)
+    sock.close()

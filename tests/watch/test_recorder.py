@@ -104,3 +104,13 @@ def test_an_announced_call_gives_gloo_records_their_end() -> None:
     merged = merge(fr, called)
     assert (merged[0].started, merged[0].ended, merged[0].site) == (4.9, 5.4, "t.py:3")
     assert merged[1] == fr[1]
+
+
+def test_timed_waits_are_kept_until_their_steps_are_taken() -> None:
+    rec = Recorder()
+    for span in [(1.0, 1.5), (2.0, 2.4), (3.0, 3.2)]:
+        rec.add_wait(*span)
+    # the heartbeat took steps from 1.8 to 2.9: the spans ending after 1.8, and those that
+    # ended by 2.9 are done with
+    assert rec.take_waits(1.8, 2.9) == [(2.0, 2.4), (3.0, 3.2)]
+    assert list(rec.waits) == [(3.0, 3.2)]

@@ -7,10 +7,18 @@ torch's algorithm, on any backend);
 (traffic ∝ (rows+cols)·r instead of rows·cols), and plain fp32 for vectors and for matrices
 where the factorisation would not compress by at least ``min_compression_rate``: on gloo
 ddpnet's own implementation (:mod:`ddpnet.train.powersgd`, which says why), on NCCL torch's.
+
+On gloo with the watch on, whichever hook runs is wrapped by :func:`timed_hook`, which tells
+the watch when each bucket's all-reduce was launched and when its future completed: gloo's
+Flight Recorder gives DDP's bucket all-reduces no end time, so without it a rank slow
+*before* backward (data, forward) would make the others wait where nothing measures it, and
+the straggler analysis (:mod:`ddpnet.watch.straggler`) would name nobody. ``none`` is then
+torch's ``allreduce_hook``, DDP's built-in algorithm in Python (divide, all-reduce).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from math import prod
@@ -19,6 +27,10 @@ from typing import Any
 import torch
 
 from ddpnet.train.powersgd import MIN_COMPRESSION_RATE, PowerSGD, plan_bucket, powersgd_hook
+
+#: what :func:`timed_hook` reports each bucket's collective span to: (launched, completed)
+OnSpan = Callable[[float, float], None]
+Hook = Callable[[Any, Any], "torch.futures.Future[Any]"]
 
 
 @dataclass(frozen=True)
@@ -91,33 +103,75 @@ def powersgd_impl(backend: str) -> str:
     return "ddpnet" if backend == "gloo" else "torch"
 
 
-def register_hook(ddp: Any, name: str, *, powersgd_rank: int, start_iter: int) -> HookPlan:
-    """Register hook ``name`` on ``ddp`` (a DistributedDataParallel)."""
-    shapes = [tuple(p.shape) for p in ddp.module.parameters() if p.requires_grad]
-    impl = ""
-    if name == "fp16":
-        ddp.register_comm_hook(None, low_precision_hook(torch.float16))
-    elif name == "bf16":
-        ddp.register_comm_hook(None, low_precision_hook(torch.bfloat16))
-    elif name == "powersgd":
-        import torch.distributed as dist
+def timed_hook(inner: Hook, on_span: OnSpan,
+               clock: Callable[[], float] = time.time) -> Hook:
+    """``inner`` (any DDP comm hook: DDP calls it with its state and a bucket), reporting each
+    bucket's span from the hook's call (the all-reduce is launched) to its future's
+    completion. Returns ``inner``'s own future untouched; the callback runs on the backend's
+    thread when the collective completes (two clock reads and a deque append per bucket)."""
 
-        impl = powersgd_impl(str(dist.get_backend()))
+    def hook(state: Any, bucket: Any) -> torch.futures.Future[Any]:
+        start = clock()
+        fut = inner(state, bucket)
+        fut.add_done_callback(lambda _done: on_span(start, clock()))
+        return fut
+
+    hook.__name__ = f"timed_{getattr(inner, '__name__', 'hook')}"
+    hook.__annotations__ = {}  # see low_precision_hook: DDP reads them
+    return hook
+
+
+def watch_timing(backend: str) -> OnSpan | None:
+    """Where to report bucket all-reduce spans: the watch's recorder on gloo while the watch
+    runs; None otherwise (NCCL's Flight Recorder times its collectives, and an NCCL work's
+    future completes when the kernel is queued, not when it ends)."""
+    from ddpnet.watch import session
+
+    if backend != "gloo" or not session.active():
+        return None
+    return session.recorder().add_wait
+
+
+def _hook_for(name: str, backend: str, powersgd_rank: int, start_iter: int,
+              timed: bool) -> tuple[Any, Hook | None, str]:
+    """The (state, hook) DDP gets for ``name`` (hook None: DDP's built-in all-reduce) and
+    whose implementation it is."""
+    if name in ("fp16", "bf16"):
+        return None, low_precision_hook(torch.float16 if name == "fp16" else torch.bfloat16), ""
+    if name == "powersgd":
+        impl = powersgd_impl(backend)
         if impl == "ddpnet":
-            ddp.register_comm_hook(PowerSGD(powersgd_rank, start_iter=start_iter),
-                                   powersgd_hook)
-        else:
-            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+            return PowerSGD(powersgd_rank, start_iter=start_iter), powersgd_hook, impl
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
-            state = psgd.PowerSGDState(
-                process_group=None, matrix_approximation_rank=powersgd_rank,
-                start_powerSGD_iter=start_iter, min_compression_rate=MIN_COMPRESSION_RATE,
-                use_error_feedback=True, warm_start=True)
-            ddp.register_comm_hook(state, psgd.powerSGD_hook)
-    elif name != "none":
+        state = psgd.PowerSGDState(
+            process_group=None, matrix_approximation_rank=powersgd_rank,
+            start_powerSGD_iter=start_iter, min_compression_rate=MIN_COMPRESSION_RATE,
+            use_error_feedback=True, warm_start=True)
+        return state, psgd.powerSGD_hook, impl
+    if name != "none":
         raise ValueError(f"unknown comm hook {name!r}")
+    if not timed:
+        return None, None, ""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    return None, allreduce_hook, ""
+
+
+def register_hook(ddp: Any, name: str, *, powersgd_rank: int, start_iter: int,
+                  timing: OnSpan | None = None) -> HookPlan:
+    """Register hook ``name`` on ``ddp`` (a DistributedDataParallel); with ``timing``, wrapped
+    by :func:`timed_hook` (``none`` becomes torch's ``allreduce_hook`` to be wrapped)."""
+    import torch.distributed as dist
+
+    shapes = [tuple(p.shape) for p in ddp.module.parameters() if p.requires_grad]
+    backend = str(dist.get_backend()) if name == "powersgd" else ""
+    state, hook, impl = _hook_for(name, backend, powersgd_rank, start_iter, timing is not None)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook if timing is None else timed_hook(hook, timing))
     notes = {
-        "none": "fp32 gradients, DDP's built-in all-reduce",
+        "none": "fp32 gradients, DDP's built-in all-reduce" if timing is None else
+                "fp32 gradients, DDP's all-reduce as torch's allreduce_hook (timed for the watch)",
         "fp16": "gradients cast to fp16 per bucket",
         "bf16": "gradients cast to bf16 per bucket",
         "powersgd": f"rank-{powersgd_rank} P and Q factors plus uncompressed tensors "

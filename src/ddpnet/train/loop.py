@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddpnet.errors import ConfigError
 from ddpnet.train import hugepages
-from ddpnet.train.comm import HookPlan, register_hook
+from ddpnet.train.comm import HookPlan, register_hook, watch_timing
 from ddpnet.train.config import TrainConfig
 from ddpnet.train.data import NUM_CLASSES, Split, load_dataset, make_loader
 from ddpnet.train.dist import Dist
@@ -98,7 +98,7 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
               bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
               gradient_as_bucket_view=True)
     plan = register_hook(ddp, cfg.comm_hook, powersgd_rank=cfg.powersgd_rank,
-                         start_iter=cfg.powersgd_start_iter)
+                         start_iter=cfg.powersgd_start_iter, timing=watch_timing(d.backend))
     loop = Loop(cfg, d, parts, ddp, plan, forward_backward, callbacks,
                 start_step=0 if resumed_from is None else resumed_from,
                 compute_per_micro=compute_per_micro, stop=stop)

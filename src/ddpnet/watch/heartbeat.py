@@ -4,9 +4,9 @@ obeys the hub's verdict: write this rank's dump, say why on stderr, exit with th
 code. The training thread may be stuck inside a C++ collective, so exiting is ``os._exit``.
 
 Each state carries the last steps' wall and collective seconds (a ``StragglerWindow`` fed
-from the recorder's finished steps) and ``extra["ports"]``: the listeners its peers probe
-when the hub asks (a ``probe`` message: ``probe_pairs`` runs in a daemon thread, bounded, and
-its LinkProbes go back as ``probes``).
+from the recorder's finished steps, its ring and the spans a comm hook timed) and
+``extra["ports"]``: the listeners its peers probe when the hub asks (a ``probe`` message:
+``probe_pairs`` runs in a daemon thread, bounded, and its LinkProbes go back as ``probes``).
 
 Every socket operation has a timeout; a hub that vanishes only ends the heartbeat.
 """
@@ -39,7 +39,7 @@ from ddpnet.watch.probe import (
 )
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
-from ddpnet.watch.straggler import StragglerWindow, wait_in
+from ddpnet.watch.straggler import StragglerWindow, waits_per_step
 from ddpnet.watch.wire import Lines, encode
 
 #: seconds between heartbeats
@@ -80,8 +80,13 @@ class Beacon:
         rec = self.recorder
         done = [r.seq for r in records if r.ended is not None]
         with self.window_lock:
-            for start, end in rec.take_spans():
-                self.window = self.window.add(end - start, wait_in(records, start, end))
+            steps = rec.take_spans()
+            if steps:
+                timed = rec.take_waits(steps[0][0], steps[-1][1])
+                spans = [(r.started, r.ended) for r in records if r.ended is not None]
+                for (start, end), wait in zip(steps, waits_per_step(steps, spans + timed),
+                                              strict=True):
+                    self.window = self.window.add(end - start, wait)
             window = self.window
         with rec.lock:
             return replace(self.ident, step=rec.step, phase=rec.phase,

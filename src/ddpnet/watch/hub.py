@@ -5,7 +5,9 @@ watchdog, prints the report on rank 0's stderr, writes it under the watch direct
 the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
 
 While the job is healthy it runs the straggler analysis every :data:`STRAGGLER_EVERY_S`
-seconds and warns once per distinct straggler (one line, no exit). When the watchdog fires
+seconds and warns once per distinct straggler (one line, no exit); when collectives slowed
+down on most ranks (``straggler.wants_probes``) it first runs one probe round, so that the
+warning names the slow node or link. When the watchdog fires
 and every rank is inside the same collective (``network.wants_probes``), it first asks every
 live rank to probe its peers and waits at most :data:`PROBE_WAIT_S` for the answers: the
 verdict is analysed with the probes of this stall that arrived.
@@ -42,10 +44,12 @@ FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
 #: seconds between straggler analyses of a healthy job
-STRAGGLER_EVERY_S = 10.0
+STRAGGLER_EVERY_S = 5.0
 #: each link probe's bound, and how long the hub waits for every rank's probes
 PROBE_TIMEOUT_S = 2.0
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
+#: probe rounds for one network slowdown while none names its node or link
+SLOWDOWN_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,19 @@ class Peer:
 
 @dataclass
 class Probing:
-    """One stall's probe round: the ranks asked and not answered yet, what came back."""
+    """One probe round: the ranks asked and not answered yet, what came back. A stall's round
+    ends in the verdict (``trigger``); a straggler's (``straggler``: what was found without
+    probes) in a warning naming the slow node or link."""
 
     ident: int
     trigger: str
     deadline: float
     waiting: set[int]
     found: list[LinkProbe]
+    straggler: Diagnosis | None = None
+
+    def over(self, now: float) -> bool:
+        return not self.waiting or now > self.deadline
 
 
 def probe_request(ident: int, states: dict[int, RankState], rank: int,
@@ -111,7 +121,14 @@ class Hub:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
+        #: the network's wait per step (straggler.recent_wait) when this slowdown was first
+        #: probed, the probes of a round that named its node or link (kept for the later
+        #: checks), and the rounds that named nothing; reset when the job is even again
+        self.probed_wait: float | None = None
+        self.straggler_probes: tuple[LinkProbe, ...] = ()
+        self.slowdown_rounds = 0
         self.warnings: list[Diagnosis] = []
+        self.warned: list[dict[str, Any]] = []
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -227,32 +244,84 @@ class Hub:
         if self.verdict_at is not None or not self.states:
             return
         now = time.monotonic()
-        if self.probing is not None:
-            if not self.probing.waiting or now > self.probing.deadline:
-                probing, self.probing = self.probing, None
+        probing = self.probing
+        if probing is not None and probing.straggler is None:  # the verdict waits for it
+            if probing.over(now):
+                self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
         trigger = self.watchdog.due(self.snapshot(leavers_only=True), now)
-        if trigger is None:
+        if trigger is not None:
+            self.probing = None  # a stall outranks a straggler's probes
+            if not self.ask_probes(trigger, now):
+                self.act(trigger)
+        elif probing is not None:
+            if probing.over(now):
+                self.probing = None
+                self.warn_probed(probing)
+        else:
             self.check_stragglers(now)
-        elif not self.ask_probes(trigger, now):
-            self.act(trigger)
 
     # -- straggler warnings ------------------------------------------------------------------
 
     def check_stragglers(self, now: float) -> None:
-        """Every STRAGGLER_EVERY_S while healthy: one warning line per distinct straggler."""
+        """Every STRAGGLER_EVERY_S while healthy (every second until enough steps came): one
+        warning line per distinct straggler. A network that slowed down is first probed
+        (:meth:`probe_slowdown`), so that the warning names the slow node or link."""
         if now < self.next_straggler or self.left:
             return
+        snapshot = replace(self.snapshot(leavers_only=True), probes=self.straggler_probes)
+        if straggler.steps_published(snapshot) < 2 * straggler.MIN_STEPS:
+            self.next_straggler = now + 1.0
+            return
         self.next_straggler = now + STRAGGLER_EVERY_S
-        found = straggler.detect(self.snapshot(leavers_only=True))
+        found = straggler.detect(snapshot)
+        if found is None:
+            self.probed_wait, self.straggler_probes, self.slowdown_rounds = None, (), 0
+            return
+        if self.probe_slowdown(snapshot, now, found):
+            return
+        self.warn(found)
+
+    def probe_slowdown(self, snapshot: Snapshot, now: float, found: Diagnosis) -> bool:
+        """Start a straggler probe round for a network slowdown: once per slowdown (again
+        at the next checks while rounds name nothing, :data:`SLOWDOWN_ROUNDS` in all), and
+        anew when the waits doubled since (a mild slowdown, then a NIC dropping its rate).
+        False when there is none to start."""
+        wait = straggler.recent_wait(snapshot)
+        worse = self.probed_wait is None or wait >= 2 * self.probed_wait
+        retry = not self.straggler_probes and self.slowdown_rounds < SLOWDOWN_ROUNDS
+        if not (worse or retry) or not straggler.wants_probes(replace(snapshot, probes=())):
+            return False
+        if worse:
+            self.probed_wait, self.slowdown_rounds = wait, 0
+        self.straggler_probes = ()
+        return self.send_probes(tuple(range(self.options.world_size)), (), now,
+                                trigger="straggler", slowdown=found)
+
+    def warn_probed(self, probing: Probing) -> None:
+        """A straggler's probe round is over: the warning, named by the probes when they
+        found the slow node or link (kept for the later checks of this slowdown)."""
+        probes = tuple(probing.found)
+        found = straggler.detect(replace(self.snapshot(leavers_only=True), probes=probes))
+        if found is not None and found.hosts:
+            self.straggler_probes = probes
+            self.warn(found, probes)
+        else:
+            self.slowdown_rounds += 1
+            self.warn(probing.straggler, probes)
+
+    def warn(self, found: Diagnosis | None, probes: tuple[LinkProbe, ...] = ()) -> None:
+        """One line on stderr and an entry in warnings.json (with the round's probes) per
+        distinct straggler."""
         if found is None or any(w.ranks == found.ranks for w in self.warnings):
             return
         self.warnings.append(found)
+        self.warned.append({"at": time.time(), **found.to_dict(),
+                            **({"probes": [p.to_dict() for p in probes]} if probes else {})})
         sys.stderr.write(warning_line(found) + "\n")
         sys.stderr.flush()
-        write_warnings(Path(self.options.directory),
-                       [{"at": time.time(), **w.to_dict()} for w in self.warnings])
+        write_warnings(Path(self.options.directory), self.warned)
 
     # -- link probes -------------------------------------------------------------------------
 
@@ -265,6 +334,11 @@ class Hub:
         if not (silent or network.wants_probes(snapshot)):
             return False
         group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
+        return self.send_probes(group, silent, now, trigger=trigger)
+
+    def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
+                    trigger: str, slowdown: Diagnosis | None = None) -> bool:
+        """Send one probe round's requests to every live rank; False when none was asked."""
         self.rounds += 1
         asked = set()
         for peer in list(self.peers.values()):
@@ -274,7 +348,7 @@ class Hub:
                 asked.add(rank)
         if not asked:
             return False
-        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [])
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown)
         return True
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:

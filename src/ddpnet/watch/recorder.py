@@ -30,6 +30,9 @@ FR_ENTRIES = 64
 RING = 32
 #: finished steps kept until the heartbeat takes them (it does once a second)
 STEP_WINDOW = 256
+#: timed collective spans (a comm hook's bucket all-reduces) kept until the steps they fall in
+#: are taken; a few per step, bounded
+WAIT_SPANS = 4096
 #: the Python collectives announced before they run (default group only)
 WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
@@ -146,6 +149,8 @@ class Recorder:
         #: (start, end) of each finished step, until the heartbeat takes them
         self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
+        #: (start, end) of collectives timed outside the ring (``add_wait``), by end time
+        self.waits: deque[tuple[float, float]] = deque(maxlen=WAIT_SPANS)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
 
@@ -172,6 +177,22 @@ class Recorder:
             spans = list(self.spans)
             self.spans.clear()
         return spans
+
+    def add_wait(self, start: float, end: float) -> None:
+        """A collective that ran from ``start`` to ``end`` (this recorder's clock): what a comm
+        hook measured for one of DDP's bucket all-reduces, which gloo's Flight Recorder leaves
+        without an end time. Called from gloo's thread when the collective completes."""
+        with self.lock:
+            self.waits.append((start, end))
+
+    def take_waits(self, since: float, until: float) -> list[tuple[float, float]]:
+        """The timed spans that end after ``since``; those ending by ``until`` (in steps
+        already taken) are dropped. The heartbeat's, with its finished steps' bounds."""
+        with self.lock:
+            out = [w for w in self.waits if w[1] > since]
+            while self.waits and self.waits[0][1] <= until:
+                self.waits.popleft()
+        return out
 
     def records(self) -> tuple[CollectiveRecord, ...]:
         fr = flight_recorder() if self.use_fr else None

@@ -17,11 +17,13 @@ A slow rank computes longer and waits *least*; the others wait for it. So:
   rates; otherwise :func:`wants_probes` asks the watchdog to probe.
 
 :class:`StragglerWindow` is what a heartbeat keeps to publish ``step_times`` / ``wait_times``,
-and :func:`wait_in` sums a step's collective time from the recorder's ring.
+and :func:`waits_per_step` sums each step's collective time from the recorder's ring and the
+spans a comm hook timed (:func:`wait_in` for one step).
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -36,7 +38,8 @@ MIN_STEPS = 5
 #: share of the window's steps in which a rank must be slow
 CONSISTENT = 0.8
 WINDOW = 50
-#: below this many seconds per step, waits are noise (no network slowdown is named)
+#: below this many seconds per step, waits are noise (no network slowdown is named), and so
+#: is a rank computing this much longer than the others (no slow rank is named)
 MIN_WAIT_S = 0.005
 
 
@@ -67,15 +70,37 @@ class StragglerWindow:
 def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> float:
     """Seconds of [start, end] spent inside finished collectives (pure; overlapping calls,
     e.g. DDP's bucketed async all-reduces, count once)."""
-    spans = sorted((max(c.started, start), min(c.ended, end)) for c in records
-                   if c.ended is not None and c.ended > start and c.started < end)
-    total, reach = 0.0, start
-    for lo, hi in spans:
-        lo = max(lo, reach)
-        if hi > lo:
-            total += hi - lo
-            reach = hi
-    return total
+    spans = [(c.started, c.ended) for c in records if c.ended is not None]
+    return waits_per_step([(start, end)], spans)[0]
+
+
+def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans merged into sorted, disjoint ones (pure)."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(s for s in spans if s[1] > s[0]):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def waits_per_step(steps: Sequence[tuple[float, float]],
+                   spans: Iterable[tuple[float, float]]) -> list[float]:
+    """For each step (start, end), the seconds inside any of ``spans`` (collectives; those
+    that overlap count once). Pure, O((steps + spans) log spans): a heartbeat feeds it every
+    step and timed bucket all-reduce since the last one."""
+    merged = union(spans)
+    ends = [hi for _, hi in merged]
+    out = []
+    for start, end in steps:
+        total, i = 0.0, bisect.bisect_right(ends, start)
+        while i < len(merged) and merged[i][0] < end:
+            total += min(merged[i][1], end) - max(merged[i][0], start)
+            i += 1
+        out.append(total)
+    return out
 
 
 # ---- the analysis ---------------------------------------------------------------------------
@@ -123,6 +148,12 @@ def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
                     {r: s.wait_times[-n:] for r, s in usable.items()})
 
 
+def steps_published(snapshot: Snapshot) -> int:
+    """How many aligned steps the analysis would see (0 with fewer than two ranks)."""
+    t = aligned(snapshot.states, Params(min_steps=1))
+    return 0 if t is None else t.steps
+
+
 def _median(values: Iterable[float]) -> float:
     got = list(values)
     return statistics.median(got) if got else 0.0
@@ -148,12 +179,14 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
-    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median."""
+    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
+    over :data:`MIN_WAIT_S` more (1 ms more of a 5 ms step is scheduling noise on a busy
+    host, and nothing anyone would act on)."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
         for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
-            if c > 0 and c > ratio * others:
+            if c > ratio * others and c - others > MIN_WAIT_S:
                 counts[r] += 1
     return counts
 
@@ -188,6 +221,16 @@ def wants_probes(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = M
         return False
     return (_slow_rank(snapshot, t, p) is None and _slow_link(snapshot, t, p) is None
             and _slow_network(snapshot, t, p) is not None)
+
+
+def recent_wait(snapshot: Snapshot) -> float:
+    """The median rank's collective wait per step over the second half of the window (0.0
+    without enough steps): how slow the network is now. The hub probes a slowdown again only
+    when this doubled since its last probe round."""
+    t = aligned(snapshot.states, Params())
+    if t is None:
+        return 0.0
+    return _median(_halves(t.wait[r])[1] for r in t.ranks)
 
 
 def _host(states: Mapping[int, RankState | None], rank: int) -> str:
