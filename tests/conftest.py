@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -26,6 +26,19 @@ def clean_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     }
     env.update(extra or {})
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _watch_dumps_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every job a test starts without its own DDPNET_WATCH_DIR dumps its watch states under
+    pytest's temp dir, not ``./ddpnet-watch`` in the checkout (tests leave no files behind)."""
+    old = os.environ.get("DDPNET_WATCH_DIR")
+    os.environ["DDPNET_WATCH_DIR"] = str(tmp_path_factory.mktemp("ddpnet-watch"))
+    yield
+    if old is None:
+        os.environ.pop("DDPNET_WATCH_DIR", None)
+    else:
+        os.environ["DDPNET_WATCH_DIR"] = old
 
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
