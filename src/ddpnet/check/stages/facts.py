@@ -65,12 +65,28 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
             **binding_facts(environ, table),
             **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl),
             "netns": netns_id()}
-    report = run_doctor(cfg=cfg, environ=environ)
+    report = run_doctor(cfg=cfg, environ=environ, torch_probe=torch_in_process)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
     merged["doctor"] = doctor_summary(report.checks)
     return merged
+
+
+def torch_in_process() -> dict[str, Any]:
+    """The doctor's torch facts from this rank's own torch import, once the main thread has
+    it (edge): without it a node whose facts are not cached yet starts a second interpreter
+    that imports torch again (~1.5 s of CPU per node, while N nodes share the cores)."""
+    from ddpnet.check.torchimport import wait_imported
+    from ddpnet.doctor.software import torch_summary
+
+    if not wait_imported(TORCH_WAIT_S):
+        return {"probe_error": f"this rank did not import torch in {TORCH_WAIT_S:.0f} s"}
+    return torch_summary()
+
+
+#: how long the doctor's torch facts wait for the rank's own torch import
+TORCH_WAIT_S = 30.0
 
 
 def binding_facts(environ: Mapping[str, str], interfaces: Sequence[Interface],
