@@ -35,9 +35,7 @@ def gpu_facts(local_rank: int) -> dict[str, Any]:
     try:
         import torch
 
-        # here, not at the top: process_group pulls in ddpnet.watch, which no rank's
-        # start-up needs (CPU every node pays before it joins)
-        from ddpnet.process_group import gpu_index
+        from ddpnet.process_group import gpu_index  # after torch: nothing before needs it
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = gpu_index(local_rank, count)
