@@ -11,6 +11,8 @@ Per node count N (default 4, 8, 16, 32) it records, over `--repeat` runs (median
 - what each fact family costs to gather on one node (CPU and wall, measured in a node of
   that lab) and what each detector costs rank 0 to compare as N grows (real facts from the
   lab's nodes, cloned beyond the lab's size);
+- one run with no node's torch facts cached (a first run, a fresh container's HOME): the
+  same CPU per node, since the doctor takes them from the rank's own torch import;
 - CPU count and load average before and after (the VM is shared: read the figures with it).
 
 ddpnet's own sources are byte-compiled first (as `pip install` leaves them): with
@@ -32,6 +34,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -116,13 +119,13 @@ def _cpu_children() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_once(lab: Lab, n: int) -> dict[str, Any]:
+def run_once(lab: Lab, n: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Start `ddpnet check --json --no-matrix` on every node at once; rank 0's verdict."""
     cpu0, load0 = _cpu_children(), os.getloadavg()[0]
     procs: list[subprocess.Popen[str]] = []
     first = time.monotonic()
     for i in range(n):
-        env = node_env(lab, i, rank=i, world=n, port=PORT)
+        env = node_env(lab, i, rank=i, world=n, port=PORT, extra=extra)
         procs.append(lab.popen(i, [sys.executable, "-m", "ddpnet", "check", "--json",
                                    "--no-matrix"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True))
@@ -271,9 +274,11 @@ def measure(n: int, repeat: int, warmup: int) -> tuple[dict[str, Any], list[dict
                   f" -> {rec['load_avg_1m_after']:.1f}", flush=True)
         gathered = gather_costs(lab, n, 1, torch=True)
         facts = lab_facts(lab, n)
+        with tempfile.TemporaryDirectory() as empty:  # no node has its torch facts cached
+            cold = run_once(lab, n, {"XDG_CACHE_HOME": empty})
     entry = {"nodes": n, "median": median_of(runs), "runs": runs,
              "all_pass": all(r["verdict"] == "pass" for r in runs),
-             "per_node_gather": gathered["costs"]}
+             "cold_cache_run": cold, "per_node_gather": gathered["costs"]}
     if n in TARGET_S:
         entry["target_s"] = TARGET_S[n]
         entry["within_target"] = entry["median"]["from_last_start_s"] < TARGET_S[n]
