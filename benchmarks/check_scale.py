@@ -119,9 +119,17 @@ def _cpu_children() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine since boot (/proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks[:8]) - idle) / hz, idle / hz
+
+
 def run_once(lab: Lab, n: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Start `ddpnet check --json --no-matrix` on every node at once; rank 0's verdict."""
-    cpu0, load0 = _cpu_children(), os.getloadavg()[0]
+    cpu0, load0, (busy0, idle0) = _cpu_children(), os.getloadavg()[0], _machine_cpu()
     procs: list[subprocess.Popen[str]] = []
     first = time.monotonic()
     for i in range(n):
@@ -151,9 +159,13 @@ def run_once(lab: Lab, n: int, extra: dict[str, str] | None = None) -> dict[str,
     except ValueError:
         data = {}
     cpu = _cpu_children() - cpu0
+    busy1, idle1 = _machine_cpu()
+    busy, idle = busy1 - busy0, idle1 - idle0
     timings = data.get("timings") or {}
     return {
         "verdict": data.get("verdict"), "causes": [c["id"] for c in data.get("causes", [])],
+        "cause_details": [f"{c['id']}: {c.get('detail', '')}"[:400]
+                          for c in data.get("causes", [])],
         "exit_code": procs[0].returncode,
         "from_last_start_s": round(ends[0] - last, 2),
         "from_first_start_s": round(ends[0] - first, 2),
@@ -164,6 +176,9 @@ def run_once(lab: Lab, n: int, extra: dict[str, str] | None = None) -> dict[str,
         "cpu_s_all_nodes": round(cpu, 2), "cpu_s_per_node": round(cpu / n, 3),
         # no check of these N nodes can end sooner on this machine's cores, whatever the load
         "cpu_floor_s": round(cpu / (os.cpu_count() or 1), 2),
+        # the machine's CPU meanwhile: what other processes (other sessions) took, and what
+        # stayed idle (idle ~0 and others > 0: the verdict waited for CPU they held)
+        "others_cpu_s": round(max(0.0, busy - cpu), 2), "idle_cpu_s": round(idle, 2),
         "load_avg_1m_before": load0, "load_avg_1m_after": os.getloadavg()[0],
     }
 
@@ -251,7 +266,7 @@ def compare_costs(real: Sequence[dict[str, Any]], sizes: Sequence[int]
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("from_last_start_s", "from_first_start_s", "after_store_up_s", "cpu_s_all_nodes",
-            "cpu_s_per_node", "cpu_floor_s", "load_avg_1m_before")
+            "cpu_s_per_node", "cpu_floor_s", "others_cpu_s", "idle_cpu_s", "load_avg_1m_before")
     med = {k: round(statistics.median(r[k] for r in runs if r[k] is not None), 3)
            for k in keys if any(r[k] is not None for r in runs)}
     stages = sorted({s for r in runs for s in r["stage_timings"]})
@@ -270,8 +285,9 @@ def measure(n: int, repeat: int, warmup: int) -> tuple[dict[str, Any], list[dict
             runs.append(rec)
             print(f"N={n:3d} {rec['verdict']} {rec['from_last_start_s']:6.2f} s from the last "
                   f"start ({rec['from_first_start_s']:.2f} from the first), "
-                  f"{rec['cpu_s_per_node']:.2f} CPU-s/node, load {rec['load_avg_1m_before']:.1f}"
-                  f" -> {rec['load_avg_1m_after']:.1f}", flush=True)
+                  f"{rec['cpu_s_per_node']:.2f} CPU-s/node, others {rec['others_cpu_s']:.1f} "
+                  f"CPU-s, idle {rec['idle_cpu_s']:.1f} CPU-s, load "
+                  f"{rec['load_avg_1m_before']:.1f} -> {rec['load_avg_1m_after']:.1f}", flush=True)
         gathered = gather_costs(lab, n, 1, torch=True)
         facts = lab_facts(lab, n)
         with tempfile.TemporaryDirectory() as empty:  # no node has its torch facts cached
