@@ -135,6 +135,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     sel = tools.select(cfg, environ)
     _refuse_master_loopback(sel, host, cfg.rank)
     _refuse_master_on_bridge(cfg, sel, host)
+    facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
     if cfg.rank == 0:
@@ -144,7 +145,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     _require_address(cfg, sel, host)
     early = listen_early(cfg, host) if cfg.rank == 0 else None
     try:
-        return _join_and_run(cfg, opts, sel, tools, environ, progress, host, started,
+        return _join_and_run(cfg, opts, sel, facts, tools, environ, progress, host, started,
                              early.fd if early is not None else None)
     finally:
         if early is not None:
@@ -152,7 +153,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
 
 
 def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
-                  tools: Tools, environ: Mapping[str, str],
+                  facts: Future[dict[str, Any]], tools: Tools, environ: Mapping[str, str],
                   progress: Progress, host: str, started: float,
                   listen_fd: int | None) -> RankOutcome:
     """Import torch, open (or join) the store and run this rank's stages."""
@@ -161,10 +162,6 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
     probe = None if cfg.rank == 0 else _in_thread(
         lambda: _probe_store(tools, cfg, environ, opts.join_timeout + opts.stage_timeout))
     import_torch()
-    # this node's facts while we join, started only now: torch's import holds the GIL for
-    # ~0.2 s of CPU at a time (its native libraries load), seconds where N ranks share few
-    # cores, and the doctor's bounded lookups (1 s) running beside it timed out (a false fail)
-    facts = _in_thread(lambda: tools.facts(cfg, sel, environ))
     if probe is not None:
         probe.result()  # raises master-port-foreign
     listener = mesh.Listener(str(sel.address))

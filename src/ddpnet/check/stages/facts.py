@@ -55,12 +55,17 @@ def interface_facts(sel: Selection, interfaces: Sequence[Interface]) -> dict[str
 
 def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
-    facts this check selected and uses (edge)."""
+    facts this check selected and uses (edge). Gathered once the rank's torch import is done
+    (it runs while the rank joins): torch's native libraries hold the GIL for ~0.2 s of CPU
+    while they load, seconds where N ranks share few cores, and the doctor's 1 s name
+    lookups running beside that timed out (a false ``doctor-failed``)."""
     from ddpnet.check.gpu import nccl_facts
+    from ddpnet.check.torchimport import wait_imported
     from ddpnet.doctor.base import Host
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
+    wait_imported(TORCH_WAIT_S)  # gathered all the same if it never comes
     table = list_interfaces()
     base = {**selection_facts(sel), **interface_facts(sel, table), **nccl_facts(environ),
             **binding_facts(environ, table),
