@@ -18,15 +18,15 @@ import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
 from ddpnet.output import lend_stdout
-from ddpnet.watch.session import WatchConfig, start_hub, torch_environ, watch_config
-from ddpnet.watch.session import start as start_watch
-from ddpnet.watch.session import stop as stop_watch
+
+if TYPE_CHECKING:
+    from ddpnet.watch.session import WatchConfig
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -215,6 +215,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     from ddpnet.env.resolve import resolve
     from ddpnet.net.probe import check_store, preflight
     from ddpnet.net.select import select_for_host
+    from ddpnet.watch import session  # here: check's ranks import this module, not the watch
 
     connect_timeout = _seconds("connect_timeout", connect_timeout,
                                "use a few seconds to a minute, e.g. connect_timeout=60")
@@ -225,7 +226,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         "join_timeout", join_timeout, "the seconds ranks may start apart, e.g. join_timeout=300")
     cfg = resolve(init_method=init_method, **overrides)
     check_requested(backend, device)
-    wc = watch_config(os.environ, watch, watch_timeout, watch_action)
+    wc = session.watch_config(os.environ, watch, watch_timeout, watch_action)
     _refuse_second_group(cfg)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch
@@ -236,7 +237,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     choice = choose(backend, device)
     placed = _place(choice, cfg, selection)
     watching = wc.enabled and cfg.world_size > 1
-    to_set = {**selection.env(), **(torch_environ(os.environ) if watching else {})}
+    to_set = {**selection.env(), **(session.torch_environ(os.environ) if watching else {})}
     _set_env(to_set)
     lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
     hub = _start_hub(cfg, wc) if watching and cfg.rank == 0 else None
@@ -247,8 +248,8 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
             hub.kill()
         raise
     if watching:
-        start_watch(cfg, wc, selection.address or "", selection.interface, hub,
-                    cfg.master_addr)
+        session.start(cfg, wc, selection.address or "", selection.interface, hub,
+                      cfg.master_addr)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
                   selection, dict(to_set), choice, watching)
 
@@ -257,6 +258,7 @@ def _start_hub(cfg: DistConfig, wc: WatchConfig) -> subprocess.Popen[bytes] | No
     """Rank 0 starts the watch's hub on MASTER_ADDR's own address (never every interface);
     a warning and no hub when that cannot be."""
     from ddpnet.rendezvous import bind_address
+    from ddpnet.watch.session import start_hub
 
     bind = bind_address(cfg)
     started = start_hub(cfg, wc, bind) if bind else \
@@ -344,6 +346,8 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
 
 def shutdown() -> None:
     """Destroy the default process group (if any) and put back the variables init() set."""
+    from ddpnet.watch.session import stop as stop_watch
+
     stop_watch()
     try:
         import torch.distributed as dist

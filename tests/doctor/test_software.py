@@ -80,6 +80,28 @@ def test_probe_is_cached_per_install(tmp_path: Path) -> None:
     assert list((tmp_path / "cache").glob("torch-*.json"))
 
 
+def test_probe_in_process_replaces_the_child(tmp_path: Path) -> None:
+    """``ddpnet check`` imports torch anyway: the doctor asks it, starts no second
+    interpreter, and caches the answer like the child's."""
+    from dataclasses import replace
+
+    ran: list[Any] = []
+    host = replace(Tree(tmp_path).host(commands={}, cache=True), torch_probe=lambda: CPU,
+                   run=lambda argv, timeout: ran.append(argv))
+    assert software.torch_facts(host)["torch"] == "2.13.0+cpu"
+    assert ran == []
+    again = Tree(tmp_path).host(commands={}, cache=True)
+    assert software.torch_facts(again) == CPU
+
+
+def test_in_process_summary_is_the_childs() -> None:
+    import torch
+
+    mine = software.torch_summary()
+    assert mine["torch"] == torch.__version__ and mine["gloo"] is True
+    assert "def summary" in software.TORCH_PROBE and "json.dumps(summary())" in software.TORCH_PROBE
+
+
 def test_nccl_version_code() -> None:
     assert software.nccl_version_string(22605) == "2.26.5"
     assert software.nccl_version_string(2708) == "2.7.8"

@@ -16,7 +16,10 @@ def main(argv: list[str]) -> int:
     from ddpnet.check.options import CheckOptions
     from ddpnet.check.render_text import render_result
     from ddpnet.check.run import exit_fast, run
+    from ddpnet.check.torchimport import own_process
     from ddpnet.output import finish, guarded, json_mode
+
+    own_process()
 
     human = argv[1:] == ["--human"]
     json_mode(not human)  # a worker's stdout is its JSON line for the parent

@@ -19,7 +19,6 @@ from typing import Any
 from ddpnet.check.causes import Cause
 from ddpnet.check.compare import NodeFacts, _describe, _groups, _minority
 from ddpnet.net.nccl import nccl_conf_paths, nccl_settings
-from ddpnet.process_group import gpu_index
 
 #: GPU facts compared across nodes (besides torch/cuda/nccl: ``version-mismatch``)
 GPU_KEYS = ("driver", "gpu_name", "gpu_capability", "persistence_mode")
@@ -35,6 +34,8 @@ def gpu_facts(local_rank: int) -> dict[str, Any]:
     ``gpu_count`` 0 on a CPU node."""
     try:
         import torch
+
+        from ddpnet.process_group import gpu_index  # after torch: nothing before needs it
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = gpu_index(local_rank, count)

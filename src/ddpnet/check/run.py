@@ -29,6 +29,7 @@ from ddpnet.check.result import CheckResult, WorkerLine
 from ddpnet.check.stages.rendezvous import preflight_patiently
 from ddpnet.check.store import host_store, join_store, listen_early
 from ddpnet.check.tools import Tools
+from ddpnet.check.torchimport import give_up, import_torch, own_process
 from ddpnet.check.worker import follow
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError, Terminated, raise_terminated
@@ -118,6 +119,8 @@ def run_rank(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
         outcome = check_rank(cfg, options, tools, environ, say)
     except RendezvousError as exc:
         return CheckResult(cfg.rank, exc.host or socket.gethostname(), failure=exc)
+    finally:
+        give_up()  # the doctor's torch facts wait for this rank's import: no longer
     return CheckResult(cfg.rank, outcome.host, outcome)
 
 
@@ -159,7 +162,7 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
     # answers once it imported torch too); as patient as a rank waits for rank 0
     probe = None if cfg.rank == 0 else _in_thread(
         lambda: _probe_store(tools, cfg, environ, opts.join_timeout + opts.stage_timeout))
-    _import_torch()
+    import_torch()
     if probe is not None:
         probe.result()  # raises master-port-foreign
     listener = mesh.Listener(str(sel.address))
@@ -215,16 +218,6 @@ def _require_address(cfg: DistConfig, sel: Selection, host: str) -> None:
             "(`ip route get MASTER_ADDR`, `ip -br addr`)", host=host, rank=cfg.rank)
 
 
-def _import_torch() -> None:
-    import warnings
-
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    # c10d's C++ warnings (a peer's reverse DNS, a store wait's slice) are noise on every
-    # rank's stderr
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    import torch.distributed  # noqa: F401
-
-
 def export_interface(sel: Selection, environ: Mapping[str, str],
                      target: MutableMapping[str, str]) -> None:
     """torch reads GLOO/NCCL/TP_SOCKET_IFNAME from the process environment: give it this
@@ -268,6 +261,7 @@ def exit_fast(code: int) -> int:
 def run_and_leave(command: Callable[[], int]) -> int:
     """Run ``command`` and leave through :func:`exit_fast`, also on Ctrl-C (130) and
     SIGTERM/SIGHUP (128+N), once the ``--local`` workers are stopped."""
+    own_process()
     try:
         code = command()
     except KeyboardInterrupt:

@@ -136,6 +136,9 @@ class Host:
     cache: Path | None = None
     #: loader/NVML facts (libnccl version, driver, GPUs); tests inject canned ones
     native: Callable[[], Mapping[str, Any]] = lambda: {}
+    #: torch's facts from a process that imports torch anyway (``ddpnet check``); None = a
+    #: child interpreter imports it (the doctor itself never does)
+    torch_probe: Callable[[], Mapping[str, Any]] | None = None
     memo: Memo = field(default_factory=Memo, compare=False)
 
     def read(self, path: Path) -> str | None:

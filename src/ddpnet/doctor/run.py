@@ -13,9 +13,9 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -260,13 +260,14 @@ def build_inputs(host: Host, master_addr: str | None, master_port: int | None,
 
 def run_doctor(cfg: DistConfig | None = None, master_addr: str | None = None,
                master_port: int | None = None, cluster_subnet: str | None = None,
-               *, environ: Mapping[str, str] | None = None) -> DoctorReport:
+               *, environ: Mapping[str, str] | None = None,
+               torch_probe: Callable[[], Mapping[str, Any]] | None = None) -> DoctorReport:
     """Check this node (edge). ``cfg`` is an already resolved config (then ``master_addr`` and
     ``master_port`` are not used); without it they override ``ddpnet.resolve()``. A config
     that does not resolve is the failed ``rendezvous.config`` check, not an exception; a bad
-    ``cluster_subnet`` raises ConfigError."""
+    ``cluster_subnet`` raises ConfigError. ``torch_probe``: see ``Host.torch_probe``."""
     started = time.monotonic()
-    host = real_host(environ)
+    host = replace(real_host(environ), torch_probe=torch_probe)
     with ThreadPoolExecutor(max_workers=2) as early:
         # the torch probe takes longest: start it while interfaces and routes are read
         early.submit(software.probe, host)

@@ -22,27 +22,40 @@ from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
 #: importing torch the first time on a loaded node can take many seconds (cached after)
 _PROBE_TIMEOUT = 30.0
 
-#: prints one JSON object about torch; every part guarded so a missing piece is a value
-TORCH_PROBE = r"""
-import json, sys
-out = {}
-try:
-    import torch, torch.distributed as dist
-    out["torch"] = torch.__version__
-    out["cuda_build"] = torch.version.cuda
-    out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
-    out["nccl_backend"] = bool(dist.is_available() and dist.is_nccl_available())
-    out["mpi"] = bool(dist.is_available() and dist.is_mpi_available())
-    if torch.version.cuda:
-        try:
-            v = torch.cuda.nccl.version()
-            out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception as e:
-            out["cuda_error"] = str(e)[:200]
-except Exception as e:
-    out["torch_error"] = f"{type(e).__name__}: {e}"[:300]
-sys.stdout.write(json.dumps(out))
+#: defines ``summary()``: one dict about torch, every part guarded so a missing piece is a
+#: value; run in a child (:data:`TORCH_PROBE`) or, where torch is imported anyway, in-process
+_SUMMARY = r"""
+def summary():
+    out = {}
+    try:
+        import torch, torch.distributed as dist
+        out["torch"] = torch.__version__
+        out["cuda_build"] = torch.version.cuda
+        out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
+        out["nccl_backend"] = bool(dist.is_available() and dist.is_nccl_available())
+        out["mpi"] = bool(dist.is_available() and dist.is_mpi_available())
+        if torch.version.cuda:
+            try:
+                v = torch.cuda.nccl.version()
+                out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            except Exception as e:
+                out["cuda_error"] = str(e)[:200]
+    except Exception as e:
+        out["torch_error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
 """
+
+#: prints one JSON object about torch (``summary()``)
+TORCH_PROBE = _SUMMARY + "\nimport json, sys\nsys.stdout.write(json.dumps(summary()))\n"
+
+
+def torch_summary() -> dict[str, Any]:
+    """What :data:`TORCH_PROBE` prints, from this process: for a caller that has imported
+    torch (``ddpnet check``'s ranks), so no child interpreter imports it a second time."""
+    scope: dict[str, Any] = {}
+    exec(_SUMMARY, scope)  # our own constant: the probe has one copy
+    out: dict[str, Any] = scope["summary"]()
+    return out
 
 
 def torch_key() -> str | None:
@@ -66,8 +79,8 @@ def torch_key() -> str | None:
 
 def torch_facts(host: Host) -> dict[str, Any]:
     """torch's version, CUDA build, backends and NCCL version, from a child process that
-    imports torch (1-4 s), cached per torch install under ``host.cache``: what a given
-    install was built with does not change until the install does."""
+    imports torch (1-4 s) or ``host.torch_probe``, cached per torch install under
+    ``host.cache``: what a given install was built with does not change until it does."""
     key = torch_key()
     if key is None:
         return {"torch_error": "ModuleNotFoundError: No module named 'torch'"}
@@ -80,13 +93,16 @@ def torch_facts(host: Host) -> dict[str, Any]:
                 return data
             except ValueError:
                 pass
-    out = host.run([sys.executable, "-c", TORCH_PROBE], _PROBE_TIMEOUT)
-    if out is None:
-        return {"probe_error": f"importing torch did not finish in {_PROBE_TIMEOUT:.0f} s"}
-    try:
-        data = json.loads(out.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"probe_error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
+    if host.torch_probe is not None:
+        data = dict(host.torch_probe())
+    else:
+        out = host.run([sys.executable, "-c", TORCH_PROBE], _PROBE_TIMEOUT)
+        if out is None:
+            return {"probe_error": f"importing torch did not finish in {_PROBE_TIMEOUT:.0f} s"}
+        try:
+            data = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"probe_error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
     if cache is not None and "torch" in data:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Stage 2: every rank publishes its facts (the doctor's, plus the interface this check
 selected), rank 0 compares them (``check.compare``) and fills the node table.
 
-The facts are gathered in a thread while the rank joins (the doctor takes 1-4 s)."""
+The facts are gathered in a thread while the rank joins (the doctor: ~20 ms of CPU, and the
+waits of its tools and name lookups)."""
 
 from __future__ import annotations
 
@@ -54,23 +55,44 @@ def interface_facts(sel: Selection, interfaces: Sequence[Interface]) -> dict[str
 
 def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's facts: the doctor's (versions, MTU, names, clock), with the interface
-    facts this check selected and uses (edge)."""
+    facts this check selected and uses (edge). Gathered once the rank's torch import is done
+    (it runs while the rank joins): torch's native libraries hold the GIL for ~0.2 s of CPU
+    while they load, seconds where N ranks share few cores, and the doctor's 1 s name
+    lookups running beside that timed out (a false ``doctor-failed``)."""
     from ddpnet.check.gpu import nccl_facts
+    from ddpnet.check.torchimport import wait_imported
     from ddpnet.doctor.base import Host
     from ddpnet.doctor.run import run_doctor
     from ddpnet.net.interfaces import list_interfaces
 
+    wait_imported(TORCH_WAIT_S)  # gathered all the same if it never comes
     table = list_interfaces()
     base = {**selection_facts(sel), **interface_facts(sel, table), **nccl_facts(environ),
             **binding_facts(environ, table),
             **nic_facts(table, sel.gloo.source, sel.gloo.reason, Host().sysctl),
             "netns": netns_id()}
-    report = run_doctor(cfg=cfg, environ=environ)
+    report = run_doctor(cfg=cfg, environ=environ, torch_probe=torch_in_process)
     merged = {**base, **{k: v for k, v in dict(report.facts).items() if v is not None}}
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
     merged["doctor"] = doctor_summary(report.checks)
     return merged
+
+
+def torch_in_process() -> dict[str, Any]:
+    """The doctor's torch facts from this rank's own torch import, once the main thread has
+    it (edge): without it a node whose facts are not cached yet starts a second interpreter
+    that imports torch again (~1.5 s of CPU per node, while N nodes share the cores)."""
+    from ddpnet.check.torchimport import wait_imported
+    from ddpnet.doctor.software import torch_summary
+
+    if not wait_imported(TORCH_WAIT_S):
+        return {"probe_error": f"this rank did not import torch in {TORCH_WAIT_S:.0f} s"}
+    return torch_summary()
+
+
+#: how long the doctor's torch facts wait for the rank's own torch import
+TORCH_WAIT_S = 30.0
 
 
 def binding_facts(environ: Mapping[str, str], interfaces: Sequence[Interface],
