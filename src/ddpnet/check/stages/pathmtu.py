@@ -45,7 +45,13 @@ def probe_master(ctx: RankContext) -> dict[str, Any] | None:
     own = interface_mtu(ctx.sel.interface)
     if not (own and mtu0 and port) or address == ctx.address:
         return None
-    return pmtu.probe_peer(str(address), int(port), min(own, int(mtu0))).to_dict()
+    try:
+        return pmtu.probe_peer(str(address), int(port), min(own, int(mtu0))).to_dict()
+    except OSError:
+        # rank 0's address is not reachable from here at all (another network: a
+        # *_SOCKET_IFNAME naming a different interface per node): not an MTU question; the
+        # facts name the interfaces and the mesh the unreachable pair
+        return None
 
 
 def stop_here(ctx: RankContext, to_rank0: Mapping[str, Any]) -> RankOutcome:
