@@ -14,6 +14,7 @@ from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.containers import compare_addresses, netns_id
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
+from ddpnet.check.hostaddr import compare_hostname_addresses
 from ddpnet.check.ifvars import compare_picks
 from ddpnet.check.nics import compare_nics, nic_facts
 from ddpnet.check.stages.pathmtu import master_paths
@@ -203,6 +204,7 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     found.causes.extend(prefer_bindings(compare_facts(nodes), compare_picks(nodes)))
     found.causes.extend(compare_nics(nodes))
     found.causes.extend(compare_addresses(nodes))
+    found.causes.extend(compare_hostname_addresses(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})
