@@ -31,9 +31,12 @@ NODE_KEYS = ("python", "torch", "cuda", "nccl", "mtu", "subnet", "hostname_loopb
 
 def selection_problems(sel: Selection) -> list[list[str]]:
     """(cause, what, fix) for each interface variable that cannot work (e.g.
-    GLOO_SOCKET_IFNAME=lo across nodes): rank 0 names it with the host (pure)."""
-    return [[c.cause, f"{var}={c.value}: {c.reason}", c.hint]
-            for var, c in sel.problems().items() if var != TP]
+    GLOO_SOCKET_IFNAME=lo across nodes): rank 0 names it with the host (pure). A broken
+    TP_SOCKET_IFNAME breaks only torch.distributed.rpc, but the user set it for a reason (and
+    the doctor fails it): named with its own cause rather than as doctor-failed."""
+    return [[c.cause, f"{var}={c.value}: {c.reason}"
+             + (" (TensorPipe: torch.distributed.rpc's init_rpc fails)" if var == TP else ""),
+             c.hint] for var, c in sel.problems().items()]
 
 
 def selection_facts(sel: Selection) -> dict[str, Any]:
