@@ -145,8 +145,11 @@ def _route_via_eth1(node: int) -> Setup:
 
         def teardown() -> None:
             lab.exec(node, ["ip", "route", "del", net, "dev", "eth0", "metric", "100"])
-            lab.exec(node, ["ip", "route", "add", net, "dev", "eth0", "proto", "kernel",
-                            "scope", "link", "src", src])
+            lab.exec(node, ["ip", "link", "del", "eth1"])  # its route holds the prefix
+            done = lab.exec(node, ["ip", "route", "add", net, "dev", "eth0", "proto", "kernel",
+                                   "scope", "link", "src", src])
+            if done.returncode != 0:
+                raise RuntimeError(f"could not restore node {node}'s route: {done.stderr}")
         return teardown
     return setup
 
