@@ -119,3 +119,18 @@ def test_world_message_names_both_sides_or_nothing() -> None:
     text = world_message(cfg(rank=2, world=8), "n2", 4, "n0")
     assert text is not None and text.startswith("rank 2 on n2 has WORLD_SIZE=8, rank 0 on n0 "
                                                 "WORLD_SIZE=4")
+
+
+def test_a_rank_used_twice_stops_every_rank_at_once() -> None:
+    # two processes with RANK=1 (a copied launcher line): init's join count would reach 3
+    # without rank 2, and the group would hang for torch's whole timeout
+    port = free_port()
+    t0 = time.monotonic()
+    procs = [_rank(0, 3, port, 30.0), _rank(1, 3, port, 30.0), _rank(1, 3, port, 30.0)]
+    outs = [_result(p) for p in procs]
+    elapsed = time.monotonic() - t0
+    for out in outs:
+        assert out["cause"] == "duplicate-rank", out
+        assert "RANK=1 is used twice" in str(out["message"]) and "own RANK" in str(out["hint"])
+    assert all(p.returncode == 1 for p in procs)
+    assert elapsed < 30  # at once, not after the 30 s join window

@@ -20,9 +20,11 @@ from ddpnet.errors import RendezvousError
 JOINED = "ddpnet/joined"
 GO = "ddpnet/go"
 _RANK = "ddpnet/rank/"
-#: rank 0's WORLD_SIZE (set before anyone can join) and the first disagreement a rank saw
+#: rank 0's WORLD_SIZE (set before anyone can join) and the first problem a rank saw
+#: ("cause\nmessage": another WORLD_SIZE, a RANK used twice)
 WORLD0 = "ddpnet/world0"
-MISMATCH = "ddpnet/world-mismatch"
+PROBLEM = "ddpnet/problem"
+_SEEN = "ddpnet/seen/"
 #: how long a store wait blocks at once (C++ waits do not see Ctrl-C)
 _SLICE_S = 0.25
 #: at most this many missing ranks are named in the message (1000-node jobs)
@@ -57,6 +59,9 @@ MISSING_HINT = ("start every rank with the same MASTER_ADDR, MASTER_PORT and WOR
 
 WORLD_HINT = ("export the same WORLD_SIZE on every node (or pass the same --nnodes / "
               "--nproc-per-node to the launcher everywhere)")
+_HINTS = {"world-size-mismatch": WORLD_HINT,
+          "duplicate-rank": "give every process its own RANK (0..WORLD_SIZE-1): with a "
+                            "launcher, the same --node-rank on two nodes does this"}
 
 
 def world_message(cfg: DistConfig, host: str, world0: int, host0: str) -> str | None:
@@ -120,29 +125,47 @@ def _host(cfg: DistConfig, host: str, timeout: float) -> Any:
 
 
 def _agree(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
-    """Any other rank, before it joins: its WORLD_SIZE and RANK fit rank 0's, or it tells
-    rank 0 (which stops everyone at once) and raises ``world-size-mismatch`` itself."""
+    """Any other rank, before it joins: its WORLD_SIZE and RANK fit rank 0's and no other
+    process took its RANK, or it tells rank 0 (which stops everyone at once) and raises
+    ``world-size-mismatch`` / ``duplicate-rank`` itself."""
     try:
         store.wait([WORLD0], timedelta(seconds=join_timeout))
     except Exception:  # an older rank 0 (no key): the join count decides as before
         return
     world0, _, host0 = store.get(WORLD0).decode().partition(" ")
     message = world_message(cfg, host, int(world0), host0)
-    if message is None:
-        return
-    store.set(MISMATCH, message)
-    raise RendezvousError("world-size-mismatch", message, WORLD_HINT, host=host, rank=cfg.rank,
-                          detail=f"WORLD_SIZE={cfg.world_size}")
+    if message is not None:
+        _report(store, cfg, host, "world-size-mismatch", message)
+    if int(store.add(f"{_SEEN}{cfg.rank}", 1)) > 1:
+        first = store.get(f"{_RANK}{cfg.rank}").decode() if store.check(
+            [f"{_RANK}{cfg.rank}"]) else "another process"
+        _report(store, cfg, host, "duplicate-rank",
+                f"RANK={cfg.rank} is used twice: on {host} and on {first}; the group would "
+                f"count one rank twice and wait for its whole timeout")
+
+
+def _report(store: Any, cfg: DistConfig, host: str, cause: str, message: str) -> None:
+    """Tell rank 0 (which stops everyone at once) and raise it here."""
+    store.set(PROBLEM, f"{cause}\n{message}")
+    raise RendezvousError(cause, message, _HINTS[cause], host=host, rank=cfg.rank)
+
+
+def _problem(store: Any) -> tuple[str, str] | None:
+    if not store.check([PROBLEM]):
+        return None
+    cause, _, message = store.get(PROBLEM).decode().partition("\n")
+    return cause, message
 
 
 def _stop_on_mismatch(store: Any, cfg: DistConfig, host: str) -> None:
-    if not store.check([MISMATCH]):
+    problem = _problem(store)
+    if problem is None:
         return
-    message = store.get(MISMATCH).decode()
+    cause, message = problem
     store.set(GO, "stop:" + message)
     time.sleep(0.5)  # let the ranks that joined read why before the store goes
-    raise RendezvousError("world-size-mismatch", f"{message}; seen from rank 0 on {host}",
-                          WORLD_HINT, host=host, rank=cfg.rank)
+    raise RendezvousError(cause, f"{message}; seen from rank 0 on {host}",
+                          _HINTS.get(cause, MISSING_HINT), host=host, rank=cfg.rank)
 
 
 def _lead(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
@@ -179,8 +202,9 @@ def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None
                     MISSING_HINT, host=host, rank=cfg.rank) from None
     word = store.get(GO).decode()
     if word.startswith("stop:"):
-        if store.check([MISMATCH]):
-            raise RendezvousError("world-size-mismatch", word[5:], WORLD_HINT, host=host,
-                                  rank=cfg.rank)
+        problem = _problem(store)
+        if problem is not None:
+            raise RendezvousError(problem[0], word[5:], _HINTS.get(problem[0], MISSING_HINT),
+                                  host=host, rank=cfg.rank)
         raise RendezvousError("missing-ranks", word[5:], MISSING_HINT, host=host,
                               rank=cfg.rank)

@@ -356,3 +356,14 @@ def test_own_hostname_on_a_bridge_every_node_has_is_named_for_that_node(clean: L
     assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
     assert "resolves there to 198.19.254.1 (docker0)" in cause["detail"]
     assert "GLOO_SOCKET_IFNAME=eth0" in cause["fix"] and report["timings"]["total"] < 15
+
+
+def test_unspecified_master_addr_on_one_worker_is_named_at_once_by_it(clean: Lab) -> None:
+    # MASTER_ADDR=0.0.0.0 (a bind address copied from a server's config) on worker 2: its
+    # connect reaches its own host, where nothing listens
+    runs = run_check(clean, FAST, per_node={2: {"MASTER_ADDR": "0.0.0.0"}}, timeout=60)
+    own = _own(runs[2])
+    assert runs[2].returncode == 1 and own["id"] == "master-loopback", _diag(runs)
+    assert own["hosts"] == [clean.nodes[2].hostname] and runs[2].seconds < 8
+    assert "MASTER_ADDR 0.0.0.0 is the unspecified address" in own["detail"]
+    assert runs[0].returncode == 1  # rank 0 never passes without rank 2
