@@ -361,9 +361,10 @@ def test_own_hostname_on_a_bridge_every_node_has_is_named_for_that_node(clean: L
 def test_unspecified_master_addr_on_one_worker_is_named_at_once_by_it(clean: Lab) -> None:
     # MASTER_ADDR=0.0.0.0 (a bind address copied from a server's config) on worker 2: its
     # connect reaches its own host, where nothing listens
-    runs = run_check(clean, FAST, per_node={2: {"MASTER_ADDR": "0.0.0.0"}}, timeout=60)
+    # (only that worker runs: rank 0's side of a missing rank is tested above)
+    runs = run_check(clean, FAST, nodes=[2], per_node={2: {"MASTER_ADDR": "0.0.0.0"}},
+                     timeout=60)
     own = _own(runs[2])
     assert runs[2].returncode == 1 and own["id"] == "master-loopback", _diag(runs)
     assert own["hosts"] == [clean.nodes[2].hostname] and runs[2].seconds < 8
     assert "MASTER_ADDR 0.0.0.0 is the unspecified address" in own["detail"]
-    assert runs[0].returncode == 1  # rank 0 never passes without rank 2
