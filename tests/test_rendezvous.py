@@ -93,3 +93,44 @@ def test_missing_message_names_ranks_and_nodes_and_stays_short() -> None:
     assert "rank(s) 8, 9, 10, 11, 12, 13, 14, 15 and 24 more" in text
     assert "(expected on n001, n002, n003, n004)" in text and "within 60 s" in text
 
+
+
+def test_a_rank_with_another_world_size_stops_every_rank_at_once() -> None:
+    # a stale launcher line: rank 1 says WORLD_SIZE=3, rank 0 says 2; without the check rank
+    # 0 counts two joins and the group waits for rank 2 for torch's whole timeout
+    port = free_port()
+    t0 = time.monotonic()
+    procs = [_rank(0, 2, port, 30.0), _rank(1, 3, port, 30.0)]
+    rank0, rank1 = (_result(p) for p in procs)
+    elapsed = time.monotonic() - t0
+    for out in (rank0, rank1):
+        assert out["cause"] == "world-size-mismatch", out
+        assert "rank 1 on " in str(out["message"]) and "WORLD_SIZE=3, rank 0 on " \
+            in str(out["message"]) and "WORLD_SIZE=2" in str(out["message"])
+        assert "same WORLD_SIZE on every node" in str(out["hint"])
+    assert procs[0].returncode == 1 and procs[1].returncode == 1
+    assert elapsed < 30  # at once, not after the 30 s join window
+
+
+def test_world_message_names_both_sides_or_nothing() -> None:
+    from ddpnet.rendezvous import world_message
+
+    assert world_message(cfg(rank=1, world=4), "n1", 4, "n0") is None
+    text = world_message(cfg(rank=2, world=8), "n2", 4, "n0")
+    assert text is not None and text.startswith("rank 2 on n2 has WORLD_SIZE=8, rank 0 on n0 "
+                                                "WORLD_SIZE=4")
+
+
+def test_a_rank_used_twice_stops_every_rank_at_once() -> None:
+    # two processes with RANK=1 (a copied launcher line): init's join count would reach 3
+    # without rank 2, and the group would hang for torch's whole timeout
+    port = free_port()
+    t0 = time.monotonic()
+    procs = [_rank(0, 3, port, 30.0), _rank(1, 3, port, 30.0), _rank(1, 3, port, 30.0)]
+    outs = [_result(p) for p in procs]
+    elapsed = time.monotonic() - t0
+    for out in outs:
+        assert out["cause"] == "duplicate-rank", out
+        assert "RANK=1 is used twice" in str(out["message"]) and "own RANK" in str(out["hint"])
+    assert all(p.returncode == 1 for p in procs)
+    assert elapsed < 30  # at once, not after the 30 s join window

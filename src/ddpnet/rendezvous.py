@@ -20,6 +20,11 @@ from ddpnet.errors import RendezvousError
 JOINED = "ddpnet/joined"
 GO = "ddpnet/go"
 _RANK = "ddpnet/rank/"
+#: rank 0's WORLD_SIZE (set before anyone can join) and the first problem a rank saw
+#: ("cause\nmessage": another WORLD_SIZE, a RANK used twice)
+WORLD0 = "ddpnet/world0"
+PROBLEM = "ddpnet/problem"
+_SEEN = "ddpnet/seen/"
 #: how long a store wait blocks at once (C++ waits do not see Ctrl-C)
 _SLICE_S = 0.25
 #: at most this many missing ranks are named in the message (1000-node jobs)
@@ -52,6 +57,23 @@ MISSING_HINT = ("start every rank with the same MASTER_ADDR, MASTER_PORT and WOR
                 "start minutes apart, raise init(join_timeout=...)")
 
 
+WORLD_HINT = ("export the same WORLD_SIZE on every node (or pass the same --nnodes / "
+              "--nproc-per-node to the launcher everywhere)")
+_HINTS = {"world-size-mismatch": WORLD_HINT,
+          "duplicate-rank": "give every process its own RANK (0..WORLD_SIZE-1): with a "
+                            "launcher, the same --node-rank on two nodes does this"}
+
+
+def world_message(cfg: DistConfig, host: str, world0: int, host0: str) -> str | None:
+    """Why this rank cannot be part of rank 0's group (pure): another WORLD_SIZE, or a RANK
+    outside rank 0's 0..WORLD_SIZE-1. None when it agrees."""
+    if world0 == cfg.world_size and 0 <= cfg.rank < world0:
+        return None
+    return (f"rank {cfg.rank} on {host} has WORLD_SIZE={cfg.world_size}, rank 0 on {host0} "
+            f"WORLD_SIZE={world0}: the group would wait for ranks that never come (torch "
+            f"hangs for its whole timeout)")
+
+
 def open_store(cfg: DistConfig, host: str, timeout: float, join_timeout: float) -> Any:
     """Rank 0 hosts the store on MASTER_ADDR's address; the rest connect; then everyone
     waits (bounded) until all ``world_size`` ranks have joined."""
@@ -59,9 +81,11 @@ def open_store(cfg: DistConfig, host: str, timeout: float, join_timeout: float) 
 
     if cfg.rank == 0:
         store = _host(cfg, host, timeout)
+        store.set(WORLD0, f"{cfg.world_size} {host}")
     else:
         store = dist.TCPStore(cfg.master_addr, cfg.master_port, cfg.world_size, False,  # type: ignore[attr-defined]
                               timedelta(seconds=timeout))
+        _agree(store, cfg, host, join_timeout)
     store.set(f"{_RANK}{cfg.rank}", host)
     store.add(JOINED, 1)
     if cfg.rank == 0:
@@ -100,10 +124,56 @@ def _host(cfg: DistConfig, host: str, timeout: float) -> Any:
                          master_listen_fd=sock.detach())
 
 
+def _agree(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
+    """Any other rank, before it joins: its WORLD_SIZE and RANK fit rank 0's and no other
+    process took its RANK, or it tells rank 0 (which stops everyone at once) and raises
+    ``world-size-mismatch`` / ``duplicate-rank`` itself."""
+    try:
+        store.wait([WORLD0], timedelta(seconds=join_timeout))
+    except Exception:  # an older rank 0 (no key): the join count decides as before
+        return
+    world0, _, host0 = store.get(WORLD0).decode().partition(" ")
+    message = world_message(cfg, host, int(world0), host0)
+    if message is not None:
+        _report(store, cfg, host, "world-size-mismatch", message)
+    if int(store.add(f"{_SEEN}{cfg.rank}", 1)) > 1:
+        first = store.get(f"{_RANK}{cfg.rank}").decode() if store.check(
+            [f"{_RANK}{cfg.rank}"]) else "another process"
+        _report(store, cfg, host, "duplicate-rank",
+                f"RANK={cfg.rank} is used twice: on {host} and on {first}; the group would "
+                f"count one rank twice and wait for its whole timeout")
+
+
+def _report(store: Any, cfg: DistConfig, host: str, cause: str, message: str) -> None:
+    """Tell rank 0 (which stops everyone at once) and raise it here."""
+    store.set(PROBLEM, f"{cause}\n{message}")
+    raise RendezvousError(cause, message, _HINTS[cause], host=host, rank=cfg.rank)
+
+
+def _problem(store: Any) -> tuple[str, str] | None:
+    if not store.check([PROBLEM]):
+        return None
+    cause, _, message = store.get(PROBLEM).decode().partition("\n")
+    return cause, message
+
+
+def _stop_on_mismatch(store: Any, cfg: DistConfig, host: str) -> None:
+    problem = _problem(store)
+    if problem is None:
+        return
+    cause, message = problem
+    store.set(GO, "stop:" + message)
+    time.sleep(0.5)  # let the ranks that joined read why before the store goes
+    raise RendezvousError(cause, f"{message}; seen from rank 0 on {host}",
+                          _HINTS.get(cause, MISSING_HINT), host=host, rank=cfg.rank)
+
+
 def _lead(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
-    """Rank 0: wait for every rank, then say go; or name the missing ones and say stop."""
+    """Rank 0: wait for every rank, then say go; or name the missing ones (or the one whose
+    WORLD_SIZE differs) and say stop."""
     start = time.monotonic()
     while int(store.add(JOINED, 0)) < cfg.world_size:
+        _stop_on_mismatch(store, cfg, host)
         if time.monotonic() - start > join_timeout:
             missing = [r for r in range(cfg.world_size) if not store.check([f"{_RANK}{r}"])]
             message = missing_message(cfg, host, missing, join_timeout)
@@ -132,5 +202,9 @@ def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None
                     MISSING_HINT, host=host, rank=cfg.rank) from None
     word = store.get(GO).decode()
     if word.startswith("stop:"):
+        problem = _problem(store)
+        if problem is not None:
+            raise RendezvousError(problem[0], word[5:], _HINTS.get(problem[0], MISSING_HINT),
+                                  host=host, rank=cfg.rank)
         raise RendezvousError("missing-ranks", word[5:], MISSING_HINT, host=host,
                               rank=cfg.rank)

@@ -358,3 +358,30 @@ def test_store_through_a_vip_while_the_advertised_address_is_unreachable(clean: 
         "198.18.0.1) and advertises 198.18.0.3:" in cause["detail"]
     assert "rank(s) 0 (filtered), 1 (filtered) cannot reach" in cause["detail"]
     assert report["timings"]["total"] < 15
+
+
+def test_own_hostname_on_a_bridge_every_node_has_is_named_for_that_node(clean: Lab) -> None:
+    # check pins eth0 and its own group works, but gloo without GLOO_SOCKET_IFNAME would
+    # advertise node 1's docker0 address, which every node has: a plain torchrun job hangs
+    for node in range(3):
+        clean.fault("extra-iface", node, iface="docker0", address="198.19.254.1/24")
+    clean.fault("hosts-entry", 1, host=clean.nodes[1].hostname, address="198.19.254.1")
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    assert runs[0].returncode == 1, _diag(runs)
+    cause = _cause(report, "duplicate-address")
+    assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
+    assert "resolves there to 198.19.254.1 (docker0)" in cause["detail"]
+    assert "GLOO_SOCKET_IFNAME=eth0" in cause["fix"] and report["timings"]["total"] < 15
+
+
+def test_unspecified_master_addr_on_one_worker_is_named_at_once_by_it(clean: Lab) -> None:
+    # MASTER_ADDR=0.0.0.0 (a bind address copied from a server's config) on worker 2: its
+    # connect reaches its own host, where nothing listens
+    # (only that worker runs: rank 0's side of a missing rank is tested above)
+    runs = run_check(clean, FAST, nodes=[2], per_node={2: {"MASTER_ADDR": "0.0.0.0"}},
+                     timeout=60)
+    own = _own(runs[2])
+    assert runs[2].returncode == 1 and own["id"] == "master-loopback", _diag(runs)
+    assert own["hosts"] == [clean.nodes[2].hostname] and runs[2].seconds < 8
+    assert "MASTER_ADDR 0.0.0.0 is the unspecified address" in own["detail"]

@@ -118,3 +118,15 @@ def test_listener_records_the_address_each_probing_rank_arrives_from() -> None:
         assert lst.wait_sources([2, 5], 5.0) == {2: "127.0.0.1", 5: "127.0.0.1"}
     finally:
         lst.close()
+
+
+def test_a_slow_node_among_three_is_named_though_its_links_are_the_median() -> None:
+    # 3 nodes, node 2 at 100 Mbit/s: 4 of the 6 links touch it, so the median is its speed
+    gbps: list[list[float | None]] = [[None, 0.94, 0.095], [0.93, None, 0.094],
+                                      [0.096, 0.095, None]]
+    (cause,) = tournament.analyze(gbps, LABELS[:3])
+    assert cause.id == "slow-node" and cause.ranks == (2,), cause
+    assert "sending and receiving" in cause.detail and "run at 0.94 Gb/s" in cause.detail
+    # and a uniform (or mildly uneven) 3-node matrix stays quiet
+    even: list[list[float | None]] = [[None, 0.94, 0.7], [0.9, None, 0.65], [0.8, 0.7, None]]
+    assert tournament.analyze(even, LABELS[:3]) == []

@@ -155,3 +155,43 @@ def test_every_path_to_rank_0_broken_is_rank_0s_link_or_the_switch() -> None:
     [cause] = master_paths(got, _findings(3))
     assert "every path to n0 (10.0.0.1) (n0 (10.0.0.1)'s link or the switch; the paths " \
         "between the others were not probed)" in cause.detail and sorted(got) == [0]
+
+
+def test_a_peer_with_no_route_is_left_to_the_mesh_not_a_crash(monkeypatch: Any) -> None:
+    # GLOO_SOCKET_IFNAME naming an interface only some nodes have: rank 0 advertises an
+    # address in a network this node has no route to (ENETUNREACH at connect)
+    import errno
+
+    import ddpnet.check.pmtu as pmtu_mod
+
+    def unreachable(address: str, port: int, mtu: int, timeout: float = 0) -> PeerMtu:
+        raise OSError(errno.ENETUNREACH, "Network is unreachable")
+
+    echo = Echo("127.0.0.1")
+    try:
+        real = pmtu_mod.probe_peer
+        monkeypatch.setattr(pmtu_mod, "probe_peer", lambda a, p, m, timeout=0.5: (
+            unreachable(a, p, m) if a == "198.19.253.1" else real(a, p, m)))
+        row = probe_row(0, "127.0.0.2", 1500, [None, ("198.19.253.1", 9, 1500),
+                                               ("127.0.0.1", echo.port, 1500)])
+    finally:
+        echo.close()
+    assert set(row) == {"2"}  # the unreachable peer is not an MTU finding
+
+
+def test_rank_0_unreachable_from_a_worker_is_not_probed(monkeypatch: Any) -> None:
+    import errno
+    from types import SimpleNamespace
+
+    import ddpnet.check.pmtu as pmtu_mod
+    from ddpnet.check.stages import pathmtu
+
+    def unreachable(*args: Any, **kwargs: Any) -> PeerMtu:
+        raise OSError(errno.ENETUNREACH, "Network is unreachable")
+
+    monkeypatch.setattr(pmtu_mod, "probe_peer", unreachable)
+    monkeypatch.setattr(pathmtu, "interface_mtu", lambda name: 1500)
+    store = SimpleNamespace(get=lambda key, timeout: ["198.19.253.1", 9, 1500])
+    ctx = SimpleNamespace(store=store, sel=SimpleNamespace(interface="eth0"),
+                          address="198.18.0.3")
+    assert pathmtu.probe_master(ctx) is None  # type: ignore[arg-type]

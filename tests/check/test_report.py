@@ -143,3 +143,14 @@ def test_bench_summary_line() -> None:
     console = Console(record=True, width=120)
     render(report, console)
     assert "busbw up to 0.90 Gb/s at 64 MiB (slowest link 0.94 Gb/s)" in console.export_text()
+
+
+def test_an_interface_variable_that_cannot_work_is_the_root_not_the_failed_group() -> None:
+    # GLOO_SOCKET_IFNAME=eth1 on a node whose eth1 has only IPv6: the group then fails too
+    from ddpnet.check.causes import Cause, sort_causes
+
+    group = Cause("process-group-failed", "gloo timed out", "see the root cause")
+    for cause_id in ("ifname-syntax", "ifname-missing", "ifname-down", "ifname-no-address"):
+        ifname = Cause(cause_id, "GLOO_SOCKET_IFNAME=eth1: eth1 has no IPv4 address", "pin")
+        mismatch = Cause("interface-mismatch", "not one network", "pin")
+        assert sort_causes([group, mismatch, ifname])[0].id == cause_id

@@ -251,3 +251,17 @@ def test_master_name_resolving_to_loopback_here_names_the_hosts_file() -> None:
     # localhost is loopback by design: the fix is the address, not /etc/hosts
     local = select(cfg("localhost", rank=2), TABLE, route, {})
     assert "/etc/hosts" not in local.gloo.hint
+
+
+def test_unspecified_master_is_loopback_in_disguise() -> None:
+    # MASTER_ADDR=0.0.0.0 (a bind address copied from a server config): a connect reaches
+    # this very host, so every worker would wait on itself
+    route = Route("lo", "127.0.0.1", None, dst="0.0.0.0", local=True)
+    sel = select(cfg("0.0.0.0", rank=2), TABLE, route, {})
+    assert sel.gloo.cause == "master-loopback"
+    assert "MASTER_ADDR 0.0.0.0 is the unspecified address (it reaches this host)" \
+        in sel.gloo.reason
+    v6 = select(cfg("::", rank=2), TABLE, Route("lo", "::1", None, dst="::", local=True), {})
+    assert v6.gloo.cause == "master-loopback"
+    one_host = select(cfg("0.0.0.0", rank=0, world=2, nodes=1), TABLE, route, {})
+    assert one_host.gloo.ok

@@ -31,6 +31,12 @@ CAUSE_ORDER: tuple[str, ...] = (
     "hostname-loopback",
     # one bridge address (docker0's 172.17.0.1) advertised by several hosts
     "duplicate-address",
+    # a *_SOCKET_IFNAME that cannot work on a node (net.select): what the others' interface
+    # mismatch and the failed group follow from
+    "ifname-syntax",
+    "ifname-missing",
+    "ifname-down",
+    "ifname-no-address",
     "interface-mismatch",
     # what gloo/NCCL/TensorPipe really bind, read as each library reads its variable
     "ifname-mismatch",

@@ -190,14 +190,17 @@ def probe_row(me: int, address: str, own_mtu: int, peers: Sequence[Target | None
     jobs = [(j, p) for j, p in enumerate(peers)
             if j != me and p is not None and p[0] != address and p[1] and p[2] and own_mtu]
 
-    def one(job: tuple[int, Target]) -> tuple[int, PeerMtu]:
+    def one(job: tuple[int, Target]) -> tuple[int, PeerMtu | None]:
         j, (addr, port, mtu) = job
-        return j, probe_peer(addr, port, min(own_mtu, mtu))
+        try:
+            return j, probe_peer(addr, port, min(own_mtu, mtu))
+        except OSError:  # no route to that address at all: the TCP mesh names it, not MTU
+            return j, None
 
     if not jobs:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:
-        return {str(j): r.to_dict() for j, r in pool.map(one, jobs)}
+        return {str(j): r.to_dict() for j, r in pool.map(one, jobs) if r is not None}
 
 
 # ----------------------------------------------------------------------------- rank 0, pure

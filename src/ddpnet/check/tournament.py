@@ -21,6 +21,9 @@ MAGIC = b"DDPNETBW"
 HEADER = len(MAGIC) + 16
 #: links below this fraction of the median are named
 SLOW_FRACTION = 0.7
+#: a node whose every link (one way) runs below this fraction of the links between the
+#: others is slow even when its links are the majority (stricter: fewer links compared)
+NODE_FRACTION = 0.5
 
 
 def make_header(rnd: int, sender: int) -> bytes:
@@ -119,7 +122,7 @@ def analyze(gbps: Gbps, labels: Sequence[str]) -> list[Cause]:
     median = statistics.median(values)
     limit = SLOW_FRACTION * median
     slow = {(i, j) for i, j, v in links if v is not None and float(v) < limit}
-    if not slow:
+    if not slow and n < 3:
         return []
     explained: set[tuple[int, int]] = set()
     causes: list[Cause] = []
@@ -141,15 +144,19 @@ def _slow_node(r: int, gbps: Gbps, labels: Sequence[str], slow: set[tuple[int, i
     n = len(gbps)
     out_links = [(r, j) for j in range(n) if j != r and gbps[r][j] is not None]
     in_links = [(i, r) for i in range(n) if i != r and gbps[i][r] is not None]
+    others = [float(v) for i in range(n) for j in range(n)
+              if i != j and r not in (i, j) and (v := gbps[i][j]) is not None]
+    ref = statistics.median(others) if others else median
+    # against the links without r too: on 3 nodes a slow node's links are 4 of 6, so they
+    # are the median themselves and nothing is below a fraction of it
+    slow = slow | {(i, j) for i, j in out_links + in_links
+                   if others and float(gbps[i][j] or 0) < NODE_FRACTION * ref}
     out_slow = bool(out_links) and all(p in slow for p in out_links)
     in_slow = bool(in_links) and all(p in slow for p in in_links)
     if not (out_slow or in_slow):
         return None
     mine = [p for p in (out_links + in_links) if p in slow]
     rates = [float(gbps[i][j] or 0) for i, j in mine]
-    others = [float(v) for i in range(n) for j in range(n)
-              if i != j and r not in (i, j) and (v := gbps[i][j]) is not None]
-    ref = statistics.median(others) if others else median
     explained.update(mine)
     way = "sending and receiving" if out_slow and in_slow else (
         "sending" if out_slow else "receiving")
@@ -161,7 +168,8 @@ def _slow_node(r: int, gbps: Gbps, labels: Sequence[str], slow: set[tuple[int, i
         ranks=(r,),
         detail=f"rank {r} on {labels[r]} is slow {way}: {min(rates):.2f}-"
                f"{max(rates):.2f} Gb/s while the other links run at {ref:.2f} Gb/s "
-               f"(median; limit {SLOW_FRACTION:g} x the median of all links)",
+               f"(median; limit {SLOW_FRACTION:g} x the median of all links, or "
+               f"{NODE_FRACTION:g} x the links between the others)",
         fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
             "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
         data={"median_gbps": median},

@@ -249,7 +249,7 @@ def refuse_master_on_bridge(cfg: DistConfig, sel: Selection, host: str) -> None:
     by init()'s preflight and by check's."""
     from ddpnet.net.interfaces import list_interfaces
 
-    if cfg.node_rank < 1 or cfg.sources.get("node_rank") in ("derived", "default", None):
+    if cfg.node_rank < 1 or not _node_rank_known(cfg):
         return
     if sel.address is None or sel.address != cfg.master_addr:
         return
@@ -264,6 +264,15 @@ def refuse_master_on_bridge(cfg: DistConfig, sel: Selection, host: str) -> None:
         "export MASTER_ADDR=<rank 0's address on the cluster network> on every node (on rank "
         "0's host: `ip -br addr`, not the docker0/bridge address)",
         host=host, rank=cfg.rank, detail=f"MASTER_ADDR={cfg.master_addr}")
+
+
+def _node_rank_known(cfg: DistConfig) -> bool:
+    """NODE_RANK given, or derived as RANK // LOCAL_WORLD_SIZE from a given LOCAL_WORLD_SIZE
+    (torchrun, or one rank per node stated): not a guess from RANK alone."""
+    unknown = ("derived", "default", None)
+    return cfg.sources.get("node_rank") not in unknown or (
+        cfg.sources.get("node_rank") == "derived"
+        and cfg.sources.get("local_world_size") not in unknown)
 
 
 def _master_route(cfg: DistConfig, me: str, connect_timeout: float) -> tuple[str, Route]:

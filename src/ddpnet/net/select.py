@@ -129,7 +129,7 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
         return _Auto(None, None, f"no route to MASTER_ADDR {master} on this host")
     dst = route.dst or master
     shown = dst if dst == master else f"{master} ({dst})"
-    if is_loopback(dst):
+    if is_loopback(dst) or _unspecified(dst):
         lo = next((i for i in by_name.values() if i.kind == "loopback"), None)
         if single_host:
             return _Auto(lo, dst, f"the whole job is on this host (MASTER_ADDR {shown} is "
@@ -157,6 +157,15 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
 
 
 _LO = Interface("lo", True, (), 0, None, "loopback")
+
+
+def _unspecified(address: str) -> bool:
+    """0.0.0.0 or ::, a bind address copied into MASTER_ADDR: a connect to it reaches this
+    very host, so on a worker it is loopback in disguise."""
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_unspecified
+    except ValueError:
+        return False
 
 
 def _loopback_name(name: str) -> bool:
@@ -189,7 +198,9 @@ def _master_loopback(cfg: DistConfig, by_name: Mapping[str, Interface], lo: Inte
                      f"make {cfg.master_addr} resolve to rank 0's cluster address here "
                      f"(`getent hosts {cfg.master_addr}`; fix or remove its 127.x line in "
                      f"/etc/hosts), or {fix}")
-    return _Auto(lo, dst, f"MASTER_ADDR {shown} is a loopback address but the job spans "
+    what = "the unspecified address (it reaches this host)" if _unspecified(dst) else \
+        "a loopback address"
+    return _Auto(lo, dst, f"MASTER_ADDR {shown} is {what} but the job spans "
                  f"{cfg.num_nodes} nodes ({why}): the other nodes would connect to "
                  f"themselves", "master-loopback", fix)
 

@@ -15,6 +15,7 @@ from ddpnet.check.compare import NodeFacts, compare_facts
 from ddpnet.check.containers import compare_addresses, netns_id
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
+from ddpnet.check.hostaddr import compare_hostname_addresses
 from ddpnet.check.ifvars import compare_picks
 from ddpnet.check.nics import compare_nics, nic_facts
 from ddpnet.check.stages.pathmtu import master_paths
@@ -31,9 +32,12 @@ NODE_KEYS = ("python", "torch", "cuda", "nccl", "mtu", "subnet", "hostname_loopb
 
 def selection_problems(sel: Selection) -> list[list[str]]:
     """(cause, what, fix) for each interface variable that cannot work (e.g.
-    GLOO_SOCKET_IFNAME=lo across nodes): rank 0 names it with the host (pure)."""
-    return [[c.cause, f"{var}={c.value}: {c.reason}", c.hint]
-            for var, c in sel.problems().items() if var != TP]
+    GLOO_SOCKET_IFNAME=lo across nodes): rank 0 names it with the host (pure). A broken
+    TP_SOCKET_IFNAME breaks only torch.distributed.rpc, but the user set it for a reason (and
+    the doctor fails it): named with its own cause rather than as doctor-failed."""
+    return [[c.cause, f"{var}={c.value}: {c.reason}"
+             + (" (TensorPipe: torch.distributed.rpc's init_rpc fails)" if var == TP else ""),
+             c.hint] for var, c in sel.problems().items()]
 
 
 def selection_facts(sel: Selection) -> dict[str, Any]:
@@ -225,6 +229,7 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     found.causes.extend(prefer_bindings(compare_facts(nodes), compare_picks(nodes)))
     found.causes.extend(compare_nics(nodes))
     found.causes.extend(compare_addresses(nodes))
+    found.causes.extend(compare_hostname_addresses(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})

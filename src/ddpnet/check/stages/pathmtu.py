@@ -48,7 +48,10 @@ def probe_master(ctx: RankContext) -> dict[str, Any] | None:
         return None
     try:
         return pmtu.probe_peer(str(address), int(port), min(own, int(mtu0))).to_dict()
-    except OSError:  # ENETUNREACH at connect: not a path-MTU finding
+    except OSError:
+        # rank 0's address is not reachable from here at all (ENETUNREACH: another network,
+        # a *_SOCKET_IFNAME naming a different interface per node, rank 0 behind a NAT):
+        # not an MTU question; the facts name the interfaces and the mesh the unreachable pair
         return None
 
 
