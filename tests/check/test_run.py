@@ -83,24 +83,3 @@ def test_local_workers_run_the_check_module_not_the_cli() -> None:
     argv = worker_argv(CheckOptions(local=3, report_path="r.html"))
     assert argv[1:3] == ["-m", "ddpnet.check"]
     assert CheckOptions.from_json(argv[3]) == CheckOptions(matrix=True)
-
-
-def test_master_addr_on_a_bridge_is_named_when_local_world_size_places_the_rank(
-        monkeypatch: Any) -> None:
-    # MASTER_ADDR is docker0's address (every node has it), NODE_RANK unset: RANK=1 with a
-    # given LOCAL_WORLD_SIZE=1 puts this rank on another node than rank 0's
-    import ddpnet.net.interfaces as interfaces
-    from ddpnet.check.run import _refuse_master_on_bridge
-    from ddpnet.net.interfaces import Address, Interface
-
-    bridge = Interface("docker0", True, (Address("172.17.0.1", 16, 4),), 1500, None, "docker")
-    monkeypatch.setattr(interfaces, "list_interfaces", lambda: (bridge,))
-    auto = Choice("docker0", "auto", "MASTER_ADDR 172.17.0.1 is this host's address")
-    sel = Selection("docker0", "172.17.0.1", auto, auto, auto)
-    base = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "172.17.0.1",
-            "MASTER_PORT": "29500"}
-    with pytest.raises(RendezvousError) as info:
-        _refuse_master_on_bridge(resolve({**base, "LOCAL_WORLD_SIZE": "1"}), sel, "n1")
-    assert info.value.cause == "master-address-local" and "docker0" in info.value.message
-    # RANK alone guesses the node: it may share rank 0's host, so nothing is refused
-    _refuse_master_on_bridge(resolve(base), sel, "n1")

@@ -288,3 +288,26 @@ def test_probe_store_tells_a_tcpstore_from_other_services() -> None:
         srv.listen(8)  # never accepted: the kernel completes the handshakes, no one answers
         got, waited = probe.probe_until_answer("127.0.0.1", srv.getsockname()[1], 1.0)
         assert got.kind == probe.SILENT and 1.0 <= waited < 3.0
+
+
+def test_master_addr_on_a_bridge_is_named_when_local_world_size_places_the_rank(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # MASTER_ADDR is docker0's address (every node has it), NODE_RANK unset: RANK=1 with a
+    # given LOCAL_WORLD_SIZE=1 puts this rank on another node than rank 0's
+    import ddpnet.net.interfaces as interfaces
+    from ddpnet.env.resolve import resolve
+    from ddpnet.net.interfaces import Address, Interface
+    from ddpnet.net.probe import refuse_master_on_bridge
+    from ddpnet.net.select import Choice, Selection
+
+    bridge = Interface("docker0", True, (Address("172.17.0.1", 16, 4),), 1500, None, "docker")
+    monkeypatch.setattr(interfaces, "list_interfaces", lambda: (bridge,))
+    auto = Choice("docker0", "auto", "MASTER_ADDR 172.17.0.1 is this host's address")
+    sel = Selection("docker0", "172.17.0.1", auto, auto, auto)
+    base = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "172.17.0.1",
+            "MASTER_PORT": "29500"}
+    with pytest.raises(RendezvousError) as info:
+        refuse_master_on_bridge(resolve({**base, "LOCAL_WORLD_SIZE": "1"}), sel, "n1")
+    assert info.value.cause == "master-address-local" and "docker0" in info.value.message
+    # RANK alone guesses the node: it may share rank 0's host, so nothing is refused
+    refuse_master_on_bridge(resolve(base), sel, "n1")
