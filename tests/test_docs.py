@@ -217,6 +217,14 @@ def test_each_cause_is_documented_once() -> None:
     assert len(entries) == len(set(entries)), sorted(e for e in entries if entries.count(e) > 1)
 
 
+def test_readmes_check_section_lists_every_cause_check_orders() -> None:
+    from ddpnet.check.causes import CAUSE_ORDER
+
+    text = README.read_text(encoding="utf-8")
+    missing = [cid for cid in CAUSE_ORDER if f"`{cid}`" not in text]
+    assert not missing, f"README's list of what check names lacks: {missing}"
+
+
 def test_readme_is_a_front_page() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines (cap 250)"
