@@ -23,7 +23,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.check.labcheck import RankRun, node_env, run_check  # noqa: E402
+from tests.check.labcheck import RankRun, node_env, run_check, wait_all  # noqa: E402
 
 from ddpnet.lab import Lab  # noqa: E402
 
@@ -524,23 +523,7 @@ def run_init(lab: Lab, case: Case, env: dict[int, dict[str, str]]) -> dict[int, 
         procs[idx] = lab.popen(idx, [sys.executable, "-c", _INIT, str(case.init_timeout)],
                                env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=tempfile.gettempdir())  # init's watch writes its report
-    started = time.monotonic()
-    out: dict[int, RankRun] = {}
-
-    def wait(idx: int, proc: subprocess.Popen[str]) -> None:
-        try:
-            so, se = proc.communicate(timeout=case.init_timeout * 4 + 60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            so, se = proc.communicate()
-        out[idx] = RankRun(idx, proc.returncode, so, se, time.monotonic() - started)
-
-    threads = [threading.Thread(target=wait, args=item) for item in procs.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return dict(sorted(out.items()))
+    return wait_all(procs, case.init_timeout * 4 + 60)
 
 
 def run_local(lab: Lab, case: Case) -> dict[int, RankRun]:

@@ -63,6 +63,12 @@ def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = No
         procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
+    return wait_all(procs, timeout)
+
+
+def wait_all(procs: Mapping[int, subprocess.Popen[str]], timeout: float) -> dict[int, RankRun]:
+    """Wait for every process at once (each killed at ``timeout``); each one's output and
+    seconds from now to its exit, by index."""
     started = time.monotonic()
     out: dict[int, RankRun] = {}
 
