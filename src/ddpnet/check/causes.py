@@ -43,6 +43,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     # several NICs: ARP flux / rp_filter, NCCL's own choice on another network
     "nic-same-subnet",
     "nccl-auto-interface",
+    # a faster network every host has, unused: training works, at the slow one's speed
+    "slower-network-chosen",
     # a rank behind a NAT: its connections arrive from an address it does not have
     "behind-nat",
     # the store reached through a VIP/NAT while the advertised addresses are not reachable

@@ -12,6 +12,7 @@ from ddpnet.check.stages import (
     allreduce,
     bandwidth,
     facts,
+    networks,
     pathmtu,
     reachability,
     rendezvous,
@@ -45,11 +46,16 @@ def coordinate(ctx: RankContext) -> RankOutcome:
 
 
 def _stages(ctx: RankContext, found: Findings, plan: Plan) -> None:
-    """Facts, mesh, process group, bandwidth, bench: each runs only when the one before
-    passed (the group stays up for the bench)."""
+    """Facts, mesh (and the networks compared beside it), process group, bandwidth, bench:
+    each runs only when the one before passed (the group stays up for the bench)."""
     got = facts.compare(ctx, found)
     peers = reachability.announce(ctx, found, got)
-    if peers is None or not reachability.mesh_stage(ctx, found, got, peers):
+    if peers is None:
+        return
+    offered = networks.offer(ctx, got)
+    passed = reachability.mesh_stage(ctx, found, got, peers)
+    networks.conclude(ctx, found, offered, passed)
+    if not passed:
         return
     ok = allreduce.group_stage(ctx, found)
     ctx.store.set("stage/bw", {"go": ok and plan.matrix})

@@ -59,6 +59,9 @@ def nic_facts(interfaces: Sequence[Interface], source: str, reason: str,
     names = sorted({n for group in twins.values() for n in group})
     return {"interface_why": {"source": source, "reason": reason},
             "twin_subnets": twins,
+            # what check.networks compares: is another network between the hosts faster?
+            "links": {i.name: {"speed_mbps": i.speed_mbps, "kind": i.kind, "up": i.up}
+                      for i in interfaces if i.kind != "loopback"},
             "nic_sysctl": {n: {k: _effective(sysctl, k, n) for k in SYSCTLS} for n in names}}
 
 

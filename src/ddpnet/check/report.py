@@ -22,6 +22,8 @@ class CheckReport:
     stages: dict[str, str] = field(default_factory=dict)
     #: what the check deliberately did not judge, and why (e.g. same-host links)
     notes: tuple[str, ...] = ()
+    #: the networks every host shares, compared (``check.networks``): empty with one
+    networks: tuple[dict[str, Any], ...] = ()
 
     @property
     def sorted_causes(self) -> tuple[Cause, ...]:
@@ -51,4 +53,5 @@ class CheckReport:
             "bench": self.bench,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
             "notes": list(self.notes),
+            "networks": list(self.networks),
         }

@@ -13,6 +13,7 @@ from ddpnet.check.stages import (
     allreduce,
     bandwidth,
     facts,
+    networks,
     pathmtu,
     reachability,
     rendezvous,
@@ -47,9 +48,11 @@ def _stages(ctx: RankContext, joined: rendezvous.Joined) -> float:
     if not stage["go"]:
         return ctx.budget
     peers = list(stage["peers"])
+    nets = networks.receive(ctx)
     reachability.probe(ctx, peers)
     if not ctx.store.get("stage/pg", ctx.budget + ctx.opts.connect_timeout * 2)["go"]:
         return ctx.budget
+    networks.send(ctx, nets)
     allreduce.join(ctx)
     if ctx.store.get("stage/bw", ctx.budget)["go"]:
         bandwidth.play(ctx, peers)
