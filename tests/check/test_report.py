@@ -154,3 +154,16 @@ def test_an_interface_variable_that_cannot_work_is_the_root_not_the_failed_group
         ifname = Cause(cause_id, "GLOO_SOCKET_IFNAME=eth1: eth1 has no IPv4 address", "pin")
         mismatch = Cause("interface-mismatch", "not one network", "pin")
         assert sort_causes([group, mismatch, ifname])[0].id == cause_id
+
+
+def test_the_networks_compared_are_in_the_json_and_the_html() -> None:
+    rows = ({"subnet": "10.0.0.0/24", "interfaces": "eth0", "nominal": "1000 Mb/s",
+             "job": True, "gbps": 0.94},
+            {"subnet": "10.1.0.0/24", "interfaces": "ib0", "nominal": "100000 Mb/s",
+             "job": False, "gbps": 31.5})
+    report = CheckReport(world_size=2, master="x:1", causes=(), networks=rows)
+    assert report.to_dict()["networks"] == list(rows)
+    page = render_html(report)
+    assert "<table id='networks'>" in page and "10.1.0.0/24" in page and "31.5" in page
+    assert "id='networks'" not in render_html(CheckReport(world_size=2, master="x:1",
+                                                          causes=()))

@@ -197,6 +197,8 @@ def _tables_html(report: CheckReport) -> list[str]:
         out.append("<h2>Bandwidth, Gb/s (row sends to column)</h2>"
                    + _bw_table(report.bandwidth_gbps))
         out.append("<h2>Per-link bandwidth</h2>" + _bw_chart(report.bandwidth_gbps))
+    if report.networks:
+        out.append(_networks_html(report.networks))
     if report.allreduce:
         a = report.allreduce
         out.append(f"<h2>Process group</h2><p>all_reduce {'ok' if a.get('ok') else 'FAILED'} "
@@ -206,3 +208,13 @@ def _tables_html(report: CheckReport) -> list[str]:
         out.append("<h2>Collective bench</h2><pre>"
                    + _e(json.dumps(report.bench, indent=1, default=str)[:20000]) + "</pre>")
     return out
+
+
+def _networks_html(rows: Sequence[Any]) -> str:
+    """The networks every host shares and what one stream measured over each."""
+    cols = ("subnet", "interfaces", "nominal", "job", "gbps")
+    return ("<h2>Networks between the hosts</h2><table id='networks'><tr>"
+            + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td class='l'>{_e(_cell(r.get(c)))}</td>"
+                                       for c in cols) + "</tr>" for r in rows)
+            + "</table>")
