@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ddpnet.check.causes import Cause
@@ -52,8 +53,14 @@ class Network:
     subnet: str
     legs: tuple[Leg, ...]
 
+    @cached_property
+    def _by_rank(self) -> dict[int, Leg]:
+        return {g.rank: g for g in self.legs}
+
     def leg(self, rank: int) -> Leg | None:
-        return next((g for g in self.legs if g.rank == rank), None)
+        """This host's leg (by its lowest rank): a lookup, so comparing two networks of N
+        hosts stays O(N)."""
+        return self._by_rank.get(rank)
 
     @property
     def interfaces(self) -> str:
