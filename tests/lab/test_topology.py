@@ -258,6 +258,7 @@ def test_second_network_beside_a_router_keeps_clear_of_its_inner_subnet() -> Non
     (_two(second_ifname="lo"), "bad interface name"),
     (_two(second_rate="fast"), "bad rate"),
     (_two(second_first=(3,)), "node 3 does not exist"),
+    (_two(second_first=("1",)), "node .1. does not exist"),
     (LabSpec(nodes=2, second_first=(1,)), "need a second network"),
     (LabSpec(nodes=2, second_rate="1gbit"), "need a second network"),
 ])

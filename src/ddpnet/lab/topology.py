@@ -412,9 +412,9 @@ def _check_second_nic(spec: LabSpec) -> None:
                           "name them apart, e.g. --ifname eth0 --second-ifname eth1")
     if spec.second_rate:
         rate_bits(spec.second_rate)
-    bad = sorted(i for i in spec.second_first if not 0 <= i < spec.nodes)
+    bad = [i for i in spec.second_first if not (isinstance(i, int) and 0 <= i < spec.nodes)]
     if bad:
-        raise ConfigError(f"--second-first: node {bad[0]} does not exist (the lab has nodes "
+        raise ConfigError(f"--second-first: node {bad[0]!r} does not exist (the lab has nodes "
                           f"0-{spec.nodes - 1})", "for example --second-first 1")
 
 
