@@ -113,6 +113,10 @@ def test_bad_input_is_exit_2_with_a_hint(run_cli: RunCli) -> None:
                       "bad lab name")
     assert_user_error(run_cli("lab", "up", "--name", "lbbad", "--nodes", "2", "--rate", "x"), 2,
                       "bad rate")
+    assert_user_error(run_cli("lab", "up", "--name", "lbbad", "--nodes", "2", "--second-net",
+                              "198.18.0.0/23"), 2, "overlaps 198.18.0.0/24 (the lab subnet)")
+    assert_user_error(run_cli("lab", "up", "--name", "lbbad", "--nodes", "2", "--second-first",
+                              "1"), 2, "need a second network")
     assert_user_error(run_cli("lab", "fault", "--name", "lbbad", "meteor", "--node", "0"), 2,
                       "unknown fault kind")
     assert_user_error(run_cli("lab", "status", "--name", "lbnothere"), 2, "no lab named")

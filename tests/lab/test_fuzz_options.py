@@ -75,11 +75,17 @@ def test_name_and_address_parse_or_fail_cleanly(name: str, cidr: str) -> None:
     rate=st.one_of(st.none(), _rate), delay=st.one_of(st.none(), text),
     loss=st.one_of(st.none(), text), mtu=st.integers(-1, 10**6),
     ifname=st.one_of(st.just("eth0"), text),
+    second_net=st.one_of(st.none(), st.sampled_from(["198.18.2.0/24", "198.18.0.0/25",
+                                                     "198.19.0.0/16", "10.0.0.0/8"]), text),
+    second_ifname=st.one_of(st.just("eth1"), text), second_rate=st.one_of(st.none(), _rate),
+    second_first=st.one_of(st.just(()), st.tuples(st.integers(-2, 6)),
+                           st.tuples(st.one_of(text, st.none()))),
 ))
 def test_lab_spec_plans_or_fails_cleanly(spec: LabSpec) -> None:
     p = clean(plan, spec)
     if p is not None:
         assert len(p.nodes) == spec.nodes
+        assert all(bool(n.second_address) == bool(spec.second_net) for n in p.nodes)
 
 
 _OPTION = st.sampled_from(["port", "reject", "for_s", "rate", "percent", "ms", "mtu", "iface",

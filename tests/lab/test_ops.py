@@ -70,3 +70,25 @@ def test_router_options_parse_to_nodes_mode_and_forwards() -> None:
     for text in ("29500", "a:1", "1:b", ":", "1" * 30 + ":1"):
         with pytest.raises(ConfigError, match="expected PORT:NODE"):
             parse_forward(text)
+
+
+def test_second_network_options_reach_the_labs_spec() -> None:
+    from ddpnet.lab import Lab
+    from ddpnet.lab.ops import UpOptions, second_first
+
+    assert second_first(UpOptions("x", 3, "s", second_first="1-2")) == (1, 2)
+    assert second_first(UpOptions("x", 3, "s", second_first="all")) == (0, 1, 2)
+    assert second_first(UpOptions("x", 3, "s")) == ()
+    with pytest.raises(ConfigError, match="node 3 does not exist"):
+        second_first(UpOptions("x", 3, "s", second_first="3"))
+    # the Python API (what lab tests use): the spec and each node's second address
+    lab = Lab(name="qsec", nodes=2, second_net="198.18.2.0/24", second_first=[1],
+              second_rate="10gbit")
+    assert lab.spec.second_net == "198.18.2.0/24" and lab.spec.second_first == (1,)
+    assert [n.second_address for n in lab.nodes] == ["198.18.2.1", "198.18.2.2"]
+    status = lab.status()
+    assert status["second_net"] == "198.18.2.0/24"
+    assert status["nodes"][1]["second_address"] == "198.18.2.2"
+    assert status["nodes"][1]["second_shaping"]["rate"] == "10gbit"
+    plain = Lab(name="qsec", nodes=1).status()
+    assert plain["second_net"] is None and plain["nodes"][0]["second_address"] is None

@@ -66,3 +66,12 @@ def test_run_lines_are_prefixed_and_padded(capsys: pytest.CaptureFixture[str]) -
     sink(node, "stderr", "exit 7")
     out = capsys.readouterr()
     assert out.out == "l-n0   | hello\n" and out.err == "l-n0   | exit 7\n"
+
+
+def test_a_second_network_gets_its_own_column() -> None:
+    node = {**STATUS["nodes"][0], "second_ifname": "eth1", "second_address": "198.18.2.1",
+            "second_shaping": {"rate": "10gbit", "delay_ms": None, "loss_pct": None}}
+    text = _text(nodes_table, {**STATUS, "second_net": "198.18.2.0/24", "nodes": [node]})
+    assert "lab l (198.18.0.0/24, second 198.18.2.0/24)" in text
+    assert "eth1 198.18.2.1 (rate 10gbit)" in text
+    assert "second" not in _text(nodes_table, STATUS)

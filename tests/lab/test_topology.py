@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from ddpnet.errors import ConfigError
@@ -17,6 +20,7 @@ from ddpnet.lab.topology import (
     qdisc_lines,
     rate_bits,
     run_environ,
+    switch_batch,
     switch_ports_batch,
 )
 
@@ -181,6 +185,84 @@ def test_inner_subnet_avoids_the_lab_subnet_and_spec_round_trips() -> None:
     (LabSpec(nodes=2, subnet="198.18.0.0/15", behind=(1,)), "no free /24"),
 ])
 def test_bad_router_specs_are_config_errors(spec: LabSpec, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as info:
+        plan(spec)
+    assert info.value.hint
+
+
+# ---- a second network (--second-net) -----------------------------------------------------
+
+def _two(**kw: Any) -> LabSpec:
+    return replace(LabSpec(name="x1", nodes=3, second_net="198.18.2.0/24"), **kw)
+
+
+def test_second_network_gives_every_node_a_second_nic_on_its_own_bridge() -> None:
+    p = plan(_two(second_first=(1,)))
+    assert [(n.second_ifname, n.second_cidr, n.second_port, n.second_first)
+            for n in p.nodes] == [("eth1", "198.18.2.1/24", "s0", False),
+                                  ("eth1", "198.18.2.2/24", "s1", True),
+                                  ("eth1", "198.18.2.3/24", "s2", False)]
+    assert [n.address for n in p.nodes] == ["198.18.0.1", "198.18.0.2", "198.18.0.3"]
+    assert "link add br2 mtu 1500 type bridge stp_state 0 forward_delay 0" in switch_batch(p)
+    ports = switch_ports_batch(p)
+    assert ports[:4] == ["link set p0 master br0", "link set p0 up",
+                         "link set s0 master br2", "link set s0 up"]
+    # /etc/hosts stays on the first network
+    assert "198.18.2." not in hosts_file(p, p.nodes[0])
+
+
+def _veths(lines: list[str]) -> list[str]:
+    return [line.split()[2] for line in lines if line.startswith("link add")]
+
+
+def test_second_first_creates_the_second_nic_first_so_it_has_the_lower_ifindex() -> None:
+    p = plan(_two(second_first=(1,), mtu=9000))
+    assert _veths(node_batch(p, p.nodes[0])) == ["eth0", "eth1"]
+    lines = node_batch(p, p.nodes[1])
+    assert _veths(lines) == ["eth1", "eth0"]
+    assert "link add eth1 mtu 9000 type veth peer name s1 mtu 9000 netns x1-sw" in lines
+    assert "addr add 198.18.2.2/24 dev eth1" in lines and "link set eth1 up" in lines
+
+
+def test_without_a_second_network_nothing_changes() -> None:
+    p = plan(LabSpec(name="x1", nodes=2))
+    assert all(not n.second_address and not n.second_cidr for n in p.nodes)
+    assert _veths(node_batch(p, p.nodes[0])) == ["eth0"]
+    assert not any("br2" in line for line in switch_batch(p) + switch_ports_batch(p))
+
+
+def test_second_network_spec_round_trips_and_old_state_loads() -> None:
+    import json
+
+    spec = _two(second_first=(0, 2), second_rate="10gbit", second_ifname="ib0")
+    assert LabSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    old = {k: v for k, v in LabSpec(name="x1").to_dict().items() if not k.startswith("second")}
+    assert LabSpec.from_dict(old) == LabSpec(name="x1")
+    assert spec.second_shaping == Shaping(rate="10gbit") and spec.shaping == Shaping()
+
+
+def test_second_network_beside_a_router_keeps_clear_of_its_inner_subnet() -> None:
+    p = plan(_two(behind=(2,), second_net="198.18.3.0/24"))
+    assert p.router is not None and p.router.subnet == "198.19.1.0/24"
+    assert p.nodes[2].second_cidr == "198.18.3.3/24"
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    (_two(second_net="10.1.0.0/24"), "outside 198.18.0.0/15"),
+    (_two(second_net="nonsense"), "not an IPv4 network"),
+    (_two(second_net="198.18.0.128/25"), r"overlaps 198.18.0.0/24 \(the lab subnet\)"),
+    (_two(second_net="198.19.0.0/16"), r"overlaps 198.19.254.0/24 \(the extra-iface decoys\)"),
+    (_two(second_net="198.19.1.0/24", behind=(1,)), "the router's inner subnet"),
+    (_two(second_net="198.18.2.0/30"), "room for 2 nodes, 3 asked"),
+    (_two(second_ifname="eth0"), "also the first NIC's name"),
+    (_two(second_ifname="lo"), "bad interface name"),
+    (_two(second_rate="fast"), "bad rate"),
+    (_two(second_first=(3,)), "node 3 does not exist"),
+    (_two(second_first=("1",)), "node .1. does not exist"),
+    (LabSpec(nodes=2, second_first=(1,)), "need a second network"),
+    (LabSpec(nodes=2, second_rate="1gbit"), "need a second network"),
+])
+def test_bad_second_networks_are_config_errors(spec: LabSpec, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle) as info:
         plan(spec)
     assert info.value.hint

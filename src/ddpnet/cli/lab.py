@@ -34,9 +34,12 @@ def command() -> None:
 @click.option("--nodes", "nodes", type=int, required=True, help="Number of nodes.")
 @click.option("--subnet", default="198.18.0.0/24", show_default=True,
               help="Lab subnet, inside 198.18.0.0/15; node i gets host address i+1.")
-@click.option("--rate", default=None, help="Link rate of every node, tc units (1gbit, 200mbit).")
-@click.option("--delay", default=None, help="Delay added to what every node sends (0.1ms).")
-@click.option("--loss", default=None, help="Percent of what every node sends that is dropped.")
+@click.option("--rate", default=None,
+              help="Link rate of every node's first NIC, tc units (1gbit, 200mbit).")
+@click.option("--delay", default=None,
+              help="Delay added to what every node sends on its first NIC (0.1ms).")
+@click.option("--loss", default=None,
+              help="Percent of what every node sends on its first NIC that is dropped.")
 @click.option("--mtu", default=1500, show_default=True, type=int, help="Link MTU.")
 @click.option("--ifname", default="eth0", show_default=True, help="Name of each node's NIC.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab as one JSON object.")
@@ -47,6 +50,14 @@ def command() -> None:
               help="The same behind a plain router (forwards, no NAT).")
 @click.option("--port-forward", "port_forward", multiple=True, metavar="PORT:NODE",
               help="Router's outer address:PORT DNAT'd to an inner NODE (repeatable).")
+@click.option("--second-net", default=None, metavar="SUBNET",
+              help="A second network (inside 198.18.0.0/15): each node gets a second NIC on "
+              "it, host i+1; /etc/hosts stays on the first.")
+@click.option("--second-ifname", default="eth1", show_default=True,
+              help="Name of each node's second NIC.")
+@click.option("--second-rate", default=None, help="Link rate of the second NIC (tc units).")
+@click.option("--second-first", default=None, metavar="NODES",
+              help="On these nodes the second NIC is created first (lower ifindex).")
 def up_cmd(name: str, nodes: int, as_json: bool, port_forward: tuple[str, ...],
            **opts: Any) -> int:
     """Build the lab (a no-op when it is already up with this shape)."""
@@ -96,6 +107,8 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
 @click.option("--json", "as_json", is_flag=True, help="Print the node's faults as JSON.")
 def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> int:
     """Inject a fault on one node, or `clear` a node's (or all nodes') faults.
+
+    Link faults act on the first NIC (never --second-net's); block-* firewall the node.
 
     \b
     KIND: block-port --port P [--reject] | block-ephemeral [--port MASTER_PORT]

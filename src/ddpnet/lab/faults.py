@@ -21,6 +21,7 @@ from ddpnet.lab.topology import (
     Plan,
     Shaping,
     check_ifname,
+    decoy_subnet,
     delay_ms,
     in_lab_range,
     loss_percent,
@@ -226,14 +227,13 @@ class NodeFaults:
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
     """A /24 for the decoy interface that does not overlap the lab subnet (so it never
-    routes to the master): 198.19.254.0/24, or 198.18.254.0/24 when the lab uses that."""
-    lab = ipaddress.ip_network(p.spec.subnet, strict=False)
-    for candidate in ("198.19.254.0/24", "198.18.254.0/24", "198.19.253.0/24"):
-        net = ipaddress.ip_network(candidate)
-        if not net.overlaps(lab):
-            return f"{net.network_address + 1 + index}/24"
-    raise ConfigError("no free /24 for the extra interface inside 198.18.0.0/15",
-                      "use a smaller lab subnet")
+    routes to the master): 198.19.254.0/24, or 198.18.254.0/24 when the lab uses that (a
+    second network is kept clear of it, see :func:`ddpnet.lab.topology.plan_second`)."""
+    net = decoy_subnet(ipaddress.IPv4Network(p.spec.subnet, strict=False))
+    if net is None:
+        raise ConfigError("no free /24 for the extra interface inside 198.18.0.0/15",
+                          "use a smaller lab subnet")
+    return f"{net.network_address + 1 + index}/24"
 
 
 def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",

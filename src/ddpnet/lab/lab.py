@@ -27,11 +27,13 @@ from ddpnet.lab.topology import (
     DEFAULT_IFNAME,
     DEFAULT_MASTER_PORT,
     DEFAULT_NAME,
+    DEFAULT_SECOND_IFNAME,
     DEFAULT_SUBNET,
     ROUTER_NAT,
     LabNode,
     LabSpec,
     Plan,
+    Shaping,
     check_lab_cidr,
     hosts_file,
     namespace_pattern,
@@ -93,7 +95,12 @@ class Lab:
                  rate: str | None = None, delay: str | float | None = None,
                  loss: str | float | None = None, mtu: int = 1500,
                  ifname: str = DEFAULT_IFNAME, behind: Sequence[int] = (),
-                 router: str = ROUTER_NAT, forwards: Sequence[tuple[int, int]] = ()) -> None:
+                 router: str = ROUTER_NAT, forwards: Sequence[tuple[int, int]] = (),
+                 second_net: str | None = None, second_ifname: str = DEFAULT_SECOND_IFNAME,
+                 second_rate: str | None = None, second_first: Sequence[int] = ()) -> None:
+        """``second_net`` gives every node a second NIC (``second_ifname``) on that subnet,
+        shaped to ``second_rate``; on ``second_first`` nodes it is created first (lower
+        ifindex). ``rate``/``delay``/``loss`` and faults stay on the first NIC."""
         if isinstance(delay, (int, float)):
             delay = f"{delay:g}ms"
         if isinstance(loss, (int, float)):
@@ -101,7 +108,10 @@ class Lab:
         self.spec = LabSpec(name=name, nodes=nodes, subnet=subnet, rate=rate or None,
                             delay=delay or None, loss=loss or None, mtu=int(mtu), ifname=ifname,
                             behind=tuple(sorted(behind)), router=router,
-                            forwards=tuple((int(p), int(n)) for p, n in forwards))
+                            forwards=tuple((int(p), int(n)) for p, n in forwards),
+                            second_net=second_net or None, second_ifname=second_ifname,
+                            second_rate=second_rate or None,
+                            second_first=tuple(sorted(second_first)))
         self.plan: Plan = plan(self.spec)
         self._popens: list[subprocess.Popen[Any]] = []
 
@@ -136,7 +146,9 @@ class Lab:
         s = st.spec
         return cls(name=s.name, nodes=s.nodes, subnet=s.subnet, rate=s.rate, delay=s.delay,
                    loss=s.loss, mtu=s.mtu, ifname=s.ifname, behind=s.behind, router=s.router,
-                   forwards=s.forwards)
+                   forwards=s.forwards, second_net=s.second_net,
+                   second_ifname=s.second_ifname, second_rate=s.second_rate,
+                   second_first=s.second_first)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -202,15 +214,12 @@ class Lab:
         if shaping.delay_ms or shaping.loss_pct:
             st = LabState(spec=p.spec)  # no faults yet: _apply builds the base shaping
             system.parallel([(self._apply, n, st) for n in p.nodes])
-        elif not shaping.empty:
-            calls: list[tuple[object, ...]] = [
-                (system.tc_batch, qdisc_lines(n.ifname, shaping), n.namespace) for n in p.nodes]
-            if shaping.rate:
-                sw_lines: list[str] = []
-                for n in p.nodes:
-                    sw_lines += qdisc_lines(n.port, shaping, egress_netem=False)
-                calls.append((system.tc_batch, sw_lines, p.switch))
-            system.parallel(calls)
+        else:
+            system.parallel(rate_calls(p, [(n.ifname, n.port, n.namespace) for n in p.nodes],
+                                       shaping))
+        system.parallel(rate_calls(p, [(n.second_ifname, n.second_port, n.namespace)
+                                       for n in p.nodes if n.second_ifname],
+                                   p.spec.second_shaping))
 
     def _route(self, namespace: str) -> None:
         """Turn the router namespace into a router: forwarding on, its NAT ruleset loaded."""
@@ -308,8 +317,8 @@ class Lab:
         Faults stay until :meth:`clear` (or ``down``)."""
         n = self.node(node)
         rec = faultmod.normalize(kind, opts)
-        if rec.get("iface") == n.ifname:
-            raise ConfigError(f"extra-iface {n.ifname!r} is {n.name}'s lab interface",
+        if rec.get("iface") in (n.ifname, n.second_ifname):
+            raise ConfigError(f"extra-iface {rec['iface']!r} is {n.name}'s lab interface",
                               "name the extra interface differently, e.g. --iface docker0")
         system.require_root(("ip", "tc", "nft"))
         with statemod.locked(self.name):
@@ -445,15 +454,36 @@ class Lab:
             nodes.append({
                 "name": n.name, "namespace": n.namespace, "hostname": n.hostname,
                 "ifname": n.ifname, "address": n.address,
+                "second_ifname": n.second_ifname or None,
+                "second_address": n.second_address or None,
+                "second_shaping": self.spec.second_shaping.to_dict() if n.second_address
+                else None,
                 "extra_addresses": list(st.addresses.get(n.index, [])) if st else [],
                 "shaping": shaping.to_dict(), "faults": fs,
             })
         return {
-            "name": self.name, "subnet": self.spec.subnet, "up": bool(st and st.complete),
+            "name": self.name, "subnet": self.spec.subnet, "second_net": self.spec.second_net,
+            "up": bool(st and st.complete),
             "master_addr": self.master_addr, "switch": self.plan.switch,
             "router": self.plan.router.to_dict() if self.plan.router else None,
             "spec": self.spec.to_dict(), "nodes": nodes,
         }
+
+
+def rate_calls(p: Plan, nics: Sequence[tuple[str, str, str]],
+               shaping: Shaping) -> list[tuple[object, ...]]:
+    """``tc`` calls that shape NICs, each (interface, its switch port, node namespace): the
+    node's egress, and for a rate its switch port too (both directions); none if unshaped."""
+    if shaping.empty or not nics:
+        return []
+    calls: list[tuple[object, ...]] = [
+        (system.tc_batch, qdisc_lines(ifname, shaping), ns) for ifname, _, ns in nics]
+    if shaping.rate:
+        sw_lines: list[str] = []
+        for _, port, _ in nics:
+            sw_lines += qdisc_lines(port, shaping, egress_netem=False)
+        calls.append((system.tc_batch, sw_lines, p.switch))
+    return calls
 
 
 _TIMER_TAG = "ddpnet-lab-link-timer"
@@ -498,6 +528,11 @@ def _shape(spec: LabSpec) -> str:
              f"ifname={spec.ifname}"]
     parts += [f"{k}={v}" for k, v in (("rate", spec.rate), ("delay", spec.delay),
                                       ("loss", spec.loss)) if v]
+    if spec.second_net:
+        parts += [f"second-net={spec.second_net}", f"second-ifname={spec.second_ifname}"]
+        parts += [f"second-rate={spec.second_rate}"] if spec.second_rate else []
+        parts += [f"second-first={','.join(map(str, spec.second_first))}"] \
+            if spec.second_first else []
     if spec.behind:
         parts.append(f"{spec.router}={','.join(map(str, spec.behind))}")
         parts += [f"port-forward={p}:{n}" for p, n in spec.forwards]

@@ -42,6 +42,11 @@ class UpOptions:
     nat: str | None = None
     routed: str | None = None
     port_forward: tuple[str, ...] = ()
+    #: a second network: every node's second NIC, its rate, and the nodes it comes first on
+    second_net: str | None = None
+    second_ifname: str = "eth1"
+    second_rate: str | None = None
+    second_first: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,9 @@ def up(options: UpOptions) -> UpResult:
     lab = Lab(name=options.name, nodes=options.nodes, subnet=options.subnet,
               rate=options.rate, delay=options.delay, loss=options.loss, mtu=options.mtu,
               ifname=options.ifname, behind=behind, router=router,
-              forwards=[parse_forward(text) for text in options.port_forward])
+              forwards=[parse_forward(text) for text in options.port_forward],
+              second_net=options.second_net, second_ifname=options.second_ifname,
+              second_rate=options.second_rate, second_first=second_first(options))
     started = time.monotonic()
     built = lab.up()
     note = None
@@ -91,6 +98,17 @@ def router_nodes(options: UpOptions) -> tuple[tuple[int, ...], str]:
         raise ConfigError(f"bad node list {text!r} behind the router",
                           "name some nodes, e.g. --nat 1,2 (the others stay outside)")
     return parse_nodes(text, options.nodes), mode
+
+
+def second_first(options: UpOptions) -> tuple[int, ...]:
+    """``--second-first NODES``: the nodes whose second NIC comes first (``all`` allowed)."""
+    from ddpnet.lab.topology import parse_nodes
+
+    if not options.second_first:
+        return ()
+    if not isinstance(options.nodes, int) or options.nodes < 1:
+        return ()  # the lab's own check names the bad node count
+    return parse_nodes(options.second_first, options.nodes)
 
 
 def parse_forward(text: str) -> tuple[int, int]:

@@ -31,17 +31,29 @@ def nodes_table(status: Mapping[str, Any], out: Console) -> None:
 
     from ddpnet.lab.faults import describe
 
-    table = Table(title=f"lab {status['name']} ({status['subnet']})", header_style="bold")
-    for col in ("node", "hostname", "address", "ifname", "shaping", "faults"):
+    second = status.get("second_net")
+    nets = f"{status['subnet']}" + (f", second {second}" if second else "")
+    table = Table(title=f"lab {status['name']} ({nets})", header_style="bold")
+    for col in ("node", "hostname", "address", "ifname", *(("second",) if second else ()),
+                "shaping", "faults"):
         table.add_column(col)
     for n in status["nodes"]:
         addrs = " ".join([n["address"], *n.get("extra_addresses", [])])
         faults = ", ".join(describe(f) for f in n["faults"]) or "-"
-        table.add_row(n["namespace"], n["hostname"], addrs, n["ifname"],
+        extra = (second_text(n),) if second else ()
+        table.add_row(n["namespace"], n["hostname"], addrs, n["ifname"], *extra,
                       shaping_text(n["shaping"]), faults)
     out.print(table)
     if status.get("router"):
         out.print(router_line(status["router"]), markup=False)
+
+
+def second_text(node: Mapping[str, Any]) -> str:
+    """``eth1 198.18.2.1`` and its shaping when it has one (the ``second`` column)."""
+    shaping = node.get("second_shaping")
+    rate = shaping_text(shaping) if shaping else "-"
+    return f"{node.get('second_ifname')} {node.get('second_address')}" + (
+        f" ({rate})" if rate != "-" else "")
 
 
 def router_line(rt: Mapping[str, Any]) -> str:

@@ -10,6 +10,10 @@ half-built lab can be found and removed from its name alone):
 - network namespace ``L-sw`` holds the bridge ``br0`` and one port ``p<i>`` per node;
 - network namespace ``L-n<i>`` is node i: loopback, and one veth (the lab interface, ``eth0``
   by default) whose peer is ``p<i>``; address = the (i+1)-th host of the subnet;
+- with a second network (``second_net``), the switch namespace also holds ``br2`` with one
+  port ``s<i>`` per node, and node i has a second veth (``eth1`` by default) at host i+1 of
+  that subnet: the fast network beside a management one. On ``second_first`` nodes it is
+  created first, so it has the lower ifindex and comes first in ``getifaddrs()`` order;
 - ``/etc/netns/L-n<i>/hosts`` (bind-mounted by ``ip netns exec``) maps every hostname
   ``L-n<j>`` to its lab address; the hostname is set in a per-process UTS namespace.
 
@@ -40,6 +44,7 @@ def in_lab_range(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 DEFAULT_SUBNET = "198.18.0.0/24"
 DEFAULT_NAME = "lab"
 DEFAULT_IFNAME = "eth0"
+DEFAULT_SECOND_IFNAME = "eth1"
 DEFAULT_MASTER_PORT = 29500
 SWITCH_SUFFIX = "-sw"
 ROUTER_SUFFIX = "-rt"
@@ -49,6 +54,8 @@ INNER_BRIDGE = "br1"
 #: the most nodes one lab builds (namespaces, veths and an O(N^2) hosts total)
 MAX_NODES = 4096
 BRIDGE = "br0"
+#: the bridge of the second network (``--second-net``), in the switch namespace
+SECOND_BRIDGE = "br2"
 
 _NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?$")
 _IFNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
@@ -156,6 +163,13 @@ class LabSpec:
     router: str = ROUTER_NAT
     #: (port, node): the router's outer address:port is DNAT'd to that inner node's port
     forwards: tuple[tuple[int, int], ...] = ()
+    #: a second network (a subnet of 198.18.0.0/15): each node gets a second NIC on it
+    second_net: str | None = None
+    second_ifname: str = DEFAULT_SECOND_IFNAME
+    #: tc rate of the second NIC (``rate`` shapes only the first)
+    second_rate: str | None = None
+    #: nodes whose second NIC is created first (lower ifindex, first in getifaddrs order)
+    second_first: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,8 +178,9 @@ class LabSpec:
     def from_dict(cls, data: dict[str, Any]) -> LabSpec:
         kept = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         # JSON has lists: the spec compares as tuples (idempotent ``up``)
-        if "behind" in kept:
-            kept["behind"] = tuple(int(i) for i in kept["behind"])
+        for key in ("behind", "second_first"):
+            if key in kept:
+                kept[key] = tuple(int(i) for i in kept[key])
         if "forwards" in kept:
             kept["forwards"] = tuple((int(p), int(n)) for p, n in kept["forwards"])
         return cls(**kept)
@@ -177,6 +192,11 @@ class LabSpec:
             delay_ms=delay_ms(self.delay) if self.delay else None,
             loss_pct=loss_percent(self.loss) if self.loss else None,
         )
+
+    @property
+    def second_shaping(self) -> Shaping:
+        """The second NIC's: a rate only (faults and ``delay``/``loss`` stay on the first)."""
+        return Shaping(rate=self.second_rate or None)
 
 
 @dataclass(frozen=True)
@@ -191,10 +211,21 @@ class LabNode:
     address: str
     prefix: int = 24
     port: str = ""  # the bridge port (in the switch namespace) its veth is paired with
+    #: the second NIC (``second_net``): its name, address, prefix and bridge port ("" if none)
+    second_ifname: str = ""
+    second_address: str = ""
+    second_prefix: int = 0
+    second_port: str = ""
+    #: whether the second NIC is created first (so it has the lower ifindex)
+    second_first: bool = False
 
     @property
     def cidr(self) -> str:
         return f"{self.address}/{self.prefix}"
+
+    @property
+    def second_cidr(self) -> str:
+        return f"{self.second_address}/{self.second_prefix}" if self.second_address else ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -249,17 +280,19 @@ def validate_name(name: str) -> str:
     return name
 
 
-def lab_network(subnet: str) -> ipaddress.IPv4Network:
-    """The subnet, checked to lie inside 198.18.0.0/15 (a lab never uses other addresses)."""
+def lab_network(subnet: str, example: str = f"--subnet {DEFAULT_SUBNET}"
+                ) -> ipaddress.IPv4Network:
+    """The subnet, checked to lie inside 198.18.0.0/15 (a lab never uses other addresses);
+    ``example`` is the hint's flag and value."""
     try:
         net = ipaddress.ip_network(subnet, strict=False)
     except ValueError:
         raise ConfigError(f"bad subnet {subnet!r}: not an IPv4 network",
-                          f"for example --subnet {DEFAULT_SUBNET}") from None
+                          f"for example {example}") from None
     if not isinstance(net, ipaddress.IPv4Network) or not net.subnet_of(LAB_RANGE):
         raise ConfigError(
             f"subnet {subnet} is outside 198.18.0.0/15, the benchmarking range labs use",
-            f"pick a subnet inside 198.18.0.0/15, for example --subnet {DEFAULT_SUBNET}",
+            f"pick a subnet inside 198.18.0.0/15, for example {example}",
         )
     return net
 
@@ -305,6 +338,7 @@ def plan(spec: LabSpec) -> Plan:
         rate_bits(spec.rate)
     spec.shaping  # noqa: B018  (validates delay and loss)
     router = plan_router(spec, net)
+    second = plan_second(spec, net, router)
     first = int(net.network_address) + (1 if net.prefixlen < 31 else 0)
     nodes = tuple(
         LabNode(
@@ -317,10 +351,83 @@ def plan(spec: LabSpec) -> Plan:
             else str(ipaddress.IPv4Address(first + i)),
             prefix=24 if router and i in spec.behind else net.prefixlen,
             port=f"p{i}",
+            **_second_fields(spec, second, i),
         )
         for i in range(spec.nodes)
     )
     return Plan(spec=spec, switch=spec.name + SWITCH_SUFFIX, nodes=nodes, router=router)
+
+
+#: the decoy interface's /24s (``extra-iface``), the first that overlaps no lab subnet
+DECOY_SUBNETS = ("198.19.254.0/24", "198.18.254.0/24", "198.19.253.0/24")
+
+
+def decoy_subnet(lab: ipaddress.IPv4Network) -> ipaddress.IPv4Network | None:
+    """The /24 an ``extra-iface`` decoy of a lab on ``lab`` takes (None: no room)."""
+    return next((net for net in map(ipaddress.IPv4Network, DECOY_SUBNETS)
+                 if not net.overlaps(lab)), None)
+
+
+def plan_second(spec: LabSpec, net: ipaddress.IPv4Network,
+                router: Router | None) -> ipaddress.IPv4Network | None:
+    """The second network (validated: inside 198.18.0.0/15, room for every node, clear of
+    the lab subnet, the router's inner subnet and the decoys), or None without one."""
+    if not spec.second_net:
+        if spec.second_rate or spec.second_first:
+            raise ConfigError("--second-rate and --second-first need a second network",
+                              "add --second-net, for example --second-net 198.18.2.0/24")
+        return None
+    second = lab_network(spec.second_net, "--second-net 198.18.2.0/24")
+    for other, what in _taken(net, router):
+        if second.overlaps(other):
+            raise ConfigError(f"second network {spec.second_net} overlaps {other} ({what})",
+                              "pick another subnet inside 198.18.0.0/15, for example "
+                              "--second-net 198.18.2.0/24")
+    hosts = second.num_addresses - 2 if second.prefixlen < 31 else second.num_addresses
+    if spec.nodes > hosts:
+        raise ConfigError(f"second network {spec.second_net} has room for {hosts} nodes, "
+                          f"{spec.nodes} asked", "use a larger one, e.g. --second-net "
+                          "198.18.128.0/17")
+    _check_second_nic(spec)
+    return second
+
+
+def _taken(net: ipaddress.IPv4Network,
+           router: Router | None) -> list[tuple[ipaddress.IPv4Network, str]]:
+    """The networks a second network must stay clear of, each with what it is."""
+    taken = [(net, "the lab subnet")]
+    if router is not None:
+        taken.append((ipaddress.IPv4Network(router.subnet), "the router's inner subnet"))
+    decoy = decoy_subnet(net)
+    if decoy is not None:
+        taken.append((decoy, "the extra-iface decoys"))
+    return taken
+
+
+def _check_second_nic(spec: LabSpec) -> None:
+    """The second NIC's name, rate and ``second_first`` nodes."""
+    check_ifname(spec.second_ifname, "--second-ifname eth1")
+    if spec.second_ifname == spec.ifname:
+        raise ConfigError(f"--second-ifname {spec.second_ifname} is also the first NIC's name",
+                          "name them apart, e.g. --ifname eth0 --second-ifname eth1")
+    if spec.second_rate:
+        rate_bits(spec.second_rate)
+    bad = [i for i in spec.second_first if not (isinstance(i, int) and 0 <= i < spec.nodes)]
+    if bad:
+        raise ConfigError(f"--second-first: node {bad[0]!r} does not exist (the lab has nodes "
+                          f"0-{spec.nodes - 1})", "for example --second-first 1")
+
+
+def _second_fields(spec: LabSpec, second: ipaddress.IPv4Network | None,
+                   index: int) -> dict[str, Any]:
+    """Node ``index``'s second-NIC fields of :class:`LabNode` (none without a second net)."""
+    if second is None:
+        return {}
+    first = int(second.network_address) + (1 if second.prefixlen < 31 else 0)
+    return {"second_ifname": spec.second_ifname,
+            "second_address": str(ipaddress.IPv4Address(first + index)),
+            "second_prefix": second.prefixlen, "second_port": f"s{index}",
+            "second_first": index in spec.second_first}
 
 
 #: inner subnets a router may take, the first that does not overlap the lab subnet (the
@@ -411,7 +518,8 @@ def netns_add_batch(p: Plan) -> list[str]:
 
 def switch_batch(p: Plan) -> list[str]:
     """Lines for ``ip -n <switch> -batch``: the bridge (run before the nodes' batches)."""
-    bridges = (BRIDGE, INNER_BRIDGE) if p.router else (BRIDGE,)
+    bridges = (BRIDGE, *((INNER_BRIDGE,) if p.router else ()),
+               *((SECOND_BRIDGE,) if p.spec.second_net else ()))
     lines = ["link set lo up"]
     for br in bridges:
         lines += [f"link add {br} mtu {p.spec.mtu} type bridge stp_state 0 forward_delay 0",
@@ -422,14 +530,11 @@ def switch_batch(p: Plan) -> list[str]:
 def node_batch(p: Plan, node: LabNode) -> list[str]:
     """Lines for ``ip -n <node> -batch``: the veth pair created straight into the node and the
     switch namespaces (never the host's), its address, and the bridge port."""
-    mtu = p.spec.mtu
-    lines = [
-        "link set lo up",
-        f"link add {node.ifname} mtu {mtu} type veth peer name {node.port} mtu {mtu} "
-        f"netns {p.switch}",
-        f"addr add {node.cidr} dev {node.ifname}",
-        f"link set {node.ifname} up",
-    ]
+    nics = [_veth_lines(p, node.ifname, node.port, node.cidr)]
+    if node.second_address:
+        second = _veth_lines(p, node.second_ifname, node.second_port, node.second_cidr)
+        nics.insert(0 if node.second_first else 1, second)
+    lines = ["link set lo up", *(line for nic in nics for line in nic)]
     rt = p.router
     if rt is not None and p.inner(node):  # behind the router: it is the way out
         lines.append(f"route add default via {rt.inner} dev {node.ifname} onlink")
@@ -438,12 +543,23 @@ def node_batch(p: Plan, node: LabNode) -> list[str]:
     return lines
 
 
+def _veth_lines(p: Plan, ifname: str, port: str, cidr: str) -> list[str]:
+    """One NIC of a node: a veth created straight into the node with its peer ``port`` in the
+    switch namespace (the kernel numbers them in creation order), its address, up."""
+    mtu = p.spec.mtu
+    return [f"link add {ifname} mtu {mtu} type veth peer name {port} mtu {mtu} "
+            f"netns {p.switch}", f"addr add {cidr} dev {ifname}", f"link set {ifname} up"]
+
+
 def switch_ports_batch(p: Plan) -> list[str]:
     """Lines for ``ip -n <switch> -batch`` after the nodes': attach and raise every port."""
     lines: list[str] = []
     for node in p.nodes:
         bridge = INNER_BRIDGE if p.inner(node) else BRIDGE
         lines += [f"link set {node.port} master {bridge}", f"link set {node.port} up"]
+        if node.second_port:
+            lines += [f"link set {node.second_port} master {SECOND_BRIDGE}",
+                      f"link set {node.second_port} up"]
     if p.router:
         for port, bridge in ((ROUTER_PORTS[0], BRIDGE), (ROUTER_PORTS[1], INNER_BRIDGE)):
             lines += [f"link set {port} master {bridge}", f"link set {port} up"]
