@@ -158,6 +158,14 @@ SCENARIOS: list[dict[str, Any]] = [
      "lab": {"behind": (0,), "forwards": ((PORT, 0),)},
      "per_node": {i: {"MASTER_ADDR": "198.18.0.254"} for i in (1, 2, 3)},
      "expect": "advertised-unreachable", "target_s": 15},
+    {"name": "behind-nat-on-rank0s-side", "args": ["--no-matrix"],
+     "lab": {"behind": (0, 1), "forwards": ((PORT, 0),)},
+     "per_node": {i: {"MASTER_ADDR": "198.18.0.254"} for i in (2, 3)},
+     "expect": "behind-nat", "target_s": 15},
+    # kind 6: the job's network (eth0, MASTER_ADDR's) shaped, a faster eth1 on every node
+    {"name": "slower-network-chosen", "args": ["--no-matrix"],
+     "lab": {"rate": "50mbit", "second_net": "198.18.3.0/24"},
+     "expect": "slower-network-chosen", "target_s": 15},
     {"name": "routed-subnets-pass", "args": ["--no-matrix"],
      "lab": {"behind": (2, 3), "router": "routed"}, "expect": None, "target_s": 10},
 ]
@@ -209,7 +217,8 @@ def run_shaped(lab: Lab, sc: dict[str, Any]) -> dict[str, Any]:
     """A scenario in the shared lab, or in its own lab of the shape its "lab" names."""
     if "lab" not in sc:
         return run_one(lab, sc)
-    with Lab(name=f"ckn{os.getpid()}", nodes=4, rate="1gbit", **sc["lab"]) as own:
+    shape: dict[str, Any] = {"nodes": 4, "rate": "1gbit", **sc["lab"]}
+    with Lab(name=f"ckn{os.getpid()}", **shape) as own:
         return run_one(own, sc)
 
 

@@ -39,7 +39,7 @@ def test_workers_behind_a_nat_are_named_with_both_addresses() -> None:
     assert cause["id"] == "behind-nat" and cause["ranks"] == [1, 2], report["causes"]
     assert names[1] in cause["hosts"][0] and names[2] in cause["hosts"][1]
     assert "rank 1 on" in cause["detail"] and " advertises 198.19.1.3:" in cause["detail"]
-    assert f"arrive at rank 0 from {outer}, an address it does not have" in cause["detail"]
+    assert f"arrive at ranks 0, 3 from {outer}, an address it does not have" in cause["detail"]
     assert "rank(s) 0 (no-route), 3 (no-route) cannot reach 198.19.1.4" in cause["detail"]
     assert "no NAT between ranks" in cause["fix"] and "onto 198.18.0.0/24" in cause["fix"]
     # said once: not also as a firewall or an interface choice
@@ -71,6 +71,27 @@ def test_rank_0_behind_a_port_forward_is_advertised_unreachable() -> None:
     for node in (1, 2):  # no traceback on the workers: each prints the verdict
         assert runs[node].returncode == 1 and "advertised-unreachable" in runs[node].stdout, \
             _diag(runs)
+    assert report["timings"]["total"] < 15
+
+
+def test_a_worker_natted_on_rank_0s_side_is_named_from_the_outside_peers_view() -> None:
+    # ranks 0 and 1 behind the router, rank 2 outside reaching the store by the port
+    # forward: rank 1's probes reach rank 0 from its own address; only rank 2 sees the NAT
+    with fresh_lab("cnat2", nodes=3, behind=(0, 1), forwards=((29510, 0),)) as lab:
+        outer = lab.plan.router.outer  # type: ignore[union-attr]
+        runs = run_check(lab, FAST, per_node={2: {"MASTER_ADDR": outer}}, timeout=60)
+        names = [n.hostname for n in lab.nodes]
+    report = runs[0].json()
+    assert runs[0].returncode == 1 and report["verdict"] == "fail", _diag(runs)
+    by_id = {c["id"]: c for c in report["causes"]}
+    assert set(by_id) == {"advertised-unreachable", "behind-nat"}, report["causes"]
+    assert by_id["advertised-unreachable"]["ranks"] == [0]
+    nat = by_id["behind-nat"]
+    assert nat["ranks"] == [1] and names[1] in nat["hosts"][0], nat
+    assert f"arrive at rank 2 from {outer}, an address it does not have" in nat["detail"]
+    assert "rank(s) 2 (no-route) cannot reach 198.19.1.3" in nat["detail"]
+    for node in (1, 2):
+        assert runs[node].returncode == 1, _diag(runs)
     assert report["timings"]["total"] < 15
 
 

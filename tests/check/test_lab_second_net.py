@@ -70,3 +70,38 @@ def test_nccls_own_choice_of_the_second_network_on_one_node_is_a_warning(lab: La
     assert cause["ranks"] == [1] and f"eth1 {lab.nodes[1].second_address}" in cause["detail"]
     assert "export NCCL_SOCKET_IFNAME==eth0" in cause["fix"]
     assert report["verdict"] == "pass"  # ddpnet.init() pins NCCL itself: only slower/risky
+
+
+def _networks_cause(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in report["causes"] if c["id"] == "slower-network-chosen"]
+
+
+def test_the_job_on_the_slow_one_of_two_networks_is_named_with_the_fast_ones_address() -> None:
+    # eth0 (MASTER_ADDR's network, as a management network) at 50 Mbit/s; every node's eth1
+    # is unshaped: the job works, ten or more times slower than it could
+    with fresh_lab("cslow", nodes=3, rate="50mbit", second_net="198.18.3.0/24") as lab:
+        runs = run_check(lab, FAST, timeout=60)
+        fast0 = lab.nodes[0].second_address
+    report = runs[0].json()
+    assert all(r.returncode == 0 for r in runs.values()), _diag(runs)
+    [cause] = _networks_cause(report)
+    assert cause["severity"] == "warn" and report["verdict"] == "pass", report["causes"]
+    assert "the job's traffic goes over 198.18.0.0/24 (eth0" in cause["detail"]
+    assert "every node also has 198.18.3.0/24 (eth1" in cause["detail"]
+    assert "faster measured" in cause["detail"]
+    assert f"set MASTER_ADDR to rank 0's address on it ({fast0})" in cause["fix"]
+    assert "export GLOO_SOCKET_IFNAME=eth1 NCCL_SOCKET_IFNAME==eth1 on every node" in cause["fix"]
+    assert report["stages"]["networks"] == "warn"
+    assert [n["job"] for n in report["networks"]] == [True, False]
+    assert report["timings"]["total"] < 15
+
+
+def test_the_job_on_the_fast_one_of_two_networks_says_nothing() -> None:
+    # the same two networks the other way round: eth1 is the slow one, eth0 the job's
+    with fresh_lab("cfast", nodes=3, second_net="198.18.3.0/24", second_rate="50mbit") as lab:
+        runs = run_check(lab, FAST, timeout=60)
+    report = runs[0].json()
+    assert all(r.returncode == 0 for r in runs.values()), _diag(runs)
+    assert _networks_cause(report) == [] and report["verdict"] == "pass", report["causes"]
+    assert report["stages"]["networks"] == "pass"
+    assert any(n.startswith("networks: rank 1 streamed") for n in report["notes"]), report

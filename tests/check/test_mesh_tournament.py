@@ -88,7 +88,7 @@ def test_header_round_trip_and_rejects_garbage() -> None:
 def test_listener_answers_probes_and_measures_a_stream() -> None:
     lst = mesh.Listener("127.0.0.1")
     try:
-        assert mesh.probe("127.0.0.1", lst.port, 2.0) == mesh.OK
+        assert mesh.probe("127.0.0.1", lst.port, 2.0).status == mesh.OK
         sent = tournament.send_stream("127.0.0.1", lst.port, 0, 5, seconds=0.2, timeout=5)
         deadline = time.monotonic() + 5
         while (0, 5) not in lst.received and time.monotonic() < deadline:
@@ -101,23 +101,48 @@ def test_listener_answers_probes_and_measures_a_stream() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert mesh.probe("127.0.0.1", port, 2.0) == mesh.REFUSED
+    assert mesh.probe("127.0.0.1", port, 2.0) == (mesh.REFUSED, None)
 
 
-def test_listener_records_the_address_each_probing_rank_arrives_from() -> None:
+def test_a_listener_tells_each_probe_where_it_arrived_from() -> None:
     assert mesh.parse_hello(mesh.hello(12)) == 12
     assert mesh.parse_hello(mesh.PROBE_MAGIC) is None and mesh.hello(None) == mesh.PROBE_MAGIC
     assert mesh.parse_hello(b"DDPNETPROBE x\n") is None
     assert mesh.unmapped("::ffff:198.18.0.254") == "198.18.0.254"
+    assert mesh.parse_seen(mesh.seen_reply("198.18.0.254")) == "198.18.0.254"
+    assert mesh.parse_seen(b"DDPNETSEEN not-an-address\n") is None
+    assert mesh.parse_seen(b"HTTP/1.1 400\r\n") is None
     lst = mesh.Listener("127.0.0.1")
     try:
-        row = mesh.probe_row(2, [("127.0.0.1", lst.port), None, None], timeout=2.0)
-        assert row == [mesh.OK, mesh.UNKNOWN, mesh.SELF]
-        assert mesh.probe("127.0.0.1", lst.port, 2.0) == mesh.OK  # an older rank: no rank
-        assert mesh.probe("127.0.0.1", lst.port, 2.0, rank=5) == mesh.OK
-        assert lst.wait_sources([2, 5], 5.0) == {2: "127.0.0.1", 5: "127.0.0.1"}
+        assert mesh.probe("127.0.0.1", lst.port, 2.0) == (mesh.OK, None)  # no rank: no answer
+        assert mesh.probe("127.0.0.1", lst.port, 2.0, rank=5) == (mesh.OK, "127.0.0.1")
+        # a row leaves out peers that saw the prober at the address it advertises
+        row = mesh.probe_row(2, [("127.0.0.1", lst.port), None, ("127.0.0.1", 1)], timeout=2.0)
+        assert row == mesh.Row([mesh.OK, mesh.UNKNOWN, mesh.SELF], {})
+        row = mesh.probe_row(2, [("127.0.0.1", lst.port), None, ("127.0.0.9", 1)], timeout=2.0)
+        assert row.seen == {0: "127.0.0.1"}
+        assert mesh.read_published(mesh.published(row), 3) == row
     finally:
         lst.close()
+
+
+def test_a_listener_that_accepts_but_never_answers_leaves_the_address_unknown() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        start = time.monotonic()
+        assert mesh.probe("127.0.0.1", srv.getsockname()[1], 0.5, rank=1) == (mesh.OK, None)
+        assert time.monotonic() - start < 2
+
+
+@pytest.mark.parametrize("value", [None, [], {"row": "ok"}, {"row": ["ok"]},
+                                   {"row": ["self", 3]}, {"row": ["self", "ok"], "seen": [1]},
+                                   {"row": ["self", "ok"], "seen": {"x": "1.2.3.4", "9": "a",
+                                                                    "1": 5}}])
+def test_a_malformed_published_row_reads_as_unknown(value: object) -> None:
+    row = mesh.read_published(value, 2)
+    assert row.seen == {} and len(row.statuses) == 2
+    assert row.statuses in (["?", "?"], ["self", "ok"])
 
 
 def test_a_slow_node_among_three_is_named_though_its_links_are_the_median() -> None:

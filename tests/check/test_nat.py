@@ -51,7 +51,8 @@ def test_rank_0_behind_a_port_forward_is_named_with_the_forwarded_address() -> N
            for r, f in _got("10.0.0.254").items()}
     got[0] = {**got[0], "address": "192.168.1.2", "own_addresses": ["192.168.1.2"]}
     matrix = [["self", "ok", "ok"], ["no-route", "self", "ok"], ["no-route", "ok", "self"]]
-    [cause], explained = analyze(matrix, got, LABELS, {1: "10.0.0.2", 2: "10.0.0.3"})
+    [cause], explained = analyze(matrix, got, LABELS, {0: {1: "10.0.0.254", 2: "10.0.0.254"},
+                                                       1: {0: "10.0.0.2"}})
     assert cause.id == "advertised-unreachable" and cause.ranks == (0,), cause
     assert "rank 0 on n0 (10.0.0.1) advertises 192.168.1.2:4000, but rank(s) 1, 2 reached " \
         "the store at 10.0.0.254 (not an address of rank 0: a port forward or NAT in front " \
@@ -71,8 +72,8 @@ def _natted() -> dict[int, dict[str, Any]]:
 
 def test_workers_behind_a_nat_are_named_with_what_rank_0_sees() -> None:
     got = _natted()
-    sources = {1: "10.0.0.254", 2: "10.0.0.254"}
-    assert natted(got, sources) == sources
+    sources = {1: {0: "10.0.0.254"}, 2: {0: "10.0.0.254"}}
+    assert natted(got, sources) == {1: ("10.0.0.254", (0,)), 2: ("10.0.0.254", (0,))}
     # the two workers share the inner subnet, rank 0 reaches neither
     matrix = [["self", "no-route", "no-route"], ["ok", "self", "ok"], ["ok", "ok", "self"]]
     [cause], explained = analyze(matrix, got, LABELS, sources)
@@ -92,12 +93,34 @@ def test_sources_that_are_the_ranks_own_addresses_are_no_nat() -> None:
     got = _natted()
     # routed, or a multi-homed rank leaving by another of its own NICs
     got[2]["ifaddrs"]["eth1"] = ["10.0.0.3/24"]
-    assert natted(got, {1: "192.168.1.3", 2: "10.0.0.3", 0: "1.2.3.4"}) == {}
-    assert natted(got, {1: "127.0.0.1"}) == {}  # same host: no evidence
+    assert natted(got, {1: {0: "192.168.1.3"}, 2: {0: "10.0.0.3"}, 9: {0: "1.2.3.4"}}) == {}
+    assert natted(got, {1: {0: "127.0.0.1"}}) == {}  # same host: no evidence
+    assert natted(got, {1: {1: "10.0.0.254"}}) == {}  # itself: no evidence
     del got[1]["ifaddrs"]
-    assert natted(got, {1: "10.0.0.254"}) == {}  # an older rank: no evidence
+    assert natted(got, {1: {0: "10.0.0.254"}}) == {}  # an older rank: no evidence
     # a translated source everyone still reaches breaks nothing
-    assert analyze(OK3, _natted(), LABELS, {1: "10.0.0.254"}) == ([], set())
+    assert analyze(OK3, _natted(), LABELS, {1: {0: "10.0.0.254"}}) == ([], set())
+
+
+def test_a_worker_natted_toward_another_worker_is_named_from_that_workers_view() -> None:
+    # ranks 0 and 1 behind one NAT (192.168.1.0/24), rank 2 outside (10.0.0.3): rank 1's
+    # probes reach rank 0 from its own address, so only rank 2's view shows the NAT
+    got = _natted()
+    for r, address in ((0, "192.168.1.2"), (1, "192.168.1.3"), (2, "10.0.0.3")):
+        got[r] = {**got[r], "address": address, "ifaddrs": {"eth0": [f"{address}/24"]},
+                  "subnet": "10.0.0.0/24" if r == 2 else "192.168.1.0/24"}
+    matrix = [["self", "ok", "ok"], ["ok", "self", "ok"], ["ok", "no-route", "self"]]
+    seen = {0: {2: "10.0.0.254"}, 1: {2: "10.0.0.254"}, 2: {}}
+    assert natted(got, seen) == {0: ("10.0.0.254", (2,)), 1: ("10.0.0.254", (2,))}
+    [cause], explained = analyze(matrix, got, LABELS, seen)
+    assert cause.id == "behind-nat" and cause.ranks == (1,), cause  # rank 2 reaches rank 0
+    assert "rank 1 on n1 (10.0.0.2) advertises 192.168.1.3:4001, but its connections arrive " \
+        "at rank 2 from 10.0.0.254" in cause.detail
+    assert "rank(s) 2 (no-route) cannot reach 192.168.1.3" in cause.detail
+    assert explained == {(2, 1)}
+    # several peers saw it so: all named, by the address most of them saw
+    seen[1] = {0: "10.0.0.254", 2: "10.0.0.254", 3: "10.9.9.9"}
+    assert natted(got, seen)[1] == ("10.0.0.254", (0, 2))
 
 
 def _subnets(ranks: tuple[int, ...]) -> Cause:
@@ -113,3 +136,6 @@ def test_other_subnets_that_are_routed_warn_and_natted_ones_are_the_nats() -> No
     broken = [["self", "ok", "no-route"], ["ok", "self", "ok"], ["ok", "ok", "self"]]
     assert settle_subnets([_subnets((2,))], broken, ())[0].severity == "fail"
     assert settle_subnets([_subnets((1, 2))], broken, (1, 2)) == []
+    # the rank on the far side of a NAT that names another: the NAT's story too
+    assert settle_subnets([_subnets((2,))], broken, (0,), {(2, 0)}) == []
+    assert settle_subnets([_subnets((2,))], broken, (0,), {(1, 0)})[0].severity == "fail"

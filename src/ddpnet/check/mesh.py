@@ -7,10 +7,12 @@ O(N / fanout * connect_timeout) in the worst case and O(N * RTT) when the networ
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 from ddpnet.check.causes import Cause
 from ddpnet.net import probe as probe_outcomes
@@ -18,6 +20,7 @@ from ddpnet.net import probe as probe_outcomes
 OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
 SELF, UNKNOWN = "self", "?"
 PROBE_MAGIC = b"DDPNETPROBE\n"
+SEEN_MAGIC = b"DDPNETSEEN "
 
 
 #: net.probe's outcome of a connect -> the mesh's word for it (the matrix shows these)
@@ -31,8 +34,7 @@ def classify_error(exc: BaseException) -> str:
 
 
 def hello(rank: int | None) -> bytes:
-    """What a probe says: the magic, and the prober's rank (so the listener can record the
-    address the prober's connections arrive from: a NAT shows there)."""
+    """What a probe says: the magic, and the prober's rank."""
     return PROBE_MAGIC if rank is None else PROBE_MAGIC[:-1] + b" %d\n" % rank
 
 
@@ -44,32 +46,104 @@ def parse_hello(data: bytes) -> int | None:
     return int(text) if text.isdigit() and len(text) < 10 else None
 
 
-def probe(address: str, port: int, timeout: float, rank: int | None = None) -> str:
-    """Connect once, say who we are, close (edge)."""
+def seen_reply(address: str) -> bytes:
+    """The listener's answer to a hello: the address the probe arrived from. Every rank
+    learns how each peer sees it, so a NAT on the way shows wherever it sits, not only
+    toward rank 0."""
+    return SEEN_MAGIC + address.encode("ascii", "replace")[:64] + b"\n"
+
+
+def parse_seen(data: bytes) -> str | None:
+    """The address in a listener's answer; None for anything else (pure)."""
+    if not data.startswith(SEEN_MAGIC) or not data.endswith(b"\n"):
+        return None
+    text = data[len(SEEN_MAGIC):-1].decode("ascii", "replace")
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+class Outcome(NamedTuple):
+    """One probe: the connect's status and the address the listener saw it come from."""
+
+    status: str
+    seen: str | None = None
+
+
+def probe(address: str, port: int, timeout: float, rank: int | None = None) -> Outcome:
+    """Connect once, say who we are, read where the listener saw us come from (bounded by
+    ``timeout``; a listener that does not answer leaves it unknown), close (edge)."""
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
             sock.sendall(hello(rank))
-        return OK
+            return Outcome(OK, _read_seen(sock) if rank is not None else None)
     except OSError as exc:
-        return classify_error(exc)
+        return Outcome(classify_error(exc))
+
+
+def _read_seen(sock: socket.socket) -> str | None:
+    data = b""
+    try:
+        while not data.endswith(b"\n") and len(data) < 96:
+            chunk = sock.recv(96 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:  # connected, then nothing: the status stands, the address is unknown
+        return None
+    return parse_seen(data)
+
+
+class Row(NamedTuple):
+    """A rank's row of the matrix and, for the peers that saw it arrive from an address
+    other than the one it advertises, that address (by peer rank)."""
+
+    statuses: list[str]
+    seen: dict[int, str]
 
 
 def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: float,
-              fanout: int = 32) -> list[str]:
+              fanout: int = 32) -> Row:
     """One row of the matrix: this rank to every rank (edge, bounded concurrency)."""
     row = [UNKNOWN] * len(peers)
     row[me] = SELF
+    seen: dict[int, str] = {}
+    own = peers[me] if me < len(peers) else None
+    mine = own[0] if own is not None else None
 
-    def one(j: int) -> tuple[int, str]:
+    def one(j: int) -> tuple[int, Outcome]:
         target = peers[j]
         if target is None:
-            return j, UNKNOWN
+            return j, Outcome(UNKNOWN)
         return j, probe(target[0], target[1], timeout, me)
 
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(peers)))) as pool:
-        for j, status in pool.map(one, [j for j in range(len(peers)) if j != me]):
-            row[j] = status
-    return row
+        for j, got in pool.map(one, [j for j in range(len(peers)) if j != me]):
+            row[j] = got.status
+            if got.seen is not None and got.seen != mine:
+                seen[j] = got.seen
+    return Row(row, seen)
+
+
+def published(row: Row) -> dict[str, Any]:
+    """What a rank publishes for the mesh (O(N) statuses; ``seen`` is empty without NAT)."""
+    return {"row": row.statuses, "seen": {str(j): a for j, a in sorted(row.seen.items())}}
+
+
+def read_published(value: Any, world: int) -> Row:
+    """A published row as rank 0 reads it; anything malformed reads as unknown (pure)."""
+    value = value if isinstance(value, Mapping) else {}
+    statuses = value.get("row")
+    if not (isinstance(statuses, list) and len(statuses) == world
+            and all(isinstance(s, str) for s in statuses)):
+        statuses = [UNKNOWN] * world
+    seen: dict[int, str] = {}
+    raw = value.get("seen")
+    for j, address in (raw.items() if isinstance(raw, Mapping) else ()):
+        if str(j).isdigit() and int(j) < world and isinstance(address, str):
+            seen[int(j)] = address
+    return Row(list(statuses), seen)
 
 
 def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
@@ -182,8 +256,6 @@ class Listener:
         self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
-        #: prober rank -> the address its probe came from (after any NAT on the way)
-        self.sources: dict[int, str] = {}
         from ddpnet.check.pmtu import Echo
 
         self.echo = Echo(address)
@@ -206,21 +278,6 @@ class Listener:
             threading.Thread(target=self._handle, args=(conn, str(peer[0])),
                              daemon=True).start()
 
-    def _probed(self, head: bytes, peer: str) -> None:
-        rank = parse_hello(head)
-        if rank is not None:
-            with self._lock:
-                self.sources[rank] = unmapped(peer)
-
-    def wait_sources(self, ranks: Sequence[int], timeout: float) -> dict[int, str]:
-        """The sources of ``ranks`` once all are recorded or after ``timeout`` (a probe
-        that connected may still be in its handler thread)."""
-        deadline = time.monotonic() + timeout
-        while not set(ranks) <= set(self.sources) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        with self._lock:
-            return dict(self.sources)
-
     def _handle(self, conn: socket.socket, source: str = "") -> None:
         from ddpnet.check.tournament import HEADER, MAGIC, parse_header
 
@@ -230,8 +287,10 @@ class Listener:
             while len(head) < HEADER:
                 chunk = conn.recv(HEADER - len(head))
                 if not chunk:
-                    return self._probed(head, source)  # a probe: connect, hello, close
+                    return None  # a bare probe: connect, close
                 head += chunk
+                if parse_hello(head) is not None:  # a probe: tell it where it came from
+                    return conn.sendall(seen_reply(unmapped(source)))
             if not head.startswith(MAGIC):
                 return
             rnd, peer = parse_header(head)

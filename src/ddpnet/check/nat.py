@@ -8,10 +8,12 @@ Two kinds of evidence, both gathered by rank 0 and judged here (pure):
   (``names.master`` against rank 0's ``own_addresses``): a VIP or port forward in front of
   rank 0 (a Kubernetes Service, ``docker -p``, an SSH tunnel). When those ranks cannot reach
   rank 0's own address, rank 0 is the one named (it sits behind the forward).
-- ``behind-nat``: a rank whose mesh probe arrives at rank 0 from an address that is none of
+- ``behind-nat``: a rank whose mesh probes arrive at a peer from an address that is none of
   its own (its ``ifaddrs``): something rewrote its source on the way, a masquerading router
-  between it and rank 0. Named only when peers then fail to reach what it advertises: a
-  routed (untranslated) multi-subnet cluster arrives from its own addresses and passes.
+  between it and that peer. Every listener answers a probe with the address it saw, so each
+  rank reports how every peer sees it (not only rank 0's view). Named only when peers then
+  fail to reach what it advertises: a routed (untranslated) multi-subnet cluster arrives
+  from its own addresses and passes.
 
 Both return the matrix pairs they explain, so the mesh's firewall guesses leave them out.
 """
@@ -67,21 +69,39 @@ def _loopback(address: str) -> bool:
         return True  # not an address: no evidence
 
 
-def natted(got: Facts, sources: Mapping[int, str]) -> dict[int, str]:
-    """Rank -> the address its connections arrive from at rank 0, for ranks where that is
-    none of their own addresses (a source NAT on the way)."""
-    return {k: src for k, src in sorted(sources.items())
-            if k != 0 and k in got and not _loopback(src)
-            and got[k].get("ifaddrs") is not None and src not in own_addresses(got[k])}
+Seen = Mapping[int, Mapping[int, str]]
+
+
+def natted(got: Facts, seen: Seen) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """Rank -> (the address its connections arrive from, the ranks that saw it so), for
+    ranks whose probes reached some peer from none of their own addresses (a source NAT on
+    the way). ``seen`` is each prober's report of what its peers saw: every rank's view, so
+    a NAT between two workers shows even when rank 0 sits on the same side as one of them."""
+    out = {}
+    for k, by_peer in sorted(seen.items()):
+        if k not in got or got[k].get("ifaddrs") is None:
+            continue  # an older rank: no evidence
+        own = own_addresses(got[k])
+        foreign: dict[str, list[int]] = {}
+        for j, src in sorted(by_peer.items()):
+            if j != k and not _loopback(src) and src not in own:
+                foreign.setdefault(src, []).append(j)
+        if foreign:
+            src, peers = max(foreign.items(), key=lambda kv: len(kv[1]))
+            out[k] = (src, tuple(peers))
+    return out
 
 
 def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
-            sources: Mapping[int, str]) -> tuple[list[Cause], set[Pair]]:
+            seen: Seen) -> tuple[list[Cause], set[Pair]]:
     """``advertised-unreachable`` and ``behind-nat`` with the matrix pairs they explain."""
     via = translated(got)
     causes: list[Cause] = []
     explained: set[Pair] = set()
-    nat = {k: s for k, s in natted(got, sources).items() if k not in via}
+    # rank 0 behind the forward the others came through is the forward's finding
+    rank0_forwarded = any(_failed(matrix, k, 0) for k in via)
+    nat = {k: s for k, s in natted(got, seen).items()
+           if k not in via and not (k == 0 and rank0_forwarded)}
     behind = _behind_nat(matrix, got, labels, nat, explained)
     if behind is not None:
         causes.append(behind)
@@ -96,30 +116,35 @@ def _ports(f: Mapping[str, Any]) -> str:
 
 
 def _behind_nat(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
-                nat: Mapping[int, str], explained: set[Pair]) -> Cause | None:
+                nat: Mapping[int, tuple[str, tuple[int, ...]]],
+                explained: set[Pair]) -> Cause | None:
     items = []
-    for k, src in nat.items():
+    for k, (src, saw) in nat.items():
         into = [i for i in range(len(matrix)) if _failed(matrix, i, k)]
         if into:
-            items.append((k, src, into))
+            items.append((k, src, saw, into))
             explained.update((i, k) for i in into)
     if not items:
         return None
     subnet = str(got[0].get("subnet") or "the network rank 0 is on")
     return Cause(
         id="behind-nat", stage="reachability",
-        hosts=tuple(labels[k] for k, _, _ in items), ranks=tuple(k for k, _, _ in items),
+        hosts=tuple(labels[k] for k, *_ in items), ranks=tuple(k for k, *_ in items),
         detail="; ".join(
             f"rank {k} on {labels[k]} advertises {_ports(got[k])}, but its connections "
-            f"arrive at rank 0 from {src}, an address it does not have (a NAT rewrites them), "
-            "and rank(s) " + ", ".join(f"{i} ({matrix[i][k]})" for i in into)
-            + f" cannot reach {got[k].get('address')}" for k, src, into in items)
+            f"arrive at {_ranks(saw)} from {src}, an address it does not have (a NAT rewrites "
+            "them), and rank(s) " + ", ".join(f"{i} ({matrix[i][k]})" for i in into)
+            + f" cannot reach {got[k].get('address')}" for k, src, saw, into in items)
         + ": gloo/NCCL connect to the advertised addresses, which the NAT hides",
         fix="put every rank on one routable network with no NAT between ranks (move "
-            + ", ".join(labels[k] for k, _, _ in items) + f" onto {subnet}, or route their "
+            + ", ".join(labels[k] for k, *_ in items) + f" onto {subnet}, or route their "
             "subnet to the other nodes without masquerading; Docker: --network host; "
-            "Kubernetes: hostNetwork: true)" + _pin_hint(got, [k for k, _, _ in items], subnet),
+            "Kubernetes: hostNetwork: true)" + _pin_hint(got, [k for k, *_ in items], subnet),
     )
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def _pin_hint(got: Facts, ranks: Iterable[int], subnet: str) -> str:
@@ -218,11 +243,12 @@ def masked(matrix: Sequence[Sequence[str]], explained: set[Pair]) -> list[list[s
 
 
 def settle_subnets(causes: Sequence[Cause], matrix: Sequence[Sequence[str]],
-                   nat_ranks: Iterable[int]) -> list[Cause]:
+                   nat_ranks: Iterable[int], explained: Iterable[Pair] = ()) -> list[Cause]:
     """The facts stage's ``interface-mismatch`` for ranks in other subnets, settled with the
-    mesh: ranks a NAT cause names are that cause's (dropped); ranks that reach and are
-    reached by every rank are a routed network, which works (a warning, never a failure)."""
-    named = set(nat_ranks)
+    mesh: ranks a NAT cause names, or whose failing pairs it explains (the ranks on the
+    other side of the NAT), are that cause's (dropped); ranks that reach and are reached by
+    every rank are a routed network, which works (a warning, never a failure)."""
+    named = set(nat_ranks) | {r for pair in explained for r in pair}
     out = []
     for c in causes:
         if c.id != "interface-mismatch" or not c.data.get("subnets"):

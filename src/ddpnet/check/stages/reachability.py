@@ -48,7 +48,7 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
         except OSError as exc:  # a probe socket this host refuses: not judged
             mtus = {"error": {"reason": str(exc)}}
     ctx.store.publish("pmtu", ctx.rank, mtus)
-    ctx.store.publish("mesh", ctx.rank, row)
+    ctx.store.publish("mesh", ctx.rank, mesh.published(row))
 
 
 def _blocking(found: Findings) -> bool:
@@ -68,19 +68,21 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     ctx.progress(f"reachability: {world} x {world} connects (fan-out {opts.fanout})")
     probe(ctx, peers)
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
-    matrix = tuple(tuple(rows.get(i, [mesh.UNKNOWN] * world)) for i in range(world))
+    read = {i: mesh.read_published(v, world) for i, v in rows.items()}
+    matrix = tuple(tuple(read[i].statuses) if i in read else (mesh.UNKNOWN,) * world
+                   for i in range(world))
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
-    # where each rank's probe arrived at rank 0 from: a NAT rewrites it
-    sources = ctx.listener.wait_sources([r for r in rows if r and matrix[r][0] == mesh.OK], 1.0)
-    causes, explained = nat.analyze(matrix, got, found.labels, sources)
+    # where each rank's probes arrived at its peers from: a NAT rewrites it
+    causes, explained = nat.analyze(matrix, got, found.labels,
+                                    {i: r.seen for i, r in read.items()})
     causes += mesh.analyze(nat.masked(matrix, explained), found.labels,
                            [p[1] if p else None for p in peers], ctx.cfg.master_port,
                            str(got[0].get("subnet") or "<cluster-subnet>"))
     causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
     settle(found, matrix, [r for c in causes if c.id in ("behind-nat", "advertised-unreachable")
-                           for r in c.ranks])
+                           for r in c.ranks], explained)
     found.causes.extend(causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
@@ -92,10 +94,11 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     return go
 
 
-def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int]) -> None:
+def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int],
+           explained: set[tuple[int, int]]) -> None:
     """The facts stage's other-subnet finding, judged again with the mesh: a routed
     multi-subnet cluster passes, a NATed one is the NAT's finding."""
-    found.causes[:] = nat.settle_subnets(found.causes, matrix, nat_ranks)
+    found.causes[:] = nat.settle_subnets(found.causes, matrix, nat_ranks, explained)
     if found.stages.get("facts") == "fail" and not any(
             c.stage == "facts" and c.severity == "fail" for c in found.causes):
         found.stages["facts"] = "pass"
