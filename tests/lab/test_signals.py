@@ -49,7 +49,11 @@ def test_a_signal_to_lab_run_ends_every_node_s_process(make_lab: Callable[..., L
     deadline = time.monotonic() + 60
     while len(_sleepers(marker, proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(_sleepers(marker, proc.pid)) == 2, proc.stderr.read() if proc.poll() is not None else ""
+    if len(_sleepers(marker, proc.pid)) != 2:  # say why a node's command is missing
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"{len(_sleepers(marker, proc.pid))} of 2 nodes run the command after 60 "
+                    f"s; lab run exited {proc.returncode}:\n{out[-2000:]}\n{err[-2000:]}")
     proc.send_signal(signum)
     sent = time.monotonic()
     _, err = proc.communicate(timeout=30)
