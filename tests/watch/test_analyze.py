@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpnet.watch.analyze import Options, analyze, describe, rank_gone, silent_ranks
-from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
+from ddpnet.watch.state import PEER_FAILED, CollectiveRecord, RankState, Snapshot, victim
 
 NOW = 1000.0
 
@@ -45,6 +45,23 @@ def test_stopped_rank_with_stale_heartbeat_is_gone() -> None:
                      state(2, rec(6, ended=None))))
     assert d.kind == "rank-gone" and d.ranks == (1,)
     assert "no heartbeat for 40 s" in d.summary
+
+
+def test_ranks_stopped_by_a_peers_failure_come_after_the_rank_that_failed() -> None:
+    # rank 0's "Connection closed by peer" reached the hub before rank 1's socket closed
+    closed = PEER_FAILED + "DistBackendError: Connection closed by peer [10.0.0.2]:4242"
+    assert victim(closed) and not victim("exited with an error: ValueError: x")
+    d = analyze(snap(state(0, rec(5)), state(1, rec(5)), state(2, rec(5), rec(6, ended=None)),
+                     gone={0: closed, 1: "its process exited or was killed"}))
+    assert d.kind == "rank-gone" and d.ranks == (1, 0), d
+    assert d.summary.startswith("rank 1 (node1) is gone: its process exited")
+    # a stopped rank (stale heartbeat) is named before the rank its silence broke
+    d = analyze(snap(state(0, rec(5)), state(1, rec(5), published=NOW - 40),
+                     state(2, rec(6, ended=None)), gone={0: closed}))
+    assert d.ranks[0] == 1 and "no heartbeat for 40 s" in d.summary
+    # with nobody else to blame, the victim is still named (never an empty verdict)
+    d = analyze(snap(state(0, rec(5)), state(1, rec(5)), state(2, rec(5)), gone={0: closed}))
+    assert d.ranks == (0,) and "stopped by a peer's failure" in d.summary
 
 
 def test_stale_is_not_gone_in_dump_files() -> None:

@@ -36,6 +36,17 @@ def beacon(rank: int, tmp_path: Path, exits: list[tuple[int, int]]) -> Beacon:
                   period=0.2, exit_now=lambda code: exits.append((rank, code)))
 
 
+def connected_pair(tmp_path: Path, exits: list[tuple[int, int]]
+                   ) -> tuple[Hub, int, threading.Thread, Beacon, Beacon]:
+    """A hub and ranks 0 and 1 connected to it, each having sent its state."""
+    hub, port, thread = start_hub(tmp_path)
+    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
+    b0.connect("127.0.0.1", port, token=TOKEN)
+    b1.connect("127.0.0.1", port, token=TOKEN)
+    assert wait_for(lambda: len(hub.states) == 2)
+    return hub, port, thread, b0, b1
+
+
 def wait_for(predicate: object, seconds: float = 10) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -47,12 +58,8 @@ def wait_for(predicate: object, seconds: float = 10) -> bool:
 
 def test_a_rank_that_vanishes_is_named_and_the_others_told_to_exit(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    hub, port, thread = start_hub(tmp_path)
     exits: list[tuple[int, int]] = []
-    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
-    b0.connect("127.0.0.1", port, token=TOKEN)
-    b1.connect("127.0.0.1", port, token=TOKEN)
-    assert wait_for(lambda: len(hub.states) == 2)
+    _hub, port, thread, _b0, b1 = connected_pair(tmp_path, exits)
     snapshot, _stale = ask_snapshot("127.0.0.1", port)
     assert snapshot.states[1] is not None and snapshot.states[1].host == "h1"
     sock = b1.sock

@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.watch import network, straggler
-from ddpnet.watch.state import KINDS, CollectiveRecord, Diagnosis, RankState, Snapshot
+from ddpnet.watch.state import (
+    KINDS,
+    CollectiveRecord,
+    Diagnosis,
+    RankState,
+    Snapshot,
+    victim,
+)
 
 Detector = Callable[[Snapshot], "Diagnosis | None"]
 
@@ -81,18 +88,20 @@ def describe(record: CollectiveRecord) -> str:
 def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
     """Ranks that are gone, with why, in the order they left (the side channel's own order
     first): the side channel said so, they never published, or (live) their last heartbeat is
-    older than ``stale_after``."""
-    out: dict[int, str] = dict(snapshot.gone)
+    older than ``stale_after``. Ranks stopped by a peer's failure come last: they are what
+    the others did to them, whatever the order their goodbyes arrived in."""
+    out: dict[int, str] = {r: w for r, w in snapshot.gone.items() if not victim(w)}
+    victims = {r: w for r, w in snapshot.gone.items() if victim(w)}
     for rank in range(snapshot.world_size):
         state = snapshot.states.get(rank)
-        if rank in out:
+        if rank in out or rank in victims:
             continue
         if state is None:
             out[rank] = "never published its state" if options.live else "left no dump"
         elif options.live and snapshot.taken - state.published > options.stale_after:
             out[rank] = (f"no heartbeat for {snapshot.taken - state.published:.0f} s while its "
                          f"side-channel connection stays open" + _why_silent(snapshot, rank))
-    return out
+    return {**out, **victims}
 
 
 def _why_silent(snapshot: Snapshot, rank: int) -> str:

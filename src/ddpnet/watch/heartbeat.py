@@ -74,6 +74,8 @@ class Beacon:
         self.window = StragglerWindow()
         self.window_lock = threading.Lock()
         self.listeners: list[ProbeSink] = []
+        #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
+        self.obeyed = threading.Event()
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -238,7 +240,22 @@ class Beacon:
         dump = f"; dump {path}" if path else ""
         sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits ({code}): "
                          f"{diagnosis.kind}: {diagnosis.summary}{dump}\n")
+        self.obeyed.set()
         self.exit_now(code)
+
+    def await_verdict(self, error: str, wait: float) -> None:
+        """This rank dies of ``error``, a peer's failure seen from here (gloo's "Connection
+        closed by peer"): say so, and give the heartbeat thread up to ``wait`` s to receive the
+        hub's verdict, which names the cause and exits with the watchdog's code (``obey``);
+        then close. Without a verdict the caller goes on to its own exit."""
+        if not self.stopped.is_set() and self.send({"t": "bye", "rank": self.ident.rank,
+                                                    "error": error, "peer": True}):
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and self.sock is not None and \
+                    self.thread is not None and self.thread.is_alive() and \
+                    not self.obeyed.is_set():
+                time.sleep(0.05)
+        self.close(error)
 
     def close(self, error: str = "") -> None:
         """Say goodbye (with the error that ends this rank, if any) and stop."""

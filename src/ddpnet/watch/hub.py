@@ -35,7 +35,14 @@ from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.probe import PORTS_KEY, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
-from ddpnet.watch.state import CollectiveRecord, Diagnosis, LinkProbe, RankState, Snapshot
+from ddpnet.watch.state import (
+    PEER_FAILED,
+    CollectiveRecord,
+    Diagnosis,
+    LinkProbe,
+    RankState,
+    Snapshot,
+)
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -209,7 +216,9 @@ class Hub:
             self.add_probes(rank, message)
         elif kind == "bye":
             error = str(message.get("error", ""))
-            if error:
+            if error and message.get("peer"):
+                self.left[rank] = PEER_FAILED + error
+            elif error:
                 self.left[rank] = f"exited with an error: {error}"
             else:
                 self.finished.add(rank)

@@ -132,6 +132,29 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
     return line
 
 
+#: exception types (by name, anywhere in the class's MRO) that c10d raises when a peer or the
+#: network failed: DistBackendError (gloo/NCCL), DistNetworkError, DistStoreError
+_PEER_TYPES = frozenset({"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"})
+#: what gloo, NCCL and the store say in a plain RuntimeError when a peer went away
+_PEER_WORDS = ("connection closed by peer", "connection reset by peer", "broken pipe",
+               "connection refused", "timed out", "socket timeout", "no route to host",
+               "communicator was aborted", "ncclremoteerror", "remote process exited",
+               "network is unreachable")
+#: the longest a failing rank waits for the watch's verdict
+VERDICT_WAIT_S = 10.0
+
+
+def peer_failure(kind: type[BaseException], text: str) -> bool:
+    """Whether an exception says a peer or the network failed, not this rank's own code
+    (pure): such a rank waits for the verdict that names who, instead of exiting 1 with a
+    traceback that names nobody."""
+    names = {k.__name__ for k in kind.__mro__}
+    if names & _PEER_TYPES:
+        return True
+    low = text.lower()
+    return "RuntimeError" in names and any(w in low for w in _PEER_WORDS)
+
+
 def short_error(kind: str, text: str, limit: int = 160) -> str:
     """``RuntimeError: Connection reset by peer ...`` without gloo's source path (pure)."""
     first = text.strip().splitlines()[0] if text.strip() else ""
@@ -145,16 +168,31 @@ def short_error(kind: str, text: str, limit: int = 160) -> str:
 
 class Session:
     def __init__(self, recorder: Recorder, beacon: Beacon, undo: Callable[[], None],
-                 hub: subprocess.Popen[bytes] | None) -> None:
+                 hub: subprocess.Popen[bytes] | None, verdict_wait: float = 0.0) -> None:
         self.recorder, self.beacon, self.undo, self.hub = recorder, beacon, undo, hub
         self.previous_hook = sys.excepthook
+        #: seconds a rank dying of a peer's failure waits for the verdict (0: never)
+        self.verdict_wait = verdict_wait
 
     def excepthook(self, kind: type[BaseException], exc: BaseException,
                    tb: TracebackType | None) -> None:
         # Ctrl-C and SIGTERM (errors.Terminated) are someone's intent, sent to every rank:
         # a goodbye, not a failure to report
-        self.beacon.close(short_error(kind.__name__, str(exc))
-                          if issubclass(kind, Exception) else "")
+        if not issubclass(kind, Exception):
+            self.beacon.close("")
+            self.previous_hook(kind, exc, tb)
+            return
+        error = short_error(kind.__name__, str(exc))
+        if self.verdict_wait > 0 and peer_failure(kind, str(exc)):
+            # the traceback first (the user's own context), then the verdict's one line and
+            # its exit code, from the heartbeat thread, when the hub names the cause
+            self.previous_hook(kind, exc, tb)
+            sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting up "
+                             f"to {self.verdict_wait:.0f} s for the watch to name the cause\n")
+            sys.stderr.flush()
+            self.beacon.await_verdict(error, self.verdict_wait)
+            return
+        self.beacon.close(error)
         self.previous_hook(kind, exc, tb)
 
     def stop(self) -> None:
@@ -198,7 +236,9 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     group = dist.distributed_c10d._get_default_group()
     undo = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
     _recorder.announce = beacon.announce
-    _session = Session(_recorder, beacon, undo, hub)
+    _session = Session(_recorder, beacon, undo, hub,
+                       verdict_wait=min(wc.timeout, VERDICT_WAIT_S) if wc.action == "exit"
+                       else 0.0)
     sys.excepthook = _session.excepthook
     atexit.register(stop)
 

@@ -120,6 +120,16 @@ class LinkProbe:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+#: how a rank that died of a peer's failure (gloo's "Connection closed by peer") is said to
+#: have left: a victim, named after the ranks that caused it
+PEER_FAILED = "stopped by a peer's failure: "
+
+
+def victim(why: str) -> bool:
+    """Whether a rank left because a peer failed (pure)."""
+    return why.startswith(PEER_FAILED)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
