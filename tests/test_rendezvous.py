@@ -134,3 +134,16 @@ def test_a_rank_used_twice_stops_every_rank_at_once() -> None:
         assert "RANK=1 is used twice" in str(out["message"]) and "own RANK" in str(out["hint"])
     assert all(p.returncode == 1 for p in procs)
     assert elapsed < 30  # at once, not after the 30 s join window
+
+
+def test_the_line_for_another_ranks_group_failure_names_it_and_not_this_rank() -> None:
+    from ddpnet.rendezvous import group_failed_message
+
+    one = cfg(rank=1, world=3, nodes=3)
+    line = group_failed_message(one, "n1", "0\nn0\nconnect: Network is unreachable")
+    assert line == ("rank 1 on n1: the process group cannot form: rank 0 on n0 failed to "
+                    "connect to its peers (connect: Network is unreachable), so the ranks "
+                    "waiting for it would wait for the group's whole timeout")
+    assert group_failed_message(one, "n1", "1\nn1\nmine") is None  # its own report
+    assert group_failed_message(one, "n1", "garbage") is None
+    assert group_failed_message(one, "n1", "") is None

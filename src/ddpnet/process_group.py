@@ -317,16 +317,18 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
     keep torch's path); a failure is a RendezvousError, with the environment put back."""
     import torch.distributed as dist
 
-    from ddpnet.rendezvous import open_store, own_store
+    from ddpnet.rendezvous import GroupGuard, open_store, own_store, report_group_failure
 
     kwargs: dict[str, Any] = {"rank": cfg.rank, "world_size": cfg.world_size}
     if timeout is not None:
         kwargs["timeout"] = timedelta(seconds=timeout)
     host = socket.gethostname()
+    store = None
     try:
         if own_store(cfg, os.environ):
             store = open_store(cfg, host, timeout or _DEFAULT_TIMEOUT_S, join_timeout)
-            dist.init_process_group(backend, store=store, **kwargs)
+            with GroupGuard(cfg, host):  # another rank failing here stops this one at once
+                dist.init_process_group(backend, store=store, **kwargs)
         else:
             dist.init_process_group(backend, init_method=init_url(cfg), **kwargs)
     except RendezvousError:
@@ -335,13 +337,24 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
     except Exception as exc:  # torch raises DistError / RuntimeError subclasses
         _restore_env()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if store is not None:
+            report_group_failure(store, cfg, host, first[:300])
         raise RendezvousError(
             "group-failed",
             f"init_process_group({backend!r}) failed on {host} (rank {cfg.rank}) after the "
-            f"preflight passed: {first[:300]}",
-            f"ranks connect to each other on ephemeral ports over {selection.interface}: "
-            f"check no firewall drops them between nodes (`ddpnet doctor`, `ddpnet tune`)",
+            f"preflight passed: {first[:300]}", _group_hint(first, selection),
             host=host, rank=cfg.rank, detail=str(exc)) from exc
+
+
+def _group_hint(error: str, selection: Selection) -> str:
+    """A refused or filtered peer is a firewall; an unreachable one is a route or a NAT."""
+    low = error.lower()
+    if "unreachable" in low or "no route" in low:
+        return ("this node has no route to a peer's advertised address (another subnet, or a "
+                "NAT/VIP/port forward between nodes: the store is reached, the peers are not); "
+                "run `ddpnet check` on every node to name the pair")
+    return (f"ranks connect to each other on ephemeral ports over {selection.interface}: "
+            f"check no firewall drops them between nodes (`ddpnet doctor`, `ddpnet tune`)")
 
 
 def shutdown() -> None:

@@ -9,8 +9,11 @@ Not used under torchrun's agent store (the agent already did the rendezvous) or 
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +27,9 @@ _RANK = "ddpnet/rank/"
 #: ("cause\nmessage": another WORLD_SIZE, a RANK used twice)
 WORLD0 = "ddpnet/world0"
 PROBLEM = "ddpnet/problem"
+#: "rank\nhost\nerror" of the first rank whose init_process_group failed (gloo's full mesh
+#: keeps the others waiting for it up to the group's timeout)
+GROUP_FAILED = "ddpnet/group-failed"
 _SEEN = "ddpnet/seen/"
 #: how long a store wait blocks at once (C++ waits do not see Ctrl-C)
 _SLICE_S = 0.25
@@ -208,3 +214,84 @@ def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None
                                   host=host, rank=cfg.rank)
         raise RendezvousError("missing-ranks", word[5:], MISSING_HINT, host=host,
                               rank=cfg.rank)
+
+
+# -- while the group forms -------------------------------------------------------------------
+
+def report_group_failure(store: Any, cfg: DistConfig, host: str, error: str) -> None:
+    """This rank's init_process_group failed: tell the others (best effort), so that the
+    ranks still waiting in gloo's full mesh for it stop now. Rank 0 hosts the store: it
+    waits a moment so they can read why before the store goes."""
+    try:
+        store.set(GROUP_FAILED, f"{cfg.rank}\n{host}\n{error}")
+    except Exception:  # the store is gone too: nothing to tell
+        return
+    if cfg.rank == 0:
+        time.sleep(2 * _SLICE_S + 0.5)
+
+
+def group_failed_message(cfg: DistConfig, host: str, raw: str) -> str | None:
+    """The line a waiting rank prints when another rank's group set-up failed (pure); None
+    for this rank's own report or a malformed value."""
+    rank, _, rest = raw.partition("\n")
+    peer_host, _, error = rest.partition("\n")
+    if not rank.isdigit() or int(rank) == cfg.rank:
+        return None
+    return (f"rank {cfg.rank} on {host}: the process group cannot form: rank {rank} on "
+            f"{peer_host} failed to connect to its peers ({error[:300]}), so the ranks waiting "
+            f"for it would wait for the group's whole timeout")
+
+
+GROUP_HINT = ("the ranks reach the store but not each other's advertised addresses: a NAT, "
+              "VIP or port forward between nodes, another subnet without a route, or a "
+              "firewall on ephemeral ports; run `ddpnet check` on every node to name the pair")
+
+
+def _exit_now(code: int) -> None:
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class GroupGuard:
+    """While ``init_process_group`` forms the group (C++ that Python cannot interrupt),
+    wait in the store, over a client connection of its own (one blocking request per
+    ``poll`` seconds: N connections and N/5 requests a second on rank 0's store while the
+    group forms), for another rank's failure, and stop this process at once with that
+    rank's cause and exit 1. A store that goes away
+    ends the guard quietly: rank 0 may finish and exit before a slow rank's call returns."""
+
+    def __init__(self, cfg: DistConfig, host: str, *, poll: float = 5.0,
+                 exit_now: Callable[[int], None] = _exit_now) -> None:
+        self.cfg, self.host, self.poll, self.exit_now = cfg, host, poll, exit_now
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="ddpnet-group-guard",
+                                       daemon=True)
+
+    def __enter__(self) -> GroupGuard:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+    def _run(self) -> None:
+        import torch.distributed as dist
+
+        try:
+            store = dist.TCPStore(self.cfg.master_addr, self.cfg.master_port,  # type: ignore[attr-defined]
+                                  self.cfg.world_size, False, timedelta(seconds=10))
+            while not self.done.is_set():
+                try:  # blocks in the store until the key is set: one request per poll
+                    store.wait([GROUP_FAILED], timedelta(seconds=self.poll))
+                except Exception as exc:  # a slice timed out, or the store went
+                    if "timeout" in str(exc).lower():
+                        continue
+                    return
+                line = group_failed_message(self.cfg, self.host,
+                                            store.get(GROUP_FAILED).decode())
+                if line is not None and not self.done.is_set():
+                    sys.stderr.write(f"ddpnet: error: {line}\nhint: {GROUP_HINT}\n")
+                    self.exit_now(1)
+                return
+        except Exception:  # the store is gone: nothing more to learn from it
+            return

@@ -9,8 +9,10 @@ preflight, before torch is imported, so the fault cases cost well under a second
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -165,3 +167,35 @@ def test_each_bad_setting_has_its_own_cause(lab: Lab) -> None:
     assert len(set(hints)) == len(hints)
     for _, o, stderr in results:
         assert "Traceback" not in stderr and o["host"]
+
+
+def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> None:
+    """Node 1 behind a NAT whose inner subnet (198.19.1.0/24) sorts below the cluster's
+    (198.19.200.0/24): gloo makes the higher address dial, so ranks 0 and 2 must connect to
+    rank 1's private address and fail at once ("Network is unreachable"); rank 1 waited for
+    them for the group's whole timeout. Now it stops within seconds, naming who failed."""
+    with fresh_lab("ntn", nodes=3, subnet="198.19.200.0/24", behind=(1,)) as nat:
+        env = [{"MASTER_ADDR": nat.master_addr, "MASTER_PORT": str(PORT), "WORLD_SIZE": "3",
+                "RANK": str(r), "NNODES": "3", "NODE_RANK": str(r), "DDPNET_WATCH": "0"}
+               for r in range(3)]
+        start = time.monotonic()
+        procs = [nat.popen(r, [sys.executable, WORKER], env=env[r], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True) for r in range(3)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        took = time.monotonic() - start
+        runs = [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+        peers = {nat.nodes[r].hostname for r in (0, 2)}
+    # the worker's group timeout is 30 s: every rank ended well before it
+    assert took < 20, (took, runs)
+    for rank in (0, 2):
+        code, out, err = runs[rank]
+        got = _json(out + "\n" + err)
+        assert code == 1 and got["cause"] == "group-failed", (out, err)
+        assert "unreachable" in str(got["message"]).lower()
+        assert "NAT/VIP/port forward" in str(got["hint"]) and "ddpnet check" in str(got["hint"])
+    code, out, err = runs[1]
+    assert code == 1, (out, err)
+    assert "ddpnet: error: rank 1 on " in err and "the process group cannot form: rank " in err
+    assert "failed to connect to its peers" in err and "hint: the ranks reach the store" in err
+    named = re.search(r"the process group cannot form: rank ([02]) on (\S+) failed", err)
+    assert named is not None and named.group(2) in peers, err
