@@ -254,13 +254,13 @@ def _exit_now(code: int) -> None:
 
 class GroupGuard:
     """While ``init_process_group`` forms the group (C++ that Python cannot interrupt),
-    wait in the store, over a client connection of its own (one blocking request per
-    ``poll`` seconds: N connections and N/5 requests a second on rank 0's store while the
-    group forms), for another rank's failure, and stop this process at once with that
-    rank's cause and exit 1. A store that goes away
-    ends the guard quietly: rank 0 may finish and exit before a slow rank's call returns."""
+    check the store, over a client connection of its own (one short request per ``poll``
+    seconds: N more connections and 4N requests a second on rank 0's store while the group
+    forms, usually well under a second), for another rank's failure, and stop this process
+    at once with that rank's cause and exit 1. The thread is joined before init() returns.
+    A store that goes away ends the guard quietly."""
 
-    def __init__(self, cfg: DistConfig, host: str, *, poll: float = 5.0,
+    def __init__(self, cfg: DistConfig, host: str, *, poll: float = _SLICE_S,
                  exit_now: Callable[[int], None] = _exit_now) -> None:
         self.cfg, self.host, self.poll, self.exit_now = cfg, host, poll, exit_now
         self.done = threading.Event()
@@ -272,7 +272,10 @@ class GroupGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # gone before init() returns: a thread inside a C++ store call at interpreter exit
+        # aborts the process ("terminate called without an active exception")
         self.done.set()
+        self.thread.join(timeout=self.poll + 11.0)
 
     def _run(self) -> None:
         import torch.distributed as dist
@@ -280,18 +283,13 @@ class GroupGuard:
         try:
             store = dist.TCPStore(self.cfg.master_addr, self.cfg.master_port,  # type: ignore[attr-defined]
                                   self.cfg.world_size, False, timedelta(seconds=10))
-            while not self.done.is_set():
-                try:  # blocks in the store until the key is set: one request per poll
-                    store.wait([GROUP_FAILED], timedelta(seconds=self.poll))
-                except Exception as exc:  # a slice timed out, or the store went
-                    if "timeout" in str(exc).lower():
-                        continue
+            while not self.done.wait(self.poll):
+                if store.check([GROUP_FAILED]):  # one short request, never a blocking wait
+                    line = group_failed_message(self.cfg, self.host,
+                                                store.get(GROUP_FAILED).decode())
+                    if line is not None and not self.done.is_set():
+                        sys.stderr.write(f"ddpnet: error: {line}\nhint: {GROUP_HINT}\n")
+                        self.exit_now(1)
                     return
-                line = group_failed_message(self.cfg, self.host,
-                                            store.get(GROUP_FAILED).decode())
-                if line is not None and not self.done.is_set():
-                    sys.stderr.write(f"ddpnet: error: {line}\nhint: {GROUP_HINT}\n")
-                    self.exit_now(1)
-                return
         except Exception:  # the store is gone: nothing more to learn from it
             return

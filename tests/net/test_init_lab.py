@@ -187,12 +187,18 @@ def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> Non
         peers = {nat.nodes[r].hostname for r in (0, 2)}
     # the worker's group timeout is 30 s: every rank ended well before it
     assert took < 20, (took, runs)
-    for rank in (0, 2):
+    failed = []
+    for rank in (0, 2):  # each fails itself, or is stopped by the other's failure first
         code, out, err = runs[rank]
+        assert code == 1, (out, err)
+        if "the process group cannot form" in err:
+            continue
         got = _json(out + "\n" + err)
-        assert code == 1 and got["cause"] == "group-failed", (out, err)
+        assert got["cause"] == "group-failed", (out, err)
         assert "unreachable" in str(got["message"]).lower()
         assert "NAT/VIP/port forward" in str(got["hint"]) and "ddpnet check" in str(got["hint"])
+        failed.append(rank)
+    assert failed, runs
     code, out, err = runs[1]
     assert code == 1, (out, err)
     assert "ddpnet: error: rank 1 on " in err and "the process group cannot form: rank " in err
