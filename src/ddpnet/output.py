@@ -6,6 +6,7 @@ Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_di
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from ddpnet.errors import DdpnetError
 
@@ -127,6 +128,16 @@ def relay_line(line: str, *, prefix: str | None = None, stderr: bool = False) ->
             sys.stderr.flush()
         else:
             _write_stdout(text)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush what was printed, then ``os._exit``: for a process whose main thread may sit
+    inside a C++ collective or store call, or whose torch/gloo teardown can abort it
+    ("terminate called without an active exception"), where a normal exit is not safe."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            stream.flush()
+    os._exit(code)
 
 
 def format_error(message: str, hint: str = "") -> str:

@@ -9,7 +9,6 @@ Not used under torchrun's agent store (the agent already did the rendezvous) or 
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
+from ddpnet.output import exit_now, format_error
 
 JOINED = "ddpnet/joined"
 GO = "ddpnet/go"
@@ -247,11 +247,6 @@ GROUP_HINT = ("the ranks reach the store but not each other's advertised address
               "firewall on ephemeral ports; run `ddpnet check` on every node to name the pair")
 
 
-def _exit_now(code: int) -> None:
-    sys.stderr.flush()
-    os._exit(code)
-
-
 class GroupGuard:
     """While ``init_process_group`` forms the group (C++ that Python cannot interrupt),
     check the store, over a client connection of its own (one short request per ``poll``
@@ -261,7 +256,7 @@ class GroupGuard:
     A store that goes away ends the guard quietly."""
 
     def __init__(self, cfg: DistConfig, host: str, *, poll: float = _SLICE_S,
-                 exit_now: Callable[[int], None] = _exit_now) -> None:
+                 exit_now: Callable[[int], None] = exit_now) -> None:
         self.cfg, self.host, self.poll, self.exit_now = cfg, host, poll, exit_now
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="ddpnet-group-guard",
@@ -288,7 +283,7 @@ class GroupGuard:
                     line = group_failed_message(self.cfg, self.host,
                                                 store.get(GROUP_FAILED).decode())
                     if line is not None and not self.done.is_set():
-                        sys.stderr.write(f"ddpnet: error: {line}\nhint: {GROUP_HINT}\n")
+                        sys.stderr.write(format_error(line, GROUP_HINT) + "\n")
                         self.exit_now(1)
                     return
         except Exception:  # the store is gone: nothing more to learn from it

@@ -98,14 +98,15 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
     via = translated(got)
     causes: list[Cause] = []
     explained: set[Pair] = set()
-    # rank 0 behind the forward the others came through is the forward's finding
-    rank0_forwarded = any(_failed(matrix, k, 0) for k in via)
+    # the ranks that came through a forward and cannot reach rank 0's own address: rank 0
+    # sits behind that forward, which is the forward's finding, not a NAT of its own
+    blocked = [k for k in sorted(via) if _failed(matrix, k, 0)]
     nat = {k: s for k, s in natted(got, seen).items()
-           if k not in via and not (k == 0 and rank0_forwarded)}
+           if k not in via and not (k == 0 and blocked)}
     behind = _behind_nat(matrix, got, labels, nat, explained)
     if behind is not None:
         causes.append(behind)
-    forwarded = _translated(matrix, got, labels, via, explained)
+    forwarded = _translated(matrix, got, labels, via, blocked, explained)
     if forwarded is not None:
         causes.append(forwarded)
     return causes, explained
@@ -171,12 +172,12 @@ def _in(cidr: str, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
 
 
 def _translated(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
-                via: Mapping[int, str], explained: set[Pair]) -> Cause | None:
+                via: Mapping[int, str], blocked: Sequence[int],
+                explained: set[Pair]) -> Cause | None:
     """Ranks that reached the store through a translation: rank 0 named when they cannot
     reach its own address (it is behind the forward), else each such rank whose advertised
     address peers cannot reach (or that cannot reach the peers')."""
     rank0 = str(got[0].get("address")) if 0 in got else "?"
-    blocked = [k for k in sorted(via) if _failed(matrix, k, 0)]
     explained.update((k, 0) for k in blocked)
     parts, ranks = [], []
     if blocked:

@@ -35,6 +35,7 @@ from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError, Terminated, raise_terminated
 from ddpnet.net.probe import refuse_master_on_bridge
 from ddpnet.net.select import VARIABLES, Selection
+from ddpnet.output import exit_now
 from ddpnet.paths import file_writable
 
 #: how long the --local workers may take to print their line after rank 0's verdict
@@ -252,9 +253,7 @@ def exit_fast(code: int) -> int:
     """Everything is printed, written and reaped: skip the interpreter's teardown of torch,
     gloo and the store (1-3 s on a busy node, most of a fast check's tail)."""
     if "torch" in sys.modules and os.environ.get("DDPNET_CHECK_NO_FAST_EXIT") != "1":
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)
     return code
 
 

@@ -134,14 +134,12 @@ def leave(code: int) -> NoReturn:
     worker (torchrun would restart the group), so a finished rank leaves without running
     C++ static destructors.
     """
-    import contextlib
     import logging
 
+    from ddpnet.output import exit_now
+
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
-            stream.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 def run_rank(cfg: TrainConfig, *, as_json: bool,

@@ -14,7 +14,6 @@ Every socket operation has a timeout; a hub that vanishes only ends the heartbea
 from __future__ import annotations
 
 import errno
-import os
 import select
 import socket
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
+from ddpnet.output import exit_now
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
     BACKEND,
@@ -51,17 +51,12 @@ SOCKET_TIMEOUT_S = 2.0
 LOST_AFTER_S = 60.0
 
 
-def _exit_now(code: int) -> None:
-    sys.stderr.flush()
-    os._exit(code)
-
-
 class Beacon:
     """One rank's side of the side channel."""
 
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
                  period: float = PERIOD_S, lost_after: float = LOST_AFTER_S,
-                 exit_now: Callable[[int], None] = _exit_now) -> None:
+                 exit_now: Callable[[int], None] = exit_now) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
         self.period = period
         self.lost_after = lost_after
