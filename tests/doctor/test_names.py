@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ddpnet.doctor import names
+from ddpnet.doctor.base import SelectedInterface
+from ddpnet.net.names import hostname_address, hosts_fix, is_loopback
+from ddpnet.tune import hosts as tune_hosts
 from tests.doctor.helpers import Tree, inputs
 
 HOSTS_DEBIAN = "127.0.0.1\tlocalhost\n127.0.1.1\tnode1.example node1\n"
@@ -71,3 +76,47 @@ def test_loopback_hostname_on_a_single_host_run_only_warns(tmp_path: Path) -> No
     assert r.status == "warn" and "multi-node job would hang" in r.summary
     r = names.HostnameResolves().run(host, inputs(master_addr="198.18.0.1", num_nodes=1))
     assert r.status == "fail"
+
+
+def test_hostname_on_127_0_0_1_single_host_fix_names_the_nic_not_loopback(tmp_path: Path) -> None:
+    """A single-host run selects ``lo``; the fix must still map the name to the NIC's address
+    (it proposed "replace the line mapping vm to 127.0.0.1 with '127.0.0.1 vm'")."""
+    tree = Tree(tmp_path)
+    tree.write("etc/hosts", "127.0.0.1 localhost vm\n::1 localhost\n")
+    host = tree.host(names={"vm": ["127.0.0.1"]}, hostname="vm")
+    single = inputs(master_addr="127.0.0.1", num_nodes=1, world_size=2, node_rank=0,
+                    selected=SelectedInterface("lo", "127.0.0.1", "MASTER_ADDR is loopback"))
+    r = names.HostnameResolves().run(host, single)
+    assert r.status == "warn"
+    assert "'127.0.0.1 vm'" not in r.fix
+    assert "remove vm from the 127.0.0.1 line" in r.fix
+    assert "add the line '198.18.0.3 vm'" in r.fix
+
+
+@pytest.mark.parametrize("hosts_text,hostname,resolved", [
+    ("127.0.0.1 localhost vm\n", "vm", "127.0.0.1"),
+    ("127.0.0.1\tlocalhost\n127.0.1.1\tnode1.example node1\n", "node1.example", "127.0.1.1"),
+    ("127.0.0.1 localhost\n127.0.1.1 node1 # debian\n198.18.0.3 node1\n", "node1", "127.0.1.1"),
+])
+def test_doctor_proposes_the_fix_tune_applies(tmp_path: Path, hosts_text: str, hostname: str,
+                                              resolved: str) -> None:
+    """One fix: doctor's proposal is the rewrite tune's renderer writes, and that rewrite
+    takes the name off loopback."""
+    tree = Tree(tmp_path)
+    tree.write("etc/hosts", hosts_text)
+    host = tree.host(names={hostname: [resolved]}, hostname=hostname)
+    single = inputs(selected=SelectedInterface("lo", "127.0.0.1", "MASTER_ADDR is loopback"))
+    r = names.HostnameResolves().run(host, single)
+    fix = hosts_fix(hosts_text, hostname, "198.18.0.3")
+    assert fix.changes and fix.proposal in r.fix
+    new, what = tune_hosts.fix_hosts(hosts_text, hostname, "198.18.0.3")
+    assert (new, what) == (fix.content, fix.what)
+    for line in new.splitlines():
+        fields = line.split("#")[0].split()
+        assert not (fields and is_loopback(fields[0]) and hostname in fields[1:]), new
+
+
+def test_no_fix_maps_a_name_to_loopback() -> None:
+    assert hostname_address([], "127.0.0.1") == (None, "no up interface has a routable address")
+    with pytest.raises(ValueError, match="fixes nothing"):
+        hosts_fix("127.0.0.1 localhost vm\n", "vm", "127.0.0.1")

@@ -9,7 +9,7 @@ answer is what counts, not whether a cluster address follows it.
 from __future__ import annotations
 
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
-from ddpnet.net.names import is_loopback
+from ddpnet.net.names import hostname_address, hosts_fix, is_loopback
 
 
 def hosts_lines(host: Host, name: str) -> list[str]:
@@ -21,6 +21,23 @@ def hosts_lines(host: Host, name: str) -> list[str]:
         if len(line) > 1 and (name in line[1:] or short in line[1:]):
             found.append(" ".join(line))
     return found
+
+
+def hosts_fix_text(host: Host, inputs: Inputs, name: str) -> str:
+    """The fix for a hostname on loopback: :func:`ddpnet.net.names.hosts_fix`, the rewrite
+    ``ddpnet tune`` applies, mapping the name to a NIC's address (never the loopback one it
+    has: on a single-host run the selected interface is ``lo``)."""
+    ifaces = inputs.interfaces
+    address, _ = hostname_address(ifaces, inputs.selected.address)  # type: ignore[arg-type]
+    pin = "or export GLOO_SOCKET_IFNAME=<training interface>"
+    content = host.read(host.etc / "hosts")
+    if address is None:
+        return (f"map {name} to this node's cluster address in /etc/hosts on every node "
+                f"({pin})")
+    fix = hosts_fix(content or "", name, address)
+    if not fix.changes:  # the loopback answer does not come from /etc/hosts
+        return f"add the line '{address} {name}' to /etc/hosts ({pin})"
+    return f"in /etc/hosts: {fix.proposal} (sudo ddpnet tune --apply does this; {pin})"
 
 
 def resolve(host: Host, name: str) -> tuple[list[str], str | None]:
@@ -61,10 +78,8 @@ class HostnameResolves(Check):
             if ifname:
                 return self.ok(f"{name} resolves first to loopback, but GLOO_SOCKET_IFNAME="
                                f"{ifname} pins gloo's interface", detail, **facts)
-            addr = inputs.selected.address or "<this node's cluster address>"
             only = "only " if len(loop) == len(addrs) else "first "
-            fix = (f"in /etc/hosts replace the line mapping {name} to {addrs[0]} with "
-                   f"'{addr} {name}' (or export GLOO_SOCKET_IFNAME=<training interface>)")
+            fix = hosts_fix_text(host, inputs, name)
             why = ("; gloo without GLOO_SOCKET_IFNAME binds the first answer and advertises "
                    "it to every peer")
             if inputs.num_nodes <= 1 and is_loopback(inputs.master_addr):

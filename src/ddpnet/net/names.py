@@ -9,7 +9,15 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpnet.net.interfaces import Interface
+
+#: the mark the /etc/hosts fix leaves on the lines it writes or comments out
+HOSTS_MARK = "# ddpnet tune"
 
 
 def is_loopback(address: object) -> bool:
@@ -74,3 +82,96 @@ def resolve_host(name: str | None = None, timeout: float = 5.0) -> HostResolutio
     if thread.is_alive():
         return from_addresses(host, [], f"resolver did not answer within {timeout:g} s")
     return from_addresses(host, out, err[0] if err else "")
+
+
+# --------------------------------------------------------------------------- the /etc/hosts fix
+
+@dataclass(frozen=True)
+class HostsFix:
+    """The one /etc/hosts fix for a hostname that resolves to loopback, as ``tune`` writes it
+    and ``doctor`` proposes it: ``content`` is the new file (the old one when nothing
+    changes), ``removed_from`` the loopback addresses whose lines lose the name, ``added`` the
+    line mapping it to ``address`` (empty when a line already does), ``source`` where
+    ``address`` came from."""
+
+    content: str
+    hostname: str
+    address: str
+    removed_from: tuple[str, ...] = ()
+    added: str = ""
+    source: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.removed_from)
+
+    @property
+    def what(self) -> str:
+        """What the fix did (tune's note); empty when nothing changes."""
+        done = [f"removed {self.hostname} from the {a} line" for a in self.removed_from]
+        if self.added:
+            done.append(f"mapped {self.hostname} to {self.address}")
+        return "; ".join(done)
+
+    @property
+    def proposal(self) -> str:
+        """What to do (doctor's fix); empty when nothing changes."""
+        todo = [f"remove {self.hostname} from the {a} line" for a in self.removed_from]
+        if self.added:
+            todo.append(f"add the line '{self.added}'")
+        return "; ".join(todo)
+
+
+def hostname_address(interfaces: Sequence[Interface], preferred: str | None = None,
+                     family: int | None = None) -> tuple[str | None, str]:
+    """``(address, source)``: the address this host's name should map to, never loopback
+    (pure). ``preferred`` (the selected interface's address) when it is a routable one; else
+    the first up non-loopback interface's first global address (``family`` when given).
+    Mapping the name to the loopback address it already has would change nothing."""
+    if preferred and not is_loopback(preferred):
+        return preferred, "the selected interface's address"
+    for iface in sorted(interfaces, key=lambda i: (i.kind != "physical", i.name)):
+        if not iface.up or iface.kind == "loopback":
+            continue
+        for a in iface.addresses:
+            if not a.is_loopback and not a.is_link_local and family in (None, a.family):
+                return a.ip, f"{iface.name}'s address (the selected interface is loopback)"
+    return None, "no up interface has a routable address"
+
+
+def hosts_fix(content: str, hostname: str, address: str, source: str = "") -> HostsFix:
+    """Move ``hostname`` (and its short name) off loopback lines in /etc/hosts ``content``
+    and map it to ``address`` unless a line already does (pure; other names on a loopback
+    line stay). Refuses to map the name to a loopback address: that fix changes nothing."""
+    if is_loopback(address):
+        raise ValueError(f"{address} is loopback: mapping {hostname} to it fixes nothing")
+    short = hostname.split(".")[0]
+    names = {hostname, short}
+    out: list[str] = []
+    removed: list[str] = []
+    has_routable = False
+    for line in content.splitlines(keepends=True):
+        body, _, comment = line.rstrip("\n").partition("#")
+        fields = body.split()
+        if len(fields) >= 2 and names & set(fields[1:]):
+            if is_loopback(fields[0]):
+                keep = [f for f in fields[1:] if f not in names]
+                out.append(f"# {line.rstrip(chr(10))}  {HOSTS_MARK}: {hostname} is not "
+                           "loopback\n")
+                if keep:
+                    out.append(" ".join([fields[0], *keep]) + (f" #{comment}" if comment else "")
+                               + "\n")
+                removed.append(fields[0])
+                continue
+            if fields[0] == address:
+                has_routable = True
+        out.append(line)
+    if not removed:
+        return HostsFix(content, hostname, address, source=source)
+    added = ""
+    if not has_routable:
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n"
+        added = f"{address} {hostname if short == hostname else f'{hostname} {short}'}"
+        out.append(f"{added}  {HOSTS_MARK}: gloo resolves this host's name\n")
+    return HostsFix("".join(out), hostname, address, tuple(removed), added, source)
