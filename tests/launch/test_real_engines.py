@@ -18,7 +18,8 @@ SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
 
 
 def _lines(stdout: str) -> list[dict[str, object]]:
-    """The script's JSON results; ranks share stdout, so two may run together on a line."""
+    """The script's JSON results (torchrun ranks' lines carry a "rank N | " prefix; mpirun's
+    ranks share stdout, so two may run together on a line)."""
     return sorted((json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', stdout)),
                   key=lambda o: int(str(o["rank"])))
 
@@ -66,8 +67,51 @@ def test_worker_failure_without_restarts_is_the_exit_code(run_cli: RunCli) -> No
                    sys.executable, "-c",
                    "import os, sys; sys.exit(3 if os.environ['RANK'] == '1' else 0)",
                    timeout=180)
-    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])  # torchrun's failure
-    assert "exitcode: 3" in proc.stderr and "local_rank: 1" in proc.stderr, proc.stderr[-2000:]
+    # the job's own code, not torchrun's 1 for any failed worker
+    assert proc.returncode == 3, (proc.returncode, proc.stderr[-2000:])
+    assert "ddpnet: rank 1 exited 3; launch exits 3" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
+
+
+#: each rank prints lines in two pieces (what torchrun's tee reads back as half lines), then
+#: rank 1 exits 7
+PIECES = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+for i in range(4):
+    print(f"<r{rank}", end="", flush=True)
+    time.sleep(0.05)
+    print(f" {i}>", flush=True)
+sys.exit(7 if rank == 1 else 0)
+"""
+
+
+def test_local_run_exits_with_the_scripts_code_and_ranks_never_share_a_line(
+        run_cli: RunCli, tmp_path: Path) -> None:
+    script = tmp_path / "pieces.py"
+    script.write_text(PIECES)
+    proc = run_cli("launch", "--local", "2", "--master-port", str(free_port()), "--",
+                   str(script), timeout=180)
+    assert proc.returncode == 7, (proc.returncode, proc.stderr[-2000:])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 8, proc.stdout
+    for line in lines:  # one rank's whole line per line, under its prefix
+        m = re.fullmatch(r"rank (\d) \| <r(\d) \d>", line)
+        assert m and m.group(1) == m.group(2), proc.stdout
+    assert "ddpnet: rank 1 exited 7; launch exits 7" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_script_is_one_line_before_anything_starts(run_cli: RunCli,
+                                                              tmp_path: Path) -> None:
+    for flags in (("--local", "2"), ("--nproc-per-node", "2")):
+        proc = run_cli("launch", *flags, "--", str(tmp_path / "nope.py"), "--lr", "1",
+                       timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip().splitlines()
+        assert err[0] == f"ddpnet: error: script {tmp_path / 'nope.py'} not found (in " \
+            f"{Path.cwd()})" and err[1].startswith("hint: "), proc.stderr
+        assert len(err) == 2 and "torch" not in proc.stderr
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin not installed")
@@ -132,5 +176,5 @@ def test_sigterm_is_forwarded_to_the_workers_and_reported(tmp_path: Path) -> Non
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert sorted(line for line in out.splitlines() if "got signal" in line) == [
-        "rank 0 got signal 15", "rank 1 got signal 15"]
+        "rank 0 | rank 0 got signal 15", "rank 1 | rank 1 got signal 15"]
     assert "stopped after SIGTERM" in err

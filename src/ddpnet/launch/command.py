@@ -170,15 +170,17 @@ def validate(cfg: LaunchConfig) -> None:
                           "pick a free port such as 29500, the same on every node")
 
 
-def build_torchrun(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
-    """torchrun's argv (``python -m torch.distributed.run ...``) and the added environment.
+def build_torchrun(cfg: LaunchConfig, module: str = "torch.distributed.run"
+                   ) -> tuple[list[str], dict[str, str]]:
+    """torchrun's argv (``python -m torch.distributed.run ...``; ``module`` is
+    :mod:`ddpnet.launch.torchrun_main` where ``launch`` runs it here) and the added environment.
 
     Static rendezvous passes ``--node-rank`` and ``--master-addr``: global rank 0 then runs on
     node rank 0, which is MASTER_ADDR. c10d assigns node ranks in arrival order, so rank 0 can
     land on any node (``rank0_warnings`` says so); it is required for restarts, because the
     static handler reuses one store across attempts.
     """
-    argv = [cfg.python, "-m", "torch.distributed.run",
+    argv = [cfg.python, "-m", module,
             "--nnodes", str(cfg.nnodes), "--nproc-per-node", str(cfg.nproc_per_node)]
     if cfg.rdzv == "static":
         argv += ["--node-rank", str(cfg.node_rank), "--master-addr", cfg.master_addr,

@@ -222,10 +222,30 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
                       warnings=warnings)
     if opts.dry_run:
         return replace(plan, nodes=tuple(per_node(cfg, all_nodes=all_nodes)))
-    argv, env = build_torchrun(cfg)
+    check_program(target)
+    argv, env = build_torchrun(cfg, "ddpnet.launch.torchrun_main")
     if "TORCHELASTIC_SIGNALS_TO_HANDLE" not in environ:  # SLURM's --signal=USR1@90 warning
         env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = torchrun_signals()
     return replace(plan, argv=tuple(argv), env=env)
+
+
+def check_program(target: Target) -> None:
+    """The script (or executable) this node's ranks run exists here, before anything starts
+    (edge): torchrun would start every rank to fail each with a ChildFailedError traceback."""
+    import shutil
+    from pathlib import Path
+
+    if target.module:
+        return  # importable or not is the interpreter's answer, in the ranks' environment
+    if target.is_python:
+        if not Path(target.program).is_file():
+            raise ConfigError(
+                f"script {target.program} not found (in {os.getcwd()})",
+                "check the path: the ranks run it relative to the current directory, "
+                "or give -m MODULE")
+    elif shutil.which(target.program) is None:
+        raise ConfigError(f"program {target.program} not found on PATH or as a file",
+                          "give a path to it, or a Python script (train.py)")
 
 
 def _mpirun_np(opts: LaunchOptions, environ: Mapping[str, str], hosts: tuple[Any, ...],

@@ -1,0 +1,118 @@
+"""``python -m ddpnet.launch.torchrun_main ARGS``: torchrun (``torch.distributed.run``) in
+this process, as ``ddpnet launch`` starts it on this node, with three differences a user meets:
+
+- the exit code is the job's: torchrun exits 1 for any failed worker (``ChildFailedError``);
+  this exits with the worst rank's code (:func:`worst`), 128+N for a rank killed by signal N;
+- each rank's lines are prefixed ``rank N | `` and written whole (torchrun's ``--tee`` into
+  :class:`ddpnet.subproc.JoinedLines`): two ranks never share one line;
+- a signal torchrun stopped on is 128+N with one line, not a traceback.
+
+The arguments are torchrun's own; ``--dry-run`` shows plain torchrun commands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: torchrun's header for a rank's line, parsed back by JoinedLines (unit separators: no
+#: program writes them)
+PREFIX_TEMPLATE = "\x1erank ${rank}\x1f"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed rank as torchrun recorded it: ``exitcode`` is negative for a signal;
+    ``timestamp`` in seconds (torchrun's resolution)."""
+
+    rank: int
+    exitcode: int
+    timestamp: float
+
+    @property
+    def code(self) -> int:
+        """As a shell reports it: 128+N for signal N."""
+        return 128 - self.exitcode if self.exitcode < 0 else self.exitcode
+
+    @property
+    def said(self) -> str:
+        if self.exitcode < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-self.exitcode).name
+            except ValueError:
+                name = f"signal {-self.exitcode}"
+            return f"was killed by {name} (exit {self.code})"
+        return f"exited {self.code}"
+
+
+def worst(failures: Sequence[Failure]) -> Failure:
+    """The rank whose failure ended the job (pure): the first to fail; at the same time (the
+    timestamps are whole seconds) a rank that exited with its own code before one killed by
+    a signal (torchrun SIGTERMs the rest), then the lowest rank."""
+    return min(failures, key=lambda f: (f.timestamp, f.exitcode < 0, f.rank))
+
+
+def summary(failures: Sequence[Failure]) -> str:
+    """One line for the job's end: the worst rank, and how many failed."""
+    first = worst(failures)
+    others = len(failures) - 1
+    more = f" ({others} other rank{'s' if others != 1 else ''} failed too)" if others else ""
+    return f"ddpnet: rank {first.rank} {first.said}{more}; launch exits {first.code}"
+
+
+def _failures(failures: Mapping[int, Any]) -> list[Failure]:
+    return [Failure(int(rank), int(f.exitcode), float(f.timestamp))
+            for rank, f in failures.items()]
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run torchrun with ``argv`` (edge); return the job's exit code."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from ddpnet.subproc import JoinedLines, PrefixedLines
+
+    os.environ["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")  # the ranks write to files: lines now
+    with tempfile.TemporaryDirectory(prefix="ddpnet-launch-") as logs:
+        args = parse_args(["--tee", "3", "--log-dir", logs, *argv])  # type: ignore[no-untyped-call]
+        sink = PrefixedLines(len(f"rank {_world(args) - 1}"))
+        out = JoinedLines(sink, "stdout", sys.stdout)
+        err = JoinedLines(sink, "stderr", sys.stderr)
+        sys.stdout, sys.stderr = out, err
+        try:
+            run(args)  # type: ignore[no-untyped-call]
+            return 0
+        except ChildFailedError as exc:
+            failures = _failures(exc.failures)
+            code = worst(failures).code
+            message = summary(failures)
+        except SignalException as exc:
+            code = 128 + int(exc.sigval)
+            message = f"ddpnet: torchrun stopped on {exc.sigval.name}; exit {code}"
+        finally:
+            out.close()
+            err.close()
+            sys.stdout, sys.stderr = out.raw, err.raw
+        sys.stderr.write(message + "\n")
+        return code
+
+
+def _world(args: Any) -> int:
+    """Ranks in the job as far as torchrun's flags say (for the prefix's width)."""
+    try:
+        nodes = int(str(args.nnodes).split(":")[-1])
+        return max(1, nodes * int(args.nproc_per_node))
+    except ValueError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
