@@ -7,6 +7,17 @@ Edge module (stats the file system); each function returns why not, or None when
 from __future__ import annotations
 
 import os
+import tempfile
+
+
+def _create_in(directory: str) -> str | None:
+    """Why nothing can be created in ``directory``, by trying (a directory made and removed
+    at once): permission bits do not say it for root, /proc, /sys or a read-only mount."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ddpnet-probe-", dir=directory))
+    except OSError as exc:
+        return f"cannot create anything in {directory}: {exc.strerror or exc}"
+    return None
 
 
 def file_writable(path: str) -> str | None:
@@ -20,7 +31,7 @@ def file_writable(path: str) -> str | None:
         return f"directory {directory} is not writable by this user"
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return f"{path} exists and is not writable by this user"
-    return None
+    return _create_in(directory)
 
 
 def dir_creatable(path: str) -> str | None:
@@ -35,4 +46,4 @@ def dir_creatable(path: str) -> str | None:
         return f"{probe} is not a directory"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"directory {probe} is not writable by this user"
-    return None
+    return _create_in(probe)

@@ -93,6 +93,17 @@ def check_requested(backend: str, device: str = "auto") -> None:
                           "use device='auto' (cuda with GPUs, else cpu), 'cuda' or 'cpu'")
 
 
+def check_possible_here(backend: str = "auto", device: str = "auto") -> None:
+    """ConfigError now, in the process that would start the ranks, when ``backend``/``device``
+    cannot run on this node: ``--local`` runs of check, bench and train call it before
+    spawning (each rank would import torch and fail the same way, the parent saying nothing
+    on stdout). Names are checked without torch; only an explicit ``nccl`` or ``cuda`` asks
+    torch (:func:`choose`), ``auto`` always has an answer."""
+    check_requested(backend, device)
+    if backend == "nccl" or device == "cuda":
+        choose(backend, device)
+
+
 def pick_backend(requested: str, cuda_devices: int, nccl_available: bool,
                  device: str = "auto") -> BackendChoice:
     """THE backend/device choice (pure): nccl on cuda, gloo on cpu; an explicit backend or

@@ -79,3 +79,31 @@ def test_report_of_the_local_parent_prints_no_result(
     assert capsys.readouterr() == ("", "rank 1: boom\n")
     assert report(BenchOutcome(0), as_json=True) == 0
     assert capsys.readouterr() == ("", "")
+
+
+NO_GPU = pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="this node has a CUDA device")
+
+
+@NO_GPU
+def test_nccl_without_a_gpu_fails_before_any_rank_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one pre-flight (process_group.check_possible_here) runs in the --local parent: no
+    rank is spawned to fail the same way."""
+    def spawn(*_: object, **__: object) -> None:
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr("ddpnet.bench.command.LocalRanks", spawn)
+    with pytest.raises(ConfigError, match="backend 'nccl' requested but no CUDA device"):
+        run(replace(OPTIONS, backend="nccl"))
+
+
+@NO_GPU
+@pytest.mark.parametrize("command", ["bench", "check"])
+def test_nccl_without_a_gpu_is_a_json_error_on_stdout(command: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ddpnet", command, "--local", "2",
+                           "--backend", "nccl", "--json"], capture_output=True, text=True,
+                          env=clean_environ(), timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)["error"]
+    assert error["exit_code"] == 2 and "no CUDA device" in error["message"], error
+    assert "rank" not in proc.stderr, proc.stderr  # no rank ran

@@ -17,6 +17,9 @@ from tests.train.helpers import train_json
     (("--comm-hook", "powersgd", "--powersgd-rank", "-3"), ("--powersgd-rank",)),
     (("--powersgd-rank", "2"), ("only applies",)),
     (("--checkpoint-every", "5"), ("--checkpoint-dir",)),
+    # before training, not after it (it trained to the end, then a 47-line traceback)
+    (("--checkpoint-dir", "/proc/x"), ("--checkpoint-dir /proc/x", "cannot create")),
+    (("--checkpoint-dir", "/proc/x", "--local", "2"), ("--checkpoint-dir /proc/x",)),
     (("--local", "0"), ("--local",)),
     (("--batch-size", "0"), ("--batch-size",)),
     (("--model", "resnet"), ("resnet",)),

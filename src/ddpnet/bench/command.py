@@ -28,18 +28,21 @@ GRACE = 15.0
 def run(options: BenchOptions) -> BenchOutcome:
     check_output_dirs(options)
     if options.local is not None:
+        from ddpnet.process_group import check_possible_here
+
+        check_possible_here(options.backend)  # before spawning ranks that would each fail
         return run_local(options)
     return run_rank(options)
 
 
 def check_output_dirs(options: BenchOptions) -> None:
-    """``--csv``/``--plot`` into a directory that exists: known before measuring for minutes."""
+    """``--csv``/``--plot`` files that can be written: known before measuring for minutes."""
+    from ddpnet.paths import file_writable
+
     for flag, value in (("--csv", options.csv_path), ("--plot", options.plot_path)):
-        if value:
-            parent = Path(value).resolve().parent
-            if not parent.is_dir():
-                raise ConfigError(f"{flag} {value}: directory {parent} does not exist",
-                                  "create it or write elsewhere")
+        problem = file_writable(str(Path(value).resolve())) if value else None
+        if problem is not None:
+            raise ConfigError(f"{flag} {value}: {problem}", "create it or write elsewhere")
 
 
 def worker_argv(options: BenchOptions) -> list[str]:

@@ -52,6 +52,9 @@ def run(options: CheckOptions, environ: Mapping[str, str] | None = None, *,
     if options.local is None:
         result = run_rank(options, env, tools, progress)
     else:
+        from ddpnet.process_group import check_possible_here
+
+        check_possible_here(options.backend)  # before any worker starts
         result = _run_local(options, env, tools, progress)
     if result.report is not None and options.report_path is not None:
         from ddpnet.check.render_html import render_html
