@@ -103,3 +103,41 @@ def test_validate_without_the_models_says_how_to_get_them(run_cli: RunCli,
     assert_user_error(proc, 3, "--validate needs the Kubernetes models (kubeflow is missing)",
                       "pip install 'ddpnet[k8s]'")
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "jobset"])
+def test_a_cpu_job_needs_no_gpu_flag_and_requests_no_gpu(run_cli: RunCli, kind: str) -> None:
+    """``--gpus-per-node`` defaults to 0 (it was required: "Missing option"); the rendered
+    pods then request no GPU and run --nproc-per-node ranks each."""
+    proc = run_cli("k8s", "--nodes", "2", "--nproc-per-node", "2", "--image",
+                   "reg.example/train:1", "--kind", kind, "--", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 pod(s) x no GPU" in proc.stdout
+    text = proc.stdout
+    assert "nvidia.com/gpu" not in text
+    containers = [c for doc in yaml.safe_load_all(text) for c in _containers(doc)]
+    train = [c for c in containers if "torch.distributed.run" in c.get("command", [])]
+    assert train and all(
+        c["command"][c["command"].index("--nproc-per-node") + 1] == "2" for c in train)
+    assert all("resources" not in c for c in containers)
+
+
+def test_more_ranks_than_gpus_is_refused(run_cli: RunCli) -> None:
+    proc = run_cli("k8s", "--nodes", "2", "--gpus-per-node", "2", "--nproc-per-node", "4",
+                   "--image", "reg.example/train:1", "--", "train.py")
+    assert_user_error(proc, 2, "--nproc-per-node 4", "share a GPU")
+
+
+def _containers(doc: object) -> list[dict[str, object]]:
+    """Every container (and init container) anywhere in a rendered object."""
+    found: list[dict[str, object]] = []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, dict))
+            else:
+                found.extend(_containers(value))
+    elif isinstance(doc, list):
+        for value in doc:
+            found.extend(_containers(value))
+    return found

@@ -8,8 +8,10 @@ import click
 @click.command("k8s", context_settings={"ignore_unknown_options": True,
                                         "allow_interspersed_args": False})
 @click.option("--nodes", type=int, required=True, help="Pods (one per node).")
-@click.option("--gpus-per-node", type=int, required=True,
-              help="GPUs per pod, one rank each (0: one CPU rank per pod).")
+@click.option("--gpus-per-node", type=int, default=0, show_default=True,
+              help="GPUs per pod, one rank each (0: a CPU job, no GPU requested).")
+@click.option("--nproc-per-node", type=int, default=None,
+              help="Ranks per pod (default: --gpus-per-node, or 1 without GPUs).")
 @click.option("--image", required=True, help="Container image with torch and ddpnet.")
 @click.option("--name", default="ddpnet", show_default=True, help="Job name (a DNS label).")
 @click.option("--kind", type=click.Choice(["pytorchjob", "jobset"]), default="pytorchjob",
@@ -32,8 +34,9 @@ import click
               help="Write the YAML here instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (objects, yaml).")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
-def command(nodes: int, gpus_per_node: int, image: str, name: str, kind: str,
-            namespace: str | None, shm_size: str, iface: str, check: bool, check_timeout: int,
+def command(nodes: int, gpus_per_node: int, nproc_per_node: int | None, image: str,
+            name: str, kind: str, namespace: str | None, shm_size: str, iface: str,
+            check: bool, check_timeout: int,
             master_port: int, python: str, validate: bool, path: str | None, as_json: bool,
             program: tuple[str, ...]) -> int:
     """Render a ready job that runs SCRIPT (or -m MODULE) on every rank: a headless service,
@@ -50,7 +53,8 @@ def command(nodes: int, gpus_per_node: int, image: str, name: str, kind: str,
     from ddpnet.output import finish
 
     options = K8sOptions(
-        target=Target.parse(program), nodes=nodes, gpus_per_node=gpus_per_node, image=image,
+        target=Target.parse(program), nodes=nodes, gpus_per_node=gpus_per_node,
+        nproc=nproc_per_node, image=image,
         name=name, kind=kind, namespace=namespace, shm_size=shm_size, iface=iface, check=check,
         check_timeout=check_timeout, master_port=master_port, python=python)
     return finish(run(K8sRun(options, path, validate)), as_json, show)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ddpnet.config import JobScript
 from ddpnet.errors import ConfigError
 
 #: a value together with where it came from (a variable name, a flag, ``derived``, ``default``)
@@ -130,3 +131,23 @@ def file_text(environ: Mapping[str, str], var: str, ctx: ReadContext, what: str)
         f"{var} names the job's {what}, written by the batch system on the job's nodes; "
         "run this inside the job (not on a login node) and do not overwrite it",
     )
+
+
+def job_script(scheduler: str, job_id: str, entries: Sequence[tuple[str, int]], source: str,
+               ctx: ReadContext) -> tuple[JobScript, str]:
+    """The job a job script launches (``entries``: ``(host, slots)`` in allocation order;
+    the port derived from the job id as every node derives it), sourced by ``source``."""
+    from ddpnet.env.jobport import derive_port
+
+    hosts = tuple(host for host, _ in entries)
+    slots = tuple(n for _, n in entries)
+    return JobScript(scheduler, job_id, hosts, slots, derive_port(job_id, ctx.port_range),
+                     source), source
+
+
+def count_slots(slots: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """``n1 n1 n2 n2`` (one host per slot, a node file) -> ``((n1, 2), (n2, 2))``, in order."""
+    counts: dict[str, int] = {}
+    for host in slots:
+        counts[host] = counts.get(host, 0) + 1
+    return tuple(counts.items())

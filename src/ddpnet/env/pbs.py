@@ -23,7 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, file_text, put_master
+from ddpnet.env.base import (
+    Launcher,
+    ReadContext,
+    Sourced,
+    count_slots,
+    env_int,
+    file_text,
+    job_script,
+    put_master,
+)
 from ddpnet.env.hostlist import compress, valid_host
 from ddpnet.errors import ConfigError
 
@@ -91,16 +100,21 @@ def _read_node(environ: Mapping[str, str], slots: tuple[str, ...]) -> dict[str, 
             "local_rank": (0, "pbsdsh -u"), "local_world_size": (1, "pbsdsh -u")}
 
 
-def _read_script(environ: Mapping[str, str], slots: tuple[str, ...]) -> dict[str, Sourced]:
+def _read_script(environ: Mapping[str, str], slots: tuple[str, ...],
+                 ctx: ReadContext) -> dict[str, Sourced]:
+    """The job script: one process that launches the job (its own values are a world of one,
+    so an init() in it does not wait for ranks), with the job it launches."""
     source = "PBS job script"
     hosts = unique_hosts(slots)
     return {"rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
             "local_world_size": (1, source), "node_rank": (0, source),
             "num_nodes": (1, source),
-            "note": (f"PBS job script (one process): the job has {len(slots)} slots on "
-                     f"{len(hosts)} hosts {compress(hosts)} in {_FILE_VAR}; start the ranks "
-                     "with mpirun, or with pbsdsh -u and torchrun / ddpnet launch on each host",
-                     _FILE_VAR)}
+            "job_script": job_script("pbs", environ["PBS_JOBID"], count_slots(slots),
+                                     _FILE_VAR, ctx),
+            "note": (f"PBS job script: the launching script of a job of {len(slots)} slots on "
+                     f"{len(hosts)} hosts {compress(hosts)} ({_FILE_VAR}), not a rank; start "
+                     "the ranks with mpirun, or with pbsdsh -u and torchrun / ddpnet launch "
+                     "on each host", _FILE_VAR)}
 
 
 class PbsLauncher(Launcher):
@@ -124,7 +138,7 @@ class PbsLauncher(Launcher):
         slots = parse_nodefile(file_text(environ, _FILE_VAR, ctx, "node file"))
         node = env_int(environ, "PBS_NODENUM") or (0, "default")
         if task_number(environ) <= 1 and node[0] == 0:
-            out = _read_script(environ, slots)
+            out = _read_script(environ, slots, ctx)
         else:
             reader = _read_slot if "PBS_VNODENUM" in environ else _read_node
             out = reader(environ, slots)

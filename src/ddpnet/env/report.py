@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddpnet.config import SOURCED_KEYS, DistConfig
+from ddpnet.config import SOURCED_KEYS, DistConfig, JobScript
 from ddpnet.env.base import Sourced
 
 if TYPE_CHECKING:
@@ -64,7 +64,11 @@ def torchrun_line(cfg: DistConfig) -> str:
 
 
 def render_config(cfg: DistConfig, out: Console) -> None:
-    """Each setting with its source, the notes, and the equivalent exports and torchrun."""
+    """Each setting with its source, the notes, and the equivalent exports and torchrun; in a
+    job script, the job it launches and the command per node instead."""
+    if cfg.job_script is not None:
+        render_job_script(cfg, cfg.job_script, out)
+        return
     from rich.markup import escape
     from rich.table import Table
 
@@ -91,3 +95,39 @@ def render_config(cfg: DistConfig, out: Console) -> None:
     out.print(export_lines(cfg), markup=False)
     out.print("\n[bold]Equivalent torchrun on this node[/] (change --node-rank on each node):")
     out.print(torchrun_line(cfg), markup=False)
+
+
+def render_job_script(cfg: DistConfig, job: JobScript, out: Console) -> None:
+    """A job script is the launching script, not a world of one: the job's layout, then the
+    torchrun command for each node and the scheduler's way to start them all."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ddpnet.env.hostlist import compress
+
+    table = Table(title=f"ddpnet env: the launching script of {job.scheduler} job "
+                  f"{job.job_id} (not a rank)", show_header=True, header_style="bold")
+    table.add_column("setting")
+    table.add_column("value")
+    table.add_column("source", style="dim")
+    slots = str(job.nproc_per_node) if len(set(job.slots)) == 1 else \
+        f"{job.nproc_per_node} (smallest of {', '.join(map(str, job.slots))})"
+    for key, value, source in (
+            ("launcher", cfg.launcher, cfg.sources.get("launcher", "")),
+            ("job", job.job_id, ""),
+            ("hosts", f"{compress(job.hosts)} ({job.nodes})", job.source),
+            ("master_addr", job.master_addr, f"the first host of {job.source}"),
+            ("master_port", str(job.master_port), "derived from the job id"),
+            ("nodes", str(job.nodes), job.source),
+            ("slots per node", slots, job.source)):
+        table.add_row(key, value, source)
+    out.print(table)
+    for other in cfg.ambiguous:
+        out.print("[bold yellow]warning:[/] " + escape(other.describe(cfg.launcher)))
+    for note in cfg.notes:
+        out.print(f"[dim]note:[/] {escape(note)}")
+    out.print("\n[bold]On each node[/] (node rank i on host i of the job):")
+    for host, line in zip(job.hosts, job.node_commands(), strict=True):
+        out.print(f"{host}: {line}", markup=False, soft_wrap=True)
+    out.print("\n[bold]Or from this script, on every node at once:[/]")
+    out.print(job.fan_out(), markup=False, soft_wrap=True)

@@ -114,6 +114,7 @@ def resolve_config(
                           f"{others[0].describe(launcher.name)}") from None
     if "note" in values:
         notes.append(str(values.pop("note")[0]))
+    script = values.pop("job_script", (None, ""))[0]
 
     _check_torch_vars(launcher.name, environ, values, notes)
     if launcher.name in _MPI and "master_addr" not in values:
@@ -126,7 +127,7 @@ def resolve_config(
     job_id = values.pop("job_id", (None, ""))[0]
     _derive(launcher.name, values, notes, job_id, port_range)
     values["launcher"] = (launcher.name, marked_by(launcher_cls, environ))
-    cfg = _config(values, overrides, init, job_id, notes)
+    cfg = replace(_config(values, overrides, init, job_id, notes), job_script=script)
     _validate(cfg)
     return replace(cfg, ambiguous=others) if others else cfg
 

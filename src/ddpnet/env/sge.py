@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, file_text, put_master
+from ddpnet.env.base import (
+    Launcher,
+    ReadContext,
+    Sourced,
+    env_int,
+    file_text,
+    job_script,
+    put_master,
+)
 from ddpnet.env.hostlist import compress, valid_host
 from ddpnet.errors import ConfigError
 
@@ -90,12 +98,14 @@ class SgeLauncher(Launcher):
                     f"NSLOTS={nslots[0]} but {_FILE_VAR} lists {slots} slots",
                     "both come from Grid Engine for the same job; is PE_HOSTFILE another "
                     "job's, or NSLOTS overwritten?")
-            out["note"] = (f"Grid Engine job script (one process): the job has {slots} slots "
-                           f"on {len(hosts)} hosts {compress(hosts)} in {_FILE_VAR}; start "
-                           "the ranks with mpirun, or torchrun / ddpnet launch on each host",
-                           _FILE_VAR)
-        put_master(out, environ)
+            out["note"] = (f"Grid Engine job script: the launching script of a job of {slots} "
+                           f"slots on {len(hosts)} hosts {compress(hosts)} ({_FILE_VAR}), not "
+                           "a rank; start the ranks with mpirun, or torchrun / ddpnet launch "
+                           "on each host (qrsh -inherit)", _FILE_VAR)
         task = environ.get("SGE_TASK_ID", "undefined")
         job = environ["JOB_ID"] + ("" if task == "undefined" else f".{task}")
+        if _FILE_VAR in environ:
+            out["job_script"] = job_script("sge", job, entries, _FILE_VAR, ctx)
+        put_master(out, environ)
         out["job_id"] = (job, "JOB_ID")
         return out

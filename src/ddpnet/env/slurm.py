@@ -7,7 +7,9 @@ SLURM_PROCID=0, SLURM_NODEID=0 and the job's node list, but no SLURM_STEP_ID (an
 SLURM_NTASKS only when the job asked for tasks). The batch step is one process on the first
 node, not the job's ranks: it resolves as a one-process SLURM launch (world size 1, so it never
 waits for ranks that do not exist) that still derives its port from the job id, so two jobs
-sharing a node do not collide on 29500.
+sharing a node do not collide on 29500. It is the launching script: with the job's node list
+it carries the job it launches (hosts, tasks per node from SLURM_TASKS_PER_NODE, else 1), whose
+ranks ``srun --ntasks-per-node 1`` starts on every node.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, env_int, first_int, put, put_master
+from ddpnet.env.base import (
+    Launcher,
+    ReadContext,
+    Sourced,
+    env_int,
+    first_int,
+    job_script,
+    put,
+    put_master,
+)
 from ddpnet.env.hostlist import expand
 from ddpnet.errors import ConfigError
 
@@ -65,7 +76,7 @@ def batch_nodes(environ: Mapping[str, str]) -> int | None:
     return found[0] if found else 1
 
 
-def _read_batch(environ: Mapping[str, str]) -> dict[str, Sourced]:
+def _read_batch(environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
     source = "SLURM batch step"
     out: dict[str, Sourced] = {
         "rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
@@ -74,7 +85,25 @@ def _read_batch(environ: Mapping[str, str]) -> dict[str, Sourced]:
     put_master(out, environ)
     if environ.get("SLURM_JOB_ID"):
         out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
+        hosts = SlurmLauncher.job_hosts(environ, ctx)
+        if hosts is not None:
+            out["job_script"] = job_script("slurm", environ["SLURM_JOB_ID"],
+                                           _batch_slots(environ, hosts[0]), hosts[1], ctx)
+            out["note"] = (f"SLURM batch step: the launching script of a {len(hosts[0])}-node "
+                           "job, not a rank; start the ranks with srun (one ddpnet launch or "
+                           "torchrun per node)", hosts[1])
     return out
+
+
+def _batch_slots(environ: Mapping[str, str], hosts: tuple[str, ...]
+                 ) -> tuple[tuple[str, int], ...]:
+    """The job's tasks per node (SLURM_TASKS_PER_NODE, set when the job asked for tasks),
+    else one per node."""
+    text = environ.get("SLURM_TASKS_PER_NODE", "")
+    counts = parse_tasks_per_node(text, "SLURM_TASKS_PER_NODE") if text else ()
+    if len(counts) != len(hosts):
+        counts = (1,) * len(hosts)
+    return tuple(zip(hosts, counts, strict=True))
 
 
 class SlurmLauncher(Launcher):
@@ -96,7 +125,7 @@ class SlurmLauncher(Launcher):
 
     def read(self, environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
         if not is_step(environ):
-            return _read_batch(environ)
+            return _read_batch(environ, ctx)
         out: dict[str, Sourced] = {}
         put(out, "rank", env_int(environ, "SLURM_PROCID"))
         put(out, "world_size", first_int(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",

@@ -43,12 +43,16 @@ class K8sOptions:
     master_port: int = 29500
     #: the Python that has ddpnet and torch inside the image
     python: str = "python3"
+    #: ranks per pod as given (``--nproc-per-node``); None: one per GPU, or one without GPUs
+    nproc: int | None = None
 
     def __post_init__(self) -> None:
         validate(self)
 
     @property
     def nproc_per_node(self) -> int:
+        if self.nproc is not None:
+            return self.nproc
         return max(1, self.gpus_per_node)
 
     @property
@@ -92,6 +96,15 @@ def _check_counts(opts: K8sOptions) -> None:
                           f"0..{MAX_PROCS_PER_NODE}",
                           "give the GPUs of one pod (one rank each), e.g. --gpus-per-node 8; "
                           "0 runs one CPU rank per pod")
+    if opts.nproc is not None and not 1 <= opts.nproc <= MAX_PROCS_PER_NODE:
+        raise ConfigError(f"--nproc-per-node {opts.nproc} is outside 1..{MAX_PROCS_PER_NODE}",
+                          "give the ranks of one pod, e.g. --nproc-per-node 4; leave it out "
+                          "for one rank per GPU")
+    if opts.nproc is not None and 0 < opts.gpus_per_node < opts.nproc:
+        raise ConfigError(f"--nproc-per-node {opts.nproc} is more than --gpus-per-node "
+                          f"{opts.gpus_per_node}: two ranks would share a GPU, which NCCL "
+                          "refuses", "one rank per GPU: drop --nproc-per-node, or request "
+                          "more GPUs")
     if not 1 <= opts.check_timeout <= MAX_CHECK_TIMEOUT_S:
         raise ConfigError(f"--check-timeout {opts.check_timeout} is outside "
                           f"1..{MAX_CHECK_TIMEOUT_S} s",

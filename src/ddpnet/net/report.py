@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ddpnet.config import DistConfig
@@ -40,7 +40,17 @@ def run(options: EnvOptions, environ: Mapping[str, str] | None = None) -> EnvRep
 
     env = os.environ if environ is None else environ
     cfg = resolve_config(env, options.overrides(), port_range=read_port_range())
-    return EnvReport(cfg, select_for_host(cfg, env))
+    return EnvReport(cfg, select_for_host(_as_job(cfg), env))
+
+
+def _as_job(cfg: DistConfig) -> DistConfig:
+    """A job script's interface is the one its job's ranks use here: toward the job's
+    master, across its nodes (not the loopback of its own world of one)."""
+    job = cfg.job_script
+    if job is None:
+        return cfg
+    return replace(cfg, master_addr=job.master_addr, master_port=job.master_port,
+                   num_nodes=job.nodes, world_size=job.nodes * job.nproc_per_node)
 
 
 def render(report: EnvReport, out: Console) -> None:
