@@ -130,3 +130,15 @@ def test_env_json_in_a_pbs_job_script(run_cli: RunCli, tmp_path: Path) -> None:
     job = json.loads(proc.stdout)["job_script"]
     assert (job["hosts"], job["master_addr"], job["nodes"], job["nproc_per_node"]) == (
         ["node01", "node02"], "node01", 2, 4)
+
+
+@pytest.mark.parametrize("env", [
+    # a blaunch task on another host: the job's host file is not there
+    {"LSB_JOBID": "7", "LSB_DJOB_HOSTFILE": "/nonexistent/hostfile"},
+    {"LSB_JOBID": "7", "LSB_MCPU_HOSTS": "odd"},
+    {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n[1-"},
+])
+def test_an_unreadable_job_view_still_resolves_as_one_process(env: dict[str, str]) -> None:
+    """The job view is extra: a script that resolved as one process before still does."""
+    cfg = resolve_config(env, {})
+    assert (cfg.world_size, cfg.job_script) == (1, None)

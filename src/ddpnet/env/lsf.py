@@ -58,6 +58,8 @@ def mcpu_slots(text: str) -> tuple[tuple[str, int], ...]:
     the first host runs it and has slots too)."""
     parse_mcpu_hosts(text)  # the same checks and errors
     words = text.split()
+    if not words:
+        raise ConfigError("LSB_MCPU_HOSTS is empty", "LSF sets it as 'node1 4 node2 4'")
     pairs: dict[str, int] = {}
     for host, count in zip(words[::2], words[1::2], strict=True):
         try:
@@ -71,27 +73,42 @@ def mcpu_slots(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(pairs.items())
 
 
-def _script_slots(environ: Mapping[str, str], ctx: ReadContext) -> Sourced:
-    """``((host, slots), ...)`` of the job: LSB_DJOB_HOSTFILE, else LSB_MCPU_HOSTS."""
+def _script_slots(environ: Mapping[str, str], ctx: ReadContext) -> Sourced | None:
+    """``((host, slots), ...)`` of the job: LSB_DJOB_HOSTFILE, else LSB_MCPU_HOSTS; None when
+    neither reads (a ``blaunch`` task elsewhere looks like a job script too: it must still
+    resolve, as one process, as it did before the job view)."""
     if environ.get(_HOSTFILE):
         from ddpnet.env.pbs import parse_nodefile
 
-        text = file_text(environ, _HOSTFILE, ctx, "host file")
-        return count_slots(parse_nodefile(text, _HOSTFILE)), _HOSTFILE
-    return mcpu_slots(environ["LSB_MCPU_HOSTS"]), "LSB_MCPU_HOSTS"
+        try:
+            text = file_text(environ, _HOSTFILE, ctx, "host file")
+            return count_slots(parse_nodefile(text, _HOSTFILE)), _HOSTFILE
+        except ConfigError:
+            pass
+    try:
+        return mcpu_slots(environ.get("LSB_MCPU_HOSTS", "")), "LSB_MCPU_HOSTS"
+    except ConfigError:
+        return None
 
 
 def _read_script(environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:
     source = "LSF job script"
-    entries, where = _script_slots(environ, ctx)
+    out: dict[str, Sourced] = {
+        "rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
+        "local_world_size": (1, source), "node_rank": (0, source), "num_nodes": (1, source)}
+    found = _script_slots(environ, ctx)
+    if found is None:
+        out["note"] = ("LSF job script (one process): neither LSB_DJOB_HOSTFILE nor "
+                       "LSB_MCPU_HOSTS lists the job's hosts", "LSB_JOBID")
+        return out
+    entries, where = found
     hosts = [h for h, _ in entries]
-    return {"rank": (0, source), "world_size": (1, source), "local_rank": (0, source),
-            "local_world_size": (1, source), "node_rank": (0, source), "num_nodes": (1, source),
-            "job_script": job_script("lsf", environ["LSB_JOBID"], entries, where, ctx),
-            "note": (f"LSF job script: the launching script of a job of "
-                     f"{sum(n for _, n in entries)} slots on {len(hosts)} hosts "
-                     f"{compress(hosts)} ({where}), not a rank; start the ranks with "
-                     "blaunch HOST torchrun ... on each host, or mpirun", where)}
+    out["job_script"] = job_script("lsf", environ["LSB_JOBID"], entries, where, ctx)
+    out["note"] = (f"LSF job script: the launching script of a job of "
+                   f"{sum(n for _, n in entries)} slots on {len(hosts)} hosts "
+                   f"{compress(hosts)} ({where}), not a rank; start the ranks with "
+                   "blaunch HOST torchrun ... on each host, or mpirun", where)
+    return out
 
 
 class LsfLauncher(Launcher):

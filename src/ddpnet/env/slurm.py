@@ -85,7 +85,10 @@ def _read_batch(environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourc
     put_master(out, environ)
     if environ.get("SLURM_JOB_ID"):
         out["job_id"] = (environ["SLURM_JOB_ID"], "SLURM_JOB_ID")
-        hosts = SlurmLauncher.job_hosts(environ, ctx)
+        try:  # the job view is extra: a batch step resolves as one process whatever it says
+            hosts = SlurmLauncher.job_hosts(environ, ctx)
+        except ConfigError:
+            hosts = None
         if hosts is not None:
             out["job_script"] = job_script("slurm", environ["SLURM_JOB_ID"],
                                            _batch_slots(environ, hosts[0]), hosts[1], ctx)
@@ -100,7 +103,10 @@ def _batch_slots(environ: Mapping[str, str], hosts: tuple[str, ...]
     """The job's tasks per node (SLURM_TASKS_PER_NODE, set when the job asked for tasks),
     else one per node."""
     text = environ.get("SLURM_TASKS_PER_NODE", "")
-    counts = parse_tasks_per_node(text, "SLURM_TASKS_PER_NODE") if text else ()
+    try:
+        counts = parse_tasks_per_node(text, "SLURM_TASKS_PER_NODE") if text else ()
+    except ConfigError:
+        counts = ()
     if len(counts) != len(hosts):
         counts = (1,) * len(hosts)
     return tuple(zip(hosts, counts, strict=True))
