@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
-
 from ddpnet.subproc import ABSENT_RC, TIMED_OUT_RC, CommandOutput, run_command, run_tool
 
 
@@ -55,23 +53,3 @@ def test_not_executable_is_absent(tmp_path: Path) -> None:
     script.chmod(0o644)
     assert run_command([str(script)], 10) is None
     assert run_tool([str(script)], 10).failure == "absent"
-
-
-def test_joined_lines_never_put_two_childrens_pieces_on_one_line(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """torchrun's tee hands on half lines (``header + readline()``); they are joined per
-    rank and each whole line is written once under its prefix."""
-    import sys
-
-    from ddpnet.subproc import JoinedLines, PrefixedLines
-
-    joined = JoinedLines(PrefixedLines(6), "stdout", sys.stdout)
-    joined.write("\x1erank 0\x1f<r0")
-    joined.write("\x1erank 1\x1f<r1")
-    joined.write("\x1erank 1\x1f 0>\n")
-    joined.write("torchrun's own line\n")
-    joined.write("\x1erank 0\x1f 0>\nsecond\nthi")
-    joined.close()
-    assert capsys.readouterr().out.splitlines() == [
-        "rank 1 | <r1 0>", "torchrun's own line", "rank 0 | <r0 0>", "rank 0 | second",
-        "rank 0 | thi"]

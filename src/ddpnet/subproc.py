@@ -9,11 +9,8 @@ One place for it, so that no probe can wait forever on a tool or a prompt. Probe
 from __future__ import annotations
 
 import subprocess
-import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TextIO
 
 #: exit statuses a shell would give, used for a tool that never ran to completion
 ABSENT_RC = 127
@@ -59,61 +56,3 @@ def run_command(argv: Sequence[str], timeout: float) -> CommandOutput | None:
     """``argv``'s exit status and output, or None when it is absent, unrunnable or timed out."""
     out = run_tool(argv, timeout)
     return None if out.failure else out
-
-
-# --------------------------------------------------------------------------- children's lines
-
-class PrefixedLines:
-    """``name | line`` on our stdout or stderr as each child (a lab node, a rank) writes it.
-    One lock and one write per line: lines of concurrent children never share a line."""
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-        self.lock = threading.Lock()
-
-    def __call__(self, name: str, stream: str, line: str) -> None:
-        out = sys.stdout if stream == "stdout" else sys.stderr
-        with self.lock:
-            out.write(f"{name:<{self.width}} | {line}\n")
-            out.flush()
-
-
-class JoinedLines:
-    """A text stream that children's output is written to in pieces, each piece headed by
-    ``start + key + end`` (torchrun's tee writes ``header + what readline returned``, which
-    is part of a line when the child has not finished it). Pieces are joined per key and
-    each whole line goes to ``sink(key, stream, line)``; text without a header passes
-    through to ``raw`` as it is. :meth:`close` hands on what is left of unfinished lines."""
-
-    def __init__(self, sink: PrefixedLines, stream: str, raw: TextIO,
-                 start: str = "\x1e", end: str = "\x1f") -> None:
-        self.sink, self.stream, self.raw = sink, stream, raw
-        self.start, self.end = start, end
-        self.partial: dict[str, str] = {}
-        self.lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        if not text.startswith(self.start) or self.end not in text:
-            self.raw.write(text)
-            return len(text)
-        key, _, piece = text[len(self.start):].partition(self.end)
-        with self.lock:
-            lines = (self.partial.pop(key, "") + piece).split("\n")
-            if lines[-1]:
-                self.partial[key] = lines[-1]
-        for line in lines[:-1]:
-            self.sink(key, self.stream, line)
-        return len(text)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def close(self) -> None:
-        with self.lock:
-            left, self.partial = self.partial, {}
-        for key, line in left.items():
-            self.sink(key, self.stream, line)
-        self.raw.flush()
-
-    def __getattr__(self, name: str) -> object:  # fileno, isatty, encoding: the raw stream's
-        return getattr(self.raw, name)

@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from ddpnet.lab.ops import FaultResult, UpResult
-from ddpnet.lab.render import nodes_table, render_fault, render_up, shaping_text
-from ddpnet.subproc import PrefixedLines
+from ddpnet.lab.render import PrefixedLines, nodes_table, render_fault, render_up, shaping_text
+from ddpnet.lab.topology import LabNode
 
 STATUS: dict[str, Any] = {
     "name": "l", "subnet": "198.18.0.0/24",
@@ -61,8 +61,9 @@ def test_fault_lines() -> None:
 
 def test_run_lines_are_prefixed_and_padded(capsys: pytest.CaptureFixture[str]) -> None:
     sink = PrefixedLines(6)
-    sink("l-n0", "stdout", "hello")
-    sink("l-n0", "stderr", "exit 7")
+    node = LabNode(0, "l-n0", "l-n0", "l-n0", "eth0", "198.18.0.1")
+    sink(node, "stdout", "hello")
+    sink(node, "stderr", "exit 7")
     out = capsys.readouterr()
     assert out.out == "l-n0   | hello\n" and out.err == "l-n0   | exit 7\n"
 

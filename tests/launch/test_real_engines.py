@@ -18,7 +18,7 @@ SCRIPT = str(Path(__file__).with_name("allreduce_script.py"))
 
 
 def _lines(stdout: str) -> list[dict[str, object]]:
-    """The script's JSON results (torchrun ranks' lines carry a "rank N | " prefix; mpirun's
+    """The script's JSON results (torchrun ranks' lines carry a "[rank N] " prefix; mpirun's
     ranks share stdout, so two may run together on a line)."""
     return sorted((json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', stdout)),
                   key=lambda o: int(str(o["rank"])))
@@ -96,7 +96,7 @@ def test_local_run_exits_with_the_scripts_code_and_ranks_never_share_a_line(
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert len(lines) == 8, proc.stdout
     for line in lines:  # one rank's whole line per line, under its prefix
-        m = re.fullmatch(r"rank (\d) \| <r(\d) \d>", line)
+        m = re.fullmatch(r"\[rank (\d)\] <r(\d) \d>", line)
         assert m and m.group(1) == m.group(2), proc.stdout
     assert "ddpnet: rank 1 exited 7; launch exits 7" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -176,5 +176,5 @@ def test_sigterm_is_forwarded_to_the_workers_and_reported(tmp_path: Path) -> Non
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert sorted(line for line in out.splitlines() if "got signal" in line) == [
-        "rank 0 | rank 0 got signal 15", "rank 1 | rank 1 got signal 15"]
+        "[rank 0] rank 0 got signal 15", "[rank 1] rank 1 got signal 15"]
     assert "stopped after SIGTERM" in err

@@ -70,9 +70,9 @@ def test_killed_worker_is_restarted_and_the_run_completes(tmp_path: Path) -> Non
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert proc.returncode == 0, err[-3000:]
-    # rank 0's summary, on its line under launch's "rank 0 | " prefix
-    (summary,) = [json.loads(line.split(" | ", 1)[1]) for line in out.splitlines()
-                  if line.startswith("rank 0 | {")]
+    # rank 0's summary, on its line under launch's "[rank 0] " prefix
+    (summary,) = [json.loads(line.removeprefix("[rank 0] ")) for line in out.splitlines()
+                  if line.startswith("[rank 0] {")]
     assert summary["steps"] == STEPS
     assert summary["resumed_from"] is not None
     # resumed from a checkpoint no older than the newest one when the worker died

@@ -175,21 +175,19 @@ class RunResult:
 def run(options: RunOptions) -> RunResult:
     """Run the command in every chosen node at once, its lines prefixed with the node as
     they come; then a line per node that failed or was killed at the timeout."""
-    from ddpnet.subproc import PrefixedLines
+    from ddpnet.lab.render import PrefixedLines
 
     lab = attach(options.name)
     lab.node(0)
     extra = parse_env(options.env)
     sink = PrefixedLines(max(len(n.name) for n in lab.nodes))
     results = lab.run(list(options.argv), nodes=options.nodes, env=extra,
-                      timeout=options.timeout, master_port=options.master_port,
-                      on_line=lambda node, stream, line: sink(node.name, stream, line))
+                      timeout=options.timeout, master_port=options.master_port, on_line=sink)
     for r in results:
         if r.timed_out:
-            sink(r.node.name, "stderr",
-                 f"killed after the {options.timeout:g} s timeout (exit 124)")
+            sink(r.node, "stderr", f"killed after the {options.timeout:g} s timeout (exit 124)")
         elif r.returncode != 0:
-            sink(r.node.name, "stderr", f"exit {r.returncode}")
+            sink(r.node, "stderr", f"exit {r.returncode}")
     codes = {r.node.name: r.returncode if r.returncode >= 0 else 128 - r.returncode
              for r in results}
     return RunResult(options.name, codes, tuple(r.node.name for r in results if r.timed_out))

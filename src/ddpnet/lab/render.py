@@ -3,8 +3,12 @@ output of ``lab run`` prefixed with each node's name as it comes."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from ddpnet.lab.topology import LabNode
 
 if TYPE_CHECKING:  # types only: ops imports this module to stream ``lab run``'s lines
     from rich.console import Console
@@ -88,3 +92,18 @@ def render_status(result: StatusResult, out: Console) -> None:
 
 def render_down(result: DownResult, out: Console) -> None:
     out.print(f"lab {result.name}: down", markup=False)
+
+
+class PrefixedLines:
+    """``node | line`` on our stdout or stderr as each node writes it (one lock: lines of
+    concurrent nodes never interleave mid-line)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.lock = threading.Lock()
+
+    def __call__(self, node: LabNode, stream: str, line: str) -> None:
+        out = sys.stdout if stream == "stdout" else sys.stderr
+        with self.lock:
+            out.write(f"{node.name:<{self.width}} | {line}\n")
+            out.flush()

@@ -3,8 +3,9 @@ this process, as ``ddpnet launch`` starts it on this node, with three difference
 
 - the exit code is the job's: torchrun exits 1 for any failed worker (``ChildFailedError``);
   this exits with the worst rank's code (:func:`worst`), 128+N for a rank killed by signal N;
-- each rank's lines are prefixed ``rank N | `` and written whole (torchrun's ``--tee`` into
-  :class:`ddpnet.subproc.JoinedLines`): two ranks never share one line;
+- each rank's lines are prefixed ``[rank N]`` and written whole (torchrun's ``--tee`` into
+  :class:`JoinedLines`, then :func:`ddpnet.output.relay_line`, as ``--local`` runs and
+  ``launch --hostfile`` relay other processes' lines): two ranks never share one line;
 - a signal torchrun stopped on is 128+N with one line, not a traceback.
 
 The arguments are torchrun's own; ``--dry-run`` shows plain torchrun commands.
@@ -15,13 +16,56 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
+
+from ddpnet.output import relay_line
 
 #: torchrun's header for a rank's line, parsed back by JoinedLines (unit separators: no
 #: program writes them)
-PREFIX_TEMPLATE = "\x1erank ${rank}\x1f"
+START, END = "\x1e", "\x1f"
+PREFIX_TEMPLATE = START + "rank ${rank}" + END
+
+
+class JoinedLines:
+    """The stream torchrun's ``--tee`` writes every rank's output to, in pieces: ``header +
+    what readline() returned``, part of a line when the rank has not finished it (a
+    ``print(..., end="")``, an unbuffered print's two writes). Pieces are joined per rank and
+    each whole line is relayed once under ``[rank N]``; text without a header (torchrun's own)
+    passes through as it is. :meth:`close` relays what is left of unfinished lines."""
+
+    def __init__(self, raw: TextIO, stderr: bool) -> None:
+        self.raw, self.stderr = raw, stderr
+        self.partial: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        if not text.startswith(START) or END not in text:
+            self.raw.write(text)
+            return len(text)
+        key, _, piece = text[len(START):].partition(END)
+        with self.lock:
+            lines = (self.partial.pop(key, "") + piece).split("\n")
+            if lines[-1]:
+                self.partial[key] = lines[-1]
+        for line in lines[:-1]:
+            relay_line(line, prefix=key, stderr=self.stderr)
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            left, self.partial = self.partial, {}
+        for key, line in left.items():
+            relay_line(line, prefix=key, stderr=self.stderr)
+        self.raw.flush()
+
+    def __getattr__(self, name: str) -> object:  # fileno, isatty, encoding: the raw stream's
+        return getattr(self.raw, name)
 
 
 @dataclass(frozen=True)
@@ -77,15 +121,11 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from ddpnet.subproc import JoinedLines, PrefixedLines
-
     os.environ["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # the ranks write to files: lines now
     with tempfile.TemporaryDirectory(prefix="ddpnet-launch-") as logs:
         args = parse_args(["--tee", "3", "--log-dir", logs, *argv])  # type: ignore[no-untyped-call]
-        sink = PrefixedLines(len(f"rank {_world(args) - 1}"))
-        out = JoinedLines(sink, "stdout", sys.stdout)
-        err = JoinedLines(sink, "stderr", sys.stderr)
+        out, err = JoinedLines(sys.stdout, False), JoinedLines(sys.stderr, True)
         sys.stdout, sys.stderr = out, err
         try:
             run(args)  # type: ignore[no-untyped-call]
@@ -103,15 +143,6 @@ def main(argv: Sequence[str]) -> int:
             sys.stdout, sys.stderr = out.raw, err.raw
         sys.stderr.write(message + "\n")
         return code
-
-
-def _world(args: Any) -> int:
-    """Ranks in the job as far as torchrun's flags say (for the prefix's width)."""
-    try:
-        nodes = int(str(args.nnodes).split(":")[-1])
-        return max(1, nodes * int(args.nproc_per_node))
-    except ValueError:
-        return 1
 
 
 if __name__ == "__main__":
