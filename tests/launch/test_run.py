@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddpnet.errors import ConfigError
@@ -37,6 +39,16 @@ def test_batch_step_of_a_multi_node_job_is_refused() -> None:
         prepare(_opts(dry_run=True), environ=env)
 
 
+def test_job_script_of_a_multi_node_pbs_job_is_refused_with_the_fan_out(tmp_path: Path) -> None:
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("n1\nn1\nn2\nn2\n")
+    env = {"PBS_JOBID": "9.srv", "PBS_NODEFILE": str(nodefile), "PBS_TASKNUM": "1",
+           "PBS_NODENUM": "0"}
+    with pytest.raises(ConfigError, match=r"job script of a 2-node pbs job 9\.srv") as err:
+        prepare(_opts(dry_run=True), environ=env)
+    assert "pbsdsh -u -- bash -lc 'torchrun --nnodes 2 --nproc-per-node 2" in err.value.hint
+
+
 def test_local_dry_run_is_one_node_on_loopback_ignoring_slurm() -> None:
     plan = prepare(_opts(local=2, dry_run=True, ifname="lo"),
                    environ={"SLURM_JOB_ID": "7", "SLURM_NNODES": "4"})
@@ -64,9 +76,12 @@ def test_mpirun_plan_counts_slots_and_warns_on_another_master() -> None:
     assert plan.warnings and "not the first host of --hosts" in plan.warnings[0]
 
 
-def test_torchrun_handles_slurms_warning_signal_unless_the_user_chose() -> None:
+def test_torchrun_handles_slurms_warning_signal_unless_the_user_chose(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A hand-written `ddpnet launch` in a `--signal=USR1@90` job: torchrun must pass SIGUSR1
     on to its ranks (they checkpoint) instead of dying of it; a user's own choice stays."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")  # the script must exist before anything starts
     plan = prepare(_opts(local=2, ifname="lo"), environ={})
     assert plan.env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
     mine = prepare(_opts(local=2, ifname="lo"),

@@ -16,6 +16,7 @@ from ddpnet.errors import ConfigError
 from ddpnet.launch.command import NNodes, Target
 
 if TYPE_CHECKING:
+    from ddpnet.config import DistConfig
     from ddpnet.launch.hostlaunch import SshLaunch
     from ddpnet.launch.ssh import HostfileOptions
 
@@ -185,6 +186,19 @@ def _refuse_batch_step(environ: Mapping[str, str], nn: NNodes | None) -> None:
             "(ddpnet sbatch renders this)")
 
 
+def _refuse_job_script(dist: DistConfig, nn: NNodes | None) -> None:
+    """The same in the job script of a multi-node PBS, Grid Engine or LSF job: the job's
+    view (``ddpnet env``) has the command that starts every node."""
+    job = dist.job_script
+    if job is None or job.nodes <= 1 or nn is not None:
+        return
+    raise ConfigError(
+        f"ddpnet launch runs in the job script of a {job.nodes}-node {job.scheduler} job "
+        f"{job.job_id}: only this node would train",
+        f"start torchrun on every node, e.g. {job.fan_out()} (ddpnet env shows each node's "
+        "command), or give --nnodes/--node-rank yourself")
+
+
 def _without_torch_vars(environ: Mapping[str, str]) -> Mapping[str, str]:
     """Inside a torchrun worker, ``launch`` starts a new job: ignore the worker's variables."""
     if "TORCHELASTIC_RUN_ID" not in environ:
@@ -208,6 +222,7 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     _refuse_batch_step(environ, nn)
     dist = resolve_config(_without_torch_vars(environ), _overrides(opts, nn),
                           port_range=read_port_range())
+    _refuse_job_script(dist, nn)
     nproc = parse_nproc(opts.nproc_per_node, environ, host.dev_entries())
     choice = iface.choose(dist, environ, opts.ifname)
     cfg = make_config(dist, target=target, nproc=nproc, nnodes=nn or NNodes(dist.num_nodes,
