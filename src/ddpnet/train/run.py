@@ -56,8 +56,9 @@ def run(options: TrainOptions) -> TrainResult:
         from ddpnet.local import check_world
 
         check_world(options.local)  # before torch is imported or anything spawns
+    # a path costs a stat; validate may import torch (seconds) to ask about CUDA
+    _checkpoint_dir_usable(options.config.checkpoint_dir)
     cfg = validate(options.config, cuda_available=_cuda_available)
-    _checkpoint_dir_usable(cfg.checkpoint_dir)
     if options.local is not None:
         return TrainResult(run_local(options.local, cfg, as_json=options.as_json))
     return run_rank(cfg, as_json=options.as_json)
