@@ -27,16 +27,14 @@ def shaping_text(shaping: Mapping[str, Any]) -> str:
 
 
 def nodes_table(status: Mapping[str, Any], out: Console) -> None:
-    from rich.table import Table
-
     from ddpnet.lab.faults import describe
+    from ddpnet.output import table as new_table
 
     second = status.get("second_net")
     nets = f"{status['subnet']}" + (f", second {second}" if second else "")
-    table = Table(title=f"lab {status['name']} ({nets})", header_style="bold")
-    for col in ("node", "hostname", "address", "ifname", *(("second",) if second else ()),
-                "shaping", "faults"):
-        table.add_column(col)
+    table = new_table(f"lab {status['name']} ({nets})",
+                      ("node", "hostname", "address", "ifname",
+                       *(("second",) if second else ()), "shaping", "faults"))
     for n in status["nodes"]:
         addrs = " ".join([n["address"], *n.get("extra_addresses", [])])
         faults = ", ".join(describe(f) for f in n["faults"]) or "-"
