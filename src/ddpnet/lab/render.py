@@ -8,12 +8,11 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ddpnet.lab.result import DownResult, FaultResult, StatusResult, UpResult
 from ddpnet.lab.topology import LabNode
 
-if TYPE_CHECKING:  # types only: ops imports this module to stream ``lab run``'s lines
+if TYPE_CHECKING:
     from rich.console import Console
-
-    from ddpnet.lab.ops import DownResult, FaultResult, StatusResult, UpResult
 
 
 def shaping_text(shaping: Mapping[str, Any]) -> str:
