@@ -19,7 +19,7 @@ def _doctor(summary: Any) -> str:
     if not isinstance(summary, dict):
         return ""
     failed = summary.get("failed") or []
-    return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
+    return "pass" if not failed else "fail: " + ", ".join(map(str, failed))
 
 
 def progress_line(message: str) -> None:
