@@ -176,6 +176,26 @@ def json_mode(on: bool) -> None:
     _json_mode = on
 
 
+#: the user of this process typed flags (the ``ddpnet`` CLI and the ranks it starts), not
+#: Python arguments (``ddpnet.init()`` in a script): hints name options as the user gave them
+_flags = False
+
+
+def speak_flags(on: bool = True) -> None:
+    """Hints in this process name command-line flags (:func:`argument`); the CLI says so."""
+    global _flags
+    _flags = on
+
+
+def argument(name: str, value: str | None = None) -> str:
+    """An option as the user gives it: ``--backend gloo`` to a CLI user, ``backend='gloo'``
+    to a Python caller of ``ddpnet.init()`` (:func:`speak_flags`)."""
+    if _flags:
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    return name if value is None else f"{name}={value!r}"
+
+
 def lend_stdout() -> None:
     """Under ``--json``, point fd 1 at stderr for the rest of the process: C libraries write
     there directly (NCCL with ``NCCL_DEBUG=INFO``, at init, at teardown, from its threads)

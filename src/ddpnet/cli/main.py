@@ -16,7 +16,7 @@ import click
 from ddpnet import __version__
 from ddpnet.errors import DdpnetError, Terminated, UsageError, from_os_error, raise_terminated
 from ddpnet.exitcodes import ExitCode
-from ddpnet.output import json_mode
+from ddpnet.output import json_mode, speak_flags
 
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, raise_terminated)
     json_mode(_json_requested(args))
+    speak_flags()  # hints name --flags, not Python arguments
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
     except _HANDLED as exc:
