@@ -157,3 +157,14 @@ def test_os_error_names_the_flag_the_path_came_from() -> None:
     assert isinstance(err, ConfigError)
     assert err.message == "--hostfile /nope: No such file or directory"
     assert "--hostfile" in err.hint
+
+
+def test_help_lists_every_exit_code_from_exitcodes(run_cli: RunCli) -> None:
+    """``ddpnet --help`` listed 0-3 only; it lists them all, from exitcodes.py."""
+    from ddpnet.exitcodes import MEANINGS
+
+    proc = run_cli("--help", env={"COLUMNS": "400"})
+    epilog = " ".join(proc.stdout.split("Exit codes:", 1)[1].split())
+    assert set(MEANINGS) == set(ExitCode)
+    for code in ExitCode:
+        assert f"{int(code)} {MEANINGS[code]}" in epilog, (code, epilog)
