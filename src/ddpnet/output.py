@@ -65,23 +65,45 @@ def fit_widths(ranges: Sequence[tuple[int, int]], available: int) -> list[int]:
 
 class Whole:
     """Text that stays on one line (a command, a path, an address): measured at its full
-    length, so a table column that holds it is never narrower; never wrapped, never cut."""
+    length, so a table column that holds it is never narrower; never wrapped, never cut.
+    ``markup``: the text is rich markup (``[green]pass[/]``), as table cells are."""
 
-    def __init__(self, text: str, style: str = "") -> None:
+    def __init__(self, text: str, style: str = "", markup: bool = False) -> None:
         self.text = text
         self.style = style
+        self.markup = markup
+
+    def _text(self) -> Any:
+        from rich.text import Text
+
+        text = Text.from_markup(self.text, style=self.style) if self.markup else Text(
+            self.text, style=self.style)
+        text.no_wrap, text.overflow = True, "ignore"
+        return text
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         from rich.cells import cell_len
         from rich.measure import Measurement
 
-        width = max((cell_len(line) for line in self.text.splitlines()), default=0)
+        width = max((cell_len(line) for line in self._text().plain.splitlines()), default=0)
         return Measurement(width, width)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Any]:
-        from rich.text import Text
+        yield self._text()
 
-        yield Text(self.text, style=self.style, no_wrap=True, overflow="ignore")
+
+#: a table cell this short is one value (``+0.002 s``, ``eth0 (auto)``): never split
+VALUE_MAX = 12
+
+
+def _value(cell: RenderableType | None) -> RenderableType | None:
+    """A short string cell as a :class:`Whole` (it is a value with its unit or source, not
+    prose to wrap); anything else as it is."""
+    if not isinstance(cell, str) or " " not in cell:
+        return cell
+    from rich.text import Text
+
+    return Whole(cell, markup=True) if len(Text.from_markup(cell).plain) <= VALUE_MAX else cell
 
 
 class WholeTable:
@@ -100,7 +122,7 @@ class WholeTable:
         self.table.add_column(header, **options)
 
     def add_row(self, *cells: RenderableType | None) -> None:
-        self.table.add_row(*cells)
+        self.table.add_row(*map(_value, cells))
 
     def add_section(self) -> None:
         self.table.add_section()
