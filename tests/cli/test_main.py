@@ -168,3 +168,23 @@ def test_help_lists_every_exit_code_from_exitcodes(run_cli: RunCli) -> None:
     assert set(MEANINGS) == set(ExitCode)
     for code in ExitCode:
         assert f"{int(code)} {MEANINGS[code]}" in epilog, (code, epilog)
+
+
+def test_no_help_word_is_longer_than_the_help_column() -> None:
+    """click breaks a word longer than its help column (``reduce_s`` / ``catter`` in
+    ``bench --help`` at 80 columns): a name in a help text must fit whole."""
+    import importlib
+
+    import click
+
+    from ddpnet.cli.main import COMMANDS
+
+    long = []
+    for name, (module, _) in COMMANDS.items():
+        cmd = importlib.import_module(module).command
+        subs = list(cmd.commands.values()) if isinstance(cmd, click.Group) else []
+        for c in (cmd, *subs):
+            for p in c.params:
+                long += [f"{name} {c.name} {p.name}: {w}" for w in
+                         (getattr(p, "help", None) or "").split() if len(w) > 30]
+    assert not long, long
