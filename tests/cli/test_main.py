@@ -188,3 +188,10 @@ def test_no_help_word_is_longer_than_the_help_column() -> None:
                 long += [f"{name} {c.name} {p.name}: {w}" for w in
                          (getattr(p, "help", None) or "").split() if len(w) > 30]
     assert not long, long
+
+
+def test_no_subcommand_help_is_cut_at_80_columns(run_cli: RunCli) -> None:
+    """``ddpnet lab --help`` listed ``Remove the lab: its namespaces, veths, ...``."""
+    proc = run_cli("lab", "--help", env={"COLUMNS": "80"})
+    commands = proc.stdout.split("Commands:", 1)[1]
+    assert "..." not in commands and "…" not in commands, commands
