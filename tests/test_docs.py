@@ -281,3 +281,11 @@ def test_pasted_help_names_the_flags_the_cli_has() -> None:
         live = subprocess.run([sys.executable, "-m", "ddpnet", *cmd.split(), "--help"],
                               capture_output=True, text=True, env=env, timeout=60, check=True)
         assert set(FLAG.findall(text)) == set(FLAG.findall(live.stdout)), cmd
+
+
+def test_exit_codes_page_lists_every_exit_code() -> None:
+    from ddpnet.exitcodes import ExitCode
+
+    page = (DOCS / "exit-codes.md").read_text()
+    missing = [int(c) for c in ExitCode if f"| `{int(c)}` |" not in page]
+    assert not missing, f"docs/exit-codes.md has no row for {missing}"

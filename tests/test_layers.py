@@ -103,3 +103,34 @@ def test_cli_only_parses() -> None:
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
         assert not calls & {"write_text", "write_bytes", "unlink", "mkdir"}, path.name
         assert len(path.read_text().splitlines()) <= 150, f"{path.name} is not thin"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _module_imports(path: Path, known: set[str]) -> set[str]:
+    """The ddpnet modules this file imports, at any depth and under TYPE_CHECKING too
+    (``from ddpnet.lab import state`` names the module ``ddpnet.lab.state``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return out & known
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """A cycle between two files, even one typed only under TYPE_CHECKING, means a shared
+    type wants its own module (``lab/result.py``, ``monitor/result.py``)."""
+    paths = {_module_name(p): p for p in _modules()}
+    known = set(paths)
+    graph = {name: _module_imports(path, known) - {name} for name, path in paths.items()}
+    pairs = sorted(f"{a} <-> {b}" for a, targets in graph.items() for b in targets
+                   if a < b and a in graph.get(b, set()))
+    assert not pairs, "\n".join(pairs)

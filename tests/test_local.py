@@ -41,6 +41,22 @@ def test_environ_drops_launcher_variables_and_sets_a_loopback_launch() -> None:
     assert local_environ({"OMP_NUM_THREADS": "7"}, 0, 2, 1)["OMP_NUM_THREADS"] == "7"
 
 
+def test_the_loopback_pin_is_reported_as_set_by_local() -> None:
+    """A --local rank's reports say ``--local`` set GLOO_SOCKET_IFNAME, not the user."""
+    from ddpnet.net.select import GLOO, SET_BY, select
+    from tests.net.fixtures import LO, cfg
+
+    env = local_environ({SET_BY: "GLOO_SOCKET_IFNAME=someone"}, 0, 2, 1)
+    one_host = cfg("127.0.0.1", rank=0, world=2, nodes=1)
+    gloo = select(one_host, (LO,), None, env).gloo
+    assert (gloo.value, gloo.source, gloo.reason) == ("lo", "--local", "set by --local")
+    unpinned = local_environ({SET_BY: "GLOO_SOCKET_IFNAME=--local"}, 0, 2, 1,
+                             pin_loopback=False)
+    assert SET_BY not in unpinned
+    mine = select(one_host, (LO,), None, {GLOO: "lo"}).gloo
+    assert (mine.source, mine.reason) == (GLOO, "set in the environment")
+
+
 @pytest.mark.parametrize("n", [0, -1, MAX_LOCAL_RANKS + 1, 100000])
 def test_check_world_refuses_before_spawning(n: int) -> None:
     with pytest.raises(ConfigError) as err:

@@ -3,6 +3,7 @@ NCCL_DEBUG=INFO) goes to stderr; the one JSON object stays alone on stdout (issu
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -93,3 +94,52 @@ def test_relay_line_prefixes_and_keeps_lines_whole() -> None:
     for line in out[:-1] + err:
         prefix, _, rest = line.partition("] ")
         assert prefix in ("[h0", "[h1", "[h2", "[h3") and rest.endswith("x" * 200), line
+
+
+def _rendered(renderable: object, width: int) -> str:
+    from ddpnet.output import console
+
+    buf = io.StringIO()
+    console(buf, width=width).print(renderable)
+    return buf.getvalue()
+
+
+def test_fit_widths_shrinks_the_widest_never_below_a_minimum() -> None:
+    from ddpnet.output import fit_widths
+
+    assert fit_widths([(5, 10), (3, 40)], 100) == [10, 40]  # fits: natural widths
+    assert fit_widths([(5, 10), (3, 40)], 30) == [10, 20]   # the widest gives way
+    assert fit_widths([(5, 10), (3, 40)], 12) == [6, 6]     # then both, evenly
+    assert fit_widths([(5, 10), (30, 40)], 12) == [5, 30]   # minimums hold: overflow
+
+
+def test_a_table_at_80_columns_cuts_no_value() -> None:
+    """Rich alone renders this table as ``127.0.…`` and ``2.13.…`` at 80 columns."""
+    from ddpnet.output import Whole, table
+
+    t = table("nodes", ("rank", "host", "address", "interface", "mtu", "torch", "python",
+                        "clock", "doctor", "command"))
+    t.add_row("0", "node-0.cluster.example.org", "198.18.0.1", "eth0 (GLOO_SOCKET_IFNAME)",
+              "9000", "2.13.0+cu128", "3.11.7", "+0.000 s", "pass",
+              Whole("sysctl -w net.core.rmem_max=16777216"))
+    for width in (80, 200):
+        text = _rendered(t, width)
+        assert "…" not in text
+        for value in ("node-0.cluster.example.org", "198.18.0.1", "(GLOO_SOCKET_IFNAME)",
+                      "2.13.0+cu128", "sysctl -w net.core.rmem_max=16777216",
+                      "+0.000 s"):  # a short cell is one value: never split
+            assert value in text, (width, value)
+    assert len(_rendered(t, 200).splitlines()[1]) < 200  # no wider than it needs
+
+
+def test_table_cells_wrap_between_words() -> None:
+    from ddpnet.output import table
+
+    prose = "hostname vm resolves only to loopback (127.0.0.1): a multi-node job would hang"
+    t = table(None, ("check", "summary"))
+    t.add_row("hostname", prose)
+    text = _rendered(t, 40)
+    assert max(len(line) for line in text.splitlines()) <= 40
+    words = " ".join(line.split("│")[2].strip() for line in text.splitlines()
+                     if line.count("│") == 3)
+    assert words.endswith(prose)

@@ -68,3 +68,25 @@ def test_gpu_index_is_the_local_rank_among_the_visible_gpus() -> None:
 
     assert [gpu_index(r, 2) for r in range(3)] == [0, 1, None]
     assert gpu_index(0, 0) is None and gpu_index(-1, 4) is None
+
+
+@pytest.mark.parametrize(("flags", "want"), [
+    (False, ["use backend='gloo' on CPU-only nodes", "use device='cpu'"]),
+    (True, ["use --backend gloo on CPU-only nodes", "use --device cpu"]),
+])
+def test_hints_speak_the_users_interface(flags: bool, want: list[str]) -> None:
+    """A Python caller of ddpnet.init() reads arguments, a CLI user flags (``ddpnet bench
+    --backend nccl`` on a CPU node was told ``backend='gloo'``)."""
+    from ddpnet import output
+
+    output.speak_flags(flags)
+    try:
+        hints = []
+        for backend, device in (("nccl", "auto"), ("auto", "cuda")):
+            with pytest.raises(ConfigError) as err:
+                pick_backend(backend, 0, False, device)
+            hints.append(err.value.hint)
+    finally:
+        output.speak_flags(False)
+    assert [h.startswith(w) for h, w in zip(hints, want, strict=True)] == [True, True], hints
+    assert ("'" in " ".join(hints)) is not flags  # no Python quoting in a flag's hint

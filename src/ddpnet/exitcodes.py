@@ -1,8 +1,11 @@
-"""Named exit codes shared by every command (documented in the README)."""
+"""Named exit codes shared by every command (docs/exit-codes.md), and their one-line
+meanings: ``ddpnet --help`` lists them from here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
 
 
 class ExitCode(IntEnum):
@@ -23,3 +26,21 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
     #: stopped by SIGTERM (a scheduler, kill): 128 + 15
     TERMINATED = 143
+
+
+#: what ``ddpnet --help`` says of each code (docs/exit-codes.md has the examples)
+MEANINGS: Mapping[ExitCode, str] = MappingProxyType({
+    ExitCode.OK: "ok",
+    ExitCode.CHECK_FAILED: "a check failed",
+    ExitCode.USAGE: "bad input or configuration",
+    ExitCode.MISSING_REQUIREMENT: "a requirement is missing (root, a system tool)",
+    ExitCode.WATCHDOG: "the watch named a hang",
+    ExitCode.PREEMPTED: "preempted, checkpoint saved",
+    ExitCode.INTERRUPTED: "Ctrl-C",
+    ExitCode.TERMINATED: "SIGTERM",
+})
+
+
+def summary() -> str:
+    """``0 ok, 1 a check failed, ...``: every code, in order (pure)."""
+    return ", ".join(f"{int(code)} {MEANINGS[code]}" for code in ExitCode)

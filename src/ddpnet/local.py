@@ -23,6 +23,7 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.net.ports import free_port
+from ddpnet.net.select import SET_BY
 from ddpnet.output import relay_line
 
 #: more ranks than this on one machine is a typo, not a job (each rank is a Python process
@@ -62,8 +63,9 @@ def local_environ(base: Mapping[str, str], rank: int, world: int, port: int, *,
     env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                 "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port), "NODE_RANK": "0", "NNODES": "1"})
+    env.pop(SET_BY, None)
     if pin_loopback:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+        env.update({"GLOO_SOCKET_IFNAME": "lo", SET_BY: "GLOO_SOCKET_IFNAME=--local"})
     env.setdefault("OMP_NUM_THREADS", str(max(1, (cpus or _cpus()) // world)))
     return env
 

@@ -1,5 +1,6 @@
 """The one printer. ``--json`` prints exactly one JSON object on stdout; human output goes
-through rich; errors are one line plus a hint on stderr.
+through rich, whole at any width and on any stream (:func:`table`, :class:`Whole`); errors are
+one line plus a hint on stderr.
 
 Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_dict()``;
 ``cli/`` hands it to :func:`finish` with the command's human renderer."""
@@ -13,26 +14,153 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from ddpnet.errors import DdpnetError
 
 if TYPE_CHECKING:  # rich is imported on first use: error paths and --help do not need it
+    from rich.console import Console, ConsoleOptions, RenderableType
+    from rich.measure import Measurement
+    from rich.table import Table
+
+
+def console(file: TextIO | None = None, width: int | None = None) -> Console:
+    """Human output on stdout (plain when piped), or on ``file`` at ``width`` columns (tests).
+    Lines are never wrapped or cut by us (``soft_wrap``): a long line stays one line in a file
+    and the terminal folds it on screen; tables wrap their cells between words (:func:`table`)."""
     from rich.console import Console
 
-
-def console() -> Console:
-    """Human output on stdout (plain when piped)."""
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
+    return Console(file=file, width=width, highlight=False, soft_wrap=True)
 
 
 def err_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+#: measuring width: wide enough that no cell is measured against the screen
+_UNBOUNDED = 1 << 20
+
+
+def fit_widths(ranges: Sequence[tuple[int, int]], available: int) -> list[int]:
+    """Column widths (``(minimum, maximum)`` each, as rich measures) that fit in
+    ``available`` columns where they can: the widest columns give way first, none below its
+    minimum (its longest word; all of a :class:`Whole`), so no word is ever cut. A table whose
+    minimums exceed ``available`` comes out wider than it: it overflows, it is never cut."""
+    widths = [high for _, high in ranges]
+    excess = sum(widths) - available
+    while excess > 0:
+        give = [i for i, w in enumerate(widths) if w > ranges[i][0]]
+        if not give:
+            break
+        widest = max(widths[i] for i in give)
+        for i in give:
+            if widths[i] == widest and excess > 0:
+                widths[i] -= 1
+                excess -= 1
+    return widths
+
+
+class Whole:
+    """Text that stays on one line (a command, a path, an address): measured at its full
+    length, so a table column that holds it is never narrower; never wrapped, never cut.
+    ``markup``: the text is rich markup (``[green]pass[/]``), as table cells are."""
+
+    def __init__(self, text: str, style: str = "", markup: bool = False) -> None:
+        self.text = text
+        self.style = style
+        self.markup = markup
+
+    def _text(self) -> Any:
+        from rich.text import Text
+
+        text = Text.from_markup(self.text, style=self.style) if self.markup else Text(
+            self.text, style=self.style)
+        text.no_wrap, text.overflow = True, "ignore"
+        return text
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.cells import cell_len
+        from rich.measure import Measurement
+
+        width = max((cell_len(line) for line in self._text().plain.splitlines()), default=0)
+        return Measurement(width, width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Any]:
+        yield self._text()
+
+
+#: a table cell this short is one value (``+0.002 s``, ``eth0 (auto)``): never split
+VALUE_MAX = 12
+
+
+def _value(cell: RenderableType | None) -> RenderableType | None:
+    """A short string cell as a :class:`Whole` (it is a value with its unit or source, not
+    prose to wrap); anything else as it is."""
+    if not isinstance(cell, str) or " " not in cell:
+        return cell
+    from rich.text import Text
+
+    return Whole(cell, markup=True) if len(Text.from_markup(cell).plain) <= VALUE_MAX else cell
+
+
+class WholeTable:
+    """A rich table that is whole at any width: its cells wrap between words, never inside
+    one; where even that does not fit, it is wider than the screen (see :func:`fit_widths`).
+    Rich alone shrinks the widest column below its longest word and cuts it with an ellipsis
+    (``127.0.…``, ``2.13.…``): in a file or a pipe it lays out for 80 columns."""
+
+    def __init__(self, title: str | None = None, **options: Any) -> None:
+        from rich.table import Table
+
+        options.setdefault("header_style", "bold")
+        self.table: Table = Table(title=title, **options)
+
+    def add_column(self, header: str = "", **options: Any) -> None:
+        self.table.add_column(header, **options)
+
+    def add_row(self, *cells: RenderableType | None) -> None:
+        self.table.add_row(*map(_value, cells))
+
+    def add_section(self) -> None:
+        self.table.add_section()
+
+    def _widths(self, console: Console, options: ConsoleOptions) -> tuple[list[int], int]:
+        """Each column's width (with padding) for ``options.max_width``, and the borders'."""
+        table = self.table
+        for column in table.columns:
+            column.width = None
+        table.width = None
+        wide = options.update_width(_UNBOUNDED)
+        ranges = [table._measure_column(console, wide, column) for column in table.columns]
+        extra = table._extra_width
+        return fit_widths([(r.minimum, r.maximum) for r in ranges],
+                          options.max_width - extra), extra
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Any]:
+        widths, extra = self._widths(console, options)
+        table = self.table
+        for index, (column, width) in enumerate(zip(table.columns, widths, strict=True)):
+            column.width = max(1, width - table._get_padding_width(index))
+        table.width = sum(widths) + extra  # rich lays out at this width, whatever the screen's
+        yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        from rich.measure import Measurement
+
+        widths, extra = self._widths(console, options)
+        return Measurement(sum(widths) + extra, sum(widths) + extra)
+
+
+def table(title: str | None = None, columns: Sequence[str] = (), **options: Any) -> WholeTable:
+    """The table every human renderer uses (see :class:`WholeTable`); ``columns`` are headers
+    added with rich's defaults (``add_column`` for others)."""
+    out = WholeTable(title, **options)
+    for header in columns:
+        out.add_column(header)
+    return out
 
 
 def strict(obj: Any, path: str = "$", notes: list[str] | None = None) -> Any:
@@ -68,6 +196,26 @@ def json_mode(on: bool) -> None:
     """Tell the printer this process prints ``--json``: :func:`lend_stdout` acts only then."""
     global _json_mode
     _json_mode = on
+
+
+#: the user of this process typed flags (the ``ddpnet`` CLI and the ranks it starts), not
+#: Python arguments (``ddpnet.init()`` in a script): hints name options as the user gave them
+_flags = False
+
+
+def speak_flags(on: bool = True) -> None:
+    """Hints in this process name command-line flags (:func:`argument`); the CLI says so."""
+    global _flags
+    _flags = on
+
+
+def argument(name: str, value: str | None = None) -> str:
+    """An option as the user gives it: ``--backend gloo`` to a CLI user, ``backend='gloo'``
+    to a Python caller of ``ddpnet.init()`` (:func:`speak_flags`)."""
+    if _flags:
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    return name if value is None else f"{name}={value!r}"
 
 
 def lend_stdout() -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
-from ddpnet.output import lend_stdout
+from ddpnet.output import argument, lend_stdout
 
 if TYPE_CHECKING:
     from ddpnet.watch.session import WatchConfig
@@ -87,10 +87,12 @@ def check_requested(backend: str, device: str = "auto") -> None:
     """ConfigError unless ``backend`` and ``device`` are names we know (pure, no torch)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}",
-                          "use backend='auto' (nccl with GPUs, else gloo), 'nccl' or 'gloo'")
+                          f"use {argument('backend', 'auto')} (nccl with GPUs, else gloo), "
+                          f"{argument('backend', 'nccl')} or {argument('backend', 'gloo')}")
     if device not in DEVICES:
         raise ConfigError(f"device {device!r} is not one of {', '.join(DEVICES)}",
-                          "use device='auto' (cuda with GPUs, else cpu), 'cuda' or 'cpu'")
+                          f"use {argument('device', 'auto')} (cuda with GPUs, else cpu), "
+                          f"{argument('device', 'cuda')} or {argument('device', 'cpu')}")
 
 
 def check_possible_here(backend: str = "auto", device: str = "auto") -> None:
@@ -130,18 +132,20 @@ def _check_possible(backend: str, device: str, cuda_devices: int,
                     nccl_available: bool) -> None:
     if device == "cuda" and cuda_devices == 0:
         raise ConfigError("device 'cuda' requested but torch sees no CUDA device on this node",
-                          "use the cpu device (--device cpu), or check `nvidia-smi`, "
+                          f"use {argument('device', 'cpu')}, or check `nvidia-smi`, "
                           "CUDA_VISIBLE_DEVICES and that torch is a CUDA build")
     if backend != "nccl":
         return
     if cuda_devices == 0 or not nccl_available:
         why = "no CUDA device is visible" if cuda_devices == 0 else "torch has no NCCL"
         raise ConfigError(f"backend 'nccl' requested but {why}",
-                          "use backend='gloo' on CPU-only nodes, or install a CUDA build of "
+                          f"use {argument('backend', 'gloo')} on CPU-only nodes, or install a "
+                          "CUDA build of "
                           "torch and check `nvidia-smi` / CUDA_VISIBLE_DEVICES")
     if device == "cpu":
         raise ConfigError("backend 'nccl' with device 'cpu': NCCL only moves CUDA tensors",
-                          "use backend 'gloo' for cpu tensors, or device 'cuda'")
+                          f"use {argument('backend', 'gloo')} for cpu tensors, or "
+                          f"{argument('device', 'cuda')}")
 
 
 def _pick_device(backend: str, device: str, cuda_devices: int,

@@ -157,3 +157,19 @@ def test_a_plateau_without_a_burst_names_no_peak() -> None:
                       _rows({1 << 20: 0.5, 2 << 20: 0.97, 4 << 20: 1.0}, 1.0))
     [line] = res.verdicts()
     assert "at the plateau" in line and "peak" not in line
+
+
+def test_a_share_of_loopback_is_not_presented_as_a_links() -> None:
+    """Two ranks of one host reach 207% of loopback's stream: the verdict and the table say
+    loopback, not "the link", on the line itself."""
+    link = LinkRate(1.0, "iperf3", None, "lo", (PairRate(0, 1, 1.0),),
+                    "loopback: all ranks on one host", loopback=True)
+    res = BenchResult("gloo", 2, "cpu", link, _rows({2 << 20: 2.07}, 1.0))
+    [line] = res.verdicts()
+    assert line.startswith("all_reduce reaches 207% of loopback (ranks of one host: memory "
+                           "copies, not a network) at the plateau")
+    assert "of the link" not in line
+    header = table_text(res).splitlines()[3]
+    assert header.endswith("of loopback") and "of link" not in header
+    assert res.to_dict()["link"]["loopback"] is True
+    assert table_text(sample()).splitlines()[3].endswith("of link")

@@ -148,3 +148,19 @@ def test_ctrl_c_or_sigterm_stops_local_workers_promptly(signame: str, code: int)
     assert "Traceback" not in err
     _, alive = psutil.wait_procs(workers, timeout=1)
     assert alive == [], alive
+
+
+def test_local_fails_on_the_shells_interface_variable_as_doctor_does(run_cli: RunCli) -> None:
+    """``--local`` runs its ranks on lo in place of the shell's GLOO_SOCKET_IFNAME, but a
+    value doctor fails in that shell fails the check too, in the doctor's words and fix."""
+    env = {"GLOO_SOCKET_IFNAME": "nosuch9"}
+    doctor = json.loads(run_cli("doctor", "--json", env=env, timeout=60).stdout)
+    ifname = next(c for c in doctor["checks"] if c["id"] == "environment.ifname")
+    assert doctor["verdict"] == "fail" and ifname["status"] == "fail"
+    proc = run_cli("check", "--local", "2", "--no-matrix", "--json", env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["verdict"] == "fail" and data["stages"]["facts"] == "fail"
+    cause = data["root_cause"]
+    assert cause["id"] == "doctor-failed" and ifname["summary"] in cause["detail"]
+    assert cause["fix"] == ifname["fix"]

@@ -84,3 +84,18 @@ def test_gloos_network_finding_is_the_checks_own_interface_mismatch() -> None:
     other = Cause("ifname-mismatch", "d", "f", ranks=(2,), data={"var": NCCL})
     assert prefer_bindings([mine], [same, count, other]) == [mine, count, other]
     assert prefer_bindings([], [same]) == [same]
+
+
+def test_the_shells_variable_fails_as_the_doctor_fails_it() -> None:
+    from ddpnet.check.ifvars import shell_cause
+    from ddpnet.doctor.base import Host, Inputs, SelectedInterface
+    from ddpnet.doctor.environment import IfnameVars
+
+    lo = Interface("lo", True, (Address("127.0.0.1", 8, 4),), 65536, None, "loopback")
+    inputs = Inputs(interfaces=(lo,), selected=SelectedInterface("lo"))
+    bad = IfnameVars().run(Host(environ={"GLOO_SOCKET_IFNAME": "eth9"}), inputs)
+    cause = shell_cause(bad, "vm")
+    assert cause is not None and cause.severity == "fail" and cause.hosts == ("vm",)
+    assert bad.summary in cause.detail and cause.fix == bad.fix
+    assert shell_cause(IfnameVars().run(Host(environ={"GLOO_SOCKET_IFNAME": "lo"}), inputs),
+                       "vm") is None

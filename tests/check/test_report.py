@@ -167,3 +167,31 @@ def test_the_networks_compared_are_in_the_json_and_the_html() -> None:
     assert "<table id='networks'>" in page and "10.1.0.0/24" in page and "31.5" in page
     assert "id='networks'" not in render_html(CheckReport(world_size=2, master="x:1",
                                                           causes=()))
+
+
+def _local_report() -> CheckReport:
+    """Two ranks of one host (--local) and one on another: the HTML of ``check --local``."""
+    addresses = ("198.18.0.1", "198.18.0.1", "198.18.0.2")
+    return CheckReport(
+        world_size=3, master="127.0.0.1:29500", causes=(),
+        nodes=tuple({"rank": i, "host": "vm", "address": addresses[i], "interface": "lo",
+                     "clock_offset_s": 0.002,
+                     "interface_why": {"source": "--local", "reason": "set by --local"}}
+                    for i in range(3)),
+        bandwidth_gbps=((None, 2.0, 9.0), (21.0, None, 9.5), (9.2, 9.1, None)))
+
+
+def test_html_shows_same_host_links_neutral_not_slow() -> None:
+    page = render_html(_local_report())
+    same = "style='background:#eaeef2;color:#1b1f24' title='0->1: 2.000 Gb/s, same host"
+    assert same in page and "1->0: 21.000 Gb/s, same host (loopback): not judged" in page
+    # the links that cross a NIC are judged against their own median, not loopback's
+    assert "title='0->2: 9.000 Gb/s'" in page and "rgb(45,164,78)" in page
+    assert "grey: ranks of one host" in page
+
+
+def test_html_labels_and_sources_read_as_words() -> None:
+    page = render_html(_local_report())
+    assert "<th>clock offset (s)</th>" in page and "clock_offset_s</th>" not in page
+    assert "<td class='l'>set by --local</td>" in page
+    assert "set by GLOO_SOCKET_IFNAME" not in page

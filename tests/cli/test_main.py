@@ -157,3 +157,41 @@ def test_os_error_names_the_flag_the_path_came_from() -> None:
     assert isinstance(err, ConfigError)
     assert err.message == "--hostfile /nope: No such file or directory"
     assert "--hostfile" in err.hint
+
+
+def test_help_lists_every_exit_code_from_exitcodes(run_cli: RunCli) -> None:
+    """``ddpnet --help`` listed 0-3 only; it lists them all, from exitcodes.py."""
+    from ddpnet.exitcodes import MEANINGS
+
+    proc = run_cli("--help", env={"COLUMNS": "400"})
+    epilog = " ".join(proc.stdout.split("Exit codes:", 1)[1].split())
+    assert set(MEANINGS) == set(ExitCode)
+    for code in ExitCode:
+        assert f"{int(code)} {MEANINGS[code]}" in epilog, (code, epilog)
+
+
+def test_no_help_word_is_longer_than_the_help_column() -> None:
+    """click breaks a word longer than its help column (``reduce_s`` / ``catter`` in
+    ``bench --help`` at 80 columns): a name in a help text must fit whole."""
+    import importlib
+
+    import click
+
+    from ddpnet.cli.main import COMMANDS
+
+    long = []
+    for name, (module, _) in COMMANDS.items():
+        cmd = importlib.import_module(module).command
+        subs = list(cmd.commands.values()) if isinstance(cmd, click.Group) else []
+        for c in (cmd, *subs):
+            for p in c.params:
+                long += [f"{name} {c.name} {p.name}: {w}" for w in
+                         (getattr(p, "help", None) or "").split() if len(w) > 30]
+    assert not long, long
+
+
+def test_no_subcommand_help_is_cut_at_80_columns(run_cli: RunCli) -> None:
+    """``ddpnet lab --help`` listed ``Remove the lab: its namespaces, veths, ...``."""
+    proc = run_cli("lab", "--help", env={"COLUMNS": "80"})
+    commands = proc.stdout.split("Commands:", 1)[1]
+    assert "..." not in commands and "…" not in commands, commands

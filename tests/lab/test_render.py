@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ddpnet.lab.ops import FaultResult, UpResult
 from ddpnet.lab.render import PrefixedLines, nodes_table, render_fault, render_up, shaping_text
+from ddpnet.lab.result import FaultResult, UpResult
 from ddpnet.lab.topology import LabNode
 
 STATUS: dict[str, Any] = {

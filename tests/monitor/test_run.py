@@ -12,7 +12,8 @@ from rich.console import Console
 from ddpnet.errors import ConfigError
 from ddpnet.monitor.rates import compute
 from ddpnet.monitor.render import render, sample_line
-from ddpnet.monitor.run import MonitorOptions, MonitorResult
+from ddpnet.monitor.result import MonitorResult
+from ddpnet.monitor.run import MonitorOptions
 from tests.monitor.fixtures import counters, snap
 
 SAMPLE = compute(snap(0.0, counters(0, 0)), snap(1.0, counters(125_000_000, 250_000_000)),

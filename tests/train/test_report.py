@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ddpnet.train.report import report
-from ddpnet.train.run import TrainResult
+from ddpnet.train.result import TrainResult
 from ddpnet.train.summary import Summary
 from tests.conftest import clean_environ
 

@@ -16,11 +16,12 @@ def main(argv: list[str]) -> int:
     from ddpnet.bench.command import run
     from ddpnet.bench.options import BenchOptions
     from ddpnet.bench.render import report
-    from ddpnet.output import guarded, json_mode
+    from ddpnet.output import guarded, json_mode, speak_flags
 
     def body() -> int:
         options = BenchOptions.from_json(argv[0])
         json_mode(options.as_json)
+        speak_flags()  # started by the CLI: its user typed flags
         return report(run(options), options.as_json)
 
     return guarded(body)

@@ -96,12 +96,12 @@ def nominal_gbps(interface: Interface | None) -> float | None:
 
 
 def summarize(method: str, pairs: Sequence[PairRate], nominal: float | None,
-              interface: str | None, note: str) -> LinkRate:
+              interface: str | None, note: str, loopback: bool = False) -> LinkRate:
     rates = [p.gbps for p in pairs if p.gbps is not None]
     if not rates and pairs:
         note = "; ".join(filter(None, [note, "no pair could be measured: " + pairs[0].error]))
     return LinkRate(min(rates) if rates else None, method, nominal, interface, tuple(pairs),
-                    note)
+                    note, loopback)
 
 
 # ---------------------------------------------------------------- edges
@@ -250,9 +250,14 @@ def tcp_source(src: str, dst: str, port: int, seconds: float) -> None:
         s.recv(1)  # the sink closes once it has read everything
 
 
+def on_loopback(endpoints: Sequence[Endpoint], address: str) -> bool:
+    """Every rank is on this one host, talking over loopback."""
+    return len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1"))
+
+
 def loopback_note(note: str, endpoints: Sequence[Endpoint], address: str) -> str:
     """Say so when every rank is on this one host talking over loopback."""
-    if len({e.address for e in endpoints}) == 1 and address.startswith(("127.", "::1")):
+    if on_loopback(endpoints, address):
         return "; ".join(filter(None, [note, "loopback: all ranks on one host, so this "
                                        "measures memory copies, not a network"]))
     return note
@@ -294,7 +299,8 @@ def measure_link(
     note = loopback_note(note, endpoints, me.address)
     streams = Streams(method, seconds, me, {ep.rank: ep for ep in endpoints}, allgather)
     mine = streams.run(pairs)
-    return summarize(method, merge_pairs(pairs, allgather(mine)), nominal, me.interface, note)
+    return summarize(method, merge_pairs(pairs, allgather(mine)), nominal, me.interface, note,
+                     on_loopback(endpoints, me.address))
 
 
 class Streams:

@@ -55,14 +55,15 @@ def table_text(result: BenchResult) -> str:
     """A plain fixed-width table (like nccl-tests: greppable, never truncated), a blank line
     between collectives, then the link line, skips and verdicts."""
     cells = table_rows(result)
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(HEADER)]
+    header = (*HEADER[:-1], f"of {result.link.name}")  # of loopback: not a NIC's share
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(header)]
 
     def line(row: tuple[str, ...] | list[str]) -> str:
         return "  ".join(v.ljust(w) if i in (0, 3, 4, 5) else v.rjust(w)
                          for i, (v, w) in enumerate(zip(row, widths, strict=True))).rstrip()
 
     out = [f"# ddpnet bench: {result.backend}, {result.world_size} ranks, {result.device}",
-           "# " + link_line(result), "", line(HEADER)]
+           "# " + link_line(result), "", line(header)]
     previous = None
     for row in cells:
         if previous is not None and row[0] != previous:

@@ -35,6 +35,13 @@ class LinkRate:
     interface: str | None = None
     pairs: tuple[PairRate, ...] = ()
     note: str = ""
+    #: every rank on one host over loopback: the "link" is memory copies, not a NIC
+    loopback: bool = False
+
+    @property
+    def name(self) -> str:
+        """What a busbw is a share of: ``link``, or ``loopback`` (no network in between)."""
+        return "loopback" if self.loopback else "link"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +52,7 @@ class LinkRate:
             "pairs": [{"src": p.src, "dst": p.dst, "gbps": p.gbps, "error": p.error or None}
                       for p in self.pairs],
             "note": self.note or None,
+            "loopback": self.loopback,
         }
 
 
@@ -152,12 +160,16 @@ def _sizes(sizes: tuple[int, ...]) -> str:
     return _size(sizes[0]) if len(sizes) == 1 else f"{_size(sizes[0])}-{_size(sizes[-1])}"
 
 
-def verdict_line(name: str, plat: Plateau, peak: BenchRow, link_gbps: float | None) -> str:
+def verdict_line(name: str, plat: Plateau, peak: BenchRow, link_gbps: float | None,
+                 loopback: bool = False) -> str:
     """``all_reduce reaches 100% of the link at the plateau (...)`` (pure); the peak is
-    named too where a smaller size went more than 10% faster."""
+    named too where a smaller size went more than 10% faster. On ``loopback`` the share is
+    of loopback's rate and says so: no NIC is in between, so it says nothing of a network."""
     where = f"median busbw at {_sizes(plat.sizes)}"
     if plat.link_efficiency is not None and link_gbps:
-        line = (f"{name} reaches {plat.link_efficiency:.0%} of the link at the plateau "
+        of = ("loopback (ranks of one host: memory copies, not a network)" if loopback
+              else "the link")
+        line = (f"{name} reaches {plat.link_efficiency:.0%} of {of} at the plateau "
                 f"({plat.busbw_gbps:.3f} of {link_gbps:.3f} Gb/s, {where})")
     else:  # no verdict without a link: the peak, and the plateau beside it
         return (f"{name} peaks at {peak.busbw_gbps:.3f} Gb/s busbw (at {_size(peak.bytes)}), "
@@ -211,7 +223,7 @@ class BenchResult:
             return ["one rank: nothing crosses a link, so busbw says nothing about the "
                     "network; run on 2 or more ranks (--local N, or one per node)"]
         peaks = self.peak()
-        return [verdict_line(name, plat, peaks[name], self.link.gbps)
+        return [verdict_line(name, plat, peaks[name], self.link.gbps, self.link.loopback)
                 for name, plat in self.plateaus().items()]
 
     def to_dict(self) -> dict[str, Any]:

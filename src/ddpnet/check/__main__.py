@@ -17,12 +17,13 @@ def main(argv: list[str]) -> int:
     from ddpnet.check.render_text import render_result
     from ddpnet.check.run import exit_fast, run
     from ddpnet.check.torchimport import own_process
-    from ddpnet.output import finish, guarded, json_mode
+    from ddpnet.output import finish, guarded, json_mode, speak_flags
 
     own_process()
 
     human = argv[1:] == ["--human"]
     json_mode(not human)  # a worker's stdout is its JSON line for the parent
+    speak_flags()  # started by the CLI: its user typed flags
     return guarded(lambda: exit_fast(finish(run(CheckOptions.from_json(argv[0])),
                                             as_json=not human, human=render_result)))
 

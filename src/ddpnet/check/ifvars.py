@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from ddpnet.check.causes import Cause
 from ddpnet.check.compare import NodeFacts
+from ddpnet.doctor.base import CheckResult as DoctorResult
 from ddpnet.net.picks import GLOO, NCCL, Pick, is_loopback_pick
 
 _LIB = {GLOO: "gloo", NCCL: "NCCL", "TP_SOCKET_IFNAME": "TensorPipe"}
@@ -150,4 +151,21 @@ def _gloo_devices(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="list the same number of interfaces in GLOO_SOCKET_IFNAME on every node: "
             + "; ".join(_fix(n, GLOO, cluster_subnet(nodes)) for n in odd),
         data={"var": GLOO, "devices": True},
+    )
+
+
+def shell_cause(doctor: DoctorResult, host: str) -> Cause | None:
+    """``--local N`` runs its ranks on loopback in place of the shell's GLOO/NCCL/
+    TP_SOCKET_IFNAME, yet every job started from that shell reads them: a value the doctor's
+    ``environment.ifname`` fails (``GLOO_SOCKET_IFNAME=eth9`` on a host without eth9) fails
+    the check too, in the doctor's words and with its fix (pure). One fact, one verdict:
+    ``ddpnet doctor`` in the same shell says the same."""
+    if doctor.status != "fail":
+        return None
+    return Cause(
+        id="doctor-failed", stage="facts", hosts=(host,), ranks=(0,),
+        detail=f"this shell's {doctor.summary} (the doctor's {doctor.id}; "
+               "--local ran its ranks on lo in its place, but a job started from this shell "
+               "reads it)",
+        fix=doctor.fix,
     )

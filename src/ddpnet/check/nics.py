@@ -146,6 +146,10 @@ def _nccl_auto(nodes: Sequence[NodeFacts]) -> Cause | None:
 
 
 def node_why(facts: Mapping[str, Any]) -> str:
-    """``eth0 (auto: routes to MASTER_ADDR ...)`` for the node table (pure)."""
+    """``auto: routes to MASTER_ADDR ...``, or ``set by --local`` where the reason names its
+    source already, for the node table (pure)."""
     why = facts.get("interface_why") or {}
-    return f"{why.get('source', '?')}: {why.get('reason', '')}" if why else ""
+    if not why:
+        return ""
+    source, reason = str(why.get("source", "?")), str(why.get("reason", ""))
+    return reason if source in reason else f"{source}: {reason}"

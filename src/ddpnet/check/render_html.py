@@ -66,9 +66,42 @@ def _mesh_table(matrix: Sequence[Sequence[str]]) -> str:
     return "".join(rows) + "</table>"
 
 
-def _bw_table(matrix: Sequence[Sequence[float | None]]) -> str:
+#: a same-host link: measured, shown, not judged (loopback measures CPUs, not a network)
+_SAME_HOST = "#eaeef2"
+
+
+def same_host_links(report: CheckReport) -> set[tuple[int, int]]:
+    """The links between ranks of one host, as the bandwidth stage leaves them unjudged
+    (``tournament.cross_nic``): the heatmap shows them neutral, not slow."""
+    from ddpnet.check.tournament import same_host
+
+    address = {n.get("rank"): str(n.get("address") or "") for n in report.nodes}
+    n = len(report.bandwidth_gbps)
+    return {(i, j) for i in range(n) for j in range(n)
+            if i != j and i in address and j in address and same_host(address[i], address[j])}
+
+
+def _bw_cell(v: float | None, i: int, j: int, median: float, same: set[tuple[int, int]]) -> str:
+    if v is None:
+        return f"<td style='background:{_SAME_HOST}'>" + ("-" if i == j else "?") + "</td>"
+    if (i, j) in same:
+        return (f"<td style='background:{_SAME_HOST};color:#1b1f24' title='{i}->{j}: "
+                f"{v:.3f} Gb/s, same host (loopback): not judged'>{v:.2f}</td>")
+    return (f"<td style='background:{_heat(v, median)};color:#fff' "
+            f"title='{i}->{j}: {v:.3f} Gb/s'>{v:.2f}</td>")
+
+
+def _judged_median(matrix: Sequence[Sequence[float | None]],
+                   same: set[tuple[int, int]]) -> tuple[list[float], float]:
+    """Every measured value, and the median of the links that cross a NIC (1.0 if none)."""
     vals = [v for row in matrix for v in row if v is not None]
-    median = statistics.median(vals) if vals else 1.0
+    judged = [v for i, row in enumerate(matrix) for j, v in enumerate(row)
+              if v is not None and (i, j) not in same]
+    return vals, statistics.median(judged) if judged else 1.0
+
+
+def _bw_table(matrix: Sequence[Sequence[float | None]], same: set[tuple[int, int]]) -> str:
+    vals, median = _judged_median(matrix, same)
     n = len(matrix)
     if n > HEATMAP_MAX:
         return (f"<p id='bandwidth'>{len(vals)} links, median {median:.2f} Gb/s; the chart "
@@ -76,27 +109,25 @@ def _bw_table(matrix: Sequence[Sequence[float | None]]) -> str:
     rows = ["<table class='hm' id='bandwidth'><tr><th>from \\ to</th>"
             + "".join(f"<th>{j}</th>" for j in range(n)) + "</tr>"]
     for i, row in enumerate(matrix):
-        cells = []
-        for j, v in enumerate(row):
-            if v is None:
-                cells.append("<td style='background:#eaeef2'>" + ("-" if i == j else "?")
-                             + "</td>")
-            else:
-                cells.append(f"<td style='background:{_heat(v, median)};color:#fff' "
-                             f"title='{i}->{j}: {v:.3f} Gb/s'>{v:.2f}</td>")
-        rows.append(f"<tr><th>{i}</th>{''.join(cells)}</tr>")
-    return "".join(rows) + "</table>"
+        cells = "".join(_bw_cell(v, i, j, median, same) for j, v in enumerate(row))
+        rows.append(f"<tr><th>{i}</th>{cells}</tr>")
+    note = ("<p class='muted'>grey: ranks of one host, over loopback (CPU contention, not the "
+            "network): not judged</p>" if same & {(i, j) for i, row in enumerate(matrix)
+                                                  for j, v in enumerate(row) if v is not None}
+            else "")
+    return "".join(rows) + "</table>" + note
 
 
-def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
-    """Horizontal bars, one per link, sorted slowest first (inline SVG)."""
+def _bw_chart(matrix: Sequence[Sequence[float | None]], same: set[tuple[int, int]]) -> str:
+    """Horizontal bars, one per link, sorted slowest first (inline SVG); same-host links
+    neutral."""
     links = sorted(((float(v), i, j) for i, row in enumerate(matrix) for j, v in enumerate(row)
                     if v is not None), key=lambda t: t[0])
     if not links:
         return "<p class='muted'>no bandwidth measured</p>"
     shown = links[:64]
     hi = max(v for v, _, _ in links) or 1.0
-    median = statistics.median(v for v, _, _ in links)
+    _, median = _judged_median(matrix, same)
     bar_h, left, width = 16, 70, 520
     height = bar_h * len(shown) + 30
     parts = [f"<svg id='bandwidth-chart' xmlns='http://www.w3.org/2000/svg' "
@@ -108,8 +139,9 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
         parts.append(f"<text x='{left - 6}' y='{y + 12}' font-size='11' text-anchor='end'>"
                      f"{i}&#8594;{j}</text>")
         parts.append(f"<rect x='{left}' y='{y}' width='{w:.1f}' height='{bar_h - 3}' "
-                     f"fill='{_heat(v, median)}'><title>{i}->{j} {v:.3f} Gb/s"
-                     "</title></rect>")
+                     f"fill='{_SAME_HOST if (i, j) in same else _heat(v, median)}'><title>"
+                     f"{i}->{j} {v:.3f} Gb/s" + (" (same host)" if (i, j) in same else "")
+                     + "</title></rect>")
         parts.append(f"<text x='{left + w + 4:.1f}' y='{y + 12}' font-size='11'>{v:.2f} Gb/s"
                      "</text>")
     axis_y = bar_h * len(shown) + 20
@@ -122,7 +154,7 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
 def _cell(value: Any) -> Any:
     if isinstance(value, dict) and "verdict" in value:  # the doctor's summary
         failed = value.get("failed") or []
-        return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
+        return "pass" if not failed else "fail: " + ", ".join(map(str, failed))
     return f"{value:+.3f}" if isinstance(value, float) else value
 
 
@@ -173,13 +205,17 @@ def _causes_html(report: CheckReport) -> list[str]:
     return out
 
 
+#: the node table's headers where a fact's key is not a label
+_LABELS = {"clock_offset_s": "clock offset (s)"}
+
+
 def _nodes_html(report: CheckReport) -> list[str]:
     from ddpnet.check.nics import node_why
 
     cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
             "cuda", "clock_offset_s", "doctor", "why this interface")
-    out = ["<h2>Nodes</h2><table id='nodes'><tr>" + "".join(f"<th>{c}</th>" for c in cols)
-           + "</tr>"]
+    out = ["<h2>Nodes</h2><table id='nodes'><tr>"
+           + "".join(f"<th>{_LABELS.get(c, c)}</th>" for c in cols) + "</tr>"]
     for n in report.nodes:
         out.append("<tr>" + "".join(
             f"<td class='l'>{_e(node_why(n) if c == cols[-1] else _cell(n.get(c)))}</td>"
@@ -194,9 +230,10 @@ def _tables_html(report: CheckReport) -> list[str]:
         out.append("<h2>Reachability (row connects to column)</h2>"
                    + _mesh_table(report.reachability))
     if report.bandwidth_gbps:
+        same = same_host_links(report)
         out.append("<h2>Bandwidth, Gb/s (row sends to column)</h2>"
-                   + _bw_table(report.bandwidth_gbps))
-        out.append("<h2>Per-link bandwidth</h2>" + _bw_chart(report.bandwidth_gbps))
+                   + _bw_table(report.bandwidth_gbps, same))
+        out.append("<h2>Per-link bandwidth</h2>" + _bw_chart(report.bandwidth_gbps, same))
     if report.networks:
         out.append(_networks_html(report.networks))
     if report.allreduce:

@@ -19,7 +19,7 @@ def _doctor(summary: Any) -> str:
     if not isinstance(summary, dict):
         return ""
     failed = summary.get("failed") or []
-    return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
+    return "pass" if not failed else "fail: " + ", ".join(map(str, failed))
 
 
 def progress_line(message: str) -> None:
@@ -108,11 +108,11 @@ def _stages(report: CheckReport, console: Any) -> None:
 
 
 def _nodes(report: CheckReport, console: Any) -> None:
-    from rich.table import Table
+    from ddpnet.output import table as new_table
 
     if not report.nodes:
         return
-    table = Table(title="nodes", header_style="bold")
+    table = new_table("nodes")
     for col in ("rank", "host", "address", "interface", "mtu", "torch", "python",
                 "clock", "doctor"):
         table.add_column(col)
@@ -138,7 +138,7 @@ def _too_big(report: CheckReport) -> bool:
 
 
 def _reachability(report: CheckReport, console: Any) -> None:
-    from rich.table import Table
+    from ddpnet.output import table as new_table
 
     if _too_big(report):
         size = report.world_size
@@ -146,7 +146,7 @@ def _reachability(report: CheckReport, console: Any) -> None:
         console.print(f"reachability: {size * (size - 1) - bad} of {size * (size - 1)} links ok "
                       f"(matrices above {TABLE_MAX} ranks: --json or --report)")
     elif report.reachability:
-        table = Table(title="reachability (row connects to column)", header_style="bold")
+        table = new_table("reachability (row connects to column)")
         table.add_column("from\\to")
         for j in range(len(report.reachability)):
             table.add_column(str(j))
@@ -163,12 +163,12 @@ def _bandwidth_cell(v: float | None, i: int, j: int, slow: set[tuple[int, int]])
 
 
 def _bandwidth(report: CheckReport, console: Any) -> None:
-    from rich.table import Table
+    from ddpnet.output import table as new_table
 
     bw = report.bandwidth_gbps
     if not bw or len(bw) > TABLE_MAX:
         return
-    table = Table(title="bandwidth Gb/s (row sends to column)", header_style="bold")
+    table = new_table("bandwidth Gb/s (row sends to column)")
     table.add_column("from\\to")
     for j in range(len(bw)):
         table.add_column(str(j), justify="right")

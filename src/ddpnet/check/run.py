@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.check import mesh
+from ddpnet.check.causes import Cause
 from ddpnet.check.context import Progress, RankContext, RankOutcome
 from ddpnet.check.coordinator import coordinate
 from ddpnet.check.options import CheckOptions
@@ -84,6 +85,7 @@ def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
     from ddpnet.local import LocalRanks
 
     assert options.local is not None
+    shell = _shell_cause(environ)
     with _terminated_raises(), LocalRanks(worker_argv(options), options.local, first=1,
                                           capture=True, environ=environ) as ranks:
         result = run_rank(options, ranks.environ(0), tools, progress)
@@ -93,7 +95,27 @@ def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
     if done.signals:  # forwarded to the workers while they finished: leave the same way
         signum = done.signals[-1]
         raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+    report = result.report
+    if shell is not None and report is not None and result.outcome is not None:
+        stages = {**report.stages, **({"facts": "fail"} if "facts" in report.stages else {})}
+        outcome = replace(result.outcome, report=replace(
+            report, causes=(*report.causes, shell), stages=stages))
+        result = replace(result, outcome=outcome)
     return replace(result, workers=tuple(WorkerLine.of(e) for e in done.exits))
+
+
+def _shell_cause(environ: Mapping[str, str]) -> Cause | None:
+    """The doctor's ``environment.ifname`` on the shell's own interface variables, which
+    ``--local`` replaces with lo for its ranks (edge: lists this host's interfaces)."""
+    from ddpnet.check.ifvars import shell_cause
+    from ddpnet.doctor.base import Host, Inputs, SelectedInterface
+    from ddpnet.doctor.environment import IfnameVars
+    from ddpnet.net.interfaces import list_interfaces
+
+    if not any(environ.get(var) for var in VARIABLES):
+        return None
+    inputs = Inputs(interfaces=list_interfaces(), selected=SelectedInterface("lo"))
+    return shell_cause(IfnameVars().run(Host(environ=environ), inputs), socket.gethostname())
 
 
 @contextlib.contextmanager

@@ -18,8 +18,8 @@ from ddpnet.process_group import BACKENDS
 
 @click.command("bench")
 @click.option("--collectives", default="all", show_default=True,
-              help="Comma list of all_reduce,all_gather,reduce_scatter,broadcast,reduce,"
-                   "all_to_all,send_recv (or all).")
+              help="Comma list of all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
+                   "all_to_all, send_recv (or all).")
 @click.option("-b", "--min-bytes", default="1K", show_default=True, help="Smallest size.")
 @click.option("-e", "--max-bytes", default="256M", show_default=True, help="Largest size.")
 @click.option("-f", "--factor", default=2, show_default=True, type=int,

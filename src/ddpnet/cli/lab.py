@@ -65,7 +65,8 @@ def up_cmd(name: str, nodes: int, as_json: bool, port_forward: tuple[str, ...],
     return finish(ops.up(options), as_json, render.render_up)
 
 
-@command.command("run", context_settings={"ignore_unknown_options": True})
+@command.command("run", context_settings={"ignore_unknown_options": True},
+                 short_help="Run CMD in every node at once, lines prefixed by node.")
 @_NAME
 @click.option("--nodes", "nodes", default="all", show_default=True,
               help="Nodes to run on: all, or a list such as 0,2-3.")
@@ -87,7 +88,7 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
     return finish(ops.run(options), False)
 
 
-@command.command("fault")
+@command.command("fault", short_help="Inject a fault on a node, or clear faults.")
 @_NAME
 @click.argument("kind", metavar="KIND")
 @click.option("--node", "node", required=True, help="Node index (clear also takes 'all').")
@@ -129,7 +130,7 @@ def status_cmd(name: str, as_json: bool) -> int:
     return finish(ops.status(name), as_json, render.render_status)
 
 
-@command.command("down")
+@command.command("down", short_help="Remove the lab and everything it made.")
 @_NAME
 def down_cmd(name: str) -> int:
     """Remove the lab: its namespaces, veths, /etc/netns files, processes (also half-built)."""

@@ -13,10 +13,10 @@ from typing import cast
 
 import click
 
-from ddpnet import __version__
+from ddpnet import __version__, exitcodes
 from ddpnet.errors import DdpnetError, Terminated, UsageError, from_os_error, raise_terminated
 from ddpnet.exitcodes import ExitCode
-from ddpnet.output import json_mode
+from ddpnet.output import json_mode, speak_flags
 
 #: name -> (module, one-line help shown by ``ddpnet --help`` without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -58,8 +58,8 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog="Exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, "
-    "3 a requirement is missing (root, a system tool).",
+    epilog=f"Exit codes: {exitcodes.summary()}; launch and exec pass the job's own code "
+    "through (docs/exit-codes.md).",
 )
 @click.option("--debug", is_flag=True, envvar="DDPNET_DEBUG",
               help="Show tracebacks for errors (also DDPNET_DEBUG=1).")
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, raise_terminated)
     json_mode(_json_requested(args))
+    speak_flags()  # hints name --flags, not Python arguments
     try:
         code = cli.main(args=args, prog_name="ddpnet", standalone_mode=False)
     except _HANDLED as exc:

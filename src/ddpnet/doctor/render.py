@@ -1,4 +1,7 @@
-"""The human ``ddpnet doctor`` table (pure: a report and a console in, nothing read)."""
+"""The human ``ddpnet doctor`` table (pure: a report and a console in, nothing read).
+
+Statuses read as in the JSON (pass, warn, fail, skip); fixes follow the table, one line each,
+so a command is never wrapped inside a table cell and can be pasted as printed."""
 
 from __future__ import annotations
 
@@ -10,41 +13,37 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
-_MARK = {"pass": "ok", "warn": "warn", "fail": "FAIL", "skip": "skip"}
 
 
 def render(report: DoctorReport, out: Console, verbose: bool = False) -> None:
-    """A table grouped by family; the fix under every warn/fail row; one verdict line."""
+    """A table grouped by family, then the fix of every warn/fail row, then the verdict."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from ddpnet.output import table
 
     host = report.facts.get("hostname", "")
-    table = Table(title=f"ddpnet doctor — {host}", show_header=True, header_style="bold",
-                  expand=False)
-    for col in ("family", "check", "status"):
-        table.add_column(col)
-    table.add_column("summary", overflow="fold")
+    rows = table(f"ddpnet doctor — {host}", ("family", "check", "status", "summary"))
     family = None
     for r in report.checks:
         if r.family != family and family is not None:
-            table.add_section()
+            rows.add_section()
         shown_family = r.family if r.family != family else ""
         family = r.family
         style = _STYLE[r.status]
-        table.add_row(shown_family, r.id.split(".", 1)[1], f"[{style}]{_MARK[r.status]}[/]",
-                      escape(r.summary))
-        if r.status in ("warn", "fail") or verbose:
-            if r.detail and (verbose or r.status == "fail"):
-                table.add_row("", "", "", f"[dim]{escape(r.detail)}[/]")
-            if r.fix:
-                table.add_row("", "", "", f"[cyan]fix:[/] {escape(r.fix)}")
-    out.print(table)
+        rows.add_row(shown_family, r.id.split(".", 1)[1], f"[{style}]{r.status}[/]",
+                     escape(r.summary))
+        if r.detail and (verbose or r.status == "fail"):
+            rows.add_row("", "", "", f"[dim]{escape(r.detail)}[/]")
+    out.print(rows)
+    for r in report.checks:
+        if r.fix and (r.status in ("warn", "fail") or verbose):
+            out.print(f"[cyan]fix[/] for {r.id}: {escape(r.fix)}")
     out.print(verdict_line(report))
 
 
 def verdict_line(report: DoctorReport) -> str:
-    """``verdict: fail (12 ok, 1 FAIL...)`` with the counts per status and the time taken."""
-    counts = {s: sum(1 for r in report.checks if r.status == s) for s in _MARK}
+    """``verdict: fail (12 pass, 1 fail...)`` with the counts per status and the time taken."""
+    counts = {s: sum(1 for r in report.checks if r.status == s) for s in _STYLE}
     tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     style = _STYLE[report.verdict]
     return f"[{style}]verdict: {report.verdict}[/] ({tally}) in {report.elapsed_s:.2f} s"

@@ -70,13 +70,11 @@ def render_config(cfg: DistConfig, out: Console) -> None:
         render_job_script(cfg, cfg.job_script, out)
         return
     from rich.markup import escape
-    from rich.table import Table
 
     from ddpnet.env.hostlist import compress
+    from ddpnet.output import table as new_table
 
-    table = Table(title="ddpnet env", show_header=True, header_style="bold")
-    table.add_column("setting")
-    table.add_column("value")
+    table = new_table("ddpnet env", ("setting", "value"))
     table.add_column("source", style="dim")
     shown = cfg.to_dict()
     for key in SOURCED_KEYS:

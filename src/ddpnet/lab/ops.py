@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.lab.lab import Lab
+from ddpnet.lab.result import DownResult, FaultResult, RunResult, StatusResult, UpResult
 from ddpnet.lab.topology import validate_name
 
 
@@ -47,20 +48,6 @@ class UpOptions:
     second_ifname: str = "eth1"
     second_rate: str | None = None
     second_first: str | None = None
-
-
-@dataclass(frozen=True)
-class UpResult:
-    """The lab's status, whether this call built it, and how long that took."""
-
-    status: Mapping[str, Any]
-    created: bool
-    seconds: float
-    slurm: str | None = None
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.status, "created": self.created, "seconds": round(self.seconds, 3)}
 
 
 def up(options: UpOptions) -> UpResult:
@@ -155,23 +142,6 @@ class RunOptions:
                               "e.g. --master-port 29500")
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """Each node's exit status (128+N for a signal N); the command's is the worst."""
-
-    name: str
-    codes: Mapping[str, int] = field(default_factory=dict)
-    timed_out: tuple[str, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        return max(self.codes.values(), default=0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "exit_codes": dict(self.codes),
-                "timed_out": list(self.timed_out)}
-
-
 def run(options: RunOptions) -> RunResult:
     """Run the command in every chosen node at once, its lines prefixed with the node as
     they come; then a line per node that failed or was killed at the timeout."""
@@ -199,25 +169,6 @@ class FaultOptions:
     kind: str
     node: str
     params: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class FaultResult:
-    """A fault injected on a node (its record and the node's faults), or faults cleared
-    (``node`` is None for all nodes)."""
-
-    name: str
-    node: int | None
-    node_name: str | None
-    fault: Mapping[str, Any] | None = None
-    faults: tuple[Mapping[str, Any], ...] = ()
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.fault is None:
-            return {"name": self.name, "cleared": "all" if self.node is None else self.node}
-        return {"name": self.name, "node": self.node, "fault": dict(self.fault),
-                "faults": [dict(f) for f in self.faults]}
 
 
 def fault(options: FaultOptions) -> FaultResult:
@@ -250,28 +201,8 @@ def node_index(text: str) -> int:
                           "for example --node 1 (clear also takes --node all)") from None
 
 
-@dataclass(frozen=True)
-class StatusResult:
-    """``lab status``: the lab's nodes, addresses, shaping and faults."""
-
-    status: Mapping[str, Any]
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.status)
-
-
 def status(name: str) -> StatusResult:
     return StatusResult(attach(name).status())
-
-
-@dataclass(frozen=True)
-class DownResult:
-    name: str
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "down": True}
 
 
 def down(name: str) -> DownResult:

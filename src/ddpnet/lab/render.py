@@ -8,12 +8,11 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ddpnet.lab.result import DownResult, FaultResult, StatusResult, UpResult
 from ddpnet.lab.topology import LabNode
 
-if TYPE_CHECKING:  # types only: ops imports this module to stream ``lab run``'s lines
+if TYPE_CHECKING:
     from rich.console import Console
-
-    from ddpnet.lab.ops import DownResult, FaultResult, StatusResult, UpResult
 
 
 def shaping_text(shaping: Mapping[str, Any]) -> str:
@@ -27,16 +26,14 @@ def shaping_text(shaping: Mapping[str, Any]) -> str:
 
 
 def nodes_table(status: Mapping[str, Any], out: Console) -> None:
-    from rich.table import Table
-
     from ddpnet.lab.faults import describe
+    from ddpnet.output import table as new_table
 
     second = status.get("second_net")
     nets = f"{status['subnet']}" + (f", second {second}" if second else "")
-    table = Table(title=f"lab {status['name']} ({nets})", header_style="bold")
-    for col in ("node", "hostname", "address", "ifname", *(("second",) if second else ()),
-                "shaping", "faults"):
-        table.add_column(col)
+    table = new_table(f"lab {status['name']} ({nets})",
+                      ("node", "hostname", "address", "ifname",
+                       *(("second",) if second else ()), "shaping", "faults"))
     for n in status["nodes"]:
         addrs = " ".join([n["address"], *n.get("extra_addresses", [])])
         faults = ", ".join(describe(f) for f in n["faults"]) or "-"

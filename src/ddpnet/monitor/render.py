@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.live import Live
 
     from ddpnet.monitor.rates import Sample
-    from ddpnet.monitor.run import MonitorResult
+    from ddpnet.monitor.result import MonitorResult
 
 
 def sample_line(sample: Sample) -> str:

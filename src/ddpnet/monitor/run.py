@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpnet.errors import ConfigError
+from ddpnet.monitor.result import MonitorResult
 
 if TYPE_CHECKING:
     from ddpnet.monitor.rates import Sample
@@ -45,31 +46,6 @@ class MonitorOptions:
         if self.as_json and not self.once and self.duration is None:
             raise ConfigError("--json needs --once or --duration (it prints one object at the "
                               "end)", "use: ddpnet monitor --once --json")
-
-
-@dataclass(frozen=True)
-class MonitorResult:
-    """The samples taken, the interfaces shown and why, whether GPUs were sampled."""
-
-    samples: tuple[Sample, ...]
-    names: tuple[str, ...]
-    source: str
-    reason: str
-    gpu: bool
-    once: bool
-    exit_code: int = 0
-
-    @property
-    def title(self) -> str:
-        return f"ddpnet monitor ({self.reason})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """``--once``: the sample itself plus ``selection``; else every sample."""
-        meta = {"iface": {"names": list(self.names), "source": self.source,
-                          "reason": self.reason}, "gpu": self.gpu}
-        if self.once and self.samples:
-            return {**self.samples[0].to_dict(), "selection": meta}
-        return {"selection": meta, "samples": [s.to_dict() for s in self.samples]}
 
 
 def run(options: MonitorOptions) -> MonitorResult:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from rich.console import Group
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ddpnet.monitor.rates import Sample
+from ddpnet.output import WholeTable, table
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -45,7 +45,7 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def render(sample: Sample, history: History, title: str = "ddpnet monitor",
            live: bool = True) -> Group:
     """One frame of the live view."""
-    nets = Table(title=title, expand=False, header_style="bold")
+    nets = table(title)
     for col in ("iface", "rx Gb/s", "tx Gb/s", "% link", "link Gb/s", "rx pkt/s", "tx pkt/s",
                 "errors", "drops", "history"):
         nets.add_column(col, justify="left" if col in ("iface", "history") else "right")
@@ -55,7 +55,7 @@ def render(sample: Sample, history: History, title: str = "ddpnet monitor",
                      _fmt(i.link_gbps, ".0f"), f"{i.rx_pps:.0f}", f"{i.tx_pps:.0f}",
                      str(i.errors), str(i.drops),
                      sparkline(history.rates.get(i.name, ()), history.width))
-    parts: list[Table | Text] = [nets]
+    parts: list[RenderableType] = [nets]
     tcp = Text(f"TCP retransmits: {sample.retrans_per_s:.1f}/s "
                f"({100 * sample.retrans_ratio:.2f}% of segments sent)")
     if sample.retrans_ratio > 0.01:
@@ -70,9 +70,9 @@ def render(sample: Sample, history: History, title: str = "ddpnet monitor",
     return Group(*parts)
 
 
-def _peers(sample: Sample) -> Table:
+def _peers(sample: Sample) -> WholeTable:
     """The ten busiest remote addresses."""
-    peers = Table(title="peers", header_style="bold")
+    peers = table("peers")
     for col in ("address", "rx Gb/s", "tx Gb/s", "conns"):
         peers.add_column(col, justify="left" if col == "address" else "right")
     for p in sample.peers[:10]:
@@ -80,8 +80,8 @@ def _peers(sample: Sample) -> Table:
     return peers
 
 
-def _gpus(sample: Sample) -> Table:
-    gpus = Table(title="GPUs", header_style="bold")
+def _gpus(sample: Sample) -> WholeTable:
+    gpus = table("GPUs")
     for col in ("gpu", "name", "util %", "mem GiB", "power W", "PCIe tx MB/s",
                 "PCIe rx MB/s"):
         gpus.add_column(col)

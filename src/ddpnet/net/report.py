@@ -61,12 +61,10 @@ def render(report: EnvReport, out: Console) -> None:
 
 def render_selection(sel: Selection, out: Console) -> None:
     """The interface choice per variable, with source and reason; problems with their fix."""
-    from rich.table import Table
+    from ddpnet.output import table as new_table
 
     where = f"{sel.interface} ({sel.address})" if sel.address else str(sel.interface)
-    table = Table(title=f"network: {where}", show_header=True, header_style="bold")
-    table.add_column("variable")
-    table.add_column("value")
+    table = new_table(f"network: {where}", ("variable", "value"))
     table.add_column("source", style="dim")
     table.add_column("reason")
     for var, choice in sel.choices().items():

@@ -40,11 +40,27 @@ VARIABLES = (GLOO, NCCL, TP)
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+#: who set an interface variable in the user's place, ``GLOO_SOCKET_IFNAME=--local`` (comma
+#: separated): ``--local`` pins its ranks to loopback, and their reports say so, not that the
+#: user exported it
+SET_BY = "DDPNET_SET_BY"
+
+
+def set_by(environ: Mapping[str, str], var: str) -> str:
+    """The source of ``var`` in ``environ``: who :data:`SET_BY` names, else ``var`` itself."""
+    for item in environ.get(SET_BY, "").split(","):
+        name, _, who = item.partition("=")
+        if name.strip() == var and who.strip():
+            return who.strip()
+    return var
+
+
 @dataclass(frozen=True)
 class Choice:
-    """One variable's value, where it came from (``auto``, the variable's name, an argument,
-    ``unset``) and why. A non-empty ``cause`` means the value cannot work (a
-    :class:`RendezvousError` cause) and ``hint`` says how to fix it."""
+    """One variable's value, where it came from (``auto``, the variable's name, who set it in
+    its place per :data:`SET_BY` such as ``--local``, an argument, ``unset``) and why. A
+    non-empty ``cause`` means the value cannot work (a :class:`RendezvousError` cause) and
+    ``hint`` says how to fix it."""
 
     value: str | None
     source: str
@@ -297,7 +313,7 @@ def _check_plain(var: str, value: str, source: str, by_name: Mapping[str, Interf
                                            single_host, fix)
     if problem is not None:
         return problem
-    reason = f"set by {source}"
+    reason = f"set by {source}" if source != var else "set in the environment"
     if auto.iface is not None and not auto.cause and auto.iface.name not in names:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
     return Choice(value, source, reason)
@@ -347,7 +363,8 @@ def _check_nccl(value: str, source: str, by_name: Mapping[str, Interface],
         return Choice(value, source, f"{NCCL}={value!r}: NCCL binds the first match in the "
                       f"kernel's interface order, {first.iface} ({first.address}): loopback in "
                       f"a multi-node job", "hostname-loopback", fix + also)
-    reason = f"set by {source}; matches {', '.join(i.name for i in usable)}"
+    reason = (f"set by {source}" if source != NCCL else "set in the environment") + \
+        f"; matches {', '.join(i.name for i in usable)}"
     if auto.iface is not None and not auto.cause and auto.iface not in usable:
         reason += f" (note: MASTER_ADDR routes through {auto.iface.name})"
     return Choice(value, source, reason)
@@ -389,7 +406,7 @@ def select(cfg: DistConfig, interfaces: Sequence[Interface], route: Route | None
 
     def pick(var: str) -> Choice:
         given, source = (ifname, "argument ifname") if ifname else (environ.get(var, ""),
-                                                                      var)
+                                                                      set_by(environ, var))
         if (var == GLOO and len(given.strip()) > 1) or (var != GLOO and given.strip()):
             # torch ignores GLOO_SOCKET_IFNAME of 0 or 1 characters
             if var == NCCL:
