@@ -106,6 +106,17 @@ class Cause:
         if self.confidence not in CONFIDENCES:
             raise ValueError(f"confidence {self.confidence!r} is not one of {CONFIDENCES}")
 
+    def shown_evidence(self) -> tuple[tuple[str, str], ...]:
+        """(label, text) rows the text and HTML renderers both show under the fix: what the
+        verdict rests on, what was excluded, how sure it is and how to see it (pure)."""
+        rows = [("evidence", e) for e in self.evidence]
+        rows += [("ruled out", r) for r in self.ruled_out]
+        if rows:  # a bare default confidence says nothing
+            rows.append(("confidence", self.confidence))
+        if self.see_for_yourself:
+            rows.append(("see it yourself", self.see_for_yourself))
+        return tuple(rows)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

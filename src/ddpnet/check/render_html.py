@@ -121,8 +121,9 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]]) -> str:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, dict) and "verdict" in value:  # the doctor's summary
-        failed = value.get("failed") or []
-        return "ok" if not failed else "fail: " + ", ".join(map(str, failed))
+        from ddpnet.check.render_text import doctor_cell
+
+        return doctor_cell(value)
     return f"{value:+.3f}" if isinstance(value, float) else value
 
 
@@ -134,7 +135,18 @@ def _cause(c: Any, cls: str) -> str:
         where.append("ranks: " + ", ".join(str(r) for r in c.ranks))
     return (f"<div class='{cls} {c.severity}'><b class='{c.severity}'>{_e(c.id)}</b> "
             f"<span class='muted'>[{_e(c.stage)}] {' · '.join(where)}</span><br>"
-            f"{_e(c.detail)}<br><b>fix:</b> <code>{_e(c.fix)}</code></div>")
+            f"{_e(c.detail)}<br><b>fix:</b> <code>{_e(c.fix)}</code>{_evidence(c)}</div>")
+
+
+def _evidence(c: Any) -> str:
+    """The cause's evidence rows as a list (the same rows the text renderer shows)."""
+    rows = c.shown_evidence()
+    if not rows:
+        return ""
+    return "<ul class='ev'>" + "".join(
+        f"<li><span class='muted'>{_e(label)}:</span> "
+        + (f"<code>{_e(text)}</code>" if label == "see it yourself" else _e(text)) + "</li>"
+        for label, text in rows) + "</ul>"
 
 
 def render_html(report: CheckReport) -> str:
