@@ -126,5 +126,12 @@ def compare_hostname_addresses(nodes: Sequence[NodeFacts]) -> list[Cause]:
                           f"{g.node.host}`), or export GLOO_SOCKET_IFNAME="
                           f"{g.node.facts.get('interface')}" for g in group)
                 + " (ddpnet.init() pins it)",
+            evidence=tuple(f"on {g.node.label}: {g.node.host} resolves to "
+                           + ", ".join(map(str, g.node.facts.get("hostname_addresses") or ()))
+                           + f"; plain gloo binds {g.address}; this check bound "
+                           f"{g.node.facts.get('interface')} {g.node.facts.get('address')}"
+                           for g in group),
+            ruled_out=("this check's own group: it pinned the interface, so it worked",),
+            see_for_yourself="getent ahosts $(hostname); ip -br addr",
         ))
     return causes

@@ -118,6 +118,11 @@ def _judge(key: tuple[str, int], items: list[tuple[NodeFacts, Pick]],
                   f"is reached on ({ref}); {lib} traffic takes another network"),
         fix="; ".join(_fix(n, var, target) for n, _ in shown),
         data={"var": var},
+        evidence=tuple(f"rank {n.rank} on {n.label}: {var}={p.value} picks {p.iface} "
+                       f"{p.address} ({p.why})" for n, p in items),
+        ruled_out=(f"what this check itself bound: {lib} reads {var} its own way, "
+                   "judged here as the library reads it",),
+        see_for_yourself="ddpnet env  # network.variables, on each named host",
     )
 
 
@@ -150,4 +155,7 @@ def _gloo_devices(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="list the same number of interfaces in GLOO_SOCKET_IFNAME on every node: "
             + "; ".join(_fix(n, GLOO, cluster_subnet(nodes)) for n in odd),
         data={"var": GLOO, "devices": True},
+        evidence=tuple(f"rank {n.rank} on {n.label}: {count[n.rank]} gloo device(s) "
+                       f"(GLOO_SOCKET_IFNAME={values[n.rank]})" for n in nodes),
+        see_for_yourself="echo $GLOO_SOCKET_IFNAME  # on each node",
     )
