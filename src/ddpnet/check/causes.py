@@ -133,6 +133,27 @@ class Cause:
         }
 
 
+#: what a user runs, on the rank's own host, to see a failure to reach rank 0 for themselves
+SEE_JOIN: dict[str, str] = {
+    "master-unresolvable": "getent ahosts $MASTER_ADDR",
+    "master-loopback": "getent ahosts $MASTER_ADDR; echo $WORLD_SIZE $LOCAL_WORLD_SIZE",
+    "master-address-local": "ip -br addr | grep -w $MASTER_ADDR",
+    "master-no-route": "ip route get $MASTER_ADDR; ip neigh show $MASTER_ADDR",
+    "master-port-filtered": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
+    "master-port-refused": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
+    "master-port-foreign": "ss -ltnp sport = :$MASTER_PORT  # on rank 0's host",
+    "port-in-use": "ss -ltnp sport = :$MASTER_PORT",
+}
+
+
+def join_cause(cause: str, message: str, hint: str, host: str, rank: int,
+               detail: str = "") -> Cause:
+    """A rank's own failure to join (a ``RendezvousError``) as a cause with its evidence."""
+    return Cause(cause, message, hint, hosts=(host,), ranks=(rank,), stage="rendezvous",
+                 evidence=(f"rank {rank} on {host}: {detail or message}",),
+                 see_for_yourself=SEE_JOIN.get(cause, "ddpnet doctor"))
+
+
 def _order(cause: Cause) -> tuple[int, int]:
     rank = CAUSE_ORDER.index(cause.id) if cause.id in CAUSE_ORDER else len(CAUSE_ORDER)
     return (0 if cause.severity == "fail" else 1, rank)
