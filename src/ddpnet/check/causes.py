@@ -154,6 +154,17 @@ def join_cause(cause: str, message: str, hint: str, host: str, rank: int,
                  see_for_yourself=SEE_JOIN.get(cause, "ddpnet doctor"))
 
 
+#: what the user's own job would hit where the hostname decides gloo's address: a plain
+#: ``init_process_group("gloo")`` binds what the hostname resolves to (torch.distributed.rpc's
+#: TensorPipe too); NCCL picks its own interface
+PLAIN_JOB_BREAKS = ("breaks gloo in a plain init_process_group job, e.g. torchrun without "
+                    "GLOO_SOCKET_IFNAME, and TensorPipe's rpc; NCCL picks its interface "
+                    "itself")
+#: a warning: ddpnet.init()/launch and a pinned GLOO_SOCKET_IFNAME avoid it (check's own run
+#: pins it too); a variable the job itself sets that breaks is a failure (``ifname-*``)
+PLAIN_JOB_SEVERITY = "warn"
+
+
 def _order(cause: Cause) -> tuple[int, int]:
     rank = CAUSE_ORDER.index(cause.id) if cause.id in CAUSE_ORDER else len(CAUSE_ORDER)
     return (0 if cause.severity == "fail" else 1, rank)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpnet.check.causes import Cause, host_label
+from ddpnet.check.causes import PLAIN_JOB_BREAKS, PLAIN_JOB_SEVERITY, Cause, host_label
 from ddpnet.net.names import is_loopback
 
 #: a clock further off than this breaks timeouts, logs and NCCL's watchdog reasoning
@@ -257,12 +257,13 @@ def _loopback_hostname(nodes: Sequence[NodeFacts]) -> Cause | None:
     return Cause(
         id="hostname-loopback",
         stage="facts",
-        severity="warn",
+        severity=PLAIN_JOB_SEVERITY,
         hosts=tuple(n.label for n in named),
         ranks=tuple(n.rank for n in named),
         detail="hostname resolves to a loopback address on "
                + ", ".join(n.label for n in named)
-               + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers",
+               + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers, which "
+               f"hang connecting to themselves ({PLAIN_JOB_BREAKS})",
         fix="edit /etc/hosts so the hostname maps to the cluster address, or keep "
             "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME pinned (ddpnet.init() does)",
         evidence=tuple(f"on {n.label}: {n.host} resolves to "

@@ -1,0 +1,74 @@
+"""What the user's own job would do (issue 29): on a real lab, a mismatch that breaks a plain
+``init_process_group`` is first shown to break it, then named by ``check`` on the right node
+with a fix that is shown to work, though check's own pinned run passes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ddpnet.lab import Lab
+from ddpnet.lab.lab import NodeResult
+from tests.check.labcheck import RankRun, run_check
+from tests.lab_util import fresh_lab, requires_netns
+
+pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
+
+FAST = ["--join-timeout", "10", "--timeout", "20", "--no-matrix"]
+
+#: the user's script: plain torch, no ddpnet; prints ok or the error's first line
+PLAIN = """
+import datetime, sys, torch, torch.distributed as dist
+try:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
+    t = torch.ones(1); dist.all_reduce(t); print("ok", int(t.item()))
+except Exception as exc:
+    print("FAILED", str(exc).splitlines()[0]); sys.exit(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with fresh_lab("pln", nodes=3) as lab:
+        for node in range(3):  # dual-stack: every node has both families
+            lab.add_address(node, f"2001:2::{node + 1}/64")
+        yield lab
+
+
+def _diag(runs: dict[int, RankRun]) -> str:
+    return "\n".join(f"--- node {i} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+                     for i, r in runs.items())
+
+
+def _plain(lab: Lab, env: dict[str, str] | None = None) -> list[NodeResult]:
+    return lab.run([sys.executable, "-c", PLAIN], timeout=45,
+                   env={"PYTHONWARNINGS": "ignore", **(env or {})})
+
+
+def test_hostname_on_ipv6_only_on_one_dual_stack_node_is_named_for_it(clean: Lab) -> None:
+    host1 = clean.nodes[1].hostname
+    clean.fault("hosts-entry", 1, host=host1, address="2001:2::2")
+    # plain torch first: gloo binds IPv6 on node 1, IPv4 elsewhere, and refuses to pair them
+    broken = _plain(clean)
+    assert all(r.returncode == 1 for r in broken), [(r.stdout, r.stderr[-500:]) for r in broken]
+    assert any("ss1.ss_family == ss2.ss_family" in r.stdout for r in broken), broken
+    runs = run_check(clean, FAST, timeout=60)
+    report = runs[0].json()
+    # check's own group pins eth0 and works: a warning naming node 1, not a silent pass
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+    causes = [c for c in report["causes"] if c["id"] == "family-mismatch"]
+    assert len(causes) == 1, report["causes"]
+    (cause,) = causes
+    assert cause["ranks"] == [1] and cause["hosts"] == [f"{host1} ({clean.nodes[1].address})"]
+    assert cause["severity"] == "warn" and "breaks gloo" in cause["detail"]
+    assert "resolves there to IPv6 2001:2::2 only" in cause["detail"]
+    assert f"map {host1} to {clean.nodes[1].address} in /etc/hosts" in cause["fix"]
+    assert "export GLOO_SOCKET_IFNAME=eth0" in cause["fix"]
+    assert cause["evidence"] and cause["see_for_yourself"].startswith("getent ahosts")
+    print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s")
+    # the fix works: the same plain job with the interface pinned
+    fixed = _plain(clean, {"GLOO_SOCKET_IFNAME": "eth0"})
+    assert all(r.returncode == 0 and "ok 3" in r.stdout for r in fixed), \
+        [(r.stdout, r.stderr[-500:]) for r in fixed]
