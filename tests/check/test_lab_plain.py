@@ -72,3 +72,31 @@ def test_hostname_on_ipv6_only_on_one_dual_stack_node_is_named_for_it(clean: Lab
     fixed = _plain(clean, {"GLOO_SOCKET_IFNAME": "eth0"})
     assert all(r.returncode == 0 and "ok 3" in r.stdout for r in fixed), \
         [(r.stdout, r.stderr[-500:]) for r in fixed]
+
+
+def test_master_name_sent_to_another_worker_by_one_nodes_hosts_file(clean: Lab) -> None:
+    # MASTER_ADDR is rank 0's hostname; node 2's /etc/hosts has a stale line sending it to
+    # node 1's address (a worker, where nothing listens on MASTER_PORT)
+    host0, node1 = clean.nodes[0].hostname, clean.nodes[1]
+    clean.fault("hosts-entry", 2, host=host0, address=node1.address)
+    env = {"MASTER_ADDR": host0}
+    # plain torch first: rank 2's TCPStore client is refused by node 1 until the timeout,
+    # and every rank's init_process_group fails (every backend: it is the rendezvous)
+    broken = _plain(clean, {**env, "MASTER_PORT": "29521"})
+    assert all(r.returncode != 0 for r in broken), [(r.stdout, r.stderr[-500:]) for r in broken]
+    runs = run_check(clean, FAST, per_node={i: env for i in range(3)}, timeout=60)
+    own = runs[2].json()["causes"][0]
+    assert runs[2].returncode == 1 and own["id"] == "master-port-refused", _diag(runs)
+    assert own["hosts"] == [clean.nodes[2].hostname]
+    assert (f"through the /etc/hosts line '{node1.address} {host0}' to {node1.address}, which "
+            f"that file also names {node1.hostname}: another node") in own["detail"]
+    assert own["fix"].startswith(f"on {clean.nodes[2].hostname}: fix or remove the line "
+                                 f"'{node1.address} {host0}' in /etc/hosts")
+    assert runs[0].returncode == 1  # rank 0 never passes without rank 2
+    print(f"time to verdict: {runs[2].seconds:.1f} s (rank 2's own), "
+          f"{runs[0].seconds:.1f} s (rank 0's)")
+    # the fix works: without the stale line the same plain job runs
+    clean.clear()
+    fixed = _plain(clean, {**env, "MASTER_PORT": "29522"})
+    assert all(r.returncode == 0 and "ok 3" in r.stdout for r in fixed), \
+        [(r.stdout, r.stderr[-500:]) for r in fixed]
