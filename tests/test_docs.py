@@ -281,3 +281,13 @@ def test_pasted_help_names_the_flags_the_cli_has() -> None:
         live = subprocess.run([sys.executable, "-m", "ddpnet", *cmd.split(), "--help"],
                               capture_output=True, text=True, env=env, timeout=60, check=True)
         assert set(FLAG.findall(text)) == set(FLAG.findall(live.stdout)), cmd
+
+
+def test_every_cause_check_names_says_what_its_evidence_is() -> None:
+    """Issue 29: each check cause carries evidence; its docs entry says what it rests on."""
+    from ddpnet.check.causes import CAUSE_ORDER
+
+    text = (DOCS / "causes.md").read_text(encoding="utf-8")
+    entries = dict(zip(ENTRY.findall(text), re.split(ENTRY, text)[2::2], strict=True))
+    missing = [cid for cid in CAUSE_ORDER if "- **Evidence**:" not in entries.get(cid, "")]
+    assert not missing, f"docs/causes.md entries without an **Evidence** line: {missing}"
