@@ -222,3 +222,18 @@ def test_doctor_failure_of_a_rank_already_named_is_not_repeated() -> None:
     nodes = [_node(0), _node(1), _node(2, torch="2.12.1+cpu",
                                          doctor={"verdict": "fail", "failed": ["software"]})]
     assert _ids(compare_facts(nodes)) == ["version-mismatch"]
+
+
+def test_clock_skew_says_what_it_breaks_and_fails_only_where_torchrun_compares_clocks() -> None:
+    small = compare_facts([_node(0), _node(1, clock_offset_s=2.5)])
+    assert _ids(small) == ["clock-skew"] and small[0].severity == "warn"
+    assert "gloo, NCCL and the store are not hit" in small[0].detail
+    assert "torchrun" not in small[0].detail  # within torchrun's heartbeat expiry
+    far = [_node(0), _node(1, clock_offset_s=-60.0), _node(2)]
+    (plain,) = compare_facts(far)
+    assert plain.severity == "warn" and "if the job uses it" in plain.detail
+    assert "torchrun's c10d/etcd rendezvous is (more than 15 s" in plain.detail
+    torchrun = [NodeFacts(n.rank, {**n.facts, "names": {"launcher": "torchrun"}}) for n in far]
+    (under,) = compare_facts(torchrun)
+    assert under.severity == "fail" and under.ranks == (1,)
+    assert "launched by torchrun: its rendezvous expires heartbeats after 15 s" in under.evidence

@@ -4,14 +4,17 @@ with a fix that is shown to work, though check's own pinned run passes."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ddpnet.lab import Lab
 from ddpnet.lab.lab import NodeResult
-from tests.check.labcheck import RankRun, run_check
+from tests.check.labcheck import RankRun, run_check, wait_all
 from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
@@ -100,3 +103,54 @@ def test_master_name_sent_to_another_worker_by_one_nodes_hosts_file(clean: Lab) 
     fixed = _plain(clean, {**env, "MASTER_PORT": "29522"})
     assert all(r.returncode == 0 and "ok 3" in r.stdout for r in fixed), \
         [(r.stdout, r.stderr[-500:]) for r in fixed]
+
+
+#: torchrun's c10d rendezvous on every node (3 nodes, one rank each), the plain job inside
+TORCHRUN_JOB = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1); dist.all_reduce(t); print("ok", int(t.item()), flush=True)
+"""
+
+
+def _skew_library(tmp: Path) -> Path:
+    """A preload library that sets this process's CLOCK_REALTIME off by $SKEW_S seconds: a
+    network namespace shares the machine's wall clock (time namespaces offset only the
+    monotonic and boot clocks), so a node whose clock is off is this, per process."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is needed to build the clock-skew preload library")
+    out = tmp / "libskew.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(out),
+                    str(Path(__file__).parent / "data" / "skew.c"), "-ldl"], check=True)
+    return out
+
+
+def test_clock_far_off_on_one_node_breaks_torchrun_and_is_named_for_it(
+        clean: Lab, tmp_path: Path) -> None:
+    lib = _skew_library(tmp_path)
+    job = tmp_path / "job.py"
+    job.write_text(TORCHRUN_JOB)
+    skewed = {"SKEW_S": "-60", "LD_PRELOAD": str(lib)}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=3", "--nproc-per-node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={clean.nodes[0].address}:29531",
+            "--rdzv-id=skew", str(job)]
+    # torchrun first: node 1's heartbeats look 60 s old to the others, who drop it as dead
+    # (seen: a world of 2 trains while node 2's agent times out): not 3 ranks that finish
+    procs = {n: clean.popen(n, argv, env={"PYTHONWARNINGS": "ignore", **(skewed if n == 1
+                                                                            else {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in range(3)}
+    torchrun = wait_all(procs, 80)
+    assert not all(r.returncode == 0 and "ok 3" in r.stdout for r in torchrun.values()), \
+        _diag(torchrun)
+    runs = run_check(clean, FAST, per_node={1: skewed}, timeout=60)
+    report = runs[0].json()
+    cause = next(c for c in report["causes"] if c["id"] == "clock-skew")
+    assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
+    assert "gloo, NCCL and the store are not hit" in cause["detail"]
+    assert "torchrun's c10d/etcd rendezvous is (more than 15 s" in cause["detail"]
+    assert cause["see_for_yourself"].startswith("timedatectl status")
+    # not started by torchrun: a warning (the check's own group is not hit)
+    assert cause["severity"] == "warn" and runs[0].returncode == 0, _diag(runs)
+    print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s")

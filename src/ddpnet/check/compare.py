@@ -21,8 +21,11 @@ from ddpnet.net.names import is_loopback
 CLOCK_SKEW_LIMIT_S = 1.0
 #: what a skewed clock does not break (read from torch 2.13: every c10d, gloo and NCCL
 #: timeout is a monotonic-clock deadline on the waiting rank's own host)
-CLOCK_RULED_OUT = ("a hang or a timeout: torch's store, gloo and NCCL timeouts (and NCCL's "
-                   "watchdog) are each rank's own steady clock, never compared across "
+#: torchrun's c10d/etcd rendezvous expires a node whose wall-clock heartbeat is older than
+#: keep_alive_interval x keep_alive_max_attempt (5 s x 3 in torch 2.13's dynamic_rendezvous)
+TORCHRUN_EXPIRY_S = 15.0
+CLOCK_RULED_OUT = ("a hang of the process group: torch's store, gloo and NCCL timeouts (and "
+                   "NCCL's watchdog) are each rank's own steady clock, never compared across "
                    "hosts; the skew misleads logs, traces and TLS certificate checks")
 VERSION_KEYS = ("torch", "python", "cuda", "nccl")
 
@@ -124,27 +127,45 @@ def compare_mtu(nodes: Sequence[NodeFacts]) -> list[Cause]:
     )]
 
 
+def _torchrun(nodes: Sequence[NodeFacts]) -> bool:
+    """Whether this check runs under torchrun (its c10d rendezvous hands out the job)."""
+    return any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+
+
 def compare_clock(nodes: Sequence[NodeFacts], limit_s: float = CLOCK_SKEW_LIMIT_S) -> list[Cause]:
+    """``clock-skew``: a warning past ``limit_s``; a failure past torchrun's heartbeat expiry
+    when the job runs under torchrun (the c10d rendezvous compares wall clocks across nodes)."""
     odd = [n for n in nodes
            if isinstance(n.facts.get("clock_offset_s"), (int, float))
            and abs(float(n.facts["clock_offset_s"])) > limit_s]
     if not odd:
         return []
+    expired = [n for n in odd if abs(float(n.facts["clock_offset_s"])) > TORCHRUN_EXPIRY_S]
+    torchrun = _torchrun(nodes)
     return [Cause(
         id="clock-skew",
         stage="facts",
-        severity="warn",
+        severity="fail" if expired and torchrun else "warn",
         hosts=tuple(n.label for n in odd),
         ranks=tuple(n.rank for n in odd),
         detail="clocks differ from rank 0's by more than "
                f"{limit_s:g} s: "
                + ", ".join(f"rank {n.rank} {float(n.facts['clock_offset_s']):+.2f} s"
-                           for n in odd),
+                           for n in odd)
+               + "; gloo, NCCL and the store are not hit (each rank times out on its own "
+               "steady clock)"
+               + (f"; torchrun's c10d/etcd rendezvous is (more than {TORCHRUN_EXPIRY_S:g} s: "
+                  "each node writes its keep-alive heartbeat as its own wall-clock time and the "
+                  "others expire it by theirs, so nodes are dropped as dead: a group of the "
+                  "wrong size, or agents that hang)"
+                  + ("" if torchrun else ", if the job uses it") if expired else ""),
         fix="enable time sync on every node: timedatectl set-ntp true "
             "(or systemctl enable --now chronyd)",
         evidence=tuple(f"rank {n.rank} on {n.label}: clock {float(n.facts['clock_offset_s']):+.2f}"
                        " s from rank 0's, measured over the store at the start signal"
-                       for n in odd),
+                       for n in odd)
+                 + ((f"launched by torchrun: its rendezvous expires heartbeats after "
+                     f"{TORCHRUN_EXPIRY_S:g} s",) if torchrun else ()),
         ruled_out=(CLOCK_RULED_OUT,),
         confidence="medium",
         see_for_yourself="timedatectl status  # 'System clock synchronized: yes', each node",
@@ -383,7 +404,7 @@ def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
     target = str(ref.facts.get("address"))
     odd = [n for n, _ in items]
     fatal = any("nothing" in what or is_loopback(what.split(",")[0]) for _, what in items)
-    torchrun = any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+    torchrun = _torchrun(nodes)
     is_master = name == (ref.facts.get("names") or {}).get("master", {}).get("name")
     return Cause(
         id="name-mismatch",
