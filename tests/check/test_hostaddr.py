@@ -107,3 +107,13 @@ def test_a_stale_own_name_falls_back_to_loopback() -> None:
 def test_a_loopback_answer_is_left_to_the_doctor() -> None:
     assert compare_hostname_addresses([_plain(0), _plain(1, ["127.0.1.1"])]) == []
 
+
+
+def test_plain_job_shows_what_plain_gloo_and_nccl_bind_beside_the_pinned_run() -> None:
+    from ddpnet.check.hostaddr import plain_job
+
+    facts = {**_plain(1, ["2001:db8::2"], eth0=["10.0.0.2/24", "2001:db8::2/64"]).facts,
+             "library_picks": [{"var": "NCCL_SOCKET_IFNAME", "value": None, "slot": 0,
+                                "iface": "eth0", "address": "10.0.0.2"}]}
+    assert plain_job(facts) == "gloo 2001:db8::2, nccl 10.0.0.2"
+    assert plain_job({}) == "gloo ?, nccl ?"

@@ -70,6 +70,9 @@ def test_hostname_on_ipv6_only_on_one_dual_stack_node_is_named_for_it(clean: Lab
     assert f"map {host1} to {clean.nodes[1].address} in /etc/hosts" in cause["fix"]
     assert "export GLOO_SOCKET_IFNAME=eth0" in cause["fix"]
     assert cause["evidence"] and cause["see_for_yourself"].startswith("getent ahosts")
+    # the node table shows what the plain job binds beside what check pinned
+    assert report["nodes"][1]["plain_job"].startswith("gloo 2001:2::2, nccl ")
+    assert report["nodes"][0]["plain_job"].startswith(f"gloo {clean.nodes[0].address}, ")
     print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s")
     # the fix works: the same plain job with the interface pinned
     fixed = _plain(clean, {"GLOO_SOCKET_IFNAME": "eth0"})

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ddpnet.check.causes import PLAIN_JOB_BREAKS, PLAIN_JOB_SEVERITY, Cause
 from ddpnet.check.compare import NodeFacts
 from ddpnet.net.names import is_loopback
-from ddpnet.net.picks import GLOO
+from ddpnet.net.picks import GLOO, NCCL
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,15 @@ def plain_gloo(facts: Mapping[str, object]) -> str | None:
         if isinstance(pick, Mapping) and pick.get("var") == GLOO and not pick.get("slot"):
             return str(pick["address"]) if pick.get("address") else None
     return gloo_default(facts)
+
+
+def plain_job(facts: Mapping[str, object]) -> str:
+    """What a plain job binds on this node with the job's environment, beside what this
+    check pinned, for the node table: gloo's address and NCCL's bootstrap one (pure)."""
+    picks = facts.get("library_picks")
+    nccl = next((p.get("address") for p in (picks if isinstance(picks, list) else ())
+                 if isinstance(p, Mapping) and p.get("var") == NCCL), None)
+    return f"gloo {plain_gloo(facts) or '?'}, nccl {nccl or '?'}"
 
 
 def plain_family(nodes: Sequence[NodeFacts]) -> int | None:

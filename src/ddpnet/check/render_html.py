@@ -189,7 +189,7 @@ def _nodes_html(report: CheckReport) -> list[str]:
     from ddpnet.check.nics import node_why
 
     cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
-            "cuda", "clock_offset_s", "doctor", "why this interface")
+            "cuda", "clock_offset_s", "doctor", "plain_job", "why this interface")
     out = ["<h2>Nodes</h2><table id='nodes'><tr>" + "".join(f"<th>{c}</th>" for c in cols)
            + "</tr>"]
     for n in report.nodes:
