@@ -197,8 +197,3 @@ def test_every_cause_shows_its_evidence_in_json_text_and_html() -> None:
     page = render_html(_evidenced())
     assert "eth0 mtu 9000 &lt;x&gt;" in page and "<code>ip -br link</code>" in page
     assert "ruled out:</span> a firewall" in page
-
-
-def test_a_confidence_is_one_of_three() -> None:
-    with pytest.raises(ValueError, match="confidence"):
-        Cause("mtu-mismatch", "d", "f", confidence="certain")
