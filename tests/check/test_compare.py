@@ -237,3 +237,11 @@ def test_clock_skew_says_what_it_breaks_and_fails_only_where_torchrun_compares_c
     (under,) = compare_facts(torchrun)
     assert under.severity == "fail" and under.ranks == (1,)
     assert "launched by torchrun: its rendezvous expires heartbeats after 15 s" in under.evidence
+
+
+def test_loopback_addresses_of_clones_are_named_by_address() -> None:
+    nodes = [_node(r, hostname="vm", interface="lo", address="127.0.1.1", subnet="127.0.0.0/8",
+                   netns=f"ns{r}") for r in range(2)]
+    nodes = [NodeFacts(n.rank, {**n.facts, "address": f"127.0.1.{n.rank + 1}"}) for n in nodes]
+    (cause,) = [c for c in compare_facts(nodes) if c.id == "hostname-loopback"]
+    assert cause.hosts == ("vm (127.0.1.1)", "vm (127.0.1.2)") and cause.severity == "fail"

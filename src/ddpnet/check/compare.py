@@ -250,10 +250,10 @@ def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:
     return Cause(
         id="hostname-loopback",
         stage="facts",
-        hosts=tuple(n.host for n in loop),
+        hosts=tuple(n.label for n in loop),  # clones share a hostname: name them by address
         ranks=tuple(n.rank for n in loop),
         detail="the address peers would use for "
-               + ", ".join(f"rank {n.rank} on {n.host} is {n.facts.get('address')} "
+               + ", ".join(f"rank {n.rank} on {n.label} is {n.facts.get('address')} "
                            f"(interface {n.facts.get('interface')})" for n in loop)
                + ": a loopback address, so other nodes connect to themselves and "
                "gloo/NCCL hang",
