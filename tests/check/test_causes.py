@@ -45,3 +45,11 @@ def test_a_rank_that_cannot_join_has_the_same_fields() -> None:
     assert cause.evidence == ("rank 1 on n1: Name or service not known",)
     assert cause.see_for_yourself == "getent ahosts $MASTER_ADDR"
     assert set(cause.to_dict()) >= {"evidence", "ruled_out", "confidence", "see_for_yourself"}
+
+
+def test_a_human_report_shows_the_first_observations_and_counts_the_rest() -> None:
+    many = Cause("version-mismatch", "d", "f", evidence=tuple(f"rank {r}" for r in range(20)))
+    rows = many.shown_evidence(limit=3)
+    assert rows[:3] == (("evidence", "rank 0"), ("evidence", "rank 1"), ("evidence", "rank 2"))
+    assert rows[3] == ("evidence", "and 17 more (--json lists every one)")
+    assert len(many.to_dict()["evidence"]) == 20

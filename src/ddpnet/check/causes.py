@@ -76,6 +76,10 @@ CAUSE_ORDER: tuple[str, ...] = (
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
 
 
+#: evidence rows a human report shows per cause (a 1000-node cluster has 1000 observations)
+SHOWN_EVIDENCE = 8
+
+
 @dataclass(frozen=True)
 class Cause:
     """One named problem. ``severity`` is ``fail`` (training will not work) or ``warn``
@@ -106,10 +110,14 @@ class Cause:
         if self.confidence not in CONFIDENCES:
             raise ValueError(f"confidence {self.confidence!r} is not one of {CONFIDENCES}")
 
-    def shown_evidence(self) -> tuple[tuple[str, str], ...]:
+    def shown_evidence(self, limit: int = SHOWN_EVIDENCE) -> tuple[tuple[str, str], ...]:
         """(label, text) rows the text and HTML renderers both show under the fix: what the
-        verdict rests on, what was excluded, how sure it is and how to see it (pure)."""
-        rows = [("evidence", e) for e in self.evidence]
+        verdict rests on (the first ``limit`` observations: ``--json`` has them all), what
+        was excluded, how sure it is and how to see it (pure)."""
+        rows = [("evidence", e) for e in self.evidence[:limit]]
+        if len(self.evidence) > limit:
+            rows.append(("evidence", f"and {len(self.evidence) - limit} more (--json lists "
+                                     "every one)"))
         rows += [("ruled out", r) for r in self.ruled_out]
         if rows:  # a bare default confidence says nothing
             rows.append(("confidence", self.confidence))

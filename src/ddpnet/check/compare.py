@@ -94,8 +94,8 @@ def compare_versions(nodes: Sequence[NodeFacts]) -> list[Cause]:
                 f"(e.g. pip install torch=={nodes[0].facts.get('torch')}) so every node "
                 "runs the same build",
             data={"key": key},
-            evidence=tuple(f"rank {n.rank} on {n.label}: {key} {n.facts.get(key)}"
-                           for n in nodes),
+            evidence=(*(f"rank {n.rank} on {n.label}: {key} {n.facts.get(key)}" for n in odd),
+                      f"{len(groups[majority])} other rank(s): {key} {majority}"),
             see_for_yourself="python -c 'import torch, sys; print(torch.__version__, "
                              "torch.version.cuda, sys.version.split()[0])'",
         ))
@@ -121,8 +121,9 @@ def compare_mtu(nodes: Sequence[NodeFacts]) -> list[Cause]:
         detail=f"MTU of the selected interfaces differs: {_describe(groups, 'mtu')}; large "
                "packets are dropped between them, so big transfers stall while small ones pass",
         fix=fixes + " (or raise the MTU everywhere, switches included)",
-        evidence=tuple(f"rank {n.rank} on {n.label}: {n.facts.get('interface')} mtu "
-                       f"{n.facts.get('mtu')}" for n in nodes),
+        evidence=(*(f"rank {n.rank} on {n.label}: {n.facts.get('interface')} mtu "
+                    f"{n.facts.get('mtu')}" for n in odd),
+                  f"{len(groups[majority])} other rank(s): mtu {majority}"),
         see_for_yourself="ip -br link  # the mtu column, on each node",
     )]
 
@@ -233,9 +234,9 @@ def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="make MASTER_ADDR resolve to one family on every node: use rank 0's IPv"
             f"{major} address (export MASTER_ADDR=<it>), or fix the name's lines in "
             f"/etc/hosts / DNS on {', '.join(n.label for n in odd)} (`getent ahosts NAME`)",
-        evidence=tuple(f"rank {n.rank} on {n.label} advertises {n.facts.get('address')} "
-                       f"(IPv{_version(n.facts.get('address'))}){_resolved_here(n)}"
-                       for n in nodes),
+        evidence=(*(f"rank {n.rank} on {n.label} advertises {n.facts.get('address')} "
+                    f"(IPv{_version(n.facts.get('address'))}){_resolved_here(n)}" for n in odd),
+                  f"{len(groups[major])} other rank(s) advertise IPv{major} addresses"),
         ruled_out=("a firewall or route: an IPv4 socket cannot connect to an IPv6 address at "
                    "all, whatever the network",),
         see_for_yourself="getent ahosts $MASTER_ADDR; ip -br addr",

@@ -118,8 +118,9 @@ def _judge(key: tuple[str, int], items: list[tuple[NodeFacts, Pick]],
                   f"is reached on ({ref}); {lib} traffic takes another network"),
         fix="; ".join(_fix(n, var, target) for n, _ in shown),
         data={"var": var},
-        evidence=tuple(f"rank {n.rank} on {n.label}: {var}={p.value} picks {p.iface} "
-                       f"{p.address} ({p.why})" for n, p in items),
+        evidence=(*(f"rank {n.rank} on {n.label}: {var}={p.value} picks {p.iface} "
+                    f"{p.address} ({p.why})" for n, p in shown),
+                  *((f"{len(good)} other rank(s) bind in {major}",) if fail and good else ())),
         ruled_out=(f"what this check itself bound: {lib} reads {var} its own way, "
                    "judged here as the library reads it",),
         see_for_yourself="ddpnet env  # network.variables, on each named host",
@@ -155,7 +156,8 @@ def _gloo_devices(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="list the same number of interfaces in GLOO_SOCKET_IFNAME on every node: "
             + "; ".join(_fix(n, GLOO, cluster_subnet(nodes)) for n in odd),
         data={"var": GLOO, "devices": True},
-        evidence=tuple(f"rank {n.rank} on {n.label}: {count[n.rank]} gloo device(s) "
-                       f"(GLOO_SOCKET_IFNAME={values[n.rank]})" for n in nodes),
+        evidence=(*(f"rank {n.rank} on {n.label}: {count[n.rank]} gloo device(s) "
+                    f"(GLOO_SOCKET_IFNAME={values[n.rank]})" for n in odd),
+                  f"{len(nodes) - len(odd)} other rank(s): {common} device(s)"),
         see_for_yourself="echo $GLOO_SOCKET_IFNAME  # on each node",
     )
