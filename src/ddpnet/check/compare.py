@@ -292,8 +292,9 @@ def _loopback_hostname(nodes: Sequence[NodeFacts]) -> Cause | None:
                        + ", ".join(map(str, n.facts.get("hostname_addresses") or ["loopback"]))
                        + " (gloo binds the first); this check bound "
                        f"{n.facts.get('interface')} {n.facts.get('address')}" for n in named),
-        ruled_out=("a failure: this check pinned the interface and its own group worked; "
-                   "only a job without GLOO_SOCKET_IFNAME (plain init_process_group) hangs",),
+        ruled_out=("a failure of this check or of a ddpnet.init() job: both pin the "
+                   "interface (this check's own group worked); only a job without "
+                   "GLOO_SOCKET_IFNAME (plain init_process_group) hangs",),
         see_for_yourself="getent ahosts $(hostname)",
     )
 
