@@ -289,3 +289,13 @@ def test_exit_codes_page_lists_every_exit_code() -> None:
     page = (DOCS / "exit-codes.md").read_text()
     missing = [int(c) for c in ExitCode if f"| `{int(c)}` |" not in page]
     assert not missing, f"docs/exit-codes.md has no row for {missing}"
+
+
+def test_every_cause_check_names_says_what_its_evidence_is() -> None:
+    """Issue 29: each check cause carries evidence; its docs entry says what it rests on."""
+    from ddpnet.check.causes import CAUSE_ORDER
+
+    text = (DOCS / "causes.md").read_text(encoding="utf-8")
+    entries = dict(zip(ENTRY.findall(text), re.split(ENTRY, text)[2::2], strict=True))
+    missing = [cid for cid in CAUSE_ORDER if "- **Evidence**:" not in entries.get(cid, "")]
+    assert not missing, f"docs/causes.md entries without an **Evidence** line: {missing}"

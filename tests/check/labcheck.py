@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -76,7 +77,10 @@ def wait_all(procs: Mapping[int, subprocess.Popen[str]], timeout: float) -> dict
         try:
             so, se = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            try:  # lab.popen starts each in its own session: its children (torchrun's
+                os.killpg(proc.pid, signal.SIGKILL)  # workers) hold the pipes too
+            except OSError:
+                proc.kill()
             so, se = proc.communicate()
         out[idx] = RankRun(idx, proc.returncode, so, se, time.monotonic() - started)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpnet.check.compare import NodeFacts, compare_facts
+from ddpnet.check.compare import NodeFacts, compare_facts, doctor_as_judged
 
 
 def _node(rank: int, **over: Any) -> NodeFacts:
@@ -160,8 +160,8 @@ def test_a_rank_whose_doctor_failed_is_never_a_pass() -> None:
     # this very rendezvous): no cause; rank 2's named failures and rank 3's lost facts are
     nodes = [_node(0, doctor={"verdict": "fail", "failed": []}),
              _node(1, doctor={"verdict": "warn", "failed": []}),
-             _node(2, doctor={"verdict": "fail", "failed": ["names.master",
-                                                            "interfaces.selected"]}),
+             _node(2, doctor={"verdict": "fail", "failed": ["software.shm",
+                                                            "sysctl.somaxconn"]}),
              NodeFacts(3, {"hostname": "n3", "address": "10.0.0.4",
                            "error": "facts failed: resolver timed out"})]
     causes = compare_facts(nodes)
@@ -169,10 +169,79 @@ def test_a_rank_whose_doctor_failed_is_never_a_pass() -> None:
     lost, failed = causes
     assert lost.ranks == (3,) and "resolver timed out" in lost.detail and "n3" in lost.fix
     assert failed.ranks == (2,) and failed.severity == "fail"
-    assert "names.master, interfaces.selected" in failed.detail and "ddpnet doctor" in failed.fix
+    assert "software.shm, sysctl.somaxconn" in failed.detail and "ddpnet doctor" in failed.fix
+    assert "rank 2 on n2 (10.0.0.3): doctor check software.shm failed" in failed.evidence
+
+
+def _debian(rank: int, **over: Any) -> NodeFacts:
+    """A default Debian node: its hostname on 127.0.1.1, so its doctor fails names.hostname."""
+    facts: dict[str, Any] = {"hostname": "vm", "hostname_loopback": True,
+                             "doctor": {"verdict": "fail", "failed": ["names.hostname"]}}
+    return _node(rank, **{**facts, **over})
+
+
+def test_a_doctor_finding_check_judges_is_one_cause_with_one_severity() -> None:
+    # four clones named "vm", every hostname on 127.0.1.1: hostname-loopback (a warning:
+    # check pinned the interface), not also doctor-failed naming "vm, vm, vm, vm"
+    causes = compare_facts([_debian(r) for r in range(4)])
+    assert _ids(causes) == ["hostname-loopback"], causes
+    (cause,) = causes
+    assert cause.severity == "warn" and cause.ranks == (0, 1, 2, 3)
+    assert cause.hosts == tuple(f"vm (10.0.0.{r + 1})" for r in range(4))  # by address
+    # the node table tells the same story
+    summary = doctor_as_judged({"verdict": "fail", "failed": ["names.hostname"]}, 2, causes)
+    assert summary["failed"] == [] and summary["verdict"] == "warn"
+    assert summary["judged"] == {"names.hostname": "hostname-loopback (warn)"}
+
+
+def test_doctor_failed_carries_only_what_no_cause_judges_naming_clones_by_address() -> None:
+    nodes = [_debian(0), _debian(1, doctor={"verdict": "fail",
+                                            "failed": ["names.hostname", "software.shm"]}),
+             _debian(2, doctor={"verdict": "fail", "failed": ["software.shm"]})]
+    failed = next(c for c in compare_facts(nodes) if c.id == "doctor-failed")
+    assert failed.ranks == (1, 2) and "names.hostname" not in failed.detail
+    assert failed.fix.startswith("run `ddpnet doctor` on vm (10.0.0.2), vm (10.0.0.3) ")
+
+
+def test_every_rank_on_one_host_over_loopback_is_not_a_doctor_failure() -> None:
+    # two processes started by hand, MASTER_ADDR=127.0.0.1 WORLD_SIZE=2: each doctor thinks
+    # it is a 2-node job on loopback; check sees both ranks on one host, where that is right
+    doctor = {"verdict": "fail",
+              "failed": ["names.hostname", "names.master", "interfaces.selected"]}
+    nodes = [_node(r, hostname="box", address="127.0.0.1", interface="lo",
+                   subnet="127.0.0.0/8", hostname_loopback=True, doctor=doctor)
+             for r in range(2)]
+    assert compare_facts(nodes) == []
+    assert doctor_as_judged(doctor, 0, []) == {
+        "verdict": "warn", "failed": [], "judged": {"names.hostname": "pass",
+                                                    "names.master": "pass",
+                                                    "interfaces.selected": "pass"}}
 
 
 def test_doctor_failure_of_a_rank_already_named_is_not_repeated() -> None:
     nodes = [_node(0), _node(1), _node(2, torch="2.12.1+cpu",
                                          doctor={"verdict": "fail", "failed": ["software"]})]
     assert _ids(compare_facts(nodes)) == ["version-mismatch"]
+
+
+def test_clock_skew_says_what_it_breaks_and_fails_only_where_torchrun_compares_clocks() -> None:
+    small = compare_facts([_node(0), _node(1, clock_offset_s=2.5)])
+    assert _ids(small) == ["clock-skew"] and small[0].severity == "warn"
+    assert "gloo, NCCL and the store are not hit" in small[0].detail
+    assert "torchrun" not in small[0].detail  # within torchrun's heartbeat expiry
+    far = [_node(0), _node(1, clock_offset_s=-60.0), _node(2)]
+    (plain,) = compare_facts(far)
+    assert plain.severity == "warn" and "if the job uses it" in plain.detail
+    assert "torchrun's c10d/etcd rendezvous is (more than 15 s" in plain.detail
+    torchrun = [NodeFacts(n.rank, {**n.facts, "names": {"launcher": "torchrun"}}) for n in far]
+    (under,) = compare_facts(torchrun)
+    assert under.severity == "fail" and under.ranks == (1,)
+    assert "launched by torchrun: its rendezvous expires heartbeats after 15 s" in under.evidence
+
+
+def test_loopback_addresses_of_clones_are_named_by_address() -> None:
+    nodes = [_node(r, hostname="vm", interface="lo", address="127.0.1.1", subnet="127.0.0.0/8",
+                   netns=f"ns{r}") for r in range(2)]
+    nodes = [NodeFacts(n.rank, {**n.facts, "address": f"127.0.1.{n.rank + 1}"}) for n in nodes]
+    (cause,) = [c for c in compare_facts(nodes) if c.id == "hostname-loopback"]
+    assert cause.hosts == ("vm (127.0.1.1)", "vm (127.0.1.2)") and cause.severity == "fail"

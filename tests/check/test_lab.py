@@ -165,3 +165,47 @@ def test_interface_in_another_network_is_interface_mismatch(clean: Lab) -> None:
     cause = _cause(report, "interface-mismatch")
     assert cause["ranks"] == [2] and _host(clean, 2) in cause["hosts"][0]
     assert "docker0" in cause["detail"] and "198.18.0.0/24" in cause["fix"]
+
+
+def test_hostnames_on_loopback_everywhere_pass_with_one_warning(clean: Lab) -> None:
+    # a default Debian install on every node (127.0.1.1 <hostname>): check pins the interface,
+    # so the fact is hostname-loopback, a warning, once: not also each doctor's names.hostname
+    # as doctor-failed (one fact, one cause, one severity)
+    for node in range(4):
+        clean.fault("hostname-loopback", node)
+    runs = run_check(clean, [*FAST, "--no-matrix"])
+    report = runs[0].json()
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+    assert [c["id"] for c in report["causes"]] == ["hostname-loopback"], report["causes"]
+    (cause,) = report["causes"]
+    assert cause["severity"] == "warn" and cause["ranks"] == [0, 1, 2, 3]
+    assert cause["evidence"] and cause["see_for_yourself"] == "getent ahosts $(hostname)"
+    for node in report["nodes"]:  # the node table agrees with the cause
+        assert node["doctor"]["judged"]["names.hostname"] == "hostname-loopback (warn)"
+        assert "names.hostname" not in node["doctor"]["failed"]
+    assert all(r.returncode == 0 for r in runs.values()), _diag(runs)
+    print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s")
+
+
+def test_two_ranks_started_by_hand_on_one_machine_over_loopback_pass(clean: Lab) -> None:
+    # the guides' single-machine test: MASTER_ADDR=127.0.0.1 WORLD_SIZE=2, two processes
+    # started by hand (no NNODES, no LOCAL_WORLD_SIZE) on one Debian node: each doctor takes
+    # it for a 2-node job on loopback, but check sees both ranks on one host, where it is right
+    import subprocess
+    import sys
+
+    from tests.check.labcheck import node_env, wait_all
+
+    clean.fault("hostname-loopback", 1)
+    drop = ("NNODES", "NODE_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    procs = {rank: clean.popen(1, [sys.executable, "-m", "ddpnet", "check", "--json", *FAST],
+                               env=node_env(clean, 1, rank=rank, world=2, port=29517, drop=drop,
+                                            extra={"MASTER_ADDR": "127.0.0.1"}),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(2)}
+    runs = wait_all(procs, 90)
+    report = runs[0].json()
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+    assert not [c for c in report["causes"] if c["id"] == "doctor-failed"], report["causes"]
+    assert runs[1].returncode == 0, _diag(runs)
+    print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s")

@@ -368,8 +368,10 @@ def test_own_hostname_on_a_bridge_every_node_has_is_named_for_that_node(clean: L
     clean.fault("hosts-entry", 1, host=clean.nodes[1].hostname, address="198.19.254.1")
     runs = run_check(clean, FAST, timeout=60)
     report = runs[0].json()
-    assert runs[0].returncode == 1, _diag(runs)
+    # a warning, as a hostname on 127.0.1.1 is: ddpnet.init() and a pinned interface avoid it
+    assert runs[0].returncode == 0, _diag(runs)
     cause = _cause(report, "duplicate-address")
+    assert cause["severity"] == "warn" and "plain init_process_group" in cause["detail"]
     assert cause["ranks"] == [1] and clean.nodes[1].hostname in cause["hosts"][0], _diag(runs)
     assert "resolves there to 198.19.254.1 (docker0)" in cause["detail"]
     assert "GLOO_SOCKET_IFNAME=eth0" in cause["fix"] and report["timings"]["total"] < 15

@@ -195,3 +195,33 @@ def test_html_labels_and_sources_read_as_words() -> None:
     assert "<th>clock offset (s)</th>" in page and "clock_offset_s</th>" not in page
     assert "<td class='l'>set by --local</td>" in page
     assert "set by GLOO_SOCKET_IFNAME" not in page
+
+
+def _evidenced() -> CheckReport:
+    return CheckReport(world_size=2, master="x:1", causes=(
+        Cause("mtu-mismatch", "mtu differs", "ip link set dev eth0 mtu 1500", ("n1",), (1,),
+              stage="facts", evidence=("rank 1 on n1: eth0 mtu 9000 <x>",),
+              ruled_out=("a firewall: small packets pass",), confidence="medium",
+              see_for_yourself="ip -br link"),
+        Cause("clock-skew", "rank 1 +2.00 s", "timedatectl set-ntp true", severity="warn",
+              evidence=("rank 1 on n1: clock +2.00 s",), see_for_yourself="timedatectl")))
+
+
+def test_every_cause_shows_its_evidence_in_json_text_and_html() -> None:
+    from rich.console import Console
+
+    data = _evidenced().to_dict()
+    assert data["root_cause"]["evidence"] == ["rank 1 on n1: eth0 mtu 9000 <x>"]
+    assert data["root_cause"]["ruled_out"] == ["a firewall: small packets pass"]
+    assert data["root_cause"]["confidence"] == "medium"
+    assert data["root_cause"]["see_for_yourself"] == "ip -br link"
+    console = Console(record=True, width=140)
+    render(_evidenced(), console)
+    text = console.export_text()
+    assert "evidence: rank 1 on n1: eth0 mtu 9000 <x>" in text
+    assert "ruled out: a firewall: small packets pass" in text
+    assert "confidence: medium" in text and "see it yourself: ip -br link" in text
+    assert "see it yourself: timedatectl" in text  # the other findings too
+    page = render_html(_evidenced())
+    assert "eth0 mtu 9000 &lt;x&gt;" in page and "<code>ip -br link</code>" in page
+    assert "ruled out:</span> a firewall" in page

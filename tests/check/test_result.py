@@ -31,8 +31,13 @@ def test_a_failure_to_join_is_its_own_cause() -> None:
     data = result.to_dict()
     assert data["verdict"] == "fail" and data["line"] == (
         "rank 1 n1: master-port-refused: nothing listens")
-    assert data["causes"] == [{"id": "master-port-refused", "hosts": ["n1"], "ranks": [1],
-                               "detail": "nothing listens", "fix": "start rank 0"}]
+    (cause,) = data["causes"]
+    assert {k: cause[k] for k in ("id", "hosts", "ranks", "detail", "fix")} == {
+        "id": "master-port-refused", "hosts": ["n1"], "ranks": [1],
+        "detail": "nothing listens", "fix": "start rank 0"}
+    # the same evidence fields as every cause of a report
+    assert cause["evidence"] == ["rank 1 on n1: nothing listens"]
+    assert cause["see_for_yourself"] == "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT"
 
 
 def test_worker_and_report_shapes_and_codes() -> None:

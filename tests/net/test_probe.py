@@ -22,6 +22,7 @@ from ddpnet.net.probe import (
     classify_bind,
     classify_connect,
     connect_loop,
+    name_source,
     outcome_of,
     preflight,
     retry_delay,
@@ -311,3 +312,28 @@ def test_master_addr_on_a_bridge_is_named_when_local_world_size_places_the_rank(
     assert info.value.cause == "master-address-local" and "docker0" in info.value.message
     # RANK alone guesses the node: it may share rank 0's host, so nothing is refused
     refuse_master_on_bridge(resolve(base), sel, "n1")
+
+
+_HOSTS = """127.0.0.1 localhost
+198.18.0.2 n0   # a stale line: n0 moved
+198.18.0.1 n0.lab n0-old
+198.18.0.2 n1
+"""
+
+
+def test_a_refusal_where_a_hosts_line_sends_the_master_name_to_another_node() -> None:
+    # MASTER_ADDR n0 resolves on this worker, through its own /etc/hosts, to n1's address:
+    # the fix is that line, not "start rank 0" on n1
+    refused = classify_connect([Attempt(REFUSED, "Connection refused")] * 3, "198.18.0.2",
+                               29500, 10.0, master="n0", host="n2", rank=2)
+    assert refused is not None
+    named = name_source(refused, "n0", "198.18.0.2", _HOSTS, "n2")
+    assert named.cause == "master-port-refused" and named.rank == 2
+    assert "resolves here through the /etc/hosts line '198.18.0.2 n0' to 198.18.0.2, which " \
+        "that file also names n1: another node, so the line is likely stale" in named.message
+    assert named.hint.startswith("on n2: fix or remove the line '198.18.0.2 n0' in /etc/hosts")
+    assert "`getent hosts n0` here and on rank 0's host must agree" in named.hint
+    assert named.hint.endswith(refused.hint)  # starting rank 0 stays the other possibility
+    # an address given as such, or a name the file does not map, keeps the error as it was
+    assert name_source(refused, "198.18.0.2", "198.18.0.2", _HOSTS) is refused
+    assert name_source(refused, "n9", "198.18.0.2", _HOSTS) is refused

@@ -80,3 +80,14 @@ def test_parse_neigh(text: str, state: str | None) -> None:
 
 def test_real_neighbor_lookup_of_unknown_address_is_empty() -> None:
     assert neighbor_state("198.18.255.254") is None  # a cache lookup: sends nothing
+
+
+def test_hosts_file_lines_and_names_of_an_address() -> None:
+    from ddpnet.net.names import hosts_lines, hosts_names
+
+    content = ("127.0.0.1 localhost\n# 198.18.0.9 n0 (a comment)\n198.18.0.2  n0.lab\t n0 \n"
+               "198.18.0.2 n1 n1.lab # the worker\n")
+    assert hosts_lines(content, "n0") == ["198.18.0.2 n0.lab n0"]
+    assert hosts_lines(content, "n0.lab") == ["198.18.0.2 n0.lab n0"]  # its short form too
+    assert hosts_names(content, "198.18.0.2") == ["n0.lab", "n0", "n1", "n1.lab"]
+    assert hosts_lines("", "n0") == [] and hosts_names(content, "10.0.0.1") == []

@@ -71,10 +71,23 @@ CAUSE_ORDER: tuple[str, ...] = (
 )
 
 
+#: how sure a cause is: ``high`` (observed directly), ``medium`` (inferred from several
+#: observations), ``low`` (the best explanation of what was seen, others not excluded)
+CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
+
+
+#: evidence rows a human report shows per cause (a 1000-node cluster has 1000 observations)
+SHOWN_EVIDENCE = 8
+
+
 @dataclass(frozen=True)
 class Cause:
     """One named problem. ``severity`` is ``fail`` (training will not work) or ``warn``
-    (it will work, slower or fragile)."""
+    (it will work, slower or fragile).
+
+    A verdict shows what it is worth: ``evidence`` lists the observations it rests on (each
+    naming its host), ``ruled_out`` the alternatives excluded and why, ``confidence`` how sure
+    it is and ``see_for_yourself`` a command the user can run on the named host to see it."""
 
     id: str
     detail: str
@@ -84,10 +97,33 @@ class Cause:
     severity: str = "fail"
     stage: str = ""
     data: dict[str, Any] = field(default_factory=dict, compare=False)
+    evidence: tuple[str, ...] = ()
+    ruled_out: tuple[str, ...] = ()
+    confidence: str = "high"
+    see_for_yourself: str = ""
 
     def __post_init__(self) -> None:
         # ranks of one host share its label: name each host once ("vm, vm" reads as two)
         object.__setattr__(self, "hosts", tuple(dict.fromkeys(self.hosts)))
+        object.__setattr__(self, "evidence", tuple(dict.fromkeys(self.evidence)))
+        object.__setattr__(self, "ruled_out", tuple(dict.fromkeys(self.ruled_out)))
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"confidence {self.confidence!r} is not one of {CONFIDENCES}")
+
+    def shown_evidence(self, limit: int = SHOWN_EVIDENCE) -> tuple[tuple[str, str], ...]:
+        """(label, text) rows the text and HTML renderers both show under the fix: what the
+        verdict rests on (the first ``limit`` observations: ``--json`` has them all), what
+        was excluded, how sure it is and how to see it (pure)."""
+        rows = [("evidence", e) for e in self.evidence[:limit]]
+        if len(self.evidence) > limit:
+            rows.append(("evidence", f"and {len(self.evidence) - limit} more (--json lists "
+                                     "every one)"))
+        rows += [("ruled out", r) for r in self.ruled_out]
+        if rows:  # a bare default confidence says nothing
+            rows.append(("confidence", self.confidence))
+        if self.see_for_yourself:
+            rows.append(("see it yourself", self.see_for_yourself))
+        return tuple(rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,7 +134,43 @@ class Cause:
             "ranks": list(self.ranks),
             "detail": self.detail,
             "fix": self.fix,
+            "evidence": list(self.evidence),
+            "ruled_out": list(self.ruled_out),
+            "confidence": self.confidence,
+            "see_for_yourself": self.see_for_yourself,
         }
+
+
+#: what a user runs, on the rank's own host, to see a failure to reach rank 0 for themselves
+SEE_JOIN: dict[str, str] = {
+    "master-unresolvable": "getent ahosts $MASTER_ADDR",
+    "master-loopback": "getent ahosts $MASTER_ADDR; echo $WORLD_SIZE $LOCAL_WORLD_SIZE",
+    "master-address-local": "ip -br addr | grep -w $MASTER_ADDR",
+    "master-no-route": "ip route get $MASTER_ADDR; ip neigh show $MASTER_ADDR",
+    "master-port-filtered": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
+    "master-port-refused": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
+    "master-port-foreign": "ss -ltnp sport = :$MASTER_PORT  # on rank 0's host",
+    "port-in-use": "ss -ltnp sport = :$MASTER_PORT",
+}
+
+
+def join_cause(cause: str, message: str, hint: str, host: str, rank: int,
+               detail: str = "") -> Cause:
+    """A rank's own failure to join (a ``RendezvousError``) as a cause with its evidence."""
+    return Cause(cause, message, hint, hosts=(host,), ranks=(rank,), stage="rendezvous",
+                 evidence=(f"rank {rank} on {host}: {detail or message}",),
+                 see_for_yourself=SEE_JOIN.get(cause, "ddpnet doctor"))
+
+
+#: what the user's own job would hit where the hostname decides gloo's address: a plain
+#: ``init_process_group("gloo")`` binds what the hostname resolves to (torch.distributed.rpc's
+#: TensorPipe too); NCCL picks its own interface
+PLAIN_JOB_BREAKS = ("breaks gloo in a plain init_process_group job, e.g. torchrun without "
+                    "GLOO_SOCKET_IFNAME, and TensorPipe's rpc; NCCL picks its interface "
+                    "itself")
+#: a warning: ddpnet.init()/launch and a pinned GLOO_SOCKET_IFNAME avoid it (check's own run
+#: pins it too); a variable the job itself sets that breaks is a failure (``ifname-*``)
+PLAIN_JOB_SEVERITY = "warn"
 
 
 def _order(cause: Cause) -> tuple[int, int]:

@@ -14,11 +14,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpnet.check.causes import Cause, host_label
+from ddpnet.check.causes import PLAIN_JOB_BREAKS, PLAIN_JOB_SEVERITY, Cause, host_label
 from ddpnet.net.names import is_loopback
 
 #: a clock further off than this breaks timeouts, logs and NCCL's watchdog reasoning
 CLOCK_SKEW_LIMIT_S = 1.0
+#: what a skewed clock does not break (read from torch 2.13: every c10d, gloo and NCCL
+#: timeout is a monotonic-clock deadline on the waiting rank's own host)
+#: torchrun's c10d/etcd rendezvous expires a node whose wall-clock heartbeat is older than
+#: keep_alive_interval x keep_alive_max_attempt (5 s x 3 in torch 2.13's dynamic_rendezvous)
+TORCHRUN_EXPIRY_S = 15.0
+CLOCK_RULED_OUT = ("a hang of the process group: torch's store, gloo and NCCL timeouts (and "
+                   "NCCL's watchdog) are each rank's own steady clock, never compared across "
+                   "hosts; the skew misleads logs, traces and TLS certificate checks")
 VERSION_KEYS = ("torch", "python", "cuda", "nccl")
 
 
@@ -86,6 +94,10 @@ def compare_versions(nodes: Sequence[NodeFacts]) -> list[Cause]:
                 f"(e.g. pip install torch=={nodes[0].facts.get('torch')}) so every node "
                 "runs the same build",
             data={"key": key},
+            evidence=(*(f"rank {n.rank} on {n.label}: {key} {n.facts.get(key)}" for n in odd),
+                      f"{len(groups[majority])} other rank(s): {key} {majority}"),
+            see_for_yourself="python -c 'import torch, sys; print(torch.__version__, "
+                             "torch.version.cuda, sys.version.split()[0])'",
         ))
     return causes
 
@@ -109,27 +121,55 @@ def compare_mtu(nodes: Sequence[NodeFacts]) -> list[Cause]:
         detail=f"MTU of the selected interfaces differs: {_describe(groups, 'mtu')}; large "
                "packets are dropped between them, so big transfers stall while small ones pass",
         fix=fixes + " (or raise the MTU everywhere, switches included)",
+        evidence=(*(f"rank {n.rank} on {n.label}: {n.facts.get('interface')} mtu "
+                    f"{n.facts.get('mtu')}" for n in odd),
+                  f"{len(groups[majority])} other rank(s): mtu {majority}"),
+        see_for_yourself="ip -br link  # the mtu column, on each node",
     )]
 
 
+def _torchrun(nodes: Sequence[NodeFacts]) -> bool:
+    """Whether this check runs under torchrun (its c10d rendezvous hands out the job)."""
+    return any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+
+
 def compare_clock(nodes: Sequence[NodeFacts], limit_s: float = CLOCK_SKEW_LIMIT_S) -> list[Cause]:
+    """``clock-skew``: a warning past ``limit_s``; a failure past torchrun's heartbeat expiry
+    when the job runs under torchrun (the c10d rendezvous compares wall clocks across nodes)."""
     odd = [n for n in nodes
            if isinstance(n.facts.get("clock_offset_s"), (int, float))
            and abs(float(n.facts["clock_offset_s"])) > limit_s]
     if not odd:
         return []
+    expired = [n for n in odd if abs(float(n.facts["clock_offset_s"])) > TORCHRUN_EXPIRY_S]
+    torchrun = _torchrun(nodes)
     return [Cause(
         id="clock-skew",
         stage="facts",
-        severity="warn",
+        severity="fail" if expired and torchrun else "warn",
         hosts=tuple(n.label for n in odd),
         ranks=tuple(n.rank for n in odd),
         detail="clocks differ from rank 0's by more than "
                f"{limit_s:g} s: "
                + ", ".join(f"rank {n.rank} {float(n.facts['clock_offset_s']):+.2f} s"
-                           for n in odd),
+                           for n in odd)
+               + "; gloo, NCCL and the store are not hit (each rank times out on its own "
+               "steady clock)"
+               + (f"; torchrun's c10d/etcd rendezvous is (more than {TORCHRUN_EXPIRY_S:g} s: "
+                  "each node writes its keep-alive heartbeat as its own wall-clock time and the "
+                  "others expire it by theirs, so nodes are dropped as dead: a group of the "
+                  "wrong size, or agents that hang)"
+                  + ("" if torchrun else ", if the job uses it") if expired else ""),
         fix="enable time sync on every node: timedatectl set-ntp true "
             "(or systemctl enable --now chronyd)",
+        evidence=tuple(f"rank {n.rank} on {n.label}: clock {float(n.facts['clock_offset_s']):+.2f}"
+                       " s from rank 0's, measured over the store at the start signal"
+                       for n in odd)
+                 + ((f"launched by torchrun: its rendezvous expires heartbeats after "
+                     f"{TORCHRUN_EXPIRY_S:g} s",) if torchrun else ()),
+        ruled_out=(CLOCK_RULED_OUT,),
+        confidence="medium",
+        see_for_yourself="timedatectl status  # 'System clock synchronized: yes', each node",
     )]
 
 
@@ -194,6 +234,12 @@ def _families(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="make MASTER_ADDR resolve to one family on every node: use rank 0's IPv"
             f"{major} address (export MASTER_ADDR=<it>), or fix the name's lines in "
             f"/etc/hosts / DNS on {', '.join(n.label for n in odd)} (`getent ahosts NAME`)",
+        evidence=(*(f"rank {n.rank} on {n.label} advertises {n.facts.get('address')} "
+                    f"(IPv{_version(n.facts.get('address'))}){_resolved_here(n)}" for n in odd),
+                  f"{len(groups[major])} other rank(s) advertise IPv{major} addresses"),
+        ruled_out=("a firewall or route: an IPv4 socket cannot connect to an IPv6 address at "
+                   "all, whatever the network",),
+        see_for_yourself="getent ahosts $MASTER_ADDR; ip -br addr",
     )
 
 
@@ -205,16 +251,22 @@ def _loopback_address(nodes: Sequence[NodeFacts]) -> Cause | None:
     return Cause(
         id="hostname-loopback",
         stage="facts",
-        hosts=tuple(n.host for n in loop),
+        hosts=tuple(n.label for n in loop),  # clones share a hostname: name them by address
         ranks=tuple(n.rank for n in loop),
         detail="the address peers would use for "
-               + ", ".join(f"rank {n.rank} on {n.host} is {n.facts.get('address')} "
+               + ", ".join(f"rank {n.rank} on {n.label} is {n.facts.get('address')} "
                            f"(interface {n.facts.get('interface')})" for n in loop)
                + ": a loopback address, so other nodes connect to themselves and "
                "gloo/NCCL hang",
         fix="point the hostname at the node's real address in /etc/hosts (not 127.0.1.1) "
             "and unset GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=lo, or pin the cluster "
             "interface: export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface>",
+        evidence=(*(f"rank {n.rank} on {n.label} advertises {n.facts.get('address')} "
+                    f"(interface {n.facts.get('interface')})" for n in loop),
+                  f"{len({m.host for m in nodes})} hosts in the job"),
+        ruled_out=("one host: the ranks are on several hosts, where loopback reaches only "
+                   "the rank's own",),
+        see_for_yourself="getent ahosts $(hostname); echo $GLOO_SOCKET_IFNAME $NCCL_SOCKET_IFNAME",
     )
 
 
@@ -227,14 +279,23 @@ def _loopback_hostname(nodes: Sequence[NodeFacts]) -> Cause | None:
     return Cause(
         id="hostname-loopback",
         stage="facts",
-        severity="warn",
+        severity=PLAIN_JOB_SEVERITY,
         hosts=tuple(n.label for n in named),
         ranks=tuple(n.rank for n in named),
         detail="hostname resolves to a loopback address on "
                + ", ".join(n.label for n in named)
-               + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers",
+               + "; gloo without GLOO_SOCKET_IFNAME would advertise 127.x to peers, which "
+               f"hang connecting to themselves ({PLAIN_JOB_BREAKS})",
         fix="edit /etc/hosts so the hostname maps to the cluster address, or keep "
             "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME pinned (ddpnet.init() does)",
+        evidence=tuple(f"on {n.label}: {n.host} resolves to "
+                       + ", ".join(map(str, n.facts.get("hostname_addresses") or ["loopback"]))
+                       + " (gloo binds the first); this check bound "
+                       f"{n.facts.get('interface')} {n.facts.get('address')}" for n in named),
+        ruled_out=("a failure of this check or of a ddpnet.init() job: both pin the "
+                   "interface (this check's own group worked); only a job without "
+                   "GLOO_SOCKET_IFNAME (plain init_process_group) hangs",),
+        see_for_yourself="getent ahosts $(hostname)",
     )
 
 
@@ -267,6 +328,11 @@ def _subnets(nodes: Sequence[NodeFacts]) -> Cause | None:
             + ": export GLOO_SOCKET_IFNAME=<iface> NCCL_SOCKET_IFNAME=<iface> "
             "(or route the networks to each other)",
         data={"subnets": True},  # settled with the mesh (check.nat.settle_subnets)
+        evidence=tuple(f"rank {n.rank} on {n.label}: {n.facts.get('interface')} "
+                       f"{n.facts.get('address')} in {k}" for k, ns in groups.items()
+                       for n in ns),
+        confidence="medium",  # settled with the mesh: routed networks are not a failure
+        see_for_yourself="ip -br addr; ip route get <a peer's address>",
     )
 
 
@@ -287,6 +353,8 @@ def compare_selection(nodes: Sequence[NodeFacts]) -> list[Cause]:
             ranks=tuple(dict.fromkeys(n.rank for n, _, _ in items)),
             detail="; ".join(f"rank {n.rank} on {n.label}: {what}" for n, what, _ in items),
             fix=items[0][2] or "unset the interface variable or name the cluster interface",
+            evidence=tuple(f"rank {n.rank} on {n.label}: {what}" for n, what, _ in items),
+            see_for_yourself="ddpnet env  # the network.variables rows, on the named host",
         ))
     return causes
 
@@ -338,7 +406,7 @@ def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
     target = str(ref.facts.get("address"))
     odd = [n for n, _ in items]
     fatal = any("nothing" in what or is_loopback(what.split(",")[0]) for _, what in items)
-    torchrun = any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
+    torchrun = _torchrun(nodes)
     is_master = name == (ref.facts.get("names") or {}).get("master", {}).get("name")
     return Cause(
         id="name-mismatch",
@@ -355,15 +423,61 @@ def _name_cause(name: str, items: list[tuple[NodeFacts, str]], ref: NodeFacts,
                       f"{name}` there; fix or remove its line in /etc/hosts, or its DNS)"
                       for n in odd)
             + f"; or use addresses: export MASTER_ADDR={target}",
+        evidence=(f"on rank 0 ({ref.label}): {name} is {target}",
+                  *(f"on {n.label}: {name} resolves to {what}" for n, what in items)),
+        ruled_out=("rank 0's view: names resolve per node, so each node's own lookup is "
+                   "what its connect uses",),
+        see_for_yourself=f"getent ahosts {name}  # on each named host",
     )
+
+
+#: the doctor's checks whose fact ``check`` judges itself, across the nodes (which ranks share
+#: a host, which interface check pinned), each with the causes that carry that fact: the
+#: doctor's verdict on them is never a second cause nor a second severity (one fact, one
+#: cause): a hostname on 127.0.1.1 is ``hostname-loopback`` (a warning where the interface is
+#: pinned), and every rank on one host over loopback is right, whatever one node's doctor says
+JUDGED_BY_CHECK: dict[str, tuple[str, ...]] = {
+    "names.hostname": ("hostname-loopback", "family-mismatch", "duplicate-address"),
+    "names.master": ("master-unresolvable", "master-loopback", "master-no-route",
+                     "name-mismatch", "family-mismatch"),
+    "interfaces.selected": ("ifname-missing", "ifname-down", "ifname-no-address",
+                            "hostname-loopback", "interface-mismatch"),
+    "environment.ifname": ("ifname-syntax", "ifname-missing", "ifname-down",
+                           "ifname-no-address", "hostname-loopback", "ifname-mismatch"),
+}
+
+
+def doctor_failures(n: NodeFacts) -> list[str]:
+    """The doctor's failed checks of node ``n`` that no cause of ``check`` judges (pure)."""
+    failed = (n.facts.get("doctor") or {}).get("failed") or ()
+    return [str(i) for i in failed if str(i) not in JUDGED_BY_CHECK]
+
+
+def doctor_as_judged(summary: Any, rank: int, causes: Sequence[Cause]) -> Any:
+    """The node table's doctor summary for ``rank`` with the checks ``check`` judges itself
+    moved from ``failed`` to ``judged`` (check id -> the cause naming this rank, or ``pass``),
+    so the table and the causes tell one story (pure)."""
+    if not isinstance(summary, Mapping):
+        return summary
+    failed = [str(i) for i in summary.get("failed") or ()]
+    judged = {i: next((f"{c.id} ({c.severity})" for c in causes
+                       if c.id in JUDGED_BY_CHECK[i] and rank in c.ranks), "pass")
+              for i in failed if i in JUDGED_BY_CHECK}
+    if not judged:
+        return summary
+    kept = [i for i in failed if i not in judged]
+    verdict = summary.get("verdict")
+    return {**summary, "failed": kept, "judged": judged,
+            "verdict": verdict if kept or verdict != "fail" else "warn"}
 
 
 def compare_doctor(nodes: Sequence[NodeFacts], named: set[int]) -> list[Cause]:
     """No false pass: a rank whose facts could not be gathered, or whose doctor failed
-    checks, is a cause naming it (unless another cause already names that rank)."""
+    checks that no cause of this check judges, is a cause naming it (unless another cause
+    already names that rank). Hosts are named by label: clones share a hostname."""
     broken = [n for n in nodes if n.rank not in named and n.facts.get("error")]
     failed = [n for n in nodes if n.rank not in named and not n.facts.get("error")
-              and (n.facts.get("doctor") or {}).get("failed")]
+              and doctor_failures(n)]
     causes = []
     if broken:
         causes.append(Cause(
@@ -371,19 +485,26 @@ def compare_doctor(nodes: Sequence[NodeFacts], named: set[int]) -> list[Cause]:
             hosts=tuple(n.label for n in broken), ranks=tuple(n.rank for n in broken),
             detail="; ".join(f"rank {n.rank} on {n.label}: {n.facts['error']}"
                              for n in broken) + " (this rank's node was not compared)",
-            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in broken)
+            fix="run `ddpnet doctor` on " + ", ".join(dict.fromkeys(n.label for n in broken))
                 + " to see what fails there",
+            evidence=tuple(f"rank {n.rank} on {n.label}: {n.facts['error']}" for n in broken),
+            confidence="medium",
+            see_for_yourself="ddpnet doctor",
         ))
     if failed:
         causes.append(Cause(
             id="doctor-failed", stage="facts",
             hosts=tuple(n.label for n in failed), ranks=tuple(n.rank for n in failed),
             detail="; ".join(f"rank {n.rank} on {n.label}: doctor checks failed: "
-                             + ", ".join(map(str, n.facts["doctor"]["failed"]))
-                             for n in failed),
-            fix="run `ddpnet doctor` on " + ", ".join(n.host for n in failed)
+                             + ", ".join(doctor_failures(n)) for n in failed),
+            fix="run `ddpnet doctor` on " + ", ".join(dict.fromkeys(n.label for n in failed))
                 + " for each check's evidence and fix (a resolver or probe that only times "
                 "out under load shows there as a timeout: rerun to tell)",
+            evidence=tuple(f"rank {n.rank} on {n.label}: doctor check {i} failed"
+                           for n in failed for i in doctor_failures(n)),
+            ruled_out=(f"{', '.join(JUDGED_BY_CHECK)}: judged by check itself across the "
+                       "nodes, named by their own causes if wrong",),
+            see_for_yourself="ddpnet doctor --json",
         ))
     return causes
 

@@ -82,4 +82,9 @@ def _duplicate(address: str, group: Sequence[NodeFacts],
                 ": export GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME=<cluster interface> on every "
                 "node")
              + ", or give each node its own address there"),
+        evidence=tuple(f"rank {n.rank} on {n.label} advertises {address} "
+                       f"({n.facts.get('interface')}, network namespace {n.facts['netns']})"
+                       for n in group),
+        ruled_out=("ranks of one host: their network namespaces differ",),
+        see_for_yourself=f"ip -br addr | grep -w {address}  # on each named host",
     )

@@ -119,6 +119,10 @@ class Findings:
             detail=f"rank(s) {', '.join(map(str, lost))} did not finish the {stage} stage "
                    f"in time",
             fix="look at those ranks' own output; run `ddpnet doctor` there",
+            evidence=(f"no result from rank(s) {', '.join(map(str, lost))} in the {stage} "
+                      "stage before its deadline (--timeout)",),
+            confidence="low",  # a hung, crashed or starved rank all look the same from here
+            see_for_yourself="ddpnet doctor",
         )
 
     def report(self, timings: dict[str, float]) -> CheckReport:

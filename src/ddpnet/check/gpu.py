@@ -143,6 +143,8 @@ def share_gpu(nodes: Sequence[NodeFacts]) -> list[Cause]:
             "--nproc-per-node N with N = GPUs), or check CUDA_VISIBLE_DEVICES; to try NCCL "
             "across nodes on one GPU, give each rank its own host (ddpnet lab: network "
             "namespaces with their own hostnames)",
+        evidence=tuple(problems),
+        see_for_yourself="nvidia-smi -L; echo $CUDA_VISIBLE_DEVICES $LOCAL_RANK",
     )]
 
 
@@ -168,6 +170,9 @@ def compare_gpu_facts(nodes: Sequence[NodeFacts]) -> list[Cause]:
         fix="install the same NVIDIA driver on every node, enable persistence mode "
             "(nvidia-smi -pm 1, or the nvidia-persistenced service) everywhere, and train "
             "on one GPU model per job",
+        evidence=tuple(details),
+        see_for_yourself="nvidia-smi --query-gpu=name,driver_version,compute_cap,"
+                         "persistence_mode --format=csv",
     )]
 
 
@@ -197,5 +202,7 @@ def compare_nccl_settings(nodes: Sequence[NodeFacts]) -> list[Cause]:
                 detail="NCCL will read different settings (environment over ~/.nccl.conf and "
                        "/etc/nccl.conf): " + "; ".join(lines),
                 fix="set the same NCCL_NET/NCCL_IB_* on every node (export them in the job "
-                    "script, or the same /etc/nccl.conf everywhere)"))
+                    "script, or the same /etc/nccl.conf everywhere)",
+                evidence=tuple(lines),
+                see_for_yourself="env | grep ^NCCL_; cat ~/.nccl.conf /etc/nccl.conf"))
     return causes

@@ -17,12 +17,14 @@ A loopback first answer is the doctor's ``names.hostname`` (``hostname-loopback`
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddpnet.check.causes import Cause
+from ddpnet.check.causes import PLAIN_JOB_BREAKS, PLAIN_JOB_SEVERITY, Cause
 from ddpnet.check.compare import NodeFacts
 from ddpnet.net.names import is_loopback
+from ddpnet.net.picks import GLOO, NCCL
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,34 @@ def _same_host(a: NodeFacts, b: NodeFacts) -> bool:
     return bool(a.facts.get("netns")) and a.facts.get("netns") == b.facts.get("netns")
 
 
+def plain_gloo(facts: Mapping[str, object]) -> str | None:
+    """The address a plain ``init_process_group("gloo")`` binds on this node with the job's
+    environment: GLOO_SOCKET_IFNAME's first device if set, else the hostname's (pure)."""
+    picks = facts.get("library_picks")
+    for pick in picks if isinstance(picks, list) else ():
+        if isinstance(pick, Mapping) and pick.get("var") == GLOO and not pick.get("slot"):
+            return str(pick["address"]) if pick.get("address") else None
+    return gloo_default(facts)
+
+
+def plain_job(facts: Mapping[str, object]) -> str:
+    """What a plain job binds on this node with the job's environment, beside what this
+    check pinned, for the node table: gloo's address and NCCL's bootstrap one (pure)."""
+    picks = facts.get("library_picks")
+    nccl = next((p.get("address") for p in (picks if isinstance(picks, list) else ())
+                 if isinstance(p, Mapping) and p.get("var") == NCCL), None)
+    return f"gloo {plain_gloo(facts) or '?'}, nccl {nccl or '?'}"
+
+
+def plain_family(nodes: Sequence[NodeFacts]) -> int | None:
+    """The IP family most nodes' plain gloo binds (rank 0's on a tie; None unknown)."""
+    votes = Counter(v for n in nodes if (a := plain_gloo(n.facts)) and (v := _version(a)))
+    if not votes:
+        return None
+    rank0 = next((plain_gloo(n.facts) for n in nodes if n.rank == 0), None)
+    return max(votes, key=lambda v: (votes[v], _version(rank0 or "") == v))
+
+
 def _judge(n: NodeFacts, nodes: Sequence[NodeFacts]) -> GlooDefault | None:
     address = gloo_default(n.facts)
     chosen = str(n.facts.get("address") or "")
@@ -98,6 +128,17 @@ def _judge(n: NodeFacts, nodes: Sequence[NodeFacts]) -> GlooDefault | None:
                            f"{n.host} resolves there to IPv{_version(address)} {address}, "
                            f"which rank(s) {', '.join(str(m.rank) for m in lacking)} "
                            f"(no IPv{_version(address)} address) cannot reach")
+    major = plain_family(nodes)
+    other = [m for m in peers if (a := plain_gloo(m.facts)) and _version(a) != _version(address)]
+    if major is not None and _version(address) != major and other:
+        # dual-stack nodes: gloo pairs only devices of one family (device.cc enforces
+        # ss1.ss_family == ss2.ss_family, "address family mismatch"), whatever is reachable
+        return GlooDefault(n, address, "family",
+                           f"{n.host} resolves there to IPv{_version(address)} {address} "
+                           f"only, so gloo binds IPv{_version(address)} while rank(s) "
+                           f"{', '.join(str(m.rank) for m in other)} bind IPv{major}: gloo "
+                           "pairs devices of one family only (\"ss1.ss_family == "
+                           "ss2.ss_family\", the forums' \"address family mismatch\")")
     return None
 
 
@@ -114,17 +155,24 @@ def compare_hostname_addresses(nodes: Sequence[NodeFacts]) -> list[Cause]:
         if not group:
             continue
         causes.append(Cause(
-            id=cause_id, stage="facts",
+            id=cause_id, stage="facts", severity=PLAIN_JOB_SEVERITY,
             hosts=tuple(g.node.label for g in group), ranks=tuple(g.node.rank for g in group),
             detail="gloo without GLOO_SOCKET_IFNAME advertises the address the node's own "
                    "hostname resolves to: "
                    + "; ".join(f"rank {g.node.rank} on {g.node.label}: {g.why}" for g in group)
-                   + " (a plain torchrun job hangs; this check pins the interface, so its own "
-                     "group worked)",
+                   + f" ({PLAIN_JOB_BREAKS}; this check pins the interface, so its own group "
+                     "worked)",
             fix="; ".join(f"on {g.node.label}: map {g.node.host} to "
                           f"{g.node.facts.get('address')} in /etc/hosts (`getent ahosts "
                           f"{g.node.host}`), or export GLOO_SOCKET_IFNAME="
                           f"{g.node.facts.get('interface')}" for g in group)
                 + " (ddpnet.init() pins it)",
+            evidence=tuple(f"on {g.node.label}: {g.node.host} resolves to "
+                           + ", ".join(map(str, g.node.facts.get("hostname_addresses") or ()))
+                           + f"; plain gloo binds {g.address}; this check bound "
+                           f"{g.node.facts.get('interface')} {g.node.facts.get('address')}"
+                           for g in group),
+            ruled_out=("this check's own group: it pinned the interface, so it worked",),
+            see_for_yourself="getent ahosts $(hostname); ip -br addr",
         ))
     return causes

@@ -119,6 +119,12 @@ def _judge(key: tuple[str, int], items: list[tuple[NodeFacts, Pick]],
                   f"is reached on ({ref}); {lib} traffic takes another network"),
         fix="; ".join(_fix(n, var, target) for n, _ in shown),
         data={"var": var},
+        evidence=(*(f"rank {n.rank} on {n.label}: {var}={p.value} picks {p.iface} "
+                    f"{p.address} ({p.why})" for n, p in shown),
+                  *((f"{len(good)} other rank(s) bind in {major}",) if fail and good else ())),
+        ruled_out=(f"what this check itself bound: {lib} reads {var} its own way, "
+                   "judged here as the library reads it",),
+        see_for_yourself="ddpnet env  # network.variables, on each named host",
     )
 
 
@@ -151,6 +157,10 @@ def _gloo_devices(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="list the same number of interfaces in GLOO_SOCKET_IFNAME on every node: "
             + "; ".join(_fix(n, GLOO, cluster_subnet(nodes)) for n in odd),
         data={"var": GLOO, "devices": True},
+        evidence=(*(f"rank {n.rank} on {n.label}: {count[n.rank]} gloo device(s) "
+                    f"(GLOO_SOCKET_IFNAME={values[n.rank]})" for n in odd),
+                  f"{len(nodes) - len(odd)} other rank(s): {common} device(s)"),
+        see_for_yourself="echo $GLOO_SOCKET_IFNAME  # on each node",
     )
 
 
@@ -168,4 +178,8 @@ def shell_cause(doctor: DoctorResult, host: str) -> Cause | None:
                "--local ran its ranks on lo in its place, but a job started from this shell "
                "reads it)",
         fix=doctor.fix,
+        evidence=(f"{host}: {doctor.summary}",),
+        ruled_out=("the check's own ranks: --local ran them on lo, so their run passing "
+                   "says nothing of this variable",),
+        confidence="high", see_for_yourself="ddpnet doctor",
     )

@@ -141,6 +141,12 @@ def _behind_nat(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[st
             + ", ".join(labels[k] for k, *_ in items) + f" onto {subnet}, or route their "
             "subnet to the other nodes without masquerading; Docker: --network host; "
             "Kubernetes: hostNetwork: true)" + _pin_hint(got, [k for k, *_ in items], subnet),
+        evidence=tuple(f"rank {k} on {labels[k]}: advertises {got[k].get('address')}, its "
+                       f"connections arrive at {_ranks(saw)} from {src}" for k, src, saw, _ in
+                       items),
+        ruled_out=("a firewall: the connections arrive, from an address the rank does not "
+                   "have",),
+        see_for_yourself="ss -tn  # on a peer: the source address of the rank's connections",
     )
 
 
@@ -208,6 +214,9 @@ def _translated(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[st
         detail="; ".join(parts) + ": the store is reached through a VIP, NAT or port-forward, "
                "but gloo/NCCL connect to the addresses the ranks advertise",
         fix=fix,
+        evidence=tuple(parts),
+        ruled_out=("the rendezvous: these ranks did reach the store",),
+        see_for_yourself="nc -zv <advertised address> <port>  # from a peer",
     )
 
 

@@ -258,6 +258,12 @@ def judge(p: Plan, gbps: Sequence[float | None], labels: Mapping[int, str]) -> C
             f"({rank0.address if rank0 else '?'}) and {_exports(f, labels)} (or have the "
             "hostnames resolve to the fast network's addresses)",
         data={"subnet": f.network.subnet, "times": round(times, 2)},
+        evidence=(f"the job's network {p.chosen.subnet}: {_rate(gbps[0] if gbps else None)} "
+                  f"from rank {p.sender} to rank 0",
+                  f"{f.network.subnet} on every node: "
+                  f"{_rate(gbps[p.others.index(f.network) + 1])}, {times:.1f}x faster {how}"),
+        confidence="high" if f.measured is not None else "medium",
+        see_for_yourself=f"ip -br addr; ethtool <iface> | grep Speed  # on {sender}",
     )
 
 

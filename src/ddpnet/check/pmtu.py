@@ -274,4 +274,8 @@ def _cause(broken: Pairs, odd: Sequence[int], where: str, labels: Mapping[int, s
             f"end to end), or lower the nodes' MTU to what crosses ({floor}): {lower} "
             f"(check with `ping -M do -s {floor - 28} <peer>`)",
         data={"pairs": {f"{i}->{j}": r.to_dict() for (i, j), r in broken.items()}},
+        evidence=tuple(f"rank {i} to rank {j}: {describe(r)}" for (i, j), r in shown),
+        ruled_out=("a firewall or a dead peer: small probes to the same port crossed",),
+        see_for_yourself=f"ping -M do -s {mtu - 28} -c 3 <peer>  # fails where the path "
+                         f"drops {mtu}-byte frames",
     )

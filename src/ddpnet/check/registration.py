@@ -94,6 +94,10 @@ def _wrong_world(own: Registration, arrivals: list[Registration]) -> Cause | Non
         ),
         fix=f"export WORLD_SIZE={world} on every node (or pass the same --nnodes/"
             "--nproc-per-node to the launcher everywhere)",
+        evidence=(f"rank 0 registered WORLD_SIZE={world}",
+                  *(f"rank {r.rank} on {r.label} registered WORLD_SIZE={r.world_size}"
+                    for r in wrong_world)),
+        see_for_yourself="echo $WORLD_SIZE $RANK  # in the job's environment, each node",
     )
 
 
@@ -110,6 +114,12 @@ def _wrong_port(own: Registration, arrivals: list[Registration]) -> Cause | None
                          for r in wrong_port)
                + f", rank 0 listens on {own.master_port}",
         fix=f"export MASTER_PORT={own.master_port} on every node",
+        evidence=(f"rank 0 listens on {own.master_port}",
+                  *(f"rank {r.rank} on {r.label} registered MASTER_PORT={r.master_port}"
+                    for r in wrong_port)),
+        ruled_out=("a blocked port: these ranks reached rank 0 and said which port they "
+                   "were given",),
+        see_for_yourself="echo $MASTER_ADDR $MASTER_PORT  # each node",
     )
 
 
@@ -131,6 +141,8 @@ def _duplicates(by_rank: dict[int, list[Registration]]) -> Cause | None:
         detail="; ".join(parts),
         fix="give every process a distinct RANK (0..WORLD_SIZE-1): on each node "
             "RANK = NODE_RANK * nproc_per_node + LOCAL_RANK, or let torchrun/srun set it",
+        evidence=tuple(parts),
+        see_for_yourself="echo $RANK $NODE_RANK $LOCAL_RANK  # each process",
     )
 
 
@@ -157,6 +169,11 @@ def _missing(own: Registration, arrivals: list[Registration],
             f"MASTER_PORT={own.master_port}/WORLD_SIZE={world}; if it runs there, run "
             "`ddpnet doctor` on that node: it cannot reach the master port"
         ),
+        evidence=(f"rank(s) {_ranks(present)} registered with rank 0's store within "
+                  f"{waited_s:.1f} s", f"rank(s) {_ranks(list(missing))}: no registration"),
+        ruled_out=("a crash after joining: a rank that joined and died is registered",),
+        confidence="medium",  # never started, or started and could not reach the store
+        see_for_yourself=f"nc -zv $MASTER_ADDR {own.master_port}  # on the missing node",
     )
 
 
@@ -173,4 +190,7 @@ def _out_of_range(own: Registration, by_rank: dict[int, list[Registration]]) -> 
         detail=f"rank(s) {_ranks(out_of_range)} are outside 0..{world - 1} "
                f"(WORLD_SIZE={world} on rank 0)",
         fix=f"export WORLD_SIZE={world} and a RANK below it on every node",
+        evidence=(*(f"rank {r} registered from {x.label}" for r in out_of_range
+                    for x in by_rank[r]), f"rank 0's WORLD_SIZE={world}"),
+        see_for_yourself="echo $WORLD_SIZE $RANK  # each node",
     )

@@ -153,8 +153,9 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]], same: set[tuple[int, int
 
 def _cell(value: Any) -> Any:
     if isinstance(value, dict) and "verdict" in value:  # the doctor's summary
-        failed = value.get("failed") or []
-        return "pass" if not failed else "fail: " + ", ".join(map(str, failed))
+        from ddpnet.check.render_text import doctor_cell
+
+        return doctor_cell(value)
     return f"{value:+.3f}" if isinstance(value, float) else value
 
 
@@ -166,7 +167,18 @@ def _cause(c: Any, cls: str) -> str:
         where.append("ranks: " + ", ".join(str(r) for r in c.ranks))
     return (f"<div class='{cls} {c.severity}'><b class='{c.severity}'>{_e(c.id)}</b> "
             f"<span class='muted'>[{_e(c.stage)}] {' · '.join(where)}</span><br>"
-            f"{_e(c.detail)}<br><b>fix:</b> <code>{_e(c.fix)}</code></div>")
+            f"{_e(c.detail)}<br><b>fix:</b> <code>{_e(c.fix)}</code>{_evidence(c)}</div>")
+
+
+def _evidence(c: Any) -> str:
+    """The cause's evidence rows as a list (the same rows the text renderer shows)."""
+    rows = c.shown_evidence()
+    if not rows:
+        return ""
+    return "<ul class='ev'>" + "".join(
+        f"<li><span class='muted'>{_e(label)}:</span> "
+        + (f"<code>{_e(text)}</code>" if label == "see it yourself" else _e(text)) + "</li>"
+        for label, text in rows) + "</ul>"
 
 
 def render_html(report: CheckReport) -> str:
@@ -213,7 +225,7 @@ def _nodes_html(report: CheckReport) -> list[str]:
     from ddpnet.check.nics import node_why
 
     cols = ("rank", "host", "address", "interface", "mtu", "subnet", "torch", "python",
-            "cuda", "clock_offset_s", "doctor", "why this interface")
+            "cuda", "clock_offset_s", "doctor", "plain_job", "why this interface")
     out = ["<h2>Nodes</h2><table id='nodes'><tr>"
            + "".join(f"<th>{_LABELS.get(c, c)}</th>" for c in cols) + "</tr>"]
     for n in report.nodes:

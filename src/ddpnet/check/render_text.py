@@ -15,11 +15,15 @@ _MESH_STYLE = {"ok": "green", "self": "dim", "refused": "red", "filtered": "red"
                "no-route": "red", "?": "yellow"}
 
 
-def _doctor(summary: Any) -> str:
+def doctor_cell(summary: Any) -> str:
+    """A node's doctor summary in one cell (text and HTML tables)."""
     if not isinstance(summary, dict):
         return ""
     failed = summary.get("failed") or []
-    return "pass" if not failed else "fail: " + ", ".join(map(str, failed))
+    shown = "pass" if not failed else "fail: " + ", ".join(map(str, failed))
+    judged = summary.get("judged") or {}
+    # what check judged itself across the nodes: the cause it is, or pass (one fact, one verdict)
+    return shown + "".join(f"; {k}: {v}" for k, v in judged.items())
 
 
 def progress_line(message: str) -> None:
@@ -87,6 +91,14 @@ def _root(report: CheckReport, console: Any) -> None:
     console.print(body)
     console.print(Text("  seen: ", style="bold") + Text(root.detail))
     console.print(Text("  fix:  ", style="bold") + Text(root.fix))
+    _evidence(root, console, "  ")
+
+
+def _evidence(cause: Any, console: Any, indent: str) -> None:
+    from rich.text import Text
+
+    for label, text in cause.shown_evidence():
+        console.print(Text(f"{indent}{label}: ", style="dim") + Text(text))
 
 
 def _others(report: CheckReport, console: Any) -> None:
@@ -97,6 +109,7 @@ def _others(report: CheckReport, console: Any) -> None:
             tag = "[red]FAIL[/]" if c.severity == "fail" else "[yellow]WARN[/]"
             console.print(f"  {tag} {c.id}: {c.detail}", markup=True, highlight=False)
             console.print(f"       fix: {c.fix}", markup=False)
+            _evidence(c, console, "       ")
     elif not report.causes:
         console.print("[green]every stage passed[/]")
 
@@ -122,7 +135,7 @@ def _nodes(report: CheckReport, console: Any) -> None:
                       _interface(n), str(n.get("mtu", "")),
                       str(n.get("torch", "")), str(n.get("python", "")),
                       f"{off:+.3f} s" if isinstance(off, (int, float)) else "",
-                      _doctor(n.get("doctor")))
+                      doctor_cell(n.get("doctor")))
     console.print(table)
 
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ddpnet.check.causes import join_cause
 from ddpnet.check.context import RankOutcome
 from ddpnet.check.report import CheckReport
 from ddpnet.errors import RendezvousError
@@ -77,6 +78,6 @@ class CheckResult:
 def failure_dict(exc: RendezvousError, rank: int, host: str) -> dict[str, Any]:
     """A rank that could not join, as JSON: its own cause (pure)."""
     return {"verdict": "fail", "rank": rank, "host": host,
-            "causes": [{"id": exc.cause, "hosts": [host], "ranks": [rank],
-                        "detail": exc.message, "fix": exc.hint}],
+            "causes": [join_cause(exc.cause, exc.message, exc.hint, host, rank,
+                                  exc.detail).to_dict()],
             "line": f"rank {rank} {host}: {exc.cause}: {exc.message}"}

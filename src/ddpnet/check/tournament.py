@@ -173,6 +173,11 @@ def _slow_node(r: int, gbps: Gbps, labels: Sequence[str], slow: set[tuple[int, i
         fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
             "tc qdisc show dev <iface>), the NIC's negotiated rate and its cable/port",
         data={"median_gbps": median},
+        evidence=(*(f"{i}->{j} {float(gbps[i][j] or 0):.2f} Gb/s" for i, j in mine),
+                  f"median of all links {median:.2f} Gb/s, of the others' {ref:.2f} Gb/s"),
+        ruled_out=(f"one slow link: every link {way} through rank {r} is slow, the others "
+                   "are not",),
+        see_for_yourself=f"iperf3 -s  # on {labels[r]}; iperf3 -c <its address> on a peer",
     )
 
 
@@ -192,4 +197,8 @@ def _slow_links(rest: Sequence[tuple[int, int]], gbps: Gbps, labels: Sequence[st
         fix="check the switch ports and cables between these hosts (ethtool -S, "
             "ip -s link), and any tc shaping on them",
         data={"median_gbps": median},
+        evidence=(*(f"{i}->{j} {float(gbps[i][j] or 0):.2f} Gb/s" for i, j in rest[:20]),
+                  f"median of all links {median:.2f} Gb/s"),
+        ruled_out=("a slow node: these hosts' other links run at the median",),
+        see_for_yourself="iperf3 -c <peer address>  # between the named hosts, both ways",
     )

@@ -9,18 +9,13 @@ answer is what counts, not whether a cluster address follows it.
 from __future__ import annotations
 
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
+from ddpnet.net import names
 from ddpnet.net.names import hostname_address, hosts_fix, is_loopback
 
 
 def hosts_lines(host: Host, name: str) -> list[str]:
     """The /etc/hosts lines that mention ``name`` (for the detail and the fix)."""
-    found = []
-    short = name.split(".")[0]
-    for raw in (host.read(host.etc / "hosts") or "").splitlines():
-        line = raw.split("#", 1)[0].split()
-        if len(line) > 1 and (name in line[1:] or short in line[1:]):
-            found.append(" ".join(line))
-    return found
+    return names.hosts_lines(host.read(host.etc / "hosts") or "", name)
 
 
 def hosts_fix_text(host: Host, inputs: Inputs, name: str) -> str:

@@ -175,3 +175,39 @@ def hosts_fix(content: str, hostname: str, address: str, source: str = "") -> Ho
         added = f"{address} {hostname if short == hostname else f'{hostname} {short}'}"
         out.append(f"{added}  {HOSTS_MARK}: gloo resolves this host's name\n")
     return HostsFix("".join(out), hostname, address, tuple(removed), added, source)
+
+
+#: the hosts file glibc's "files" source reads first on every Linux node
+HOSTS_PATH = "/etc/hosts"
+
+
+def hosts_lines(content: str, name: str) -> list[str]:
+    """The lines of a hosts file that map ``name`` (or its short form), comments dropped, in
+    file order: what a stale or loopback entry looks like to the user (pure)."""
+    short = name.split(".")[0]
+    found = []
+    for raw in content.splitlines():
+        fields = raw.split("#", 1)[0].split()
+        if len(fields) > 1 and (name in fields[1:] or short in fields[1:]):
+            found.append(" ".join(fields))
+    return found
+
+
+def hosts_names(content: str, address: str) -> list[str]:
+    """Every name a hosts file gives ``address`` (pure): an address a stale line sends
+    MASTER_ADDR to is often another node's, listed under its own name too."""
+    names: list[str] = []
+    for raw in content.splitlines():
+        fields = raw.split("#", 1)[0].split()
+        if len(fields) > 1 and fields[0] == address:
+            names += [n for n in fields[1:] if n not in names]
+    return names
+
+
+def read_hosts(path: str = HOSTS_PATH) -> str:
+    """This node's hosts file ("" when unreadable) (edge)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
+from ddpnet.net.names import hosts_lines, hosts_names, read_hosts
 from ddpnet.net.ports import Holder
 from ddpnet.net.routes import NEIGH_DEAD, Route
 from ddpnet.net.select import Selection
@@ -139,6 +140,30 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
         "master-no-route", f"cannot connect to {ep}: {last.error}{where}",
         f"check MASTER_ADDR={master or addr} and MASTER_PORT={port}: `ip route get {addr}`",
         host=host, rank=rank, detail=detail)
+
+
+def name_source(error: RendezvousError, master: str, addr: str, hosts: str,
+                host: str = "") -> RendezvousError:
+    """A failed connect to MASTER_ADDR given as a name that this node's hosts file maps:
+    the line it followed, and the other names that file gives the address (another node's,
+    when the line is stale), with a fix for the line instead of "start rank 0 there" (pure).
+    The name resolves per node: a stale line on one worker sends it to another machine."""
+    lines = [ln for ln in hosts_lines(hosts, master) if ln.split()[0] == addr]
+    if not lines or master == addr:
+        return error
+    others = [n for n in hosts_names(hosts, addr)
+              if n not in (master, master.split(".")[0])]
+    line = lines[0]
+    seen = (f"; MASTER_ADDR {master} resolves here through the /etc/hosts line '{line}'"
+            + (f" to {addr}, which that file also names {', '.join(others)}: another node, "
+               "so the line is likely stale" if others else f" to {addr}"))
+    on = f"on {host}: " if host else ""
+    hint = (f"{on}fix or remove the line '{line}' in /etc/hosts so {master} resolves to rank "
+            f"0's address (`getent hosts {master}` here and on rank 0's host must agree), or "
+            f"export MASTER_ADDR=<rank 0's IP> on every node; if rank 0 does run on {addr}, "
+            f"then: {error.hint}")
+    return RendezvousError(error.cause, error.message + seen, hint, host=error.host,
+                           rank=error.rank, detail=f"{error.detail}; /etc/hosts: {line}")
 
 
 def classify_bind(exc: OSError, port: int, *, host: str = "", rank: int | None = None
@@ -325,7 +350,7 @@ def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
                              master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor)
     if error is not None:
-        raise error
+        raise name_source(error, cfg.master_addr, addr, read_hosts(), me)
 
 
 def _bind_or_raise(cfg: DistConfig, me: str) -> None:

@@ -99,6 +99,11 @@ def _failed_cause(found: Findings, pgs: Mapping[int, Any], bad: list[int]) -> Ca
                          for r in bad),
         fix="run `ddpnet doctor` on these nodes; pin the interface with "
             "GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME",
+        evidence=tuple(f"rank {r}: {pgs.get(r, {}).get('error', 'no answer')}" for r in bad),
+        ruled_out=("the rendezvous, the facts and the plain-socket mesh: earlier stages "
+                   "passed or are named above",),
+        confidence="medium",
+        see_for_yourself="ddpnet check --local 2  # the same group on one node",
     )
 
 
@@ -114,7 +119,9 @@ def nccl_cause(found: Findings, pgs: Mapping[int, Any], bad: list[int]) -> Cause
                  == known]
         return Cause(id=known.cause, stage="process-group", ranks=tuple(named),
                      hosts=tuple(found.label_of(q) for q in named),
-                     detail=f"NCCL's failure on rank {r}: {error}", fix=known.fix)
+                     detail=f"NCCL's failure on rank {r}: {error}", fix=known.fix,
+                     evidence=(f"NCCL's own error on rank {r}: {error}",),
+                     see_for_yourself="NCCL_DEBUG=INFO  # in the job's environment, rerun")
     return None
 
 

@@ -61,6 +61,9 @@ def _stuck_cause(found: Findings, why: str) -> Cause:
         hosts=tuple(found.label_of(r) for r in stuck),
         detail=f"the bandwidth round barrier ({why}) timed out: a rank died or hung",
         fix="look at those ranks' own output; rerun with --no-matrix to skip the stage",
+        evidence=(f"the bandwidth round barrier ({why}) passed its deadline",),
+        confidence="low",  # a hung, crashed or starved rank all look the same from rank 0
+        see_for_yourself="ddpnet check --no-matrix",
     )
 
 

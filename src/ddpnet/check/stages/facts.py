@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpnet.check.causes import Cause
-from ddpnet.check.compare import NodeFacts, compare_facts
+from ddpnet.check.compare import NodeFacts, compare_facts, doctor_as_judged
 from ddpnet.check.containers import compare_addresses, netns_id
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.gpu import compare_gpus, gpu_facts
-from ddpnet.check.hostaddr import compare_hostname_addresses
+from ddpnet.check.hostaddr import compare_hostname_addresses, plain_job
 from ddpnet.check.ifvars import compare_picks
 from ddpnet.check.nics import compare_nics, nic_facts
 from ddpnet.check.stages.pathmtu import master_paths
@@ -234,6 +234,8 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})
         node.update({k: f.get(k) for k in NODE_KEYS})
+        node["doctor"] = doctor_as_judged(f.get("doctor"), int(str(node["rank"])), found.causes)
+        node["plain_job"] = plain_job(f)  # what a plain init_process_group would bind
         node["host"] = f.get("hostname", node["host"])
     found.stages["facts"] = "fail" if any(c.stage == "facts" and c.severity == "fail"
                                           for c in found.causes) else "pass"
