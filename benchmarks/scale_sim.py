@@ -1,0 +1,484 @@
+"""`check`, `init()` and the watch at 64 to 4,096 ranks, measured with simulated ranks
+(issue 31; root required: it builds a two-node lab).
+
+Rank 0 runs the real code in its own process on lab node 0 (`check`: ``run_rank`` whole,
+with its doctor, its c10d TCPStore, its mesh listener and its coordinator; `init`: the
+rendezvous preflight, the TCPStore and the ``GroupGuard``; `watch`: the hub process), so
+its RSS and CPU are its own. The other ranks are threads in a few client processes on lab
+node 1, each on its own address (many /32s on node 1's lab interface, all inside
+198.18.0.0/15, routed from node 0 through node 1), and each runs the real rank code:
+
+- check: ``worker.follow`` on a real ``RankContext`` (torch's TCPStore client, a real
+  ``mesh.Listener`` and path-MTU echo); its facts are one real facts record of that node,
+  cloned with the rank's address and a host name of its own;
+- init: ``rendezvous`` preflight and a ``GroupGuard`` on torch's TCPStore, as ``init()`` runs
+  them while the group forms (the process group itself is torch's and not simulated);
+- watch: a ``heartbeat.Beacon`` per rank, connected to the real hub.
+
+The process group stage of `check` (one gloo all_reduce over N ranks) is torch's own and is
+not simulated: its per-rank result is published as a pass. A client process imports torch
+once (torch's own store client); nothing is imported per rank.
+
+    sudo .venv/bin/python benchmarks/scale_sim.py --command check --ranks 1024 \
+        [--fault filtered-port|slow-link] --json          # one point, one JSON object
+    sudo .venv/bin/python benchmarks/scale_sim.py        # the sweep: results/scale_sim.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PORT = 29620
+#: the lab's subnet: node 0 (rank 0) is .0.1, node 1 (the simulated ranks) .0.2
+SUBNET = "198.18.0.0/18"
+#: simulated rank r's address: SIM_BASE + r (routed from node 0 through node 1)
+SIM_BASE = ipaddress.ip_address("198.18.16.0")
+SIM_ROUTE = "198.18.16.0/20"
+#: simulated ranks per client process (threads)
+PER_PROCESS = 512
+SIZES = (64, 256, 1024, 4096)
+FAULTS = ("filtered-port", "slow-link")
+COMMANDS = ("check", "init", "watch")
+#: the issue's goals (seconds to verdict) on the 2-core VM
+GOALS = {("check", 1024, None): 30.0, ("check", 4096, None): 120.0,
+         ("check", 1024, "filtered-port"): 45.0, ("watch", 4096, None): 15.0}
+RSS_GOAL_MIB = 1024.0
+
+
+def sim_address(rank: int) -> str:
+    return str(SIM_BASE + rank)
+
+
+def cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write("SIMRESULT " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+# ============================================================== rank 0 and the rank clients
+
+def timeouts(ranks: int) -> dict[str, float]:
+    """The check's timeouts for N ranks: what a user sets for a large job (docs/scaling.md)."""
+    join = max(10.0, ranks / 40)
+    return {"join_timeout": join, "stage_timeout": max(20.0, ranks / 40)}
+
+
+def check_options(args: argparse.Namespace) -> Any:
+    from ddpnet.check.options import CheckOptions
+
+    return CheckOptions(matrix=False, full_mesh=args.full_mesh, **timeouts(args.ranks))
+
+
+def no_process_group() -> None:
+    """The process-group stage is torch's (gloo over N ranks), not simulated: pass it."""
+    from ddpnet.check.stages import allreduce
+
+    def run_group(ctx: Any) -> dict[str, Any]:
+        return {"ok": True, "backend": "gloo", "expected": ctx.world * (ctx.world + 1) / 2,
+                "allreduce_s": 0.0, "seconds": 0.0, "simulated": True}
+
+    allreduce.run_group = run_group  # type: ignore[assignment]
+
+
+def rank0_check(args: argparse.Namespace) -> None:
+    """Rank 0 of `ddpnet check`, all real but the process group."""
+    from ddpnet.check.run import run_rank
+    from ddpnet.check.tools import Tools
+
+    no_process_group()
+    started = time.time()
+    result = run_rank(check_options(args), dict(os.environ), Tools())
+    done = time.time()
+    report = result.report
+    out: dict[str, Any] = {"started": started, "done": done, "cpu_s": cpu_self(),
+                           "max_rss_mib": rss_mib()}
+    if report is None:
+        out["verdict"] = f"failed: {result.failure}"
+    else:
+        d = report.to_dict()
+        out.update(verdict=report.verdict, timings=d.get("timings"),
+                   causes=[{"id": c["id"], "hosts": c["hosts"][:8], "ranks": c["ranks"][:8]}
+                           for c in d.get("causes", [])],
+                   report_json_bytes=len(json.dumps(d)),
+                   verdict_at=done - float((d.get("timings") or {}).get("acks", 0.0)))
+    emit(out)
+
+
+class Clients:
+    """The simulated ranks of one client process: threads, each one real rank."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.first, self.count = args.first, args.count
+        self.outcomes: list[str] = []
+        self.lock = threading.Lock()
+
+    def env(self, rank: int) -> dict[str, str]:
+        return {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "WORLD_SIZE": str(self.args.ranks), "MASTER_ADDR": self.args.master,
+                "MASTER_PORT": str(PORT)}
+
+    def run(self, one: Callable[[int], str]) -> None:
+        threading.stack_size(512 * 1024)
+
+        def body(rank: int) -> None:
+            try:
+                line = one(rank)
+            except Exception as exc:  # reported, never a traceback per rank
+                line = f"rank {rank}: error: {type(exc).__name__}: {exc}"
+            with self.lock:
+                self.outcomes.append(line)
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True)
+                   for r in range(self.first, self.first + self.count)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + self.args.timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        ok = sum(": ok" in line for line in self.outcomes)
+        emit({"first": self.first, "count": self.count, "finished": len(self.outcomes),
+              "ok": ok, "sample": sorted(set(self.outcomes) - {""})[:3],
+              "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})
+
+
+def check_clients(args: argparse.Namespace) -> None:
+    """Simulated check ranks: ``worker.follow`` on a real context, one thread each."""
+    from ddpnet.check import mesh
+    from ddpnet.check.context import RankContext
+    from ddpnet.check.store import join_store
+    from ddpnet.check.tools import Tools
+    from ddpnet.check.torchimport import import_torch
+    from ddpnet.check.worker import follow
+    from ddpnet.env.resolve import resolve
+
+    import_torch()
+    no_process_group()
+    clients = Clients(args)
+    opts = check_options(args)
+    base_cfg = resolve(clients.env(clients.first))
+    tools = Tools()
+    base_sel = tools.select(base_cfg, clients.env(clients.first))
+    facts = tools.facts(base_cfg, base_sel, clients.env(clients.first))
+
+    def one(rank: int) -> str:
+        address = sim_address(rank)
+        host = f"sim{rank:05d}"
+        cfg = resolve(clients.env(rank))
+        sel = replace(base_sel, address=address)
+        own: Future[dict[str, Any]] = Future()
+        own.set_result(clone_facts(facts, rank, address, host))
+        listener = mesh.Listener(address)
+        try:
+            store = join_store(cfg, opts, host)
+            ctx = RankContext(cfg, opts, sel, store, listener, own, lambda _s: {}, host,
+                              time.monotonic(), probe_from=address)
+            return follow(ctx).line
+        finally:
+            listener.close()
+
+    clients.run(one)
+
+
+def clone_facts(facts: dict[str, Any], rank: int, address: str, host: str) -> dict[str, Any]:
+    """Node 1's real facts as rank ``rank`` on its own address would publish them."""
+    prefix = SUBNET.split("/")[1]
+    out = dict(facts)
+    out["hostname"] = host
+    out["ifaddrs"] = {name: [f"{address}/{prefix}"] for name in (facts.get("ifaddrs") or {})}
+    out["hostname_addresses"] = [address]  # its own name resolves to its own address
+    out["netns"] = f"{facts.get('netns')}-sim{rank}"  # one namespace per simulated node
+    return out
+
+
+# ============================================================== the lab around one point
+
+def nft(namespace: str, ruleset: str) -> None:
+    subprocess.run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], input=ruleset,
+                   text=True, check=True, capture_output=True, timeout=30)
+
+
+def ip_batch(namespace: str, lines: Sequence[str]) -> None:
+    subprocess.run(["ip", "-n", namespace, "-batch", "-"], input="\n".join(lines) + "\n",
+                   text=True, check=True, capture_output=True, timeout=120)
+
+
+def count_store_bytes(namespace: str) -> None:
+    """Counters of what leaves and enters rank 0's store port (IP bytes, headers included)."""
+    nft(namespace, f"""table inet ddpsim {{
+  counter served {{ }}
+  counter received {{ }}
+  chain out {{ type filter hook output priority 0; tcp sport {PORT} counter name served; }}
+  chain in {{ type filter hook input priority 0; tcp dport {PORT} counter name received; }}
+}}
+""")
+
+
+def store_bytes(namespace: str) -> dict[str, int]:
+    out = subprocess.run(["ip", "netns", "exec", namespace, "nft", "-j", "list", "counters",
+                          "table", "inet", "ddpsim"], capture_output=True, text=True,
+                         timeout=30)
+    found: dict[str, int] = {}
+    with contextlib.suppress(ValueError, KeyError):
+        for item in json.loads(out.stdout)["nftables"]:
+            c = item.get("counter")
+            if c:
+                found[c["name"]] = int(c["bytes"])
+    return found
+
+
+def faulty_rank(ranks: int) -> int:
+    return ranks * 2 // 3 + 1
+
+
+def apply_fault(namespace: str, fault: str | None, ranks: int) -> str | None:
+    """One faulty simulated node (its address): filtered ephemeral ports or a slow link."""
+    if fault is None:
+        return None
+    address = sim_address(faulty_rank(ranks))
+    if fault == "filtered-port":
+        # its firewall lets the master port and established flows through, drops new
+        # connections to any other port (what a host firewall allowing fixed ports does)
+        nft(namespace, f"""table inet ddpsimfault {{
+  chain in {{ type filter hook input priority 0;
+    ip daddr {address} ip saddr != {address} tcp dport != {PORT} ct state new drop;
+  }}
+}}
+""")
+    elif fault == "slow-link":
+        # 100 ms each way and 10 Mbit/s on everything to and from that address (loopback:
+        # node 1's ranks talk over it; the lab interface toward rank 0)
+        for dev in ("lo", "eth0"):
+            subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", f"""
+tc qdisc add dev {dev} root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1 &&
+tc qdisc add dev {dev} parent 1:4 handle 40: netem delay 100ms rate 10mbit limit 100000 &&
+tc filter add dev {dev} parent 1:0 protocol ip u32 match ip dst {address}/32 flowid 1:4 &&
+tc filter add dev {dev} parent 1:0 protocol ip u32 match ip src {address}/32 flowid 1:4
+"""], check=True, capture_output=True, text=True, timeout=30)
+    return f"sim{faulty_rank(ranks):05d} ({address})"
+
+
+def parse_results(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len("SIMRESULT "):]) for line in text.splitlines()
+            if line.startswith("SIMRESULT ")]
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    t = psutil.cpu_times()
+    return {"load": list(os.getloadavg()), "busy_cpu_s": t.user + t.system + t.nice,
+            "idle_cpu_s": t.idle}
+
+
+@contextlib.contextmanager
+def sim_lab(ranks: int) -> Iterator[Any]:
+    """Two lab nodes; node 1 carries every simulated rank's address."""
+    from ddpnet.lab import Lab
+
+    with Lab(name=f"sim{os.getpid() % 100000}", nodes=2, subnet=SUBNET) as lab:
+        n0, n1 = lab.node(0), lab.node(1)
+        prefix = SUBNET.split("/")[1]
+        ip_batch(n1.namespace, [f"addr add {sim_address(r)}/{prefix} dev {n1.ifname}"
+                                for r in range(1, ranks)])
+        ip_batch(n0.namespace, [f"route add {SIM_ROUTE} via {n1.address}"])
+        for ns in (n0.namespace, n1.namespace):
+            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                            "net.core.somaxconn=8192", "net.ipv4.tcp_max_syn_backlog=8192"],
+                           capture_output=True, timeout=10)
+        yield lab
+
+
+def run_point(command: str, ranks: int, fault: str | None, timeout: float,
+              full_mesh: bool = False) -> dict[str, Any]:
+    """One point: rank 0 and the client processes in a fresh lab; one JSON object."""
+    before = machine()
+    with sim_lab(ranks) as lab:
+        n0, n1 = lab.node(0), lab.node(1)
+        count_store_bytes(n0.namespace)
+        host = apply_fault(n1.namespace, fault, ranks)
+        me = [sys.executable, str(Path(__file__).resolve())]
+        common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
+                  "--master", n0.address] + (["--full-mesh"] if full_mesh else [])
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks),
+               "MASTER_ADDR": n0.address, "MASTER_PORT": str(PORT),
+               "DDPNET_CHECK_NO_FAST_EXIT": "1"}
+        t0 = time.time()
+        rank0 = lab.popen(0, [*me, "--role", "rank0", *common], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        clients = [lab.popen(1, [*me, "--role", "clients", "--first", str(first),
+                                 "--count", str(min(PER_PROCESS, ranks - first)), *common],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for first in range(1, ranks, PER_PROCESS)]
+        got0, err0 = _collect(rank0, timeout)
+        outs = [_collect(c, 20.0) for c in clients]
+        served = store_bytes(n0.namespace)
+    after = machine()
+    r0 = (parse_results(got0) or [{}])[-1]
+    sims = [x for out, _ in outs for x in parse_results(out)]
+    point = summarize(command, ranks, fault, host, t0, r0, sims, served, before, after)
+    if not r0:
+        point["error"] = (err0 or got0)[-2000:]
+    return point
+
+
+def _collect(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return out, err + "\n(timed out)"
+
+
+def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0: float,
+              r0: dict[str, Any], sims: list[dict[str, Any]], served: dict[str, int],
+              before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The point's JSON object (pure)."""
+    verdict_at = r0.get("verdict_at")
+    causes = r0.get("causes") or []
+    named = [c for c in causes if host is not None and any(
+        host.split(" ")[0] in h for h in c.get("hosts", []))]
+    point: dict[str, Any] = {
+        "command": command, "ranks": ranks, "fault": fault, "faulty_host": host,
+        "verdict": r0.get("verdict"), "causes": causes,
+        "faulty_host_named": bool(named) if host else None,
+        "seconds_to_verdict": round(verdict_at - t0, 2) if verdict_at else None,
+        # the same, from rank 0's store being up (its torch import done: ~1 s on a quiet core)
+        "seconds_after_store": round(verdict_at - float(r0["started"]) - float(
+            (r0.get("timings") or {}).get("connect", 0.0)), 2) if verdict_at else None,
+        "rank0_max_rss_mib": round(float(r0.get("max_rss_mib", 0.0)), 1),
+        "rank0_cpu_s": round(float(r0.get("cpu_s", 0.0)), 2),
+        "store_bytes_served": served.get("served"),
+        "store_bytes_received": served.get("received"),
+        "rank0_timings": r0.get("timings"),
+        "report_json_bytes": r0.get("report_json_bytes"),
+        "clients": {"processes": len(sims), "finished": sum(s["finished"] for s in sims),
+                    "ok_lines": sum(s["ok"] for s in sims),
+                    "cpu_s": round(sum(s["cpu_s"] for s in sims), 2),
+                    "sample": [line[:300] for s in sims for line in s["sample"]][:3]},
+        "machine": {"cpus": os.cpu_count(), "load_before": before["load"],
+                    "load_after": after["load"],
+                    "busy_cpu_s": round(after["busy_cpu_s"] - before["busy_cpu_s"], 1)},
+    }
+    goal = GOALS.get((command, ranks, fault))
+    if goal is not None:
+        secs = point["seconds_to_verdict"]
+        point["goal"] = {"seconds": goal, "rss_mib": RSS_GOAL_MIB,
+                         "met": bool(secs is not None and secs < goal
+                                     and point["rank0_max_rss_mib"] < RSS_GOAL_MIB
+                                     and (fault is None or point["faulty_host_named"]))}
+    return point
+
+
+# ============================================================== the sweep
+
+def sweep(args: argparse.Namespace) -> int:
+    points = []
+    for command in args.commands.split(","):
+        for ranks in SIZES:
+            for fault in (None, *FAULTS) if command == "check" else (None,):
+                point = run_point(command, ranks, fault, point_timeout(ranks))
+                points.append(point)
+                print(json.dumps({k: point[k] for k in ("command", "ranks", "fault",
+                                                       "verdict", "seconds_to_verdict",
+                                                       "rank0_max_rss_mib", "rank0_cpu_s",
+                                                       "store_bytes_served")}), flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "points": points}
+    (RESULTS / "scale_sim.json").write_text(json.dumps(out, indent=1) + "\n")
+    plot(points, RESULTS / "scale_sim.png")
+    return 0
+
+
+def point_timeout(ranks: int) -> float:
+    return 60.0 + ranks * 0.06
+
+
+def plot(points: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    series: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        series.setdefault(f"{p['command']}" + (f" {p['fault']}" if p["fault"] else ""),
+                          []).append(p)
+    for name, ps in series.items():
+        xs = [p["ranks"] for p in ps]
+        for ax, key in zip(axes, ("seconds_to_verdict", "rank0_cpu_s", "rank0_max_rss_mib"),
+                           strict=True):
+            ax.plot(xs, [p[key] if p[key] is not None else float("nan") for p in ps],
+                    marker="o", label=name)
+    for ax, title in zip(axes, ("seconds to verdict", "rank 0 CPU seconds",
+                                "rank 0 max RSS (MiB)"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--command", choices=COMMANDS, default="check")
+    ap.add_argument("--commands", default=",".join(COMMANDS), help="the sweep's commands")
+    ap.add_argument("--ranks", type=int)
+    ap.add_argument("--fault", choices=FAULTS)
+    ap.add_argument("--json", action="store_true", help="print the point as one JSON object")
+    ap.add_argument("--full-mesh", action="store_true", help="check: every pair (--full-mesh)")
+    ap.add_argument("--timeout", type=float, help="the point's bound (seconds)")
+    ap.add_argument("--role", choices=("rank0", "clients"), help=argparse.SUPPRESS)
+    ap.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--master", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.role is not None:
+        args.timeout = args.timeout or point_timeout(args.ranks)
+        ROLES[(args.command, args.role)](args)
+        return 0
+    if args.ranks is None:
+        return sweep(args)
+    point = run_point(args.command, args.ranks, args.fault,
+                      args.timeout or point_timeout(args.ranks), args.full_mesh)
+    print(json.dumps(point, indent=None if args.json else 1))
+    return 0 if point.get("verdict") else 1
+
+
+ROLES: dict[tuple[str, str], Callable[[argparse.Namespace], None]] = {
+    ("check", "rank0"): rank0_check, ("check", "clients"): check_clients,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())
