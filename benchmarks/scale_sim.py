@@ -227,12 +227,16 @@ def ip_batch(namespace: str, lines: Sequence[str]) -> None:
                    text=True, check=True, capture_output=True, timeout=120)
 
 
-def count_store_bytes(namespace: str) -> None:
-    """Counters of what leaves and enters rank 0's store port (IP bytes, headers included)."""
+def count_store_bytes(namespace: str, master: str) -> None:
+    """Counters of what leaves and enters rank 0's store port (IP bytes, headers included;
+    ``served_rank0``: of that, to rank 0's own store client)."""
     nft(namespace, f"""table inet ddpsim {{
   counter served {{ }}
+  counter served_rank0 {{ }}
   counter received {{ }}
-  chain out {{ type filter hook output priority 0; tcp sport {PORT} counter name served; }}
+  chain out {{ type filter hook output priority 0;
+    tcp sport {PORT} ip daddr {master} counter name served_rank0;
+    tcp sport {PORT} counter name served; }}
   chain in {{ type filter hook input priority 0; tcp dport {PORT} counter name received; }}
 }}
 """)
@@ -319,7 +323,7 @@ def run_point(command: str, ranks: int, fault: str | None, timeout: float,
     before = machine()
     with sim_lab(ranks) as lab:
         n0, n1 = lab.node(0), lab.node(1)
-        count_store_bytes(n0.namespace)
+        count_store_bytes(n0.namespace, n0.address)
         host = apply_fault(n1.namespace, fault, ranks)
         me = [sys.executable, str(Path(__file__).resolve())]
         common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
@@ -378,6 +382,7 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
         "rank0_cpu_s": round(float(r0.get("cpu_s", 0.0)), 2),
         "store_bytes_served": served.get("served"),
         "store_bytes_received": served.get("received"),
+        "store_bytes_to_rank0": served.get("served_rank0"),
         "rank0_timings": r0.get("timings"),
         "report_json_bytes": r0.get("report_json_bytes"),
         "clients": {"processes": len(sims), "finished": sum(s["finished"] for s in sims),

@@ -12,6 +12,7 @@ connects and cells, not N².
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import random
 import socket
@@ -387,7 +388,6 @@ class Listener:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((address, 0))
         self.sock.listen(512)
-        self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
         from ddpnet.check.pmtu import Echo
@@ -402,12 +402,15 @@ class Listener:
     def _serve(self) -> None:
         import threading
 
+        # blocks in accept (no polling: N ranks' listeners sharing a host's cores would wake
+        # 5 N times a second); close() shuts the socket down, which wakes it
         while not self._stop.is_set():
             try:
                 conn, peer = self.sock.accept()
-            except TimeoutError:
-                continue
             except OSError:
+                return
+            if self._stop.is_set():
+                conn.close()
                 return
             threading.Thread(target=self._handle, args=(conn, str(peer[0])),
                              daemon=True).start()
@@ -447,6 +450,8 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
         self.sock.close()
         self.echo.close()
         self._thread.join(timeout=1)

@@ -188,9 +188,8 @@ def announce(ctx: RankContext, found: Findings,
         c.id == "duplicate-address" for c in found.causes)
     offsets = sample(ctx)
     if go and offsets is not None:
-        for r in found.ranks:
-            if r != 0:
-                ctx.store.set(f"mesh/peers/{r}", own_peers(peers, r, offsets))
+        ctx.store.set_many({f"mesh/peers/{r}": own_peers(peers, r, offsets)
+                            for r in found.ranks if r != 0})
         ctx.store.set("stage/mesh", {"go": go, "offsets": list(offsets)})
     else:
         ctx.store.set("stage/mesh", {"go": go, "peers": peers})
