@@ -215,6 +215,197 @@ def clone_facts(facts: dict[str, Any], rank: int, address: str, host: str) -> di
     return out
 
 
+# ---------------------------------------------------------------- init(): rendezvous, guard
+
+#: seconds every rank holds its GroupGuard, standing in for gloo forming the group
+GUARD_S = 5.0
+FORMED = "ddpnet/sim/formed"
+
+
+def rank0_init(args: argparse.Namespace) -> None:
+    """Rank 0 of ``init()``: the real rendezvous store (``open_store``: host, wait for every
+    rank, say go) and ``GroupGuard`` while the group forms; the CPU the guard phase costs."""
+    from ddpnet.check.torchimport import import_torch
+    from ddpnet.env.resolve import resolve
+    from ddpnet.rendezvous import GroupGuard, open_store
+
+    import_torch()
+    cfg = resolve(dict(os.environ))
+    started = time.time()
+    store = open_store(cfg, "rank0", 600.0, timeouts(args.ranks)["join_timeout"])
+    go = time.time()
+    cpu_go = cpu_self()
+    with GroupGuard(cfg, "rank0"):
+        time.sleep(GUARD_S)
+        store.add(FORMED, 1)
+        deadline = time.monotonic() + args.timeout
+        while int(store.add(FORMED, 0)) < cfg.world_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+    formed = time.time()
+    emit({"started": started, "done": formed, "verdict_at": go,
+          "verdict": "go" if int(store.add(FORMED, 0)) >= cfg.world_size else "incomplete",
+          "timings": {"rendezvous": go - started, "guard": formed - go},
+          "guard_cpu_per_s": (cpu_self() - cpu_go) / max(formed - go, 1e-6),
+          "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})
+    time.sleep(1.0)  # the last ranks read the count before the store goes
+
+
+def init_clients(args: argparse.Namespace) -> None:
+    """Simulated ranks of ``init()``: ``open_store`` (agree, register, wait for go), then a
+    ``GroupGuard`` (its own store connection, a check every 0.25 s) for GUARD_S."""
+    from ddpnet.check.torchimport import import_torch
+    from ddpnet.env.resolve import resolve
+    from ddpnet.rendezvous import GroupGuard, open_store
+
+    import_torch()
+    clients = Clients(args)
+
+    def one(rank: int) -> str:
+        cfg = resolve(clients.env(rank))
+        host = f"sim{rank:05d}"
+        store = open_store(cfg, host, 600.0, timeouts(args.ranks)["join_timeout"])
+        with GroupGuard(cfg, host, exit_now=lambda code: None):
+            time.sleep(GUARD_S)
+        store.add(FORMED, 1)
+        return f"rank {rank}: ok"
+
+    clients.run(one)
+
+
+# ---------------------------------------------------------------- the watch: hub, heartbeats
+
+#: the watch's timeout in the simulation, and when the stall begins after the launch
+WATCH_TIMEOUT_S = 5.0
+STALL_AFTER_S = 20.0
+
+
+def watch_rank(rank: int, world: int, directory: Path, exits: list[float]) -> Any:
+    """A rank's real heartbeat (``Beacon``) with a recorder that has run one all_reduce."""
+    from ddpnet.watch.heartbeat import Beacon
+    from ddpnet.watch.recorder import Recorder
+    from ddpnet.watch.state import CollectiveRecord, RankState
+
+    rec = Recorder()
+    rec.use_fr = False
+    now = time.time()
+    rec.called.append(CollectiveRecord(seq=1, op="all_reduce", group="default_pg",
+                                       started=now, ended=now, state="completed"))
+    ident = RankState(rank=rank, world_size=world, host=f"sim{rank:05d}",
+                      address=sim_address(rank) if rank else "", pid=os.getpid())
+    return Beacon(rec, ident, directory, exit_now=lambda _code: exits.append(time.time()))
+
+
+def stall(beacon: Any, rank: int, faulty: int) -> None:
+    """Every rank but ``faulty`` enters all_reduce #2 and stays there (a rank that never
+    calls it: the hang the watchdog names)."""
+    from ddpnet.watch.state import CollectiveRecord
+
+    if rank != faulty:
+        beacon.recorder.called.append(CollectiveRecord(seq=2, op="all_reduce",
+                                                       group="default_pg",
+                                                       started=time.time()))
+
+
+def rank0_watch(args: argparse.Namespace) -> None:
+    """Rank 0 of the watch: the real hub process (started as ``init()`` starts it) and rank
+    0's own heartbeat; the hub's CPU and memory, and when the verdict came."""
+    import tempfile
+
+    import psutil
+
+    from ddpnet.env.resolve import resolve
+    from ddpnet.watch.session import WatchConfig, hub_port, job_token, start_hub
+
+    cfg = resolve(dict(os.environ))
+    directory = Path(tempfile.mkdtemp(prefix="ddpnet-sim-watch-"))
+    wc = WatchConfig(True, timeout=WATCH_TIMEOUT_S, directory=directory)
+    started = time.time()
+    hub = start_hub(cfg, wc, args.master)
+    if isinstance(hub, str):
+        emit({"verdict": f"hub failed: {hub}"})
+        return
+    proc = psutil.Process(hub.pid)
+    exits: list[float] = []
+    beacon = watch_rank(0, cfg.world_size, directory, exits)
+    beacon.connect(args.master, hub_port(cfg, wc), token=job_token(cfg))
+    stall_at = args.t0 + STALL_AFTER_S
+    samples: list[tuple[float, float, float]] = []  # (time, cpu s, rss MiB)
+    stalled = False
+    while hub.poll() is None and time.time() < args.t0 + args.timeout:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            samples.append((time.time(), t.user + t.system, proc.memory_info().rss / 2**20))
+        if not stalled and time.time() >= stall_at:
+            stall(beacon, 0, faulty_rank(cfg.world_size))
+            stalled = True
+        time.sleep(0.5)
+    emit({"started": started, "stall_at": stall_at, "verdict_at": exits[0] if exits else None,
+          "verdict": _watch_verdict(directory), "causes": _watch_named(directory),
+          "timings": {"stall_to_verdict": exits[0] - stall_at if exits else None},
+          **hub_load(samples, stall_at), "cpu_s": samples[-1][1] if samples else 0.0,
+          "max_rss_mib": max((s[2] for s in samples), default=0.0),
+          "rank0_process_cpu_s": cpu_self()})
+
+
+def hub_load(samples: Sequence[tuple[float, float, float]], stall_at: float) -> dict[str, Any]:
+    """The hub's CPU per second of wall time while every rank heartbeats (before the stall;
+    pure)."""
+    steady = [s for s in samples if stall_at - 10.0 <= s[0] <= stall_at]
+    if len(steady) < 2:
+        return {"hub_cores_steady": None}
+    (t0, c0, _), (t1, c1, _) = steady[0], steady[-1]
+    return {"hub_cores_steady": round((c1 - c0) / (t1 - t0), 3)}
+
+
+def _watch_verdict(directory: Path) -> str | None:
+    """The hub's report: its diagnosis kind and the ranks/hosts it names."""
+    path = directory / "report.json"
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text())
+    return str(report.get("kind") or "report")
+
+
+def _watch_named(directory: Path) -> list[dict[str, Any]]:
+    """The diagnosis as a cause list: its kind and the ranks/hosts it names."""
+    path = directory / "report.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text()).get("diagnosis") or {}
+    ranks = [int(r) for r in d.get("ranks", [])][:8]
+    return [{"id": d.get("kind"), "ranks": ranks, "hosts": [f"sim{r:05d}" for r in ranks],
+             "summary": str(d.get("summary", ""))[:300]}]
+
+
+def watch_clients(args: argparse.Namespace) -> None:
+    """Simulated ranks of the watch: one real ``Beacon`` each, connected to the hub."""
+    import tempfile
+
+    from ddpnet.env.resolve import resolve
+    from ddpnet.watch.session import WatchConfig, hub_port, job_token
+
+    clients = Clients(args)
+    directory = Path(tempfile.mkdtemp(prefix="ddpnet-sim-watch-"))
+    exits: list[float] = []
+    faulty = faulty_rank(args.ranks)
+
+    def one(rank: int) -> str:
+        cfg = resolve(clients.env(rank))
+        wc = WatchConfig(True, timeout=WATCH_TIMEOUT_S, directory=directory)
+        beacon = watch_rank(rank, args.ranks, directory, exits)
+        beacon.connect(args.master, hub_port(cfg, wc), token=job_token(cfg), patience=60.0)
+        time.sleep(max(0.0, args.t0 + STALL_AFTER_S - time.time()))
+        stall(beacon, rank, faulty)
+        end = time.monotonic() + args.timeout
+        while not beacon.obeyed.is_set() and time.monotonic() < end:
+            time.sleep(0.2)
+        beacon.stopped.set()
+        return f"rank {rank}: ok (verdict)" if beacon.obeyed.is_set() else \
+            f"rank {rank}: no verdict"
+
+    clients.run(one)
+
+
 # ============================================================== the lab around one point
 
 def nft(namespace: str, ruleset: str) -> None:
@@ -324,14 +515,16 @@ def run_point(command: str, ranks: int, fault: str | None, timeout: float,
     with sim_lab(ranks) as lab:
         n0, n1 = lab.node(0), lab.node(1)
         count_store_bytes(n0.namespace, n0.address)
-        host = apply_fault(n1.namespace, fault, ranks)
+        host = apply_fault(n1.namespace, fault, ranks) if command == "check" else None
+        if command == "watch":  # the hang: one rank never calls the collective
+            host = f"sim{faulty_rank(ranks):05d} ({sim_address(faulty_rank(ranks))})"
         me = [sys.executable, str(Path(__file__).resolve())]
+        t0 = time.time()
         common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
-                  "--master", n0.address] + (["--full-mesh"] if full_mesh else [])
+                  "--master", n0.address, "--t0", str(t0)] + (["--full-mesh"] if full_mesh else [])
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks),
                "MASTER_ADDR": n0.address, "MASTER_PORT": str(PORT),
                "DDPNET_CHECK_NO_FAST_EXIT": "1"}
-        t0 = time.time()
         rank0 = lab.popen(0, [*me, "--role", "rank0", *common], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         clients = [lab.popen(1, [*me, "--role", "clients", "--first", str(first),
@@ -362,11 +555,22 @@ def _collect(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
         return out, err + "\n(timed out)"
 
 
+def _seconds(command: str, r0: dict[str, Any], t0: float) -> float | None:
+    """From the launch to rank 0's verdict (the watch: from the stall to the verdict)."""
+    if command == "watch":
+        took = (r0.get("timings") or {}).get("stall_to_verdict")
+        return round(float(took), 2) if took is not None else None
+    return round(float(r0["verdict_at"]) - t0, 2) if r0.get("verdict_at") else None
+
+
 def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0: float,
               r0: dict[str, Any], sims: list[dict[str, Any]], served: dict[str, int],
               before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """The point's JSON object (pure)."""
     verdict_at = r0.get("verdict_at")
+    after = round(verdict_at - float(r0["started"]) - float(
+        (r0.get("timings") or {}).get("connect", 0.0)), 2) if verdict_at and command != "watch" \
+        else None
     causes = r0.get("causes") or []
     named = [c for c in causes if host is not None and any(
         host.split(" ")[0] in h for h in c.get("hosts", []))]
@@ -374,16 +578,18 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
         "command": command, "ranks": ranks, "fault": fault, "faulty_host": host,
         "verdict": r0.get("verdict"), "causes": causes,
         "faulty_host_named": bool(named) if host else None,
-        "seconds_to_verdict": round(verdict_at - t0, 2) if verdict_at else None,
+        "seconds_to_verdict": _seconds(command, r0, t0),
         # the same, from rank 0's store being up (its torch import done: ~1 s on a quiet core)
-        "seconds_after_store": round(verdict_at - float(r0["started"]) - float(
-            (r0.get("timings") or {}).get("connect", 0.0)), 2) if verdict_at else None,
+        "seconds_after_store": after,
         "rank0_max_rss_mib": round(float(r0.get("max_rss_mib", 0.0)), 1),
         "rank0_cpu_s": round(float(r0.get("cpu_s", 0.0)), 2),
         "store_bytes_served": served.get("served"),
         "store_bytes_received": served.get("received"),
         "store_bytes_to_rank0": served.get("served_rank0"),
         "rank0_timings": r0.get("timings"),
+        # watch: rank 0's figures are the hub process's; init: rank 0's CPU per second
+        # while every rank's GroupGuard checks the store
+        **{k: r0[k] for k in ("hub_cores_steady", "guard_cpu_per_s") if k in r0},
         "report_json_bytes": r0.get("report_json_bytes"),
         "clients": {"processes": len(sims), "finished": sum(s["finished"] for s in sims),
                     "ok_lines": sum(s["ok"] for s in sims),
@@ -468,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--master", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--t0", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.role is not None:
         args.timeout = args.timeout or point_timeout(args.ranks)
@@ -483,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
 
 ROLES: dict[tuple[str, str], Callable[[argparse.Namespace], None]] = {
     ("check", "rank0"): rank0_check, ("check", "clients"): check_clients,
+    ("init", "rank0"): rank0_init, ("init", "clients"): init_clients,
+    ("watch", "rank0"): rank0_watch, ("watch", "clients"): watch_clients,
 }
 
 if __name__ == "__main__":
