@@ -90,7 +90,9 @@ def timeouts(ranks: int) -> dict[str, float]:
 def check_options(args: argparse.Namespace) -> Any:
     from ddpnet.check.options import CheckOptions
 
-    return CheckOptions(matrix=False, full_mesh=args.full_mesh, **timeouts(args.ranks))
+    t = timeouts(args.ranks)
+    return CheckOptions(matrix=False, full_mesh=args.full_mesh, join_timeout=t["join_timeout"],
+                        stage_timeout=t["stage_timeout"])
 
 
 def no_process_group() -> None:
@@ -101,7 +103,7 @@ def no_process_group() -> None:
         return {"ok": True, "backend": "gloo", "expected": ctx.world * (ctx.world + 1) / 2,
                 "allreduce_s": 0.0, "seconds": 0.0, "simulated": True}
 
-    allreduce.run_group = run_group  # type: ignore[assignment]
+    allreduce.run_group = run_group
 
 
 def rank0_check(args: argparse.Namespace) -> None:
@@ -420,7 +422,9 @@ def ip_batch(namespace: str, lines: Sequence[str]) -> None:
 
 def count_store_bytes(namespace: str, master: str) -> None:
     """Counters of what leaves and enters rank 0's store port (IP bytes, headers included;
-    ``served_rank0``: of that, to rank 0's own store client)."""
+    ``served_rank0``: of that, to rank 0's own store client), from zero."""
+    subprocess.run(["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet",
+                    "ddpsim"], capture_output=True, timeout=30)
     nft(namespace, f"""table inet ddpsim {{
   counter served {{ }}
   counter served_rank0 {{ }}
@@ -477,6 +481,15 @@ tc filter add dev {dev} parent 1:0 protocol ip u32 match ip src {address}/32 flo
     return f"sim{faulty_rank(ranks):05d} ({address})"
 
 
+def clear_fault(namespace: str) -> None:
+    """Whatever ``apply_fault`` set up there, gone (best effort)."""
+    for argv in (["nft", "delete", "table", "inet", "ddpsimfault"],
+                 ["tc", "qdisc", "del", "dev", "lo", "root"],
+                 ["tc", "qdisc", "del", "dev", "eth0", "root"]):
+        subprocess.run(["ip", "netns", "exec", namespace, *argv], capture_output=True,
+                       timeout=30)
+
+
 def parse_results(text: str) -> list[dict[str, Any]]:
     return [json.loads(line[len("SIMRESULT "):]) for line in text.splitlines()
             if line.startswith("SIMRESULT ")]
@@ -511,29 +524,24 @@ def sim_lab(ranks: int) -> Iterator[Any]:
 def run_point(command: str, ranks: int, fault: str | None, timeout: float,
               full_mesh: bool = False) -> dict[str, Any]:
     """One point: rank 0 and the client processes in a fresh lab; one JSON object."""
-    before = machine()
     with sim_lab(ranks) as lab:
-        n0, n1 = lab.node(0), lab.node(1)
-        count_store_bytes(n0.namespace, n0.address)
-        host = apply_fault(n1.namespace, fault, ranks) if command == "check" else None
-        if command == "watch":  # the hang: one rank never calls the collective
-            host = f"sim{faulty_rank(ranks):05d} ({sim_address(faulty_rank(ranks))})"
-        me = [sys.executable, str(Path(__file__).resolve())]
-        t0 = time.time()
-        common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
-                  "--master", n0.address, "--t0", str(t0)] + (["--full-mesh"] if full_mesh else [])
-        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks),
-               "MASTER_ADDR": n0.address, "MASTER_PORT": str(PORT),
-               "DDPNET_CHECK_NO_FAST_EXIT": "1"}
-        rank0 = lab.popen(0, [*me, "--role", "rank0", *common], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        clients = [lab.popen(1, [*me, "--role", "clients", "--first", str(first),
-                                 "--count", str(min(PER_PROCESS, ranks - first)), *common],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for first in range(1, ranks, PER_PROCESS)]
-        got0, err0 = _collect(rank0, timeout)
-        outs = [_collect(c, 20.0) for c in clients]
+        return run_in(lab, command, ranks, fault, timeout, full_mesh)
+
+
+def run_in(lab: Any, command: str, ranks: int, fault: str | None, timeout: float,
+           full_mesh: bool = False) -> dict[str, Any]:
+    """One point in ``sim_lab(ranks)`` (which may serve several: the fault goes after)."""
+    before = machine()
+    n0, n1 = lab.node(0), lab.node(1)
+    count_store_bytes(n0.namespace, n0.address)
+    host = apply_fault(n1.namespace, fault, ranks) if command == "check" else None
+    if command == "watch":  # the hang: one rank never calls the collective
+        host = f"sim{faulty_rank(ranks):05d} ({sim_address(faulty_rank(ranks))})"
+    try:
+        t0, got0, err0, outs = _launch(lab, command, ranks, timeout, full_mesh)
         served = store_bytes(n0.namespace)
+    finally:
+        clear_fault(n1.namespace)
     after = machine()
     r0 = (parse_results(got0) or [{}])[-1]
     sims = [x for out, _ in outs for x in parse_results(out)]
@@ -541,6 +549,27 @@ def run_point(command: str, ranks: int, fault: str | None, timeout: float,
     if not r0:
         point["error"] = (err0 or got0)[-2000:]
     return point
+
+
+def _launch(lab: Any, command: str, ranks: int, timeout: float, full_mesh: bool
+            ) -> tuple[float, str, str, list[tuple[str, str]]]:
+    """Start rank 0 on node 0 and the client processes on node 1; their outputs."""
+    n0 = lab.node(0)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    t0 = time.time()
+    common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
+              "--master", n0.address, "--t0", str(t0)] + (["--full-mesh"] if full_mesh else [])
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks),
+           "MASTER_ADDR": n0.address, "MASTER_PORT": str(PORT),
+           "DDPNET_CHECK_NO_FAST_EXIT": "1"}
+    rank0 = lab.popen(0, [*me, "--role", "rank0", *common], env=env,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clients = [lab.popen(1, [*me, "--role", "clients", "--first", str(first),
+                             "--count", str(min(PER_PROCESS, ranks - first)), *common],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for first in range(1, ranks, PER_PROCESS)]
+    got0, err0 = _collect(rank0, timeout)
+    return t0, got0, err0, [_collect(c, 20.0) for c in clients]
 
 
 def _collect(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
@@ -568,7 +597,7 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
               before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """The point's JSON object (pure)."""
     verdict_at = r0.get("verdict_at")
-    after = round(verdict_at - float(r0["started"]) - float(
+    after_store = round(verdict_at - float(r0["started"]) - float(
         (r0.get("timings") or {}).get("connect", 0.0)), 2) if verdict_at and command != "watch" \
         else None
     causes = r0.get("causes") or []
@@ -580,7 +609,7 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
         "faulty_host_named": bool(named) if host else None,
         "seconds_to_verdict": _seconds(command, r0, t0),
         # the same, from rank 0's store being up (its torch import done: ~1 s on a quiet core)
-        "seconds_after_store": after,
+        "seconds_after_store": after_store,
         "rank0_max_rss_mib": round(float(r0.get("max_rss_mib", 0.0)), 1),
         "rank0_cpu_s": round(float(r0.get("cpu_s", 0.0)), 2),
         "store_bytes_served": served.get("served"),
