@@ -57,10 +57,13 @@ def _arrivals(store: Store, world: int, deadline: float) -> list[Registration]:
     if n >= world:
         time.sleep(0.2)  # a duplicate or an extra rank arriving right behind
         n = store.count("reg/n")
+    names = [f"reg/{i}" for i in range(1, n + 1)]
+    got = store.get_many(names)  # a few round trips for N registrations
     arrivals: list[Registration] = []
-    for i in range(1, n + 1):
+    for name in names:
         try:
-            arrivals.append(Registration(**store.get(f"reg/{i}", 2.0)))
+            arrivals.append(Registration(**(got[name] if name in got else
+                                            store.get(name, 2.0))))
         except StageTimeout:
             continue
     return arrivals
