@@ -689,8 +689,13 @@ def sweep(args: argparse.Namespace) -> int:
                                                        "rank0_max_rss_mib", "rank0_cpu_s",
                                                        "store_bytes_served")}), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "scale_sim.json"
+    rerun = set(args.commands.split(","))
+    kept = [p for p in json.loads(path.read_text())["points"] if p["command"] not in rerun] \
+        if path.exists() and rerun != set(COMMANDS) else []  # --commands: the others stay
+    points = sorted(kept + points, key=lambda p: COMMANDS.index(p["command"]))
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "points": points}
-    (RESULTS / "scale_sim.json").write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(json.dumps(out, indent=1) + "\n")
     plot(points, RESULTS / "scale_sim.png")
     return 0
 
