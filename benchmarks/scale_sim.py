@@ -550,8 +550,10 @@ def run_in(lab: Any, command: str, ranks: int, fault: str | None, timeout: float
     r0 = (parse_results(got0) or [{}])[-1]
     sims = [x for out, _ in outs for x in parse_results(out)]
     point = summarize(command, ranks, fault, host, t0, r0, sims, served, before, after)
-    if not r0:
+    if not r0 or r0.get("cut_off"):
         point["error"] = (err0 or got0)[-2000:]
+        point["rank0_progress"] = [line for line in err0.splitlines()
+                                   if line.startswith("[check]")][-4:]
     return point
 
 
@@ -681,7 +683,7 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
 def sweep(args: argparse.Namespace) -> int:
     points = []
     for command in args.commands.split(","):
-        for ranks in SIZES:
+        for ranks in [int(n) for n in args.sizes.split(",")]:
             for fault in (None, *FAULTS) if command == "check" and ranks <= FAULTS_UP_TO \
                     else (None,):
                 try:
@@ -697,10 +699,13 @@ def sweep(args: argparse.Namespace) -> int:
                                                        "store_bytes_served")}), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "scale_sim.json"
-    rerun = set(args.commands.split(","))
-    kept = [p for p in json.loads(path.read_text())["points"] if p["command"] not in rerun] \
-        if path.exists() and rerun != set(COMMANDS) else []  # --commands: the others stay
-    points = sorted(kept + points, key=lambda p: COMMANDS.index(p["command"]))
+    def key(p: dict[str, Any]) -> tuple[int, int, int]:
+        return COMMANDS.index(p["command"]), p["ranks"], (None, *FAULTS).index(p["fault"])
+
+    rerun = {key(p) for p in points}  # --commands/--sizes: the other points stay
+    kept = [p for p in json.loads(path.read_text())["points"] if key(p) not in rerun] \
+        if path.exists() else []
+    points = sorted(kept + points, key=key)
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "points": points}
     path.write_text(json.dumps(out, indent=1) + "\n")
     plot(points, RESULTS / "scale_sim.png")
@@ -756,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", choices=COMMANDS, default="check")
     ap.add_argument("--commands", default=",".join(COMMANDS), help="the sweep's commands")
     ap.add_argument("--ranks", type=int)
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="the sweep's sizes")
     ap.add_argument("--fault", choices=FAULTS)
     ap.add_argument("--json", action="store_true", help="print the point as one JSON object")
     ap.add_argument("--full-mesh", action="store_true", help="check: every pair (--full-mesh)")
