@@ -595,7 +595,8 @@ class Watched:
         import psutil
 
         with contextlib.suppress(psutil.Error):
-            for proc in psutil.Process(self.pid).children(recursive=True):
+            top = psutil.Process(self.pid)  # the lab's wrapper may exec the rank itself
+            for proc in (top, *top.children(recursive=True)):
                 if "--role" in proc.cmdline():
                     t = proc.cpu_times()
                     self.cpu_s = max(self.cpu_s, t.user + t.system)
