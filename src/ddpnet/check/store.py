@@ -23,6 +23,7 @@ from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
 from ddpnet.net.ports import listen_socket
 from ddpnet.net.relay import Relay
+from ddpnet.rendezvous import wait_slice
 
 PREFIX = "ddpnet/check/"
 #: the longest single wait on the store: how late Ctrl-C may be seen
@@ -37,13 +38,6 @@ class StageTimeout(Exception):
 
 #: keys read in one round trip when rank 0 gathers a stage
 CHUNK = 512
-
-
-def wait_slice(world: int) -> float:
-    """How long one wait of a rank > 0 blocks: WAIT_SLICE, longer in large jobs, where N ranks
-    waiting for rank 0's next decision ask its store 2 N times a slice (a wait, then its
-    cancel): ~4,000 requests a second whatever N, and Ctrl-C seen within the slice (pure)."""
-    return min(5.0, max(WAIT_SLICE, world / 1000))
 
 
 class Store:
@@ -263,7 +257,7 @@ def join_store(cfg: DistConfig, opts: CheckOptions, host: str) -> Store:
         return Store(dist.TCPStore(  # type: ignore[attr-defined]
             cfg.master_addr, cfg.master_port, None, False,
             timedelta(seconds=max(opts.connect_timeout * 3, 5.0))),
-            wait_slice(cfg.world_size))
+            wait_slice(cfg.world_size, WAIT_SLICE))
     except Exception as exc:
         raise RendezvousError(
             "master-port-refused",
