@@ -37,6 +37,15 @@ _SLICE_S = 0.25
 _NAMED = 8
 
 
+def wait_slice(world: int, shortest: float = _SLICE_S) -> float:
+    """How long one store wait (or poll) of a rank blocks in a job of ``world`` ranks:
+    ``shortest``, and from 1,000 ranks up N/1000 s (at most 5 s), so that rank 0's store
+    answers a bounded number of requests a second whatever N (2N a slice: 32,000 a second
+    from 4,096 ranks polling every 0.25 s starved the rendezvous); Ctrl-C and a peer's
+    failure are seen within one slice (pure)."""
+    return min(5.0, max(shortest, world / 1000))
+
+
 def own_store(cfg: DistConfig, environ: Mapping[str, str]) -> bool:
     """True when init() hosts the store itself: a tcp rendezvous torchrun's agent does not
     host already."""
@@ -196,7 +205,7 @@ def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None
     deadline = time.monotonic() + join_timeout + 10.0
     while True:
         try:
-            store.wait([GO], timedelta(seconds=_SLICE_S))
+            store.wait([GO], timedelta(seconds=wait_slice(cfg.world_size)))
             break
         except Exception as exc:  # torch: DistStoreError on timeout, a closed store
             if time.monotonic() > deadline or "timeout" not in str(exc).lower():
@@ -255,9 +264,11 @@ class GroupGuard:
     at once with that rank's cause and exit 1. The thread is joined before init() returns.
     A store that goes away ends the guard quietly."""
 
-    def __init__(self, cfg: DistConfig, host: str, *, poll: float = _SLICE_S,
+    def __init__(self, cfg: DistConfig, host: str, *, poll: float | None = None,
                  exit_now: Callable[[int], None] = exit_now) -> None:
-        self.cfg, self.host, self.poll, self.exit_now = cfg, host, poll, exit_now
+        self.cfg, self.host, self.exit_now = cfg, host, exit_now
+        #: 0.25 s, longer from 1,000 ranks up (``wait_slice``): 4N checks a second otherwise
+        self.poll = poll if poll is not None else wait_slice(cfg.world_size)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="ddpnet-group-guard",
                                        daemon=True)

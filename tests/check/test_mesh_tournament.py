@@ -155,3 +155,56 @@ def test_a_slow_node_among_three_is_named_though_its_links_are_the_median() -> N
     # and a uniform (or mildly uneven) 3-node matrix stays quiet
     even: list[list[float | None]] = [[None, 0.94, 0.7], [0.9, None, 0.65], [0.8, 0.7, None]]
     assert tournament.analyze(even, LABELS[:3]) == []
+
+
+# ----------------------------------------------------------------------------- sampled mesh
+
+@given(st.integers(min_value=2, max_value=5000), st.integers(min_value=0, max_value=2**32))
+def test_a_sampled_mesh_probes_log_n_peers_and_is_probed_by_as_many(world: int,
+                                                                    seed: int) -> None:
+    offsets = mesh.sample_offsets(world, seed)
+    assert offsets == mesh.sample_offsets(world, seed)  # rank 0 and the ranks agree
+    assert 1 in offsets and all(0 < d < world for d in offsets)
+    assert len(offsets) <= world.bit_length() + mesh.RANDOM_OFFSETS
+    for me in (0, world // 2, world - 1):
+        targets = mesh.sample_targets(me, world, offsets)
+        assert me not in targets and (me + 1) % world in targets
+    # each rank is probed from as many ranks as it probes (d and -d are one offset set)
+    into = [0] * world
+    for i in range(min(world, 300)):
+        for j in mesh.sample_targets(i, world, offsets):
+            into[j] += 1
+    if world <= 300:
+        assert set(into) == {len(offsets)}
+
+
+def test_the_sampled_matrix_reads_as_the_dense_one_it_holds() -> None:
+    dense = [["self", "ok", "filtered", "?"], ["ok", "self", "filtered", "ok"],
+             ["ok", "ok", "self", "ok"], ["?", "ok", "filtered", "self"]]
+    rows = {i: {j: s for j, s in enumerate(row) if s not in ("self", "?")}
+            for i, row in enumerate(dense)}
+    sampled = mesh.Sampled(4, rows)
+    assert [list(r) for r in sampled] == dense
+    assert sampled[1][-1] == "ok" and sampled[-1][0] == "?"
+    assert mesh.known_cells(sampled) == mesh.known_cells(dense)
+    assert mesh.analyze(sampled, LABELS, [1, 2, 3, 4], 29500) == \
+        mesh.analyze(dense, LABELS, [1, 2, 3, 4], 29500)
+
+
+def test_a_filtered_node_among_1024_is_named_from_its_sampled_probes_alone() -> None:
+    world, bad = 1024, 700
+    offsets = mesh.sample_offsets(world, 7)
+    rows = {i: {j: "filtered" if j == bad else "ok"
+                for j in mesh.sample_targets(i, world, offsets)} for i in range(world)}
+    labels = [f"n{i}" for i in range(world)]
+    causes = mesh.analyze(mesh.Sampled(world, rows), labels, list(range(world)), 29500)
+    assert [(c.id, c.hosts) for c in causes] == [("peer-port-blocked", ("n700",))]
+
+
+def test_a_sampled_row_is_published_as_its_probed_cells_only() -> None:
+    row = mesh.Row(["ok"] * 4096, {})
+    row.statuses[0] = "self"
+    value = mesh.published(row, [1, 2, 4])
+    assert value == {"cells": {"1": "ok", "2": "ok", "4": "ok"}, "seen": {}}
+    assert mesh.read_cells(value, 4096) == {1: "ok", 2: "ok", 4: "ok"}
+    assert mesh.read_cells({"cells": {"9999": "ok", "x": "ok", "3": 1}}, 4096) == {}

@@ -96,3 +96,26 @@ def test_a_master_addr_that_is_not_ours_listens_everywhere() -> None:
     finally:
         sock.close()
         early.close()
+
+
+def test_a_large_job_waits_in_longer_slices_so_rank_0_answers_a_bounded_rate() -> None:
+    from ddpnet.rendezvous import wait_slice
+
+    assert wait_slice(2, WAIT_SLICE) == WAIT_SLICE and wait_slice(1024, WAIT_SLICE) == 1.024
+    assert wait_slice(4096, WAIT_SLICE) == 4.096 and wait_slice(100_000) == 5.0
+    assert wait_slice(2) == 0.25  # init()'s rendezvous and GroupGuard
+    # N ranks each asking twice a slice: ~4,000 requests a second from 1,000 ranks up
+    assert all(2 * n / wait_slice(n, WAIT_SLICE) <= 4001 for n in (1000, 4096, 8000))
+
+
+def test_get_many_reads_what_is_set_in_chunks_and_skips_what_is_not(store: Store) -> None:
+    from ddpnet.check import store as store_module
+
+    for i in range(store_module.CHUNK + 3):
+        store.publish("facts", i, {"rank": i})
+    names = [f"facts/{i}" for i in range(store_module.CHUNK + 5)]
+    got = store.get_many(names)
+    assert sorted(got) == sorted(names[:store_module.CHUNK + 3])
+    assert got["facts/7"] == {"rank": 7}
+    assert store.gather("facts", [0, 1, store_module.CHUNK + 4], 0.1) == \
+        {0: {"rank": 0}, 1: {"rank": 1}}

@@ -52,6 +52,9 @@ class RankContext:
     timings: dict[str, float] = field(default_factory=dict)
     #: ranks > 0: what crossed to rank 0's echo (``PeerMtu.to_dict()``), None if not probed
     to_rank0: dict[str, Any] | None = None
+    #: the address the mesh probes leave from (None: the kernel's choice, as gloo's own);
+    #: simulated ranks sharing one host each give their own (benchmarks/scale_sim.py)
+    probe_from: str | None = None
 
     @property
     def rank(self) -> int:

@@ -1,18 +1,26 @@
-"""Stage 3: full-mesh reachability, N x N, on the ephemeral ports gloo and NCCL use.
+"""Stage 3: reachability on the ephemeral ports gloo and NCCL use.
 
-Every rank listens on an ephemeral port of its selected address and connects to every other
-rank with bounded fan-out (at most ``fanout`` connects in flight), so one rank's cost is
-O(N / fanout * connect_timeout) in the worst case and O(N * RTT) when the network is healthy.
+Every rank listens on an ephemeral port of its selected address and connects to other ranks
+with bounded fan-out (at most ``fanout`` connects in flight). Up to :data:`SAMPLE_ABOVE`
+ranks (or with ``--full-mesh``) every rank connects to every other: N x N, one rank's cost
+O(N / fanout * connect_timeout) in the worst case and O(N * RTT) when healthy. Above it each
+rank probes a structured sample (:func:`sample_offsets`: the ring, the powers of two and a
+few random offsets, O(log N) pairs per rank, each rank probed by as many as it probes), and
+rank 0 keeps only the probed cells (:class:`Sampled`): what grows with N is then N log N
+connects and cells, not N².
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import random
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from ddpnet.check.causes import Cause
 from ddpnet.net import probe as probe_outcomes
@@ -21,6 +29,12 @@ OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
 SELF, UNKNOWN = "self", "?"
 PROBE_MAGIC = b"DDPNETPROBE\n"
 SEEN_MAGIC = b"DDPNETSEEN "
+
+
+#: above this many ranks the mesh probes a sample of pairs unless --full-mesh asks for all
+SAMPLE_ABOVE = 64
+#: random offsets beside the ring and the powers of two in a sampled mesh
+RANDOM_OFFSETS = 4
 
 
 #: net.probe's outcome of a connect -> the mesh's word for it (the matrix shows these)
@@ -71,11 +85,14 @@ class Outcome(NamedTuple):
     seen: str | None = None
 
 
-def probe(address: str, port: int, timeout: float, rank: int | None = None) -> Outcome:
-    """Connect once, say who we are, read where the listener saw us come from (bounded by
-    ``timeout``; a listener that does not answer leaves it unknown), close (edge)."""
+def probe(address: str, port: int, timeout: float, rank: int | None = None,
+          source: str | None = None) -> Outcome:
+    """Connect once (from ``source`` when given, else the kernel's choice), say who we are,
+    read where the listener saw us come from (bounded by ``timeout``; a listener that does
+    not answer leaves it unknown), close (edge)."""
     try:
-        with socket.create_connection((address, port), timeout=timeout) as sock:
+        with socket.create_connection((address, port), timeout=timeout,
+                                      source_address=(source, 0) if source else None) as sock:
             sock.sendall(hello(rank))
             return Outcome(OK, _read_seen(sock) if rank is not None else None)
     except OSError as exc:
@@ -104,8 +121,9 @@ class Row(NamedTuple):
 
 
 def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: float,
-              fanout: int = 32) -> Row:
-    """One row of the matrix: this rank to every rank (edge, bounded concurrency)."""
+              fanout: int = 32, source: str | None = None) -> Row:
+    """One row of the matrix: this rank to every rank it knows (``None`` peers stay
+    unknown; edge, bounded concurrency), from ``source`` when given."""
     row = [UNKNOWN] * len(peers)
     row[me] = SELF
     seen: dict[int, str] = {}
@@ -116,25 +134,33 @@ def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: floa
         target = peers[j]
         if target is None:
             return j, Outcome(UNKNOWN)
-        return j, probe(target[0], target[1], timeout, me)
+        return j, probe(target[0], target[1], timeout, me, source)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(peers)))) as pool:
-        for j, got in pool.map(one, [j for j in range(len(peers)) if j != me]):
+    jobs = [j for j in range(len(peers)) if j != me and peers[j] is not None]
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:
+        for j, got in pool.map(one, jobs):
             row[j] = got.status
             if got.seen is not None and got.seen != mine:
                 seen[j] = got.seen
     return Row(row, seen)
 
 
-def published(row: Row) -> dict[str, Any]:
-    """What a rank publishes for the mesh (O(N) statuses; ``seen`` is empty without NAT)."""
-    return {"row": row.statuses, "seen": {str(j): a for j, a in sorted(row.seen.items())}}
+def published(row: Row, probed: Sequence[int] | None = None) -> dict[str, Any]:
+    """What a rank publishes for the mesh: O(N) statuses, or in a sampled mesh the
+    ``probed`` cells only; ``seen`` is empty without NAT."""
+    seen = {str(j): a for j, a in sorted(row.seen.items())}
+    if probed is not None:
+        return {"cells": {str(j): row.statuses[j] for j in probed}, "seen": seen}
+    return {"row": row.statuses, "seen": seen}
 
 
 def read_published(value: Any, world: int) -> Row:
     """A published row as rank 0 reads it; anything malformed reads as unknown (pure)."""
     value = value if isinstance(value, Mapping) else {}
+    cells = read_cells(value, world)
     statuses = value.get("row")
+    if cells and statuses is None:
+        statuses = [cells.get(j, UNKNOWN) for j in range(world)]
     if not (isinstance(statuses, list) and len(statuses) == world
             and all(isinstance(s, str) for s in statuses)):
         statuses = [UNKNOWN] * world
@@ -146,33 +172,144 @@ def read_published(value: Any, world: int) -> Row:
     return Row(list(statuses), seen)
 
 
+def read_cells(value: Any, world: int) -> dict[int, str]:
+    """A sampled mesh's published cells (``{peer: status}``); malformed ones left out
+    (pure)."""
+    raw = value.get("cells") if isinstance(value, Mapping) else None
+    return {int(j): s for j, s in (raw.items() if isinstance(raw, Mapping) else ())
+            if str(j).isdigit() and int(j) < world and isinstance(s, str)}
+
+
+def sample_offsets(world: int, seed: int) -> tuple[int, ...]:
+    """The offsets d of a sampled mesh: rank i probes rank (i + d) mod N. The ring (1) and
+    every power of two (any rank within log2 N hops of any other), and
+    :data:`RANDOM_OFFSETS` random ones from ``seed``; every rank is probed by as many ranks as
+    it probes, so a node that drops what comes in is seen by ~log2 N + 4 peers (pure)."""
+    base = {1 << k for k in range(world.bit_length()) if 0 < (1 << k) < world}
+    rest = [d for d in range(1, world) if d not in base]
+    extra = random.Random(seed).sample(rest, min(RANDOM_OFFSETS, len(rest)))
+    return tuple(sorted(base | set(extra)))
+
+
+def sample_targets(me: int, world: int, offsets: Sequence[int]) -> list[int]:
+    """The ranks ``me`` probes in a sampled mesh (pure)."""
+    return sorted({(me + d) % world for d in offsets} - {me})
+
+
+class SampledRow(Sequence[str]):
+    """One row of a :class:`Sampled` matrix (a view: unprobed cells read as unknown)."""
+
+    def __init__(self, me: int, world: int, cells: Mapping[int, str]) -> None:
+        self.me, self.world, self.cells = me, world, cells
+
+    def __len__(self) -> int:
+        return self.world
+
+    @overload
+    def __getitem__(self, j: int) -> str: ...
+
+    @overload
+    def __getitem__(self, j: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, j: int | slice) -> str | Sequence[str]:
+        if isinstance(j, slice):
+            return [self[k] for k in range(self.world)[j]]
+        if not -self.world <= j < self.world:
+            raise IndexError(j)
+        j %= self.world
+        return SELF if j == self.me else self.cells.get(j, UNKNOWN)
+
+
+class Sampled(Sequence[Sequence[str]]):
+    """The matrix of a sampled mesh: the probed cells by row, unknown elsewhere. Reads as an
+    N x N matrix for the analyses, holds O(N log N) cells."""
+
+    def __init__(self, world: int, rows: Mapping[int, Mapping[int, str]]) -> None:
+        self.world = world
+        self.rows = rows
+        self._into: dict[int, list[str]] | None = None
+
+    def __len__(self) -> int:
+        return self.world
+
+    @overload
+    def __getitem__(self, i: int) -> Sequence[str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Sequence[str]]: ...
+
+    def __getitem__(self, i: int | slice) -> Sequence[str] | Sequence[Sequence[str]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(self.world)[i]]
+        if not -self.world <= i < self.world:
+            raise IndexError(i)
+        i %= self.world
+        return SampledRow(i, self.world, self.rows.get(i, {}))
+
+    def cells(self) -> Iterator[tuple[int, int, str]]:
+        for i in sorted(self.rows):
+            for j, status in sorted(self.rows[i].items()):
+                if j != i:
+                    yield i, j, status
+
+    def touching(self, r: int) -> list[str]:
+        """The statuses of every probed pair from or to ``r``."""
+        if self._into is None:
+            into: dict[int, list[str]] = defaultdict(list)
+            for _, j, status in self.cells():
+                into[j].append(status)
+            self._into = into
+        return [s for j, s in self.rows.get(r, {}).items() if j != r] + self._into.get(r, [])
+
+    def without(self, pairs: set[tuple[int, int]]) -> Sampled:
+        """The same cells but ``pairs`` (pure)."""
+        return Sampled(self.world, {i: {j: s for j, s in row.items() if (i, j) not in pairs}
+                                    for i, row in self.rows.items()})
+
+
+def known_cells(matrix: Sequence[Sequence[str]]) -> list[tuple[int, int, str]]:
+    """Every judged cell ``(i, j, status)`` off the diagonal: unknown ones left out (pure;
+    O(cells) for a :class:`Sampled` matrix)."""
+    if isinstance(matrix, Sampled):
+        return [c for c in matrix.cells() if c[2] not in (SELF, UNKNOWN)]
+    return [(i, j, s) for i, row in enumerate(matrix) for j, s in enumerate(row)
+            if i != j and s not in (SELF, UNKNOWN)]
+
+
 def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
             ports: Sequence[int | None], master_port: int,
             subnet: str = "<cluster-subnet>") -> list[Cause]:
     """Name the broken pairs; when every connection *into* a rank fails while the master
-    port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked)."""
+    port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked).
+    Reads only the judged cells (:func:`known_cells`), so a sampled matrix costs its size."""
     n = len(matrix)
-    bad = [(i, j, matrix[i][j]) for i in range(n) for j in range(n)
-           if i != j and matrix[i][j] not in (OK, SELF, UNKNOWN)]
-    if not bad:
+    cells = known_cells(matrix)
+    if all(s == OK for _, _, s in cells):
         return []
+    into: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    out: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for i, j, s in cells:
+        into[j].append((i, s))
+        out[i].append((j, s))
     explained: set[tuple[int, int]] = set()
-    causes = [*_unreachable_receivers(matrix, labels, ports, master_port, subnet, explained),
-              *_isolated_senders(matrix, labels, explained)]
-    rest = [(i, j, s) for i, j, s in bad if (i, j) not in explained]
+    causes = [*_unreachable_receivers(n, into, labels, ports, master_port, subnet, explained),
+              *_isolated_senders(out, labels, explained)]
+    rest = [(i, j, s) for i, j, s in cells if s != OK and (i, j) not in explained]
     if rest:
         causes.append(_broken_pairs(rest, labels, subnet))
     return causes
 
 
-def _unreachable_receivers(matrix: Sequence[Sequence[str]], labels: Sequence[str],
+Edges = Mapping[int, Sequence[tuple[int, str]]]
+
+
+def _unreachable_receivers(n: int, into: Edges, labels: Sequence[str],
                            ports: Sequence[int | None], master_port: int, subnet: str,
                            explained: set[tuple[int, int]]) -> list[Cause]:
     """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``)."""
-    n = len(matrix)
     causes = []
-    for j in range(n):
-        incoming = [(i, matrix[i][j]) for i in range(n) if i != j and matrix[i][j] != UNKNOWN]
+    for j in sorted(into):
+        incoming = into[j]
         if not (incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2):
             continue
         kinds = sorted({s for _, s in incoming})
@@ -194,14 +331,12 @@ def _unreachable_receivers(matrix: Sequence[Sequence[str]], labels: Sequence[str
     return causes
 
 
-def _isolated_senders(matrix: Sequence[Sequence[str]], labels: Sequence[str],
+def _isolated_senders(out: Edges, labels: Sequence[str],
                       explained: set[tuple[int, int]]) -> list[Cause]:
     """Sources that reach nobody: egress filter or routing on that rank."""
-    n = len(matrix)
     causes = []
-    for i in range(n):
-        outgoing = [(j, matrix[i][j]) for j in range(n)
-                    if i != j and matrix[i][j] != UNKNOWN and (i, j) not in explained]
+    for i in sorted(out):
+        outgoing = [(j, s) for j, s in out[i] if (i, j) not in explained]
         if not (len(outgoing) >= 2 and all(s not in (OK, SELF) for _, s in outgoing)):
             continue
         kinds = sorted({s for _, s in outgoing})
@@ -253,7 +388,6 @@ class Listener:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((address, 0))
         self.sock.listen(512)
-        self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self.received: dict[tuple[int, int], tuple[int, float]] = {}
         from ddpnet.check.pmtu import Echo
@@ -268,12 +402,15 @@ class Listener:
     def _serve(self) -> None:
         import threading
 
+        # blocks in accept (no polling: N ranks' listeners sharing a host's cores would wake
+        # 5 N times a second); close() shuts the socket down, which wakes it
         while not self._stop.is_set():
             try:
                 conn, peer = self.sock.accept()
-            except TimeoutError:
-                continue
             except OSError:
+                return
+            if self._stop.is_set():
+                conn.close()
                 return
             threading.Thread(target=self._handle, args=(conn, str(peer[0])),
                              daemon=True).start()
@@ -313,6 +450,8 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
         self.sock.close()
         self.echo.close()
         self._thread.join(timeout=1)

@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ddpnet.check.causes import Cause
+from ddpnet.check.mesh import Sampled
 
 OK, SELF, UNKNOWN = "ok", "self", "?"
 
@@ -245,9 +246,12 @@ def _line(k: int, reached: str, into: Sequence[int], out: Sequence[int], got: Fa
     return text
 
 
-def masked(matrix: Sequence[Sequence[str]], explained: set[Pair]) -> list[list[str]]:
+def masked(matrix: Sequence[Sequence[str]],
+           explained: set[Pair]) -> Sequence[Sequence[str]]:
     """The matrix with the pairs a translation explains as unknown, for the mesh's own
     analysis (which would otherwise blame a firewall for them)."""
+    if isinstance(matrix, Sampled):
+        return matrix.without(explained)
     return [[UNKNOWN if (i, j) in explained else s for j, s in enumerate(row)]
             for i, row in enumerate(matrix)]
 
@@ -278,5 +282,8 @@ def settle_subnets(causes: Sequence[Cause], matrix: Sequence[Sequence[str]],
 
 def _routed(matrix: Sequence[Sequence[str]], r: int) -> bool:
     n = len(matrix)
+    if isinstance(matrix, Sampled):  # every probed pair that touches it
+        statuses = matrix.touching(r)
+        return r < n and bool(statuses) and all(s == OK for s in statuses)
     return r < n and all(matrix[r][j] in (OK, SELF) and matrix[j][r] in (OK, SELF)
                          for j in range(n))

@@ -26,6 +26,8 @@ class CheckOptions:
     connect_timeout: float = 3.0
     bw_seconds: float = 1.0
     fanout: int = 32
+    #: ``--full-mesh``: probe every pair, also above ``mesh.SAMPLE_ABOVE`` ranks
+    full_mesh: bool = False
     backend: str = "auto"
     #: ``--local N``: N ranks on this machine over loopback, rank 0 in this process
     local: int | None = None

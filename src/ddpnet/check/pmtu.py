@@ -85,7 +85,6 @@ class Echo:
                     self.sock.setsockopt(socket.SOL_SOCKET, opt, ECHO_RCVBUF)
                     break
         self.sock.bind((address, 0))
-        self.sock.settimeout(0.2)
         self.port: int = self.sock.getsockname()[1]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="ddpnet-check-mtu-echo",
@@ -93,12 +92,12 @@ class Echo:
         self._thread.start()
 
     def _serve(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set():  # blocks: close() wakes it (no polling)
             try:
                 data, peer = self.sock.recvfrom(65535)
-            except TimeoutError:
-                continue
             except OSError:
+                return
+            if peer is None or self._stop.is_set():  # shut down
                 return
             if data.startswith(MAGIC):
                 with contextlib.suppress(OSError):
@@ -106,6 +105,8 @@ class Echo:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # ENOTCONN, but it wakes the recvfrom (Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(timeout=1)
 

@@ -23,6 +23,7 @@ from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
 from ddpnet.net.ports import listen_socket
 from ddpnet.net.relay import Relay
+from ddpnet.rendezvous import wait_slice
 
 PREFIX = "ddpnet/check/"
 #: the longest single wait on the store: how late Ctrl-C may be seen
@@ -35,17 +36,33 @@ class StageTimeout(Exception):
     """A bounded wait on the store ran out (its message is the key waited for)."""
 
 
-class Store:
-    """Keys under :data:`PREFIX`, JSON values, bounded waits."""
+#: keys read in one round trip when rank 0 gathers a stage
+CHUNK = 512
 
-    def __init__(self, raw: Any) -> None:
+
+class Store:
+    """Keys under :data:`PREFIX`, JSON values, bounded waits in slices of ``slice_s``."""
+
+    def __init__(self, raw: Any, slice_s: float = WAIT_SLICE) -> None:
         self.raw = raw
+        self.slice_s = slice_s
 
     def key(self, name: str) -> str:
         return PREFIX + name
 
     def set(self, name: str, value: Any) -> None:
         self.raw.set(self.key(name), json.dumps(value))
+
+    def set_many(self, values: dict[str, Any]) -> None:
+        """Set every key at once: one round trip however many keys (rank 0 giving each of
+        N ranks its own small key instead of one big key every rank reads)."""
+        if values:
+            self.raw.multi_set([self.key(k) for k in values],
+                               [json.dumps(v) for v in values.values()])
+
+    def get_now(self, name: str) -> Any:
+        """The value of ``name`` if it is set now, else None (no wait)."""
+        return json.loads(self.raw.get(self.key(name))) if self.has(name) else None
 
     def has(self, name: str) -> bool:
         return bool(self.raw.check([self.key(name)]))
@@ -64,7 +81,7 @@ class Store:
         while True:
             left = deadline - time.monotonic()
             try:
-                self.raw.wait([self.key(name)], timedelta(seconds=max(min(left, WAIT_SLICE),
+                self.raw.wait([self.key(name)], timedelta(seconds=max(min(left, self.slice_s),
                                                                       0.01)))
                 break
             except DistStoreError as exc:  # this slice timed out
@@ -90,10 +107,24 @@ class Store:
     def gather(self, stage: str, ranks: list[int], timeout: float) -> dict[int, Any]:
         """Rank 0: wait (bounded) until every rank in ``ranks`` published; O(1) polling."""
         self.wait_count(f"{stage}/n", len(ranks), timeout)
-        out: dict[int, Any] = {}
-        for r in ranks:
-            if self.has(f"{stage}/{r}"):
-                out[r] = json.loads(self.raw.get(self.key(f"{stage}/{r}")))
+        got = self.get_many([f"{stage}/{r}" for r in ranks])
+        return {r: got[f"{stage}/{r}"] for r in ranks if f"{stage}/{r}" in got}
+
+    def get_many(self, names: list[str]) -> dict[str, Any]:
+        """The values of those of ``names`` that are set, by name: one round trip per
+        :data:`CHUNK` keys when all of a chunk's are set, one per key otherwise."""
+        out: dict[str, Any] = {}
+        for i in range(0, len(names), CHUNK):
+            chunk = names[i:i + CHUNK]
+            keys = [self.key(n) for n in chunk]
+            if self.raw.check(keys):
+                values = self.raw.multi_get(keys)
+                out.update({n: json.loads(v) for n, v in zip(chunk, values, strict=True)})
+                continue
+            for n in chunk:
+                value = self.get_now(n)
+                if value is not None:
+                    out[n] = value
         return out
 
 
@@ -225,7 +256,8 @@ def join_store(cfg: DistConfig, opts: CheckOptions, host: str) -> Store:
     try:
         return Store(dist.TCPStore(  # type: ignore[attr-defined]
             cfg.master_addr, cfg.master_port, None, False,
-            timedelta(seconds=max(opts.connect_timeout * 3, 5.0))))
+            timedelta(seconds=max(opts.connect_timeout * 3, 5.0))),
+            wait_slice(cfg.world_size, WAIT_SLICE))
     except Exception as exc:
         raise RendezvousError(
             "master-port-refused",

@@ -16,6 +16,9 @@ from ddpnet.cli.sshflags import hostfile_options, ssh_flags
               default=None, help="Write a self-contained HTML report (rank 0).")
 @click.option("--matrix/--no-matrix", default=None,
               help="Bandwidth matrix (default: on up to 64 ranks).")
+@click.option("--full-mesh", is_flag=True,
+              help="Probe every pair of ranks (default: every pair up to 64 ranks, a "
+                   "sample of O(log N) peers per rank above).")
 @click.option("--bench/--no-bench", default=False, help="Collective bandwidth sweep.")
 @click.option("--timeout", "stage_timeout", type=click.FloatRange(1, 3600), default=20.0,
               show_default=True, help="Seconds each stage may take.")
@@ -28,8 +31,8 @@ from ddpnet.cli.sshflags import hostfile_options, ssh_flags
 @click.option("--local", "local", type=click.IntRange(1, 64), default=None,
               help="Spawn N ranks on this machine over loopback (no launcher, no root).")
 @ssh_flags
-def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench: bool,
-            stage_timeout: float, join_timeout: float, bw_seconds: float, backend: str,
+def command(as_json: bool, report_path: Path | None, matrix: bool | None, full_mesh: bool,
+            bench: bool, stage_timeout: float, join_timeout: float, bw_seconds: float, backend: str,
             local: int | None, **ssh: Any) -> int:
     """Check the whole cluster at once: rendezvous, facts, reachability, process group,
     bandwidth. Run it on every rank (torchrun, srun, mpirun, exported RANK/WORLD_SIZE/
@@ -40,9 +43,9 @@ def command(as_json: bool, report_path: Path | None, matrix: bool | None, bench:
     from ddpnet.check.run import run, run_and_leave
     from ddpnet.output import finish
 
-    options = CheckOptions(matrix=matrix, bench=bench, stage_timeout=stage_timeout,
-                           join_timeout=join_timeout, bw_seconds=bw_seconds, backend=backend,
-                           local=local,
+    options = CheckOptions(matrix=matrix, full_mesh=full_mesh, bench=bench,
+                           stage_timeout=stage_timeout, join_timeout=join_timeout,
+                           bw_seconds=bw_seconds, backend=backend, local=local,
                            report_path=str(report_path) if report_path is not None else None)
     hostfile = hostfile_options(**ssh)
     if hostfile is not None:

@@ -122,7 +122,8 @@ class Beacon:
                     raise
                 time.sleep(0.2)
         self.send({"t": "hello", "rank": self.ident.rank, "token": token})
-        welcome = self.expect("welcome")
+        # a hub welcoming thousands of ranks at once may take longer than one socket timeout
+        welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()))
         if welcome.get("token") != token:
             self.sock = None
             raise OSError(f"what listens at {address}:{port} is not this job's hub "
@@ -161,14 +162,16 @@ class Beacon:
                          f"({int(ExitCode.WATCHDOG)}): {why}{dump}\n")
         self.exit_now(int(ExitCode.WATCHDOG))
 
-    def expect(self, kind: str) -> dict[str, Any]:
-        """The first message of ``kind`` within the socket timeout ({} if none)."""
+    def expect(self, kind: str, within: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
+        """The first message of ``kind`` within ``within`` seconds ({} if none)."""
         sock = self.sock
-        deadline = time.monotonic() + SOCKET_TIMEOUT_S
+        deadline = time.monotonic() + within
         while sock is not None and time.monotonic() < deadline:
             try:
                 data = sock.recv(1 << 16)
                 messages = self.lines.feed(data)
+            except TimeoutError:  # one socket timeout: wait on until ``within``
+                continue
             except (OSError, ValueError):
                 return {}
             if not data:

@@ -57,6 +57,11 @@ PROBE_TIMEOUT_S = 2.0
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
 #: probe rounds for one network slowdown while none names its node or link
 SLOWDOWN_ROUNDS = 3
+#: the watchdog's pace: a tick is O(N) (a snapshot of every rank), so at most one every
+#: TICK_S however many messages arrive (one per heartbeat was N² work a second at 4,096)
+TICK_S = 0.1
+#: connections accepted at once when several wait (4,096 ranks say hello together)
+ACCEPT_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -140,13 +145,17 @@ class Hub:
     # -- the loop ----------------------------------------------------------------------------
 
     def serve(self) -> None:
+        next_tick = 0.0
         while not self.done():
             for key, _events in self.selector.select(timeout=0.25):
                 if key.fileobj is self.sock:
                     self.accept()
                 else:
                     self.read(self.peers[key.fileobj])  # type: ignore[index]
-            self.tick()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + TICK_S
+                self.tick()
 
     def done(self) -> bool:
         now = time.monotonic()
@@ -160,13 +169,15 @@ class Hub:
         return not self.states and now - self.started > FIRST_RANK_S
 
     def accept(self) -> None:
-        try:
-            conn, _addr = self.sock.accept()
-        except OSError:
-            return
-        conn.setblocking(False)
-        self.peers[conn] = Peer(conn, Lines())
-        self.selector.register(conn, selectors.EVENT_READ)
+        """Every connection waiting (up to ACCEPT_BATCH; one on a blocking socket)."""
+        for _ in range(1 if self.sock.getblocking() else ACCEPT_BATCH):
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:  # none left (EAGAIN)
+                return
+            conn.setblocking(False)
+            self.peers[conn] = Peer(conn, Lines())
+            self.selector.register(conn, selectors.EVENT_READ)
 
     def read(self, peer: Peer) -> None:
         try:
@@ -423,7 +434,7 @@ def main(argv: list[str]) -> int:
 
     options = HubOptions(**json.loads(argv[0]))
     try:
-        sock = listen_socket(options.bind, options.port, backlog=1024)
+        sock = listen_socket(options.bind, options.port, backlog=4096)
     except OSError as exc:
         print(f"error {options.bind}:{options.port}: {exc.strerror or exc}", flush=True)
         return 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ddpnet.check.stages.allreduce import summary
 from ddpnet.check.stages.bandwidth import _column, assemble
 from ddpnet.check.stages.reachability import as_peers, mtu_targets, peers_of
@@ -52,3 +54,18 @@ def test_nccls_own_failure_text_names_a_cause_once() -> None:
     found.causes.append(Cause("ranks-share-gpu", "from the facts", "fix"))
     assert nccl_cause(found, pgs, [0, 1]) is None  # the facts named it already
     assert nccl_cause(found, {0: {"ok": False, "error": "gloo: timeout"}}, [0]) is None
+
+
+def test_a_rank_of_a_sampled_mesh_reads_only_its_own_peers() -> None:
+    from ddpnet.check import mesh
+    from ddpnet.check.stages import reachability
+
+    world = 4096
+    peers: list[list[object] | None] = [[f"198.18.{i // 256}.{i % 256}", 40000 + i, 50000 + i,
+                                         1500] for i in range(world)]
+    offsets = mesh.sample_offsets(world, 1)
+    mine = reachability.own_peers(peers, 7, offsets)
+    assert sorted(int(j) for j in mine) == sorted({7, *mesh.sample_targets(7, world, offsets)})
+    assert len(json.dumps(mine)) < 2000  # against ~190 KB for every rank's listener
+    expanded = reachability.expand(mine, world)
+    assert expanded[7] == peers[7] and sum(p is not None for p in expanded) == len(mine)

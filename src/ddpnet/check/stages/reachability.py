@@ -1,5 +1,9 @@
-"""Stage 3: the full mesh. Every rank connects to every other rank's listener (bounded
-fan-out) and publishes its row; rank 0 analyses the N x N matrix (``check.mesh``)."""
+"""Stage 3: the mesh. Every rank connects to the other ranks' listeners (bounded fan-out) and
+publishes its row; rank 0 analyses the matrix (``check.mesh``). Up to ``mesh.SAMPLE_ABOVE``
+ranks (or with ``--full-mesh``) that is every pair and rank 0 publishes every rank's listener
+once (``stage/mesh``); above it each rank probes a sample of O(log N) peers, rank 0 gives
+each rank only its own peers (``mesh/peers/RANK``) and each rank publishes only the probed
+cells, so rank 0's store serves and holds O(N log N) bytes for this stage instead of O(N²)."""
 
 from __future__ import annotations
 
@@ -31,9 +35,45 @@ def mtu_targets(peers: Sequence[Sequence[Any] | None]) -> list[pmtu.Target | Non
             for p in peers]
 
 
-def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
-    """Connect to every peer while the path-MTU probes run; publish this rank's rows (the
-    MTU row first: rank 0 reads it once the mesh row is there)."""
+def sample(ctx: RankContext) -> tuple[int, ...] | None:
+    """Rank 0: the sampled mesh's offsets (``mesh.sample_offsets``), None for every pair:
+    up to ``mesh.SAMPLE_ABOVE`` ranks, with ``--full-mesh``, or with the bandwidth matrix
+    (which plays every pair)."""
+    opts = ctx.opts
+    if opts.full_mesh or opts.matrix_on(ctx.world) or ctx.world <= mesh.SAMPLE_ABOVE:
+        return None
+    return mesh.sample_offsets(ctx.world, int(ctx.uid[:8], 16))
+
+
+def own_peers(peers: Sequence[Sequence[Any] | None], rank: int,
+              offsets: Sequence[int]) -> dict[str, Any]:
+    """What rank ``rank`` of a sampled mesh reads: its own entry and its targets' (pure)."""
+    return {str(j): peers[j] for j in (rank, *mesh.sample_targets(rank, len(peers), offsets))
+            if peers[j] is not None}
+
+
+def expand(mine: Mapping[str, Any], world: int) -> list[list[Any] | None]:
+    """A sampled mesh's peers as the full list ``probe`` takes, None where not probed."""
+    peers: list[list[Any] | None] = [None] * world
+    for j, p in mine.items():
+        if str(j).isdigit() and int(j) < world:
+            peers[int(j)] = list(p)
+    return peers
+
+
+def peers_for(ctx: RankContext, stage: Mapping[str, Any]) -> list[list[Any] | None]:
+    """Ranks > 0: the peers to probe, from rank 0's go (every pair) or, in a sampled mesh,
+    from this rank's own key."""
+    if "peers" in stage:
+        return list(stage["peers"])
+    return expand(ctx.store.get(f"mesh/peers/{ctx.rank}", ctx.budget), ctx.world)
+
+
+def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
+          sampled: bool = False) -> None:
+    """Connect to every peer given while the path-MTU probes run; publish this rank's rows
+    (the MTU row first: rank 0 reads it once the mesh row is there); a sampled mesh's row
+    holds only the probed cells."""
     from concurrent.futures import ThreadPoolExecutor
 
     targets = mtu_targets(peers)
@@ -42,13 +82,14 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
         mtu_row = pool.submit(pmtu.probe_row, ctx.rank, ctx.address, own[2] if own else 0,
                               targets, fanout=ctx.opts.fanout)
         row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
-                             fanout=ctx.opts.fanout)
+                             fanout=ctx.opts.fanout, source=ctx.probe_from)
         try:
             mtus = mtu_row.result()
         except OSError as exc:  # a probe socket this host refuses: not judged
             mtus = {"error": {"reason": str(exc)}}
     ctx.store.publish("pmtu", ctx.rank, mtus)
-    ctx.store.publish("mesh", ctx.rank, mesh.published(row))
+    probed = [j for j, p in enumerate(peers) if p is not None and j != ctx.rank]
+    ctx.store.publish("mesh", ctx.rank, mesh.published(row, probed if sampled else None))
 
 
 def _blocking(found: Findings) -> bool:
@@ -65,18 +106,21 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     start, and return it."""
     t = time.monotonic()
     world, opts = ctx.world, ctx.opts
-    ctx.progress(f"reachability: {world} x {world} connects (fan-out {opts.fanout})")
-    probe(ctx, peers)
+    offsets = sample(ctx)
+    if offsets is None:
+        ctx.progress(f"reachability: {world} x {world} connects (fan-out {opts.fanout})")
+        probe(ctx, peers)
+    else:
+        ctx.progress(f"reachability: {world} x {len(offsets)} sampled connects "
+                     f"(fan-out {opts.fanout}; --full-mesh for every pair)")
+        probe(ctx, expand(own_peers(peers, 0, offsets), world), sampled=True)
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
-    read = {i: mesh.read_published(v, world) for i, v in rows.items()}
-    matrix = tuple(tuple(read[i].statuses) if i in read else (mesh.UNKNOWN,) * world
-                   for i in range(world))
+    matrix, seen = _matrix(rows, world, offsets is not None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
     # where each rank's probes arrived at its peers from: a NAT rewrites it
-    causes, explained = nat.analyze(matrix, got, found.labels,
-                                    {i: r.seen for i, r in read.items()})
+    causes, explained = nat.analyze(matrix, got, found.labels, seen)
     causes += mesh.analyze(nat.masked(matrix, explained), found.labels,
                            [p[1] if p else None for p in peers], ctx.cfg.master_port,
                            str(got[0].get("subnet") or "<cluster-subnet>"))
@@ -84,14 +128,43 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     settle(found, matrix, [r for c in causes if c.id in ("behind-nat", "advertised-unreachable")
                            for r in c.ranks], explained)
     found.causes.extend(causes)
-    found.extra["reachability"] = matrix
+    cells = mesh.known_cells(matrix)
+    ok, pairs = sum(s == mesh.OK for _, _, s in cells), world * (world - 1)
+    if isinstance(matrix, mesh.Sampled):
+        found.extra["notes"] = (*found.extra.get("notes", ()), sampled_note(
+            world, offsets or (), ok, len(cells)))
+        pairs = len(cells)
+    else:
+        found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
     took = ctx.took("reachability", t)
-    ctx.progress(f"reachability: {sum(s == mesh.OK for r in matrix for s in r)} of "
-                 f"{world * (world - 1)} links ok in {took:.1f} s")
+    ctx.progress(f"reachability: {ok} of {pairs} links ok in {took:.1f} s")
     go = not causes and not lost and not _blocking(found)
     ctx.store.set("stage/pg", {"go": go})
     return go
+
+
+def _matrix(rows: Mapping[int, Any], world: int,
+            sampled: bool) -> tuple[Sequence[Sequence[str]], dict[int, dict[int, str]]]:
+    """The matrix the rows make (a ``mesh.Sampled`` one for a sampled mesh) and where each
+    rank's probes arrived from, by rank (pure)."""
+    read = {i: mesh.read_published(v, world) for i, v in rows.items()} if not sampled else \
+        {i: mesh.Row([], mesh.read_published({"seen": v.get("seen")}, world).seen)
+         for i, v in rows.items() if isinstance(v, Mapping)}
+    seen = {i: r.seen for i, r in read.items()}
+    if sampled:
+        return mesh.Sampled(world, {i: mesh.read_cells(v, world)
+                                    for i, v in rows.items()}), seen
+    return tuple(tuple(read[i].statuses) if i in read else (mesh.UNKNOWN,) * world
+                 for i in range(world)), seen
+
+
+def sampled_note(world: int, offsets: Sequence[int], ok: int, cells: int) -> str:
+    """What a sampled mesh judged (pure)."""
+    return (f"reachability: {world} ranks, so each probed {len(offsets)} peers (the ring, "
+            f"the powers of two and {mesh.RANDOM_OFFSETS} random offsets): {ok} of {cells} "
+            f"sampled pairs ok, of {world * (world - 1)} in all; --full-mesh probes every "
+            "pair")
 
 
 def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int],
@@ -107,10 +180,17 @@ def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence
 def announce(ctx: RankContext, found: Findings,
              got: Mapping[int, Mapping[str, Any]]) -> list[list[Any] | None] | None:
     """Rank 0: publish every rank's listener (the go for the mesh) when every rank's facts
-    came; the peers, or None when the check stops here."""
+    came; the peers, or None when the check stops here. A sampled mesh gives each rank only
+    its own peers (its key is set before the go)."""
     peers = peers_of(got, ctx.world)
     # peers advertising one address would probe themselves: nothing to learn from the mesh
     go = all(r in got for r in found.ranks) and not any(
         c.id == "duplicate-address" for c in found.causes)
-    ctx.store.set("stage/mesh", {"go": go, "peers": peers})
+    offsets = sample(ctx)
+    if go and offsets is not None:
+        ctx.store.set_many({f"mesh/peers/{r}": own_peers(peers, r, offsets)
+                            for r in found.ranks if r != 0})
+        ctx.store.set("stage/mesh", {"go": go, "offsets": list(offsets)})
+    else:
+        ctx.store.set("stage/mesh", {"go": go, "peers": peers})
     return peers if go else None

@@ -57,10 +57,13 @@ def _arrivals(store: Store, world: int, deadline: float) -> list[Registration]:
     if n >= world:
         time.sleep(0.2)  # a duplicate or an extra rank arriving right behind
         n = store.count("reg/n")
+    names = [f"reg/{i}" for i in range(1, n + 1)]
+    got = store.get_many(names)  # a few round trips for N registrations
     arrivals: list[Registration] = []
-    for i in range(1, n + 1):
+    for name in names:
         try:
-            arrivals.append(Registration(**store.get(f"reg/{i}", 2.0)))
+            arrivals.append(Registration(**(got[name] if name in got else
+                                            store.get(name, 2.0))))
         except StageTimeout:
             continue
     return arrivals
@@ -84,9 +87,11 @@ def admit(ctx: RankContext, found: Findings) -> Plan:
     ctx.progress(f"rendezvous: {len(arrivals)} joined in {took:.1f} s"
                  + (f" - {', '.join(c.id for c in verdict.causes)}" if verdict.causes else ""))
     plan = Plan(verdict.ok, opts.matrix_on(ctx.world), opts.bench)
+    # who holds each rank: one small key per rank, set before the plan (a plan naming every
+    # rank, read by every rank, made rank 0's store serve O(N²) bytes)
+    ctx.store.set_many({f"admit/{r.rank}": r.uid for r in found.roster})
     ctx.store.set("plan", {
         "ok": plan.ok, "t0": time.time(), "world": ctx.world,
-        "uids": {str(r.rank): r.uid for r in found.roster},
         "matrix": plan.matrix, "bench": plan.bench,
         "causes": [c.to_dict() for c in verdict.causes]})
     found.nodes = [{"rank": r.rank, "host": r.host, "address": r.address,
@@ -112,7 +117,7 @@ def join(ctx: RankContext) -> Joined | RankOutcome:
     plan = ctx.store.get("plan", ctx.budget)
     # the offset is only meaningful when the plan was published after we registered
     clock = time.time() - float(plan["t0"]) if fresh else None
-    holder = plan["uids"].get(str(ctx.rank))
+    holder = ctx.store.get_now(f"admit/{ctx.rank}")
     if holder == ctx.uid:
         return Joined(plan, clock)
     if holder is not None:

@@ -1,0 +1,56 @@
+"""benchmarks/scale_sim.py at 256 simulated ranks: rank 0 real, 255 ranks as threads that run
+the worker's own code, on a two-node lab (one lab for both points)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.lab_util import requires_netns
+
+pytestmark = requires_netns
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_sim.py"
+RANKS = 256
+
+
+@pytest.fixture(scope="module")
+def sim() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("scale_sim", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scale_sim"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def points(sim: ModuleType) -> Iterator[dict[str, dict[str, Any]]]:
+    with sim.sim_lab(RANKS) as lab:
+        yield {"healthy": sim.run_in(lab, "check", RANKS, None, 90.0),
+               "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0)}
+
+
+def test_256_healthy_simulated_ranks_pass_and_every_rank_prints_the_verdict(
+        points: dict[str, dict[str, Any]]) -> None:
+    p = points["healthy"]
+    assert p["verdict"] == "pass", p
+    assert p["clients"]["finished"] == RANKS - 1 and p["clients"]["ok_lines"] == RANKS - 1, p
+    assert not [c for c in p["causes"] if c["id"] != "clock-skew"], p  # skew: a loaded VM
+    # the sampled mesh: no O(N^2) matrix in the report, and the store served O(N log N)
+    assert p["report_json_bytes"] < 400_000 and p["store_bytes_served"] < 20_000_000, p
+
+
+def test_one_node_filtering_its_ports_among_256_is_named_with_its_host(
+        points: dict[str, dict[str, Any]]) -> None:
+    p = points["filtered"]
+    assert p["verdict"] == "fail", p
+    blocked = [c for c in p["causes"] if c["id"] == "peer-port-blocked"]
+    assert [c["hosts"] for c in blocked] == [[p["faulty_host"]]], p
+    assert p["faulty_host_named"] is True
