@@ -1,0 +1,164 @@
+"""A rank that hears the job no more judges itself (issue 27, "every rank leaves").
+
+The hub acknowledges every heartbeat (with its current threshold, ``watch.threshold``). A rank
+that heard nothing from the hub for that threshold (plus :data:`MARGIN_S`) while it made no
+progress of its own either cannot be told the verdict: the hub cannot reach it, or the hub's
+node is gone. It then checks for itself, in its heartbeat thread (its main thread may sit in a
+C call: a gloo wait, ``torch.cuda.synchronize()``), and exits 4 naming what it found:
+
+- its interface's state (``net.interfaces``) and its route to the hub's address
+  (``net.routes``),
+- a fresh connect to the hub, and to each peer's side port (``watch.probe``; the hub sent
+  them once every rank had published),
+- when it last heard from the job.
+
+Reaching no peer either: this node is cut off. Reaching peers but not the hub: the hub's node
+(rank 0's, MASTER_ADDR) or its link is down. Either way no rank waits for the backend's
+timeout. :func:`due` and :func:`verdict` are pure; :func:`gather` is the edge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.net.probe import REFUSED
+from ddpnet.watch.state import Diagnosis, LinkProbe, RankState
+
+#: seconds past the threshold before a rank that hears nothing judges itself
+MARGIN_S = 2.0
+#: each connect of the self-check
+CONNECT_S = 2.0
+KIND = "network"
+
+
+def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool:
+    """Whether a rank that last heard the hub at ``heard`` and last made progress at
+    ``progressed`` (monotonic seconds) should check whether it is cut off."""
+    limit = threshold_s + MARGIN_S
+    return now - heard >= limit and now - progressed >= limit
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a rank that hears nothing found about itself."""
+
+    rank: int
+    host: str
+    interface: str                  # the interface the selector chose ("" unknown)
+    address: str                    # this rank's address on it
+    link: str                       # "UP", "DOWN", "absent", "" unknown
+    hub: str                        # "ADDR:PORT"
+    hub_probe: LinkProbe | None     # a fresh connect to it
+    route: str                      # "dev eth0 src ... via ..." or "none"
+    peers: tuple[LinkProbe, ...]    # connects to each peer's side port
+    heard_ago: float                # seconds since the hub last answered
+    heard_at: float                 # time.time() of that
+    stalled_for: float              # seconds without progress of its own
+    doing: str                      # "inside all_reduce seq 611", "in phase 'step' at step 593"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["hub_probe"] = self.hub_probe.to_dict() if self.hub_probe else None
+        out["peers"] = [p.to_dict() for p in self.peers]
+        return out
+
+
+def answered(probe: LinkProbe) -> bool:
+    """The other end's host answered (connected, or refused by its kernel)."""
+    return probe.reachable or probe.outcome == REFUSED
+
+
+def verdict(f: Facts) -> Diagnosis:
+    """The rank's own verdict (pure): cut off, or the hub's node unreachable from here."""
+    me = f"rank {f.rank} ({f.host}" + (f", {f.interface} {f.address}" if f.interface else "") + ")"
+    reached = sorted({p.dst_rank for p in f.peers if answered(p)})
+    hub = f.hub_probe.outcome if f.hub_probe else "not tried"
+    heard = time.strftime("%H:%M:%S", time.localtime(f.heard_at)) if f.heard_at else "never"
+    evidence = [f"interface {f.interface or '?'}: {f.link or 'state unknown'}",
+                f"route to the hub's address {f.hub.rsplit(':', 1)[0]}: {f.route}",
+                f"the watch hub {f.hub}: {f.hub_probe.detail if f.hub_probe else hub}",
+                *(f"peer rank {p.dst_rank} {p.detail}" for p in f.peers[:6]),
+                f"last heard from the job {f.heard_ago:.0f} s ago ({heard}); no progress of "
+                f"its own for {f.stalled_for:.0f} s ({f.doing})"]
+    if reached:
+        shown = ", ".join(str(r) for r in reached[:8])
+        summary = (f"{me} cannot reach the watch hub at {f.hub} ({hub}) for "
+                   f"{f.heard_ago:.0f} s while peer rank(s) {shown} answer, and made no "
+                   f"progress for {f.stalled_for:.0f} s: the hub's node (rank 0's, "
+                   f"MASTER_ADDR) or its link is down")
+        hint = (f"on the hub's node ({f.hub.rsplit(':', 1)[0]}): `ip -br link show`, its "
+                f"cable / switch port; from here `ping -c3 {f.hub.rsplit(':', 1)[0]}`; then "
+                f"restart the job from the last checkpoint")
+        return Diagnosis(KIND, summary, (f.rank,), (f.host,), tuple(evidence), hint)
+    link = f"{f.interface} is {f.link}" if f.link and f.link != "UP" else \
+        f"route: {f.route}" if f.route == "none" else "every connect timed out"
+    summary = (f"cut off: {me} reaches neither the watch hub at {f.hub} ({hub}) nor any peer "
+               f"and made no progress for {f.stalled_for:.0f} s ({f.doing}); {link}; last "
+               f"heard from the job {f.heard_ago:.0f} s ago")
+    iface = f.interface or "<iface>"
+    hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link show "
+            f"{iface}` (errors), `ip route get {f.hub.rsplit(':', 1)[0]}`; check its cable / "
+            f"switch port; then restart the job from the last checkpoint")
+    return Diagnosis(KIND, summary, (f.rank,), (f.host,), tuple(evidence), hint)
+
+
+def doing(state: RankState) -> str:
+    """``inside all_reduce seq 611`` or ``in phase 'step' at step 593`` (pure)."""
+    flight = state.in_flight()
+    if flight is not None:
+        return f"inside {flight.op} seq {flight.seq}"
+    return f"in phase {state.phase or 'unmarked'!r} at step {state.step}"
+
+
+# ---- edge -----------------------------------------------------------------------------------
+
+def _link(interface: str) -> str:
+    from ddpnet.net.interfaces import list_interfaces
+
+    if not interface:
+        return ""
+    found = next((i for i in list_interfaces() if i.name == interface), None)
+    if found is None:
+        return "absent"
+    return "UP" if found.up else "DOWN"
+
+
+def _route(address: str) -> str:
+    from ddpnet.net.routes import route_to
+
+    try:
+        route = route_to(address, timeout=CONNECT_S)
+    except ValueError:
+        return "not an address"
+    if route is None:
+        return "none"
+    via = f" via {route.via}" if route.via else ""
+    return f"dev {route.iface} src {route.src}{via}"
+
+
+def _hub_probe(me: int, address: str, port: int) -> LinkProbe:
+    from ddpnet.watch.probe import Target, probe_connect
+
+    return probe_connect(me, Target(-1, address, {"hub": port}), "hub", CONNECT_S)
+
+
+def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
+           heard_ago: float, heard_at: float, stalled_for: float) -> Facts:
+    """Read this rank's interface and route, connect to the hub and to each peer (edge;
+    bounded: ~2 connect timeouts)."""
+    from ddpnet.watch.probe import probe_pairs
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        hub_job = pool.submit(_hub_probe, state.rank, *hub)
+        peer_job = pool.submit(probe_pairs, peers, state.rank, timeout=CONNECT_S,
+                               group=[*peers, state.rank], stream_bytes=0)
+        link, route = _link(state.interface), _route(hub[0])
+        hub_probe, found = hub_job.result(), peer_job.result()
+    return Facts(rank=state.rank, host=state.host, interface=state.interface,
+                 address=state.address, link=link, hub=f"{hub[0]}:{hub[1]}",
+                 hub_probe=hub_probe, route=route, peers=found, heard_ago=heard_ago,
+                 heard_at=heard_at, stalled_for=stalled_for, doing=doing(state))
