@@ -73,37 +73,47 @@ def answered(probe: LinkProbe) -> bool:
 
 
 def verdict(f: Facts) -> Diagnosis:
-    """The rank's own verdict (pure): cut off, or the hub's node unreachable from here."""
+    """The rank's own verdict (pure), from what answered: nothing (this node is cut off),
+    peers but not the hub (the hub's node is down), the hub's host refusing (the hub is
+    gone), or the hub accepting a connection yet acknowledging nothing (it is stuck)."""
     me = f"rank {f.rank} ({f.host}" + (f", {f.interface} {f.address}" if f.interface else "") + ")"
+    master = f.hub.rsplit(":", 1)[0]
     reached = sorted({p.dst_rank for p in f.peers if answered(p)})
     hub = f.hub_probe.outcome if f.hub_probe else "not tried"
     heard = time.strftime("%H:%M:%S", time.localtime(f.heard_at)) if f.heard_at else "never"
-    evidence = [f"interface {f.interface or '?'}: {f.link or 'state unknown'}",
-                f"route to the hub's address {f.hub.rsplit(':', 1)[0]}: {f.route}",
+    evidence = (f"interface {f.interface or '?'}: {f.link or 'state unknown'}",
+                f"route to the hub's address {master}: {f.route}",
                 f"the watch hub {f.hub}: {f.hub_probe.detail if f.hub_probe else hub}",
                 *(f"peer rank {p.dst_rank} {p.detail}" for p in f.peers[:6]),
                 f"last heard from the job {f.heard_ago:.0f} s ago ({heard}); no progress of "
-                f"its own for {f.stalled_for:.0f} s ({f.doing})"]
-    if reached:
+                f"its own for {f.stalled_for:.0f} s ({f.doing})")
+    stalled = f"made no progress for {f.stalled_for:.0f} s ({f.doing})"
+    restart = "then restart the job from the last checkpoint"
+    if f.hub_probe is not None and answered(f.hub_probe):
+        how = ("accepts connections but acknowledged nothing" if f.hub_probe.reachable
+               else "refuses connections: the hub process is gone")
+        summary = (f"{me} {stalled}, and the watch hub at {f.hub} {how} for "
+                   f"{f.heard_ago:.0f} s: nobody can name the cause for this rank")
+        hint = (f"read rank 0's log on {master} (the hub is its child process; "
+                f"ddpnet diagnose --dumps DIR there); {restart}")
+    elif reached:
         shown = ", ".join(str(r) for r in reached[:8])
         summary = (f"{me} cannot reach the watch hub at {f.hub} ({hub}) for "
-                   f"{f.heard_ago:.0f} s while peer rank(s) {shown} answer, and made no "
-                   f"progress for {f.stalled_for:.0f} s: the hub's node (rank 0's, "
-                   f"MASTER_ADDR) or its link is down")
-        hint = (f"on the hub's node ({f.hub.rsplit(':', 1)[0]}): `ip -br link show`, its "
-                f"cable / switch port; from here `ping -c3 {f.hub.rsplit(':', 1)[0]}`; then "
-                f"restart the job from the last checkpoint")
-        return Diagnosis(KIND, summary, (f.rank,), (f.host,), tuple(evidence), hint)
-    link = f"{f.interface} is {f.link}" if f.link and f.link != "UP" else \
-        f"route: {f.route}" if f.route == "none" else "every connect timed out"
-    summary = (f"cut off: {me} reaches neither the watch hub at {f.hub} ({hub}) nor any peer "
-               f"and made no progress for {f.stalled_for:.0f} s ({f.doing}); {link}; last "
-               f"heard from the job {f.heard_ago:.0f} s ago")
-    iface = f.interface or "<iface>"
-    hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link show "
-            f"{iface}` (errors), `ip route get {f.hub.rsplit(':', 1)[0]}`; check its cable / "
-            f"switch port; then restart the job from the last checkpoint")
-    return Diagnosis(KIND, summary, (f.rank,), (f.host,), tuple(evidence), hint)
+                   f"{f.heard_ago:.0f} s while peer rank(s) {shown} answer, and {stalled}: "
+                   f"the hub's node (rank 0's, MASTER_ADDR) or its link is down")
+        hint = (f"on the hub's node ({master}): `ip -br link show`, its cable / switch port; "
+                f"from here `ping -c3 {master}`; {restart}")
+    else:
+        link = f"{f.interface} is {f.link}" if f.link and f.link != "UP" else \
+            f"route: {f.route}" if f.route == "none" else "every connect timed out"
+        summary = (f"cut off: {me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
+                   f"peer and {stalled}; {link}; last heard from the job {f.heard_ago:.0f} s "
+                   f"ago")
+        iface = f.interface or "<iface>"
+        hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
+                f"show {iface}` (errors), `ip route get {master}`; check its cable / switch "
+                f"port; {restart}")
+    return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint)
 
 
 def doing(state: RankState) -> str:

@@ -79,6 +79,7 @@ class Beacon:
         self.progress: tuple[object, ...] = ()
         self.progressed = time.monotonic()
         self.judged = False
+        self.send_failed = False
         self.exit_now = exit_now
         self.sock: socket.socket | None = None
         self.send_lock = threading.Lock()
@@ -154,14 +155,17 @@ class Beacon:
         self.thread.start()
 
     def send(self, message: dict[str, Any]) -> bool:
+        """False once a send failed: the connection stays open for :meth:`listen` to read
+        what the hub sent before (a verdict waiting for a stopped rank); the heartbeat goes
+        on without it (:meth:`judge_self`)."""
         sock = self.sock
-        if sock is None:
+        if sock is None or self.send_failed:
             return False
         try:
             with self.send_lock:
                 sock.sendall(encode(message))
         except OSError:
-            self.sock = None  # the heartbeat goes on without it (:meth:`judge_self`)
+            self.send_failed = True
             return False
         return True
 
@@ -295,8 +299,9 @@ class Beacon:
         closed by peer"): say so, and give the heartbeat thread up to ``wait`` s to receive the
         hub's verdict, which names the cause and exits with the watchdog's code (``obey``);
         then close. Without a verdict the caller goes on to its own exit."""
-        if not self.stopped.is_set() and self.send({"t": "bye", "rank": self.ident.rank,
-                                                    "error": error, "peer": True}):
+        if not self.stopped.is_set():
+            # the verdict may already wait in the socket even when this bye cannot be sent
+            self.send({"t": "bye", "rank": self.ident.rank, "error": error, "peer": True})
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and self.sock is not None and \
                     self.thread is not None and self.thread.is_alive() and \

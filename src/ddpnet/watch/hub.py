@@ -365,10 +365,13 @@ class Hub:
         False when there is nothing to probe (then the hub acts at once)."""
         snapshot = self.snapshot()
         stuck = network.stuck_collective(snapshot)
-        silent = () if stuck is not None else self.silent(snapshot)
+        # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
+        # where a full round would stream into a process that reads nothing (8 s)
+        silent = self.silent(snapshot)
         if not (silent or network.wants_probes(snapshot)):
             return False
-        group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
+        group = stuck.ranks if stuck is not None and not silent else \
+            tuple(range(self.options.world_size))
         return self.send_probes(group, silent, now, trigger=trigger)
 
     def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,

@@ -279,6 +279,13 @@ def ports() -> dict[str, int]:
     return dict(session.beacon.ident.extra.get("ports", {}))
 
 
+def threshold() -> dict[str, object] | None:
+    """The stall threshold this rank last heard from the hub (seconds, source, reason), or
+    None when not watched: what a long phase is measured against."""
+    session = _session
+    return None if session is None else session.beacon.threshold.to_dict()
+
+
 # -- the public API ----------------------------------------------------------------------------
 
 class _Phase(contextlib.AbstractContextManager["_Phase"]):
