@@ -90,3 +90,10 @@ def test_a_hub_that_accepts_but_acknowledges_nothing_is_named_stuck() -> None:
     found = cutoff.verdict(_facts((_probe(0, CONNECTED),), link="UP", hub=CONNECTED))
     assert "accepts connections but acknowledged nothing for 8 s" in found.summary
     assert "ddpnet diagnose --dumps" in found.hint
+
+
+def test_a_hub_that_still_accepts_gets_more_patience_first() -> None:
+    busy = _facts((), link="UP", hub=CONNECTED)  # heard 8 s ago
+    assert cutoff.patient(busy, threshold_s=5.0)  # 8 s < 3 x 7 s: only busy, perhaps
+    assert not cutoff.patient(busy, threshold_s=0.5)  # 8 s >= 3 x 2.5 s: stuck
+    assert not cutoff.patient(_facts(()), threshold_s=5.0)  # unreachable: no waiting

@@ -32,6 +32,8 @@ from ddpnet.watch.state import Diagnosis, LinkProbe, RankState
 MARGIN_S = 2.0
 #: each connect of the self-check
 CONNECT_S = 2.0
+#: a hub that accepts connections but acknowledges nothing gets this many times the silence
+PATIENCE = 3.0
 KIND = "network"
 
 
@@ -40,6 +42,14 @@ def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool
     ``progressed`` (monotonic seconds) should check whether it is cut off."""
     limit = threshold_s + MARGIN_S
     return now - heard >= limit and now - progressed >= limit
+
+
+def patient(facts: Facts, threshold_s: float) -> bool:
+    """Whether to wait longer before leaving: the hub still accepts connections (its host
+    and process are up, perhaps only busy), so give it ``PATIENCE`` x the usual silence."""
+    hub = facts.hub_probe
+    limit = PATIENCE * (threshold_s + MARGIN_S)
+    return hub is not None and hub.reachable and facts.heard_ago < limit
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ class Beacon:
         self.progressed = time.monotonic()
         self.judged = False
         self.send_failed = False
+        #: a hub that accepts connections but is slow to answer is checked again then
+        self.recheck_at = 0.0
         self.exit_now = exit_now
         self.sock: socket.socket | None = None
         self.send_lock = threading.Lock()
@@ -179,6 +181,7 @@ class Beacon:
         if key != self.progress:
             self.progress, self.progressed = key, now
         if self.judged or self.stopped.is_set() or self.obeyed.is_set() or \
+                now < self.recheck_at or \
                 not cutoff.due(now, self.heard, self.progressed, self.threshold.seconds):
             return
         facts = cutoff.gather(state, self.hub, self.peers, heard_ago=now - self.heard,
@@ -188,6 +191,9 @@ class Beacon:
             self.listen(0.0, sock)  # a verdict that came meanwhile wins
         if self.obeyed.is_set() or not cutoff.due(time.monotonic(), self.heard,
                                                   self.progressed, self.threshold.seconds):
+            return
+        if cutoff.patient(facts, self.threshold.seconds):
+            self.recheck_at = time.monotonic() + self.threshold.seconds
             return
         self.judged = True
         diagnosis = cutoff.verdict(facts)
