@@ -99,14 +99,14 @@ def learned(gaps: Sequence[float]) -> Threshold:
 
 
 def learn(gaps: Sequence[float], snapshot: Snapshot | None = None, *,
-          override: float | None = None,
-          longest: Mapping[str, float] | None = None) -> Threshold:
-    """The threshold now: the override, else the learned one raised to the allowance of any
-    long phase a live rank is inside."""
+          override: float | None = None, longest: Mapping[str, float] | None = None,
+          base: Threshold | None = None) -> Threshold:
+    """The threshold now: the override, else the learned one (``base``, when the caller
+    kept ``learned(gaps)``) raised to the allowance of any long phase a live rank is in."""
     if override is not None:
         return Threshold(float(override), "override",
                          f"watch_timeout / DDPNET_WATCH_TIMEOUT = {override:g} s")
-    base = learned(gaps)
+    base = base if base is not None else learned(gaps)
     active = long_phases(snapshot) if snapshot is not None else {}
     best = base
     for phase, ranks in sorted(active.items()):

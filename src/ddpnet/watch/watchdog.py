@@ -64,6 +64,8 @@ class Watchdog:
     longest: dict[str, float] = field(default_factory=dict)
     long_of: dict[int, tuple[str, float]] = field(default_factory=dict)
     threshold: thresholds.Threshold = field(default_factory=lambda: thresholds.learn(()))
+    #: ``threshold.learned(gaps)``, kept between ticks (its p99 sorts the gaps)
+    base: thresholds.Threshold = field(default_factory=lambda: thresholds.learned(()))
 
     @property
     def stale_after(self) -> float:
@@ -77,6 +79,7 @@ class Watchdog:
         active = thresholds.long_phases(snapshot)
         if key != self.key and self.since is not None and not (self.in_long or active):
             self.gaps = thresholds.add_gap(self.gaps, now - self.since)
+            self.base = thresholds.learned(self.gaps)
         self.in_long = bool(active) if key != self.key else self.in_long or bool(active)
         for rank, state in snapshot.states.items():
             if state is None:
@@ -90,7 +93,7 @@ class Watchdog:
             else:
                 self.long_of.pop(rank, None)
         self.threshold = thresholds.learn(self.gaps, snapshot, override=self.settings.timeout,
-                                          longest=self.longest)
+                                          longest=self.longest, base=self.base)
 
     def due(self, snapshot: Snapshot, now: float) -> str | None:
         key = progress_key(snapshot)
