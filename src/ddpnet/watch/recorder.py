@@ -172,16 +172,19 @@ class Recorder:
             elif not self.long_held:
                 self.long_phase = ""
 
-    def hold_long(self, held: int) -> None:
-        """A ``with ddpnet.phase(<long phase>)`` block entered (+1) or left (-1)."""
+    def hold_long(self) -> None:
+        """A ``with ddpnet.phase(<long phase>)`` block entered (:meth:`restore` leaves it)."""
         with self.lock:
-            self.long_held = max(0, self.long_held + held)
+            self.long_held += 1
 
-    def restore(self, phase: str, long_phase: str, long_since: float) -> None:
-        """Back to the phase (and long phase) before a ``with ddpnet.phase(...)`` block."""
-        self.set_phase(phase)
+    def restore(self, phase: str, long_phase: str, long_since: float, held: int) -> None:
+        """Back to the phase (and long phase) before a ``with ddpnet.phase(...)`` block that
+        held a long phase ``held`` times (one lock, as cheap as a phase mark)."""
         with self.lock:
+            if phase != self.phase:
+                self.phase, self.phase_since = phase, self.clock()
             self.long_phase, self.long_since = long_phase, long_since
+            self.long_held = max(0, self.long_held - held)
 
     def set_step(self, step: int) -> None:
         now = self.clock()

@@ -303,12 +303,11 @@ class _Phase(contextlib.AbstractContextManager["_Phase"]):
     def __enter__(self) -> _Phase:
         if self.name in LONG_PHASES:
             self.held = 1
-            _recorder.hold_long(1)
+            _recorder.hold_long()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _recorder.hold_long(-self.held)
-        _recorder.restore(*self.previous)
+        _recorder.restore(*self.previous, self.held)
 
 
 def phase(name: str) -> _Phase:
