@@ -195,3 +195,27 @@ def test_a_healthy_run_with_a_20_s_checkpoint_raises_no_alarm(lab: Lab, tmp_path
     # the checkpoint lasted 4x the threshold the job had learned
     assert before["source"] == "learned" and before["seconds"] <= 10, before
     assert "saved 150" in results[0].stdout
+
+
+def test_when_the_hubs_node_goes_down_the_others_leave_by_themselves(lab: Lab,
+                                                                     tmp_path: Path) -> None:
+    """Node 0 (rank 0 and the hub) loses its link: ranks 1 and 2 still reach each other but
+    hear the hub no more, name its node and exit 4 on their own."""
+    watcher = Watcher(lab, link_down=0)
+    try:
+        results = run(lab, "ok", tmp_path, watcher, STEPS="100000")
+    finally:
+        lab.clear(0)
+    assert watcher.fault_at is not None
+    text = results[0].stderr
+    assert f"link down: the hub's node {lab.nodes[0].hostname} (rank(s) 0, eth0 " in text, \
+        text[-2000:]
+    for rank in (1, 2):
+        err = results[rank].stderr
+        assert f"network: rank {rank} ({lab.nodes[rank].hostname}, " in err, err[-2000:]
+        assert "the hub's node (rank 0's, MASTER_ADDR) or its link is down" in err, err[-2000:]
+        assert f"while peer rank(s) {3 - rank} answer" in err, err[-2000:]
+        alone = watcher.exits[rank] - watcher.fault_at
+        print(f"rank {rank} exits by itself {alone:.1f} s after its hub's node went down")
+        assert alone < NAMED_S, alone
+    assert codes(results) == [4, 4, 4], [r.stderr[-800:] for r in results]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.net.probe import REFUSED
-from ddpnet.watch.state import Diagnosis, LinkProbe, RankState
+from ddpnet.watch.state import Diagnosis, LinkProbe, RankState, Snapshot
 
 #: seconds past the threshold before a rank that hears nothing judges itself
 MARGIN_S = 2.0
@@ -126,6 +126,30 @@ def verdict(f: Facts) -> Diagnosis:
     return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint)
 
 
+def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link: str,
+                  address: str) -> Diagnosis:
+    """The hub's verdict when its own node lost its link (pure): from there every other
+    rank looks cut off, but the one interface that is down is the hub's. Unchanged unless
+    ``link`` is DOWN and the verdict is a link down."""
+    if link != "DOWN" or diagnosis.kind != KIND or not diagnosis.summary.startswith("link down"):
+        return diagnosis
+    here = sorted(r for r, s in snapshot.states.items()
+                  if s is not None and s.address == address)
+    host = next((s.host for r, s in sorted(snapshot.states.items())
+                 if s is not None and r in here), "") or "the hub's node"
+    others = ", ".join(str(r) for r in diagnosis.ranks[:8])
+    ranks = ", ".join(str(r) for r in here) or "0"
+    return Diagnosis(
+        KIND, f"link down: the hub's node {host} (rank(s) {ranks}, {interface} {address}) "
+              f"lost its link: {interface} is DOWN there, so rank(s) {others} cannot be "
+              f"reached from it (they leave by themselves, naming this node)",
+        tuple(here) or (0,), (host,),
+        (f"interface {interface} on {host}: DOWN", *diagnosis.evidence),
+        f"on {host}: `ip -br link show {interface}` (state UP, carrier), `ip -s link show "
+        f"{interface}` (errors); check its cable / switch port; then restart the job from "
+        f"the last checkpoint")
+
+
 def doing(state: RankState) -> str:
     """``inside all_reduce seq 611`` or ``in phase 'step' at step 593`` (pure)."""
     flight = state.in_flight()
@@ -137,14 +161,22 @@ def doing(state: RankState) -> str:
 # ---- edge -----------------------------------------------------------------------------------
 
 def _link(interface: str) -> str:
-    from ddpnet.net.interfaces import list_interfaces
+    return link_state(interface=interface)[1]
 
-    if not interface:
-        return ""
-    found = next((i for i in list_interfaces() if i.name == interface), None)
+
+def link_state(*, interface: str = "", address: str = "") -> tuple[str, str]:
+    """The interface named, or holding ``address``, and its state: "UP", "DOWN", "absent"
+    ("" when neither is given) (edge)."""
+    from ddpnet.net.interfaces import list_interfaces, owner_of
+
+    if not (interface or address):
+        return "", ""
+    found_all = list_interfaces()
+    found = next((i for i in found_all if i.name == interface), None) if interface else \
+        owner_of(address, found_all)
     if found is None:
-        return "absent"
-    return "UP" if found.up else "DOWN"
+        return interface, "absent"
+    return found.name, "UP" if found.up else "DOWN"
 
 
 def _route(address: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import network, straggler
+from ddpnet.watch import cutoff, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.probe import PORTS_KEY, SIDE, peers_to_probe
@@ -409,6 +409,10 @@ class Hub:
     def act(self, trigger: str, probes: tuple[LinkProbe, ...] = ()) -> None:
         snapshot = replace(self.snapshot(), probes=probes)
         diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
+        if diagnosis.kind == "network" and diagnosis.summary.startswith("link down"):
+            # every other rank cut off may be this node's own link: read it (once a verdict)
+            iface, link = cutoff.link_state(address=self.options.bind)
+            diagnosis = cutoff.hub_node_down(diagnosis, snapshot, iface, link, self.options.bind)
         report = {**report_dict(diagnosis, snapshot, trigger, self.warnings),
                   "threshold": self.watchdog.threshold.to_dict()}
         directory = Path(self.options.directory)
