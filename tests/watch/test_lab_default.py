@@ -65,7 +65,7 @@ class Watcher:
             self.fault_at, self.fault_pid = float(line.split()[2]), int(line.split()[3])
         if stream == "stdout" and node.index == 0 and line.startswith("step "):
             self.steps += 1
-            if self.link_down is not None and self.steps == 8 and self.fault_at is None:
+            if self.link_down is not None and self.steps == 6 and self.fault_at is None:
                 threading.Thread(target=self.cut, daemon=True).start()
         if stream == "stderr" and line.startswith(f"ddpnet: watch: rank {node.index} exits"):
             self.exits[node.index] = now
@@ -84,7 +84,7 @@ class Watcher:
 
 def run(lab: Lab, mode: str, directory: Path, watcher: Watcher,
         **env: str) -> list[Any]:
-    results = lab.run([sys.executable, SCENARIO, mode], timeout=150, master_port=next(_ports),
+    results = lab.run([sys.executable, SCENARIO, mode], timeout=240, master_port=next(_ports),
                       env={"PYTHONPATH": SRC, "WATCH_TIMEOUT": "", "FAULT_RANK": "2",
                            "FAULT_STEP": FAULT_STEP, "STEPS": "100000",
                            "DDPNET_WATCH_DIR": str(directory),
@@ -168,7 +168,7 @@ def test_a_link_down_is_named_and_the_cut_off_rank_leaves_by_itself(lab: Lab,
         lab.clear(1)
     text, host = results[0].stderr, lab.nodes[1].hostname
     assert "ddpnet watch: network" in text and f"link down: rank 1 ({host}, " in text, \
-        text[-3000:]
+        (watcher.fault_at, watcher.steps, text[-3000:])
     took = named_after(tmp_path, watcher)
     print(f"time to verdict: link down {took:.1f} s")
     assert took < NAMED_S, took
