@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ddpnet.diagnose.run import DiagnoseOptions, run
-from ddpnet.watch.dump import write_state
-from ddpnet.watch.state import CollectiveRecord, RankState
+from ddpnet.net.ports import free_port
+from ddpnet.watch.dump import write_report, write_state
+from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from tests.watch.scenario import leftovers, start_job
 
 
@@ -42,6 +45,44 @@ def test_a_rank_without_a_dump_is_gone_not_stale(tmp_path: Path) -> None:
 def test_cli_on_an_empty_directory_is_a_usage_error(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     proc = run_cli("diagnose", "--dumps", str(tmp_path))
     assert proc.returncode == 2 and "no watch dumps" in proc.stderr
+
+
+def _cut_off(rank: int) -> Diagnosis:
+    return Diagnosis("network", f"cut off: rank {rank} (n{rank}, eth0 198.18.0.2) reaches "
+                     "neither the watch hub nor any peer", (rank,), (f"n{rank}",))
+
+
+def test_dumps_answer_with_the_verdict_already_named_there(tmp_path: Path) -> None:
+    """After rank 0 and its hub left: the hub's report.json, plus the cut-off rank's own
+    verdict from its dump."""
+    hub = Diagnosis("network", "link down: rank 1 (n1, eth0 198.18.0.2) sent no heartbeat",
+                    (1,), ("n1",), ("rank 0 -> rank 1: timeout",))
+    write_report(tmp_path, {"kind": "network", "diagnosis": hub.to_dict()}, "<html>")
+    write_state(tmp_path, _state(0, (3,)), "watchdog: link down")
+    write_state(tmp_path, _state(1, (3,)), "network: cut off", verdict=_cut_off(1))
+    result = run(DiagnoseOptions(dumps=tmp_path))
+    assert result.diagnosis.summary == hub.summary and result.exit_code == 1
+    assert result.diagnosis.evidence[-1].startswith("rank(s) 1 judged itself: cut off: rank 1")
+    assert "the hub's verdict, report.json" in result.source
+
+
+def test_a_cut_off_ranks_own_dump_names_it(tmp_path: Path) -> None:
+    write_state(tmp_path, _state(1, (3,)), "network: cut off", verdict=_cut_off(1))
+    result = run(DiagnoseOptions(dumps=tmp_path))
+    assert result.diagnosis == _cut_off(1) and "rank 1's own verdict" in result.source
+
+
+def test_live_without_a_hub_answers_from_the_dumps_left_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU run's "no watch hub answers" 20 s after the fault: the hub had left with
+    rank 0's verdict, its report was on disk."""
+    write_state(tmp_path, _state(1, (3,)), "network: cut off", verdict=_cut_off(1))
+    monkeypatch.setenv("DDPNET_WATCH_DIR", str(tmp_path))
+    monkeypatch.setenv("DDPNET_WATCH_PORT", str(free_port()))
+    result = run(DiagnoseOptions(master="127.0.0.1:29999", timeout=1.0))
+    assert result.diagnosis == _cut_off(1)
+    assert result.source.startswith("no watch hub answers at 127.0.0.1:")
+    assert f"dumps in {tmp_path}" in result.source
 
 
 def _wait_for_line(stream: Any, prefix: str, seconds: float) -> str:

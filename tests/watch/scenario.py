@@ -1,6 +1,7 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
-benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata or
-slow; rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata,
+slow or ckpt (rank 0 spends ``CKPT_S`` seconds in ``ddpnet.phase("checkpoint")`` every
+``CKPT_EVERY`` steps; no fault); rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
 that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
 all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
 so a wait inside backward would not be measured there).
@@ -23,13 +24,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpnet
 from ddpnet.watch.session import ports as watch_ports
+from ddpnet.watch.session import threshold as watch_threshold
 
 
 def main(mode: str) -> None:
-    handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
+    timeout = os.environ.get("WATCH_TIMEOUT", "4")  # "": the watch learns it (the default)
+    handle = ddpnet.init(watch_timeout=float(timeout) if timeout else None)
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
     print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
+    ckpt_every = int(os.environ.get("CKPT_EVERY", "200"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(16, 4))
@@ -37,7 +41,7 @@ def main(mode: str) -> None:
     for step in range(int(os.environ.get("STEPS", "40"))):
         fault = faulty and step == fault_step
         if fault:
-            print(f"fault {mode} {time.time()}", flush=True)
+            print(f"fault {mode} {time.time()} {os.getpid()}", flush=True)
         ddpnet.step(step)
         with ddpnet.phase("data"):
             x = torch.randn(8, 16)
@@ -54,6 +58,8 @@ def main(mode: str) -> None:
             opt.zero_grad()
         if fault and mode in ("stop", "kill"):
             os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
+        if mode == "ckpt" and handle.rank == 0 and step and step % ckpt_every == 0:
+            checkpoint(step)
         if not (fault and mode == "skip"):
             dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
         time.sleep(0.02)
@@ -61,6 +67,15 @@ def main(mode: str) -> None:
             print(f"step {step}", flush=True)
     print("finished", flush=True)
     ddpnet.shutdown()
+
+
+def checkpoint(step: int) -> None:
+    """Rank 0 "saves a checkpoint" for ``CKPT_S`` seconds while the others wait in the next
+    all_reduce, inside ``ddpnet.phase("checkpoint")`` (its own allowance)."""
+    print(f"threshold {step} {json.dumps(watch_threshold())}", flush=True)
+    with ddpnet.phase("checkpoint"):
+        time.sleep(float(os.environ.get("CKPT_S", "20")))
+    print(f"saved {step} {time.time()}", flush=True)
 
 
 @dataclass

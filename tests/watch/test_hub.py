@@ -285,3 +285,64 @@ def test_a_stall_outranks_a_stragglers_probe_round(tmp_path: Path) -> None:
     assert hub.probing is None or hub.probing.straggler is None
     assert (tmp_path / "report.json").exists()  # acted on the stall at once (nothing to probe)
     sock.close()
+
+
+def test_the_hub_acks_each_state_with_its_threshold_and_names_each_ranks_peers(
+        tmp_path: Path) -> None:
+    hub, port, thread = start_hub(tmp_path)
+    exits: list[tuple[int, int]] = []
+    beacons = []
+    for rank in (0, 1):
+        rec = Recorder()
+        rec.use_fr = False
+        b = Beacon(rec, RankState(rank=rank, world_size=2, host=f"h{rank}", address="127.0.0.1"),
+                   tmp_path, period=0.2, exit_now=lambda code: exits.append((9, code)))
+        b.open_ports(gloo=False)
+        b.connect("127.0.0.1", port, token=TOKEN)
+        beacons.append(b)
+    b0, b1 = beacons
+    assert wait_for(lambda: b0.threshold.source == "override" and 1 in b0.peers)
+    assert b0.threshold.seconds == 30  # this hub's override; learned when there is none
+    assert b0.peers[1].address == "127.0.0.1"
+    assert b0.peers[1].extra["ports"] == {"side": b1.ident.extra["ports"]["side"]}
+    assert wait_for(lambda: 0 in b1.peers)
+    for b in beacons:
+        b.close()
+    thread.join(10)
+    assert exits == [] and hub.introduced == {0, 1}
+
+
+def test_a_rank_whose_hub_goes_quiet_judges_itself_and_exits_4(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    """A hub that acks once with a 0.5 s threshold, then vanishes: the heartbeat thread
+    outlives the lost connection, waits out threshold + margin without progress, checks
+    the hub (refused) and exits 4 with its own verdict in its dump."""
+    listener = listen_socket("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+
+    def fake_hub() -> None:
+        conn, _ = listener.accept()
+        conn.recv(1 << 16)
+        conn.sendall(json.dumps({"t": "welcome", "token": TOKEN}).encode() + b"\n")
+        conn.recv(1 << 16)  # its first state
+        conn.sendall(json.dumps({"t": "ack", "threshold": {"seconds": 0.5, "source": "learned",
+                                                           "reason": "test"}}).encode() + b"\n")
+        time.sleep(0.3)
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=fake_hub, daemon=True).start()
+    exits: list[tuple[int, int]] = []
+    b = beacon(1, tmp_path, exits)
+    t0 = time.monotonic()
+    b.connect("127.0.0.1", port, token=TOKEN)
+    assert wait_for(lambda: exits == [(1, 4)], seconds=15)
+    took = time.monotonic() - t0
+    assert 0.5 + 2.0 <= took < 8, took
+    err = capsys.readouterr().err
+    assert "ddpnet: watch: rank 1 exits (4): network: rank 1 (h1) made no progress" in err, err
+    assert "refuses connections: the hub process is gone" in err and "hint: " in err
+    dump = json.loads((tmp_path / "rank-1.json").read_text())
+    assert dump["verdict"]["kind"] == "network" and dump["verdict"]["ranks"] == [1]
+    b.stopped.set()

@@ -50,11 +50,15 @@ def test_watch_config_arguments_win_over_the_environment() -> None:
     assert not watch_config(env).enabled
     wc = watch_config(env, watch=True, timeout=7, action="exit")
     assert wc.enabled and wc.timeout == 7 and wc.action == "exit"
-    assert watch_config({}).timeout == 60 and watch_config({}).enabled
+    assert wc.timeout == 7 and watch_config(env).timeout == 30
+    # unset: learned from the job (watch.threshold), no fixed minute
+    assert watch_config({}).timeout is None and watch_config({}).enabled
+    assert watch_config({"DDPNET_WATCH_TIMEOUT": " "}).timeout is None
 
 
 @pytest.mark.parametrize("env", [{"DDPNET_WATCH_TIMEOUT": "soon"},
                                  {"DDPNET_WATCH_TIMEOUT": "-1"},
+                                 {"DDPNET_WATCH_TIMEOUT": "0"},
                                  {"DDPNET_WATCH_ACTION": "panic"},
                                  {"DDPNET_WATCH_PORT": "99999"}])
 def test_bad_watch_settings_are_config_errors(env: dict[str, str]) -> None:

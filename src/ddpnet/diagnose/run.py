@@ -4,7 +4,7 @@ dump files a job left, and name the cause with the same analysis as the watchdog
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +53,45 @@ def run(options: DiagnoseOptions) -> DiagnoseResult:
     return live(options)
 
 
-def from_dumps(directory: Path) -> DiagnoseResult:
-    from ddpnet.watch.dump import read_dumps
+def from_dumps(directory: Path, note: str = "") -> DiagnoseResult:
+    """What the job left in ``directory``: the verdict already named there (the hub's
+    report.json, a rank's own cut-off verdict), else the analysis of the ranks' dumps."""
+    from ddpnet.watch.dump import read_dumps, read_verdicts
 
+    hub, own = read_verdicts(directory)
     try:
         snapshot = read_dumps(directory)
     except FileNotFoundError as exc:
-        raise ConfigError(f"no watch dumps in {directory}: {exc}",
-                          "point --dumps at the job's DDPNET_WATCH_DIR (default "
-                          "./ddpnet-watch in each rank's working directory)") from None
+        if hub is None:
+            raise ConfigError(f"no watch dumps in {directory}: {exc}",
+                              "point --dumps at the job's DDPNET_WATCH_DIR (default "
+                              "./ddpnet-watch in each rank's working directory)") from None
+        snapshot = _report_snapshot(directory)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read the watch dumps in {directory}: {exc}",
                           "each rank-N.json is written by ddpnet's watch; copy them whole") \
             from None
-    return DiagnoseResult(analyze(snapshot, Options(live=False)), snapshot,
-                          f"dumps in {directory}")
+    source = f"{note}dumps in {directory}"
+    if hub is not None or own:
+        named = hub if hub is not None else own[0]
+        rest = [d for d in own if d != named]
+        extra = tuple(f"rank(s) {', '.join(str(r) for r in d.ranks)} judged itself: "
+                      f"{d.summary}" for d in rest)
+        whose = "the hub's verdict, report.json" if hub is not None else \
+            f"rank {named.ranks[0] if named.ranks else '?'}'s own verdict"
+        return DiagnoseResult(replace(named, evidence=(*named.evidence, *extra)), snapshot,
+                              f"{source} ({whose})")
+    return DiagnoseResult(analyze(snapshot, Options(live=False)), snapshot, source)
+
+
+def _report_snapshot(directory: Path) -> Snapshot:
+    import json
+
+    try:
+        return Snapshot.from_dict(json.loads((directory / "report.json").read_text())
+                                  ["snapshot"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return Snapshot(0, 0.0, {})
 
 
 def _master(options: DiagnoseOptions) -> tuple[str, int]:
@@ -93,6 +117,10 @@ def live(options: DiagnoseOptions) -> DiagnoseResult:
     try:
         snapshot, stale_after = ask_snapshot(host, port, options.timeout)
     except (OSError, ValueError) as exc:
+        left = wc.directory
+        if (left / "report.json").exists() or any(left.glob("rank-*.json")):
+            # the hub left with rank 0's verdict: what the job left here still answers
+            return from_dumps(left, note=f"no watch hub answers at {host}:{port} ({exc}); ")
         raise ConfigError(
             f"no watch hub answers at {host}:{port} (job {host}:{master_port}): {exc}",
             "run this where the job's MASTER_ADDR/MASTER_PORT are set, or pass --master "

@@ -87,16 +87,18 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
         notes.append(hugepages.describe(os.environ))
     # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
     # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
-    resumed_from = restore(cfg, d, parts.model, parts.optimizer, parts.scaler, notes)
-    for line in notes:
-        note(line)
-    forward_backward = make_forward_backward(cfg, parts.scaler, d.device)
-    # measured on the bare model, before DDP attaches its gradient hooks
-    compute_per_micro = _calibrate(parts.model, parts.loader, forward_backward,
-                                   parts.optimizer, d.device)
-    ddp = DDP(parts.model, device_ids=[d.local_rank] if d.device.startswith("cuda") else None,
-              bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
-              gradient_as_bucket_view=True)
+    with phase("warmup"):  # the watch's allowance: loading, calibration, DDP's broadcast
+        resumed_from = restore(cfg, d, parts.model, parts.optimizer, parts.scaler, notes)
+        for line in notes:
+            note(line)
+        forward_backward = make_forward_backward(cfg, parts.scaler, d.device)
+        # measured on the bare model, before DDP attaches its gradient hooks
+        compute_per_micro = _calibrate(parts.model, parts.loader, forward_backward,
+                                       parts.optimizer, d.device)
+        ddp = DDP(parts.model,
+                  device_ids=[d.local_rank] if d.device.startswith("cuda") else None,
+                  bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph,
+                  gradient_as_bucket_view=True)
     plan = register_hook(ddp, cfg.comm_hook, powersgd_rank=cfg.powersgd_rank,
                          start_iter=cfg.powersgd_start_iter, timing=watch_timing(d.backend))
     loop = Loop(cfg, d, parts, ddp, plan, forward_backward, callbacks,
@@ -226,8 +228,12 @@ class Loop:
             epoch, offset = divmod(self.step, spe)
             self.parts.sampler.set_epoch(epoch)  # a new shuffle per epoch, the same everywhere
             batches = _batches(self.parts.loader, offset * self.cfg.grad_accum)
+            first = True  # the epoch's first batch starts the data loader's workers
             while self.step < self.parts.total_steps and offset < spe:
-                self.one_step(epoch, batches)
+                warm = first or self.step < self.start_step + self.warmup
+                with phase("warmup") if warm else contextlib.nullcontext():
+                    self.one_step(epoch, batches)
+                first = False
                 offset += 1
                 self.preempt_point()
 
@@ -312,8 +318,9 @@ class Loop:
         """A log step's extra fields: the loss averaged over ranks, eval, samples/s."""
         rate = self.meter.interval_rate(self.global_samples)
         glob = _mean_across_ranks(loss, self.d.device)
-        self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval, self.d,
-                                             self.cfg)
+        with phase("eval"):
+            self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval,
+                                                 self.d, self.cfg)
         self.last_loss = glob
         return {"is_log_step": True, "global_loss": glob, "eval_loss": self.ev_loss,
                 "eval_accuracy": self.ev_acc, "samples_per_s": rate}
@@ -338,15 +345,17 @@ class Loop:
 
     def save_checkpoint(self) -> None:
         spe = self.parts.steps_per_epoch
-        save(self.cfg, self.d, self.step, self.ddp.module, self.parts.optimizer,
-             self.parts.scaler,
-             sampler={"epoch": self.step // spe, "offset": self.step % spe,
-                      "steps_per_epoch": spe, "seed": self.cfg.seed})
+        with phase("checkpoint"):  # rank 0 writes while the others wait: its own allowance
+            save(self.cfg, self.d, self.step, self.ddp.module, self.parts.optimizer,
+                 self.parts.scaler,
+                 sampler={"epoch": self.step // spe, "offset": self.step % spe,
+                          "steps_per_epoch": spe, "seed": self.cfg.seed})
 
     def summary(self, resumed_from: int | None, notes: Sequence[str]) -> Summary:
         if math.isnan(self.ev_loss):
-            self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval,
-                                                 self.d, self.cfg)
+            with phase("eval"):
+                self.ev_loss, self.ev_acc = evaluate(self.ddp.module, self.parts.split.eval,
+                                                     self.d, self.cfg)
         stop = divergence(self.step, self.d.rank, _host(), loss=self.ev_loss, grad_norm=None,
                           p=self.parts.plan, amp=self.cfg.amp)
         if stop is not None:  # the eval loss: a diverged run never reports success

@@ -246,11 +246,12 @@ def _late_line(rank: int, state: RankState | None, now: float) -> str:
 def _late_hint(phase: str) -> str:
     if phase == "data":
         return ("its data loader is stuck or slow: slow or unreachable storage, a worker "
-                "process that died, a lock; if that much time is expected, raise "
-                "ddpnet.init(watch_timeout=...)")
+                "process that died, a lock; if that much time is expected (its workers "
+                "starting), mark it: with ddpnet.phase('warmup'): ...")
     return ("it is busy outside the collectives (compute, I/O, a rank-0-only step such as "
-            "saving a checkpoint): if that is expected, raise ddpnet.init(watch_timeout=...); "
-            "mark phases with ddpnet.phase(...) to see where")
+            "saving a checkpoint): if that is expected, mark it with ddpnet.phase('checkpoint' | "
+            "'eval' | 'warmup') as a with block (its own allowance), or set "
+            "ddpnet.init(watch_timeout=...); mark phases with ddpnet.phase(...) to see where")
 
 
 # -- nothing named -----------------------------------------------------------------------------

@@ -4,13 +4,14 @@ diagnose --dumps`` after the job died."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpnet.watch.state import RankState, Snapshot
+from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
 DIR_VARIABLE = "DDPNET_WATCH_DIR"
 DEFAULT_DIR = "ddpnet-watch"
@@ -28,12 +29,17 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)  # a reader never sees half a file
 
 
-def write_state(directory: Path, state: RankState, reason: str) -> Path | None:
-    """``rank-N.json``; None when the directory cannot be written (a dump must never be what
-    takes a failing rank down)."""
+def write_state(directory: Path, state: RankState, reason: str,
+                verdict: Diagnosis | None = None) -> Path | None:
+    """``rank-N.json``, with the rank's own verdict when it judged itself (cut off); None
+    when the directory cannot be written (a dump must never be what takes a failing rank
+    down)."""
     path = directory / f"rank-{state.rank}.json"
+    data: dict[str, Any] = {"reason": reason, "state": state.to_dict()}
+    if verdict is not None:
+        data["verdict"] = verdict.to_dict()
     try:
-        _write(path, json.dumps({"reason": reason, "state": state.to_dict()}))
+        _write(path, json.dumps(data))
     except OSError:
         return None
     return path
@@ -72,3 +78,22 @@ def read_dumps(directory: Path) -> Snapshot:
         states.setdefault(rank, None)
     taken = max(s.published for s in states.values() if s is not None)
     return Snapshot(world_size=world, taken=taken, states=states)
+
+
+def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, ...]]:
+    """What was already named there, once the hub and rank 0 are gone: the hub's verdict
+    (``report.json``) and each rank's own (a rank that judged itself cut off); unreadable
+    files count as absent."""
+    hub = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        hub = Diagnosis.from_dict(json.loads((directory / "report.json").read_text())
+                                  ["diagnosis"])
+    own = []
+    for path in sorted(directory.glob("rank-*.json")):
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data.get("verdict"), dict):
+                own.append(Diagnosis.from_dict(data["verdict"]))
+        except (OSError, ValueError, TypeError):
+            continue
+    return hub, tuple(own)

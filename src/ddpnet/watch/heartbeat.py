@@ -8,12 +8,17 @@ from the recorder's finished steps, its ring and the spans a comm hook timed) an
 ``extra["ports"]``: the listeners its peers probe when the hub asks (a ``probe`` message:
 ``probe_pairs`` runs in a daemon thread, bounded, and its LinkProbes go back as ``probes``).
 
-Every socket operation has a timeout; a hub that vanishes only ends the heartbeat.
+The hub acknowledges every state (``ack``, with its current threshold) and, once every rank
+published, names the peers this rank checks when the hub goes quiet (``peers``). The thread
+outlives a lost connection: a rank that heard nothing from the hub for the threshold while it
+made no progress either judges itself (``watch.cutoff``: its interface, route, the hub and
+its peers) and exits 4 by itself, since the verdict cannot reach it.
+
+Every socket operation has a timeout.
 """
 
 from __future__ import annotations
 
-import errno
 import select
 import socket
 import sys
@@ -26,6 +31,7 @@ from typing import Any
 
 from ddpnet.exitcodes import ExitCode
 from ddpnet.output import exit_now
+from ddpnet.watch import cutoff
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
     BACKEND,
@@ -40,14 +46,16 @@ from ddpnet.watch.probe import (
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
+from ddpnet.watch.threshold import Threshold, learn
 from ddpnet.watch.wire import Lines, encode
 
 #: seconds between heartbeats
 PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
-#: seconds the hub may leave what this rank sent unacknowledged before the rank counts
-#: itself cut off (TCP_USER_TIMEOUT; the session passes the watch timeout)
+#: seconds the hub's kernel may leave what this rank sent unacknowledged before the
+#: connection fails (TCP_USER_TIMEOUT: a cut link errors instead of hanging; the rank judges
+#: itself by the hub's application acks, sooner)
 LOST_AFTER_S = 60.0
 
 
@@ -56,10 +64,24 @@ class Beacon:
 
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
                  period: float = PERIOD_S, lost_after: float = LOST_AFTER_S,
+                 override: float | None = None,
                  exit_now: Callable[[int], None] = exit_now) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
         self.period = period
         self.lost_after = lost_after
+        #: what this rank judges itself by when the hub goes quiet: the hub's last threshold
+        self.threshold: Threshold = learn((), override=override)
+        self.hub: tuple[str, int] = ("", 0)
+        #: the peers (address and side port) to check then, as the hub sent them
+        self.peers: dict[int, RankState] = {}
+        #: monotonic and wall time of the hub's last message, of this rank's last progress
+        self.heard, self.heard_at = time.monotonic(), time.time()
+        self.progress: tuple[object, ...] = ()
+        self.progressed = time.monotonic()
+        self.judged = False
+        self.send_failed = False
+        #: a hub that accepts connections but is slow to answer is checked again then
+        self.recheck_at = 0.0
         self.exit_now = exit_now
         self.sock: socket.socket | None = None
         self.send_lock = threading.Lock()
@@ -89,7 +111,8 @@ class Beacon:
             return replace(self.ident, step=rec.step, phase=rec.phase,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
                            recent=records, step_times=window.step_times,
-                           wait_times=window.wait_times, published=time.time())
+                           wait_times=window.wait_times, published=time.time(),
+                           long_phase=rec.long_phase, long_since=rec.long_since)
 
     def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
         """Listen for peers' probes on this rank's address and publish the ports: ``side``
@@ -110,6 +133,7 @@ class Beacon:
         """Connect to the hub, retrying while it starts, and check it is this job's (``token``);
         OSError after ``patience`` or when something else answers there."""
         deadline = time.monotonic() + patience
+        self.hub = (address, port)
         while True:
             try:
                 self.sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
@@ -128,39 +152,62 @@ class Beacon:
             self.sock = None
             raise OSError(f"what listens at {address}:{port} is not this job's hub "
                           f"({welcome.get('token') or 'no answer'})")
+        self.heard, self.heard_at = time.monotonic(), time.time()
         self.thread = threading.Thread(target=self.run, name="ddpnet-watch-heartbeat",
                                        daemon=True)
         self.thread.start()
 
     def send(self, message: dict[str, Any]) -> bool:
+        """False once a send failed: the connection stays open for :meth:`listen` to read
+        what the hub sent before (a verdict waiting for a stopped rank); the heartbeat goes
+        on without it (:meth:`judge_self`)."""
         sock = self.sock
-        if sock is None:
+        if sock is None or self.send_failed:
             return False
         try:
             with self.send_lock:
                 sock.sendall(encode(message))
-        except OSError as exc:
-            self.sock = None
-            if exc.errno == errno.ETIMEDOUT:
-                self.cut_off()
+        except OSError:
+            self.send_failed = True
             return False
         return True
 
-    def cut_off(self) -> None:
-        """The hub left what we sent unacknowledged for ``lost_after`` s: this rank's host
-        cannot reach rank 0's (its link is down). Inside a collective that cannot finish
-        either, so exit now (dump and one line) rather than at the backend's timeout."""
-        flight = next((r for r in self.recorder.records() if r.ended is None), None)
-        if flight is None or self.stopped.is_set():
+    def judge_self(self, state: RankState) -> None:
+        """When this rank heard nothing from the hub for its threshold and made no progress
+        either, nobody can tell it the verdict: check its own link, route, the hub and its
+        peers (``watch.cutoff``), then write its dump, print the verdict and exit 4."""
+        key = (state.step, state.phase, state.phase_since, state.long_phase, state.last_seq,
+               getattr(state.in_flight(), "seq", None))
+        now = time.monotonic()
+        if key != self.progress:
+            self.progress, self.progressed = key, now
+        if self.judged or self.stopped.is_set() or self.obeyed.is_set() or \
+                now < self.recheck_at or \
+                not cutoff.due(now, self.heard, self.progressed, self.threshold.seconds):
             return
-        why = (f"cut off: the watch hub acknowledged nothing for {self.lost_after:.0f} s while "
-               f"this rank is inside {flight.op} seq {flight.seq}: this node's link or route "
-               f"to rank 0's host is down")
-        path = write_state(self.directory, self.state(), why)
+        facts = cutoff.gather(state, self.hub, self.peers, heard_ago=now - self.heard,
+                              heard_at=self.heard_at, stalled_for=now - self.progressed)
+        sock = self.sock
+        if sock is not None:
+            self.listen(0.0, sock)  # a verdict that came meanwhile wins
+        if self.obeyed.is_set() or not cutoff.due(time.monotonic(), self.heard,
+                                                  self.progressed, self.threshold.seconds):
+            return
+        if cutoff.patient(facts, self.threshold.seconds):
+            self.recheck_at = time.monotonic() + self.threshold.seconds
+            return
+        self.judged = True
+        diagnosis = cutoff.verdict(facts)
+        path = write_state(self.directory, self.state(), f"{diagnosis.kind}: "
+                           f"{diagnosis.summary}", verdict=diagnosis)
         dump = f"; dump {path}" if path else ""
-        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits "
-                         f"({int(ExitCode.WATCHDOG)}): {why}{dump}\n")
-        self.exit_now(int(ExitCode.WATCHDOG))
+        code = int(ExitCode.WATCHDOG)
+        lines = "".join(f"  - {line}\n" for line in diagnosis.evidence)
+        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits ({code}): "
+                         f"{diagnosis.kind}: {diagnosis.summary}{dump}\n{lines}"
+                         f"  hint: {diagnosis.hint}\n")
+        self.obeyed.set()
+        self.exit_now(code)
 
     def expect(self, kind: str, within: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
         """The first message of ``kind`` within ``within`` seconds ({} if none)."""
@@ -186,33 +233,48 @@ class Beacon:
         self.send({"t": "call", "rank": self.ident.rank, "record": record.to_dict()})
 
     def run(self) -> None:
-        while not self.stopped.is_set() and self.sock is not None:
-            if not self.send({"t": "state", "rank": self.ident.rank,
-                              "state": self.state().to_dict()}):
-                return
-            self.listen(self.period)
+        """Until this rank says goodbye: publish, read the hub's answers (a send that failed
+        still reads what the hub sent before, a verdict first), judge itself when the hub
+        went quiet."""
+        while not self.stopped.is_set():
+            state = self.state()
+            sock = self.sock
+            if sock is not None:
+                self.send({"t": "state", "rank": self.ident.rank, "state": state.to_dict()})
+                self.listen(self.period, sock)
+            else:
+                self.stopped.wait(self.period)
+            self.judge_self(state)
 
-    def listen(self, seconds: float) -> None:
-        sock = self.sock
-        if sock is None:
-            return
+    def listen(self, seconds: float, sock: socket.socket) -> None:
         try:
             ready, _, _ = select.select([sock], [], [], seconds)
             data = sock.recv(1 << 16) if ready else None
-        except (OSError, ValueError) as exc:
-            data = b""
-            if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+            messages = self.lines.feed(data or b"")
+        except (OSError, ValueError):
+            data, messages = b"", []
+        for message in messages:
+            self.heard, self.heard_at = time.monotonic(), time.time()
+            self.handle(message)
+        if data == b"":  # the hub is gone or unreachable (ETIMEDOUT): judge_self decides
+            if self.sock is sock:
                 self.sock = None
-                self.cut_off()
-        if data == b"":  # the hub is gone: nobody watches any more
-            self.sock = None
-            return
-        for message in self.lines.feed(data or b""):
-            if message.get("t") == "verdict":
-                self.obey(message)
-            elif message.get("t") == "probe":
-                threading.Thread(target=self.probe, args=(message,), name="ddpnet-watch-probe",
-                                 daemon=True).start()
+            sock.close()
+
+    def handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("t")
+        if kind == "verdict":
+            self.obey(message)
+        elif kind == "ack" and isinstance(message.get("threshold"), dict):
+            self.threshold = Threshold.from_dict(message["threshold"])
+        elif kind == "peers":
+            self.peers = {int(r): RankState(rank=int(r), world_size=self.ident.world_size,
+                                            address=str(p.get("address", "")),
+                                            extra={PORTS_KEY: p.get("ports", {})})
+                          for r, p in dict(message.get("peers", {})).items()}
+        elif kind == "probe":
+            threading.Thread(target=self.probe, args=(message,), name="ddpnet-watch-probe",
+                             daemon=True).start()
 
     def probe(self, request: dict[str, Any]) -> None:
         """Probe the peers the hub named and send back what was found (each probe bounded
@@ -246,8 +308,9 @@ class Beacon:
         closed by peer"): say so, and give the heartbeat thread up to ``wait`` s to receive the
         hub's verdict, which names the cause and exits with the watchdog's code (``obey``);
         then close. Without a verdict the caller goes on to its own exit."""
-        if not self.stopped.is_set() and self.send({"t": "bye", "rank": self.ident.rank,
-                                                    "error": error, "peer": True}):
+        if not self.stopped.is_set():
+            # the verdict may already wait in the socket even when this bye cannot be sent
+            self.send({"t": "bye", "rank": self.ident.rank, "error": error, "peer": True})
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and self.sock is not None and \
                     self.thread is not None and self.thread.is_alive() and \

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import network, straggler
+from ddpnet.watch import cutoff, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
-from ddpnet.watch.probe import PORTS_KEY, peers_to_probe
+from ddpnet.watch.probe import PORTS_KEY, SIDE, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
     PEER_FAILED,
@@ -69,7 +69,8 @@ class HubOptions:
     bind: str
     port: int
     world_size: int
-    timeout: float
+    #: the user's override; None: learned (watch.threshold)
+    timeout: float | None
     action: str
     directory: str
     #: the job's rendezvous: a rank of another job (or a stray client) is told it is wrong
@@ -116,6 +117,17 @@ def probe_request(ident: int, states: dict[int, RankState], rank: int,
             "peers": peers, "stream": not silent}
 
 
+def side_ports(states: dict[int, RankState], rank: int) -> dict[str, Any]:
+    """The peers ``rank`` checks when it hears the hub no more: each one's address and side
+    port (pure; the ring neighbours above ``FULL_MESH_LIMIT`` ranks, as for probes)."""
+    out = {}
+    for peer in peers_to_probe(rank, tuple(states)):
+        side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
+        if states[peer].address and side:
+            out[str(peer)] = {"address": states[peer].address, "ports": {SIDE: side}}
+    return out
+
+
 class Hub:
     def __init__(self, options: HubOptions, sock: socket.socket) -> None:
         self.options = options
@@ -141,6 +153,8 @@ class Hub:
         self.slowdown_rounds = 0
         self.warnings: list[Diagnosis] = []
         self.warned: list[dict[str, Any]] = []
+        #: ranks told their peers' side ports
+        self.introduced: set[int] = set()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -205,7 +219,8 @@ class Hub:
         kind = message.get("t")
         if kind == "snapshot":
             self.send(peer, {"t": "snapshot", "snapshot": self.snapshot().to_dict(),
-                             "stale_after": self.settings.stale_after})
+                             "stale_after": self.watchdog.stale_after,
+                             "threshold": self.watchdog.threshold.to_dict()})
             return
         rank = int(message.get("rank", -1))
         if not 0 <= rank < self.options.world_size:
@@ -217,6 +232,8 @@ class Hub:
             return
         if peer.rank == rank:  # else not this job's rank: no hello with the right token
             self.handle_rank(rank, kind, message)
+            if kind == "state":
+                self.acknowledge(peer, rank)
 
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         if kind == "state":
@@ -233,6 +250,15 @@ class Hub:
                 self.left[rank] = f"exited with an error: {error}"
             else:
                 self.finished.add(rank)
+
+    def acknowledge(self, peer: Peer, rank: int) -> None:
+        """Tell a rank its state arrived, with the threshold it judges itself by when the hub
+        goes quiet (``watch.cutoff``), and once every rank published, the peers it checks
+        then."""
+        self.send(peer, {"t": "ack", "threshold": self.watchdog.threshold.to_dict()})
+        if len(self.states) == self.options.world_size and rank not in self.introduced:
+            self.introduced.add(rank)
+            self.send(peer, {"t": "peers", "peers": side_ports(self.states, rank)})
 
     def add_call(self, rank: int, record: CollectiveRecord) -> None:
         state = self.states.get(rank) or RankState(rank=rank, world_size=self.options.world_size)
@@ -350,10 +376,13 @@ class Hub:
         False when there is nothing to probe (then the hub acts at once)."""
         snapshot = self.snapshot()
         stuck = network.stuck_collective(snapshot)
-        silent = () if stuck is not None else self.silent(snapshot)
+        # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
+        # where a full round would stream into a process that reads nothing (8 s)
+        silent = self.silent(snapshot)
         if not (silent or network.wants_probes(snapshot)):
             return False
-        group = stuck.ranks if stuck is not None else tuple(range(self.options.world_size))
+        group = stuck.ranks if stuck is not None and not silent else \
+            tuple(range(self.options.world_size))
         return self.send_probes(group, silent, now, trigger=trigger)
 
     def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
@@ -373,7 +402,7 @@ class Hub:
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
         """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
-        stale = self.settings.stale_after
+        stale = self.watchdog.stale_after
         return tuple(r for r, s in sorted(self.states.items())
                      if r not in self.left and r not in self.finished
                      and snapshot.taken - s.published > stale)[:8]
@@ -390,8 +419,13 @@ class Hub:
 
     def act(self, trigger: str, probes: tuple[LinkProbe, ...] = ()) -> None:
         snapshot = replace(self.snapshot(), probes=probes)
-        diagnosis = analyze(snapshot, Options(stale_after=self.settings.stale_after))
-        report = report_dict(diagnosis, snapshot, trigger, self.warnings)
+        diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
+        if diagnosis.kind == "network" and diagnosis.summary.startswith("link down"):
+            # every other rank cut off may be this node's own link: read it (once a verdict)
+            iface, link = cutoff.link_state(address=self.options.bind)
+            diagnosis = cutoff.hub_node_down(diagnosis, snapshot, iface, link, self.options.bind)
+        report = {**report_dict(diagnosis, snapshot, trigger, self.warnings),
+                  "threshold": self.watchdog.threshold.to_dict()}
         directory = Path(self.options.directory)
         written = write_report(directory, report, render_html(diagnosis, snapshot, trigger))
         where = f"\n  report: {written}" if written else ""

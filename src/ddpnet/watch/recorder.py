@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ddpnet.watch.state import PHASES, CollectiveRecord
+from ddpnet.watch.state import LONG_PHASES, PHASES, CollectiveRecord
 
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
@@ -145,6 +145,9 @@ class Recorder:
         self.clock = clock
         self.lock = threading.Lock()
         self.phase, self.phase_since = "", clock()
+        #: the long phase (LONG_PHASES) in effect and since when, and how many ``with``
+        #: blocks hold it (inner phase marks keep a held one; a plain mark ends an unheld one)
+        self.long_phase, self.long_since, self.long_held = "", 0.0, 0
         self.step, self.step_started = -1, 0.0
         #: (start, end) of each finished step, until the heartbeat takes them
         self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
@@ -163,6 +166,25 @@ class Recorder:
         with self.lock:
             if phase != self.phase:
                 self.phase, self.phase_since = phase, self.clock()
+            if phase in LONG_PHASES:
+                if phase != self.long_phase:
+                    self.long_phase, self.long_since = phase, self.phase_since
+            elif not self.long_held:
+                self.long_phase = ""
+
+    def hold_long(self) -> None:
+        """A ``with ddpnet.phase(<long phase>)`` block entered (:meth:`restore` leaves it)."""
+        with self.lock:
+            self.long_held += 1
+
+    def restore(self, phase: str, long_phase: str, long_since: float, held: int) -> None:
+        """Back to the phase (and long phase) before a ``with ddpnet.phase(...)`` block that
+        held a long phase ``held`` times (one lock, as cheap as a phase mark)."""
+        with self.lock:
+            if phase != self.phase:
+                self.phase, self.phase_since = phase, self.clock()
+            self.long_phase, self.long_since = long_phase, long_since
+            self.long_held = max(0, self.long_held - held)
 
     def set_step(self, step: int) -> None:
         now = self.clock()

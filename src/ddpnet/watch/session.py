@@ -2,7 +2,8 @@
 the public ``ddpnet.phase()`` / ``ddpnet.step()``.
 
 Knobs: ``init(watch=..., watch_timeout=..., watch_action=...)`` or the environment
-``DDPNET_WATCH=0`` (off), ``DDPNET_WATCH_TIMEOUT`` (seconds, default 60),
+``DDPNET_WATCH=0`` (off), ``DDPNET_WATCH_TIMEOUT`` (seconds; default: learned from the job,
+``watch.threshold``),
 ``DDPNET_WATCH_ACTION`` (``exit`` or ``warn``), ``DDPNET_WATCH_DIR`` (dumps and report,
 default ``./ddpnet-watch``), ``DDPNET_WATCH_PORT`` (the hub's port; default derived from
 MASTER_ADDR:MASTER_PORT). An argument wins over the environment.
@@ -27,8 +28,8 @@ from ddpnet.errors import ConfigError
 from ddpnet.watch.dump import watch_dir
 from ddpnet.watch.heartbeat import Beacon
 from ddpnet.watch.recorder import FR_ENTRIES, Recorder
-from ddpnet.watch.state import RankState
-from ddpnet.watch.watchdog import ACTIONS, TIMEOUT_S
+from ddpnet.watch.state import LONG_PHASES, RankState
+from ddpnet.watch.watchdog import ACTIONS
 
 _OFF = ("0", "false", "no", "off")
 
@@ -36,7 +37,8 @@ _OFF = ("0", "false", "no", "off")
 @dataclass(frozen=True)
 class WatchConfig:
     enabled: bool
-    timeout: float = TIMEOUT_S
+    #: the user's override in seconds; None: learned from the job (watch.threshold)
+    timeout: float | None = None
     action: str = "exit"
     directory: Path = Path("ddpnet-watch")
     port: int | None = None
@@ -48,15 +50,9 @@ def watch_config(environ: Mapping[str, str], watch: bool | None = None,
     ConfigError on a bad value."""
     enabled = watch if watch is not None else \
         environ.get("DDPNET_WATCH", "1").strip().lower() not in _OFF
-    raw_timeout = timeout if timeout is not None else environ.get("DDPNET_WATCH_TIMEOUT",
-                                                                  TIMEOUT_S)
-    try:
-        seconds = float(raw_timeout)
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not 0 < seconds <= 7 * 86400:
-        raise ConfigError(f"watch_timeout={raw_timeout!r} must be a positive number of seconds",
-                          "e.g. ddpnet.init(watch_timeout=120) or DDPNET_WATCH_TIMEOUT=120")
+    raw_timeout = timeout if timeout is not None else \
+        (environ.get("DDPNET_WATCH_TIMEOUT", "").strip() or None)
+    seconds = None if raw_timeout is None else _seconds(raw_timeout)
     chosen = action if action is not None else environ.get("DDPNET_WATCH_ACTION", "exit")
     if chosen not in ACTIONS:
         raise ConfigError(f"watch_action={chosen!r} is not one of {', '.join(ACTIONS)}",
@@ -66,6 +62,18 @@ def watch_config(environ: Mapping[str, str], watch: bool | None = None,
         raise ConfigError(f"DDPNET_WATCH_PORT={port!r} is not a TCP port", "e.g. 29600")
     return WatchConfig(enabled, seconds, chosen, watch_dir(environ),
                        int(port) if port else None)
+
+
+def _seconds(raw: object) -> float:
+    try:
+        seconds = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds <= 7 * 86400:
+        raise ConfigError(f"watch_timeout={raw!r} must be a positive number of seconds",
+                          "e.g. ddpnet.init(watch_timeout=120) or DDPNET_WATCH_TIMEOUT=120; "
+                          "unset, the watch learns it from the job")
+    return seconds
 
 
 def hub_port(cfg: DistConfig, wc: WatchConfig) -> int:
@@ -223,7 +231,7 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     host = socket.gethostname()
     ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=host, pid=os.getpid(),
                       interface=interface or "", address=address)
-    beacon = Beacon(_recorder, ident, wc.directory, lost_after=wc.timeout)
+    beacon = Beacon(_recorder, ident, wc.directory, override=wc.timeout)
     try:
         beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
         # rank 0 started the hub before the group existed: no need to wait long for it
@@ -237,7 +245,8 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     undo = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
     _recorder.announce = beacon.announce
     _session = Session(_recorder, beacon, undo, hub,
-                       verdict_wait=min(wc.timeout, VERDICT_WAIT_S) if wc.action == "exit"
+                       verdict_wait=min(wc.timeout or VERDICT_WAIT_S, VERDICT_WAIT_S)
+                       if wc.action == "exit"
                        else 0.0)
     sys.excepthook = _session.excepthook
     atexit.register(stop)
@@ -270,23 +279,44 @@ def ports() -> dict[str, int]:
     return dict(session.beacon.ident.extra.get("ports", {}))
 
 
+def threshold() -> dict[str, object] | None:
+    """The stall threshold this rank last heard from the hub (seconds, source, reason), or
+    None when not watched: what a long phase is measured against."""
+    session = _session
+    return None if session is None else session.beacon.threshold.to_dict()
+
+
 # -- the public API ----------------------------------------------------------------------------
 
 class _Phase(contextlib.AbstractContextManager["_Phase"]):
     """``ddpnet.phase("data")`` marks the phase now; as a context manager it puts the
-    previous phase back on exit."""
+    previous phase back on exit. A long phase ("checkpoint", "eval", "warmup") held by a
+    ``with`` block stays in effect through the phase marks inside it."""
 
     def __init__(self, name: str) -> None:
-        self.previous = _recorder.phase
-        _recorder.set_phase(name)
+        rec = _recorder
+        self.previous = (rec.phase, rec.long_phase, rec.long_since)
+        self.held = 0
+        rec.set_phase(name)
+        self.name = name
+
+    def __enter__(self) -> _Phase:
+        if self.name in LONG_PHASES:
+            self.held = 1
+            _recorder.hold_long()
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        _recorder.set_phase(self.previous)
+        _recorder.restore(*self.previous, self.held)
 
 
 def phase(name: str) -> _Phase:
     """Mark this rank's training phase ("data", "forward", "backward", "step", ...), shown when
-    the watchdog names a rank that does not arrive. Cheap (a lock and a clock read)."""
+    the watchdog names a rank that does not arrive. Cheap (a lock and a clock read).
+
+    ``with ddpnet.phase("checkpoint"):`` (or "eval", "warmup") marks a phase that may keep
+    the other ranks waiting long: the watchdog gives it its own allowance
+    (:mod:`ddpnet.watch.threshold`) instead of naming a hang after a few seconds."""
     return _Phase(name)
 
 

@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: training phases a rank can be in (``ddpnet.phase(...)`` or ``ddpnet train``); "" = unmarked
-PHASES = ("", "data", "forward", "backward", "step", "checkpoint", "eval")
+PHASES = ("", "data", "forward", "backward", "step", "checkpoint", "eval", "warmup")
+#: phases that may legitimately keep the others waiting long: each has its own allowance
+#: (``watch.threshold``), and inner phase marks inside ``with ddpnet.phase(...)`` keep it
+LONG_PHASES = ("warmup", "checkpoint", "eval")
 
 #: states of one collective, as torch's Flight Recorder names them
 COLLECTIVE_STATES = ("scheduled", "started", "completed", "failed")
@@ -74,6 +77,8 @@ class RankState:
     wait_times: tuple[float, ...] = ()          # seconds inside collectives per step, last K
     published: float = 0.0         # time.time() of this heartbeat
     extra: Mapping[str, Any] = field(default_factory=dict)
+    long_phase: str = ""           # the LONG_PHASES one this rank is inside, "" when none
+    long_since: float = 0.0        # time.time() it began
 
     def in_flight(self) -> CollectiveRecord | None:
         """The oldest collective this rank has started and not finished."""

@@ -1,0 +1,216 @@
+"""A rank that hears the job no more judges itself (issue 27, "every rank leaves").
+
+The hub acknowledges every heartbeat (with its current threshold, ``watch.threshold``). A rank
+that heard nothing from the hub for that threshold (plus :data:`MARGIN_S`) while it made no
+progress of its own either cannot be told the verdict: the hub cannot reach it, or the hub's
+node is gone. It then checks for itself, in its heartbeat thread (its main thread may sit in a
+C call: a gloo wait, ``torch.cuda.synchronize()``), and exits 4 naming what it found:
+
+- its interface's state (``net.interfaces``) and its route to the hub's address
+  (``net.routes``),
+- a fresh connect to the hub, and to each peer's side port (``watch.probe``; the hub sent
+  them once every rank had published),
+- when it last heard from the job.
+
+Reaching no peer either: this node is cut off. Reaching peers but not the hub: the hub's node
+(rank 0's, MASTER_ADDR) or its link is down. Either way no rank waits for the backend's
+timeout. :func:`due` and :func:`verdict` are pure; :func:`gather` is the edge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ddpnet.net.probe import REFUSED
+from ddpnet.watch.state import Diagnosis, LinkProbe, RankState, Snapshot
+
+#: seconds past the threshold before a rank that hears nothing judges itself
+MARGIN_S = 2.0
+#: each connect of the self-check
+CONNECT_S = 2.0
+#: a hub that accepts connections but acknowledges nothing gets this many times the silence
+PATIENCE = 3.0
+KIND = "network"
+
+
+def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool:
+    """Whether a rank that last heard the hub at ``heard`` and last made progress at
+    ``progressed`` (monotonic seconds) should check whether it is cut off."""
+    limit = threshold_s + MARGIN_S
+    return now - heard >= limit and now - progressed >= limit
+
+
+def patient(facts: Facts, threshold_s: float) -> bool:
+    """Whether to wait longer before leaving: the hub still accepts connections (its host
+    and process are up, perhaps only busy), so give it ``PATIENCE`` x the usual silence."""
+    hub = facts.hub_probe
+    limit = PATIENCE * (threshold_s + MARGIN_S)
+    return hub is not None and hub.reachable and facts.heard_ago < limit
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a rank that hears nothing found about itself."""
+
+    rank: int
+    host: str
+    interface: str                  # the interface the selector chose ("" unknown)
+    address: str                    # this rank's address on it
+    link: str                       # "UP", "DOWN", "absent", "" unknown
+    hub: str                        # "ADDR:PORT"
+    hub_probe: LinkProbe | None     # a fresh connect to it
+    route: str                      # "dev eth0 src ... via ..." or "none"
+    peers: tuple[LinkProbe, ...]    # connects to each peer's side port
+    heard_ago: float                # seconds since the hub last answered
+    heard_at: float                 # time.time() of that
+    stalled_for: float              # seconds without progress of its own
+    doing: str                      # "inside all_reduce seq 611", "in phase 'step' at step 593"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["hub_probe"] = self.hub_probe.to_dict() if self.hub_probe else None
+        out["peers"] = [p.to_dict() for p in self.peers]
+        return out
+
+
+def answered(probe: LinkProbe) -> bool:
+    """The other end's host answered (connected, or refused by its kernel)."""
+    return probe.reachable or probe.outcome == REFUSED
+
+
+def verdict(f: Facts) -> Diagnosis:
+    """The rank's own verdict (pure), from what answered: nothing (this node is cut off),
+    peers but not the hub (the hub's node is down), the hub's host refusing (the hub is
+    gone), or the hub accepting a connection yet acknowledging nothing (it is stuck)."""
+    me = f"rank {f.rank} ({f.host}" + (f", {f.interface} {f.address}" if f.interface else "") + ")"
+    master = f.hub.rsplit(":", 1)[0]
+    reached = sorted({p.dst_rank for p in f.peers if answered(p)})
+    hub = f.hub_probe.outcome if f.hub_probe else "not tried"
+    heard = time.strftime("%H:%M:%S", time.localtime(f.heard_at)) if f.heard_at else "never"
+    evidence = (f"interface {f.interface or '?'}: {f.link or 'state unknown'}",
+                f"route to the hub's address {master}: {f.route}",
+                f"the watch hub {f.hub}: {f.hub_probe.detail if f.hub_probe else hub}",
+                *(f"peer rank {p.dst_rank} {p.detail}" for p in f.peers[:6]),
+                f"last heard from the job {f.heard_ago:.0f} s ago ({heard}); no progress of "
+                f"its own for {f.stalled_for:.0f} s ({f.doing})")
+    stalled = f"made no progress for {f.stalled_for:.0f} s ({f.doing})"
+    restart = "then restart the job from the last checkpoint"
+    if f.hub_probe is not None and answered(f.hub_probe):
+        how = ("accepts connections but acknowledged nothing" if f.hub_probe.reachable
+               else "refuses connections: the hub process is gone")
+        summary = (f"{me} {stalled}, and the watch hub at {f.hub} {how} for "
+                   f"{f.heard_ago:.0f} s: nobody can name the cause for this rank")
+        hint = (f"read rank 0's log on {master} (the hub is its child process; "
+                f"ddpnet diagnose --dumps DIR there); {restart}")
+    elif reached:
+        shown = ", ".join(str(r) for r in reached[:8])
+        summary = (f"{me} cannot reach the watch hub at {f.hub} ({hub}) for "
+                   f"{f.heard_ago:.0f} s while peer rank(s) {shown} answer, and {stalled}: "
+                   f"the hub's node (rank 0's, MASTER_ADDR) or its link is down")
+        hint = (f"on the hub's node ({master}): `ip -br link show`, its cable / switch port; "
+                f"from here `ping -c3 {master}`; {restart}")
+    else:
+        link = f"{f.interface} is {f.link}" if f.link and f.link != "UP" else \
+            f"route: {f.route}" if f.route == "none" else "every connect timed out"
+        summary = (f"cut off: {me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
+                   f"peer and {stalled}; {link}; last heard from the job {f.heard_ago:.0f} s "
+                   f"ago")
+        iface = f.interface or "<iface>"
+        hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
+                f"show {iface}` (errors), `ip route get {master}`; check its cable / switch "
+                f"port; {restart}")
+    return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint)
+
+
+def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link: str,
+                  address: str) -> Diagnosis:
+    """The hub's verdict when its own node lost its link (pure): from there every other
+    rank looks cut off, but the one interface that is down is the hub's. Unchanged unless
+    ``link`` is DOWN and the verdict is a link down."""
+    if link != "DOWN" or diagnosis.kind != KIND or not diagnosis.summary.startswith("link down"):
+        return diagnosis
+    here = sorted(r for r, s in snapshot.states.items()
+                  if s is not None and s.address == address)
+    host = next((s.host for r, s in sorted(snapshot.states.items())
+                 if s is not None and r in here), "") or "the hub's node"
+    others = ", ".join(str(r) for r in diagnosis.ranks[:8])
+    ranks = ", ".join(str(r) for r in here) or "0"
+    return Diagnosis(
+        KIND, f"link down: the hub's node {host} (rank(s) {ranks}, {interface} {address}) "
+              f"lost its link: {interface} is DOWN there, so rank(s) {others} cannot be "
+              f"reached from it (they leave by themselves, naming this node)",
+        tuple(here) or (0,), (host,),
+        (f"interface {interface} on {host}: DOWN", *diagnosis.evidence),
+        f"on {host}: `ip -br link show {interface}` (state UP, carrier), `ip -s link show "
+        f"{interface}` (errors); check its cable / switch port; then restart the job from "
+        f"the last checkpoint")
+
+
+def doing(state: RankState) -> str:
+    """``inside all_reduce seq 611`` or ``in phase 'step' at step 593`` (pure)."""
+    flight = state.in_flight()
+    if flight is not None:
+        return f"inside {flight.op} seq {flight.seq}"
+    return f"in phase {state.phase or 'unmarked'!r} at step {state.step}"
+
+
+# ---- edge -----------------------------------------------------------------------------------
+
+def _link(interface: str) -> str:
+    return link_state(interface=interface)[1]
+
+
+def link_state(*, interface: str = "", address: str = "") -> tuple[str, str]:
+    """The interface named, or holding ``address``, and its state: "UP", "DOWN", "absent"
+    ("" when neither is given) (edge)."""
+    from ddpnet.net.interfaces import list_interfaces, owner_of
+
+    if not (interface or address):
+        return "", ""
+    found_all = list_interfaces()
+    found = next((i for i in found_all if i.name == interface), None) if interface else \
+        owner_of(address, found_all)
+    if found is None:
+        return interface, "absent"
+    return found.name, "UP" if found.up else "DOWN"
+
+
+def _route(address: str) -> str:
+    from ddpnet.net.routes import route_to
+
+    try:
+        route = route_to(address, timeout=CONNECT_S)
+    except ValueError:
+        return "not an address"
+    if route is None:
+        return "none"
+    via = f" via {route.via}" if route.via else ""
+    return f"dev {route.iface} src {route.src}{via}"
+
+
+def _hub_probe(me: int, address: str, port: int) -> LinkProbe:
+    from ddpnet.watch.probe import Target, probe_connect
+
+    return probe_connect(me, Target(-1, address, {"hub": port}), "hub", CONNECT_S)
+
+
+def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
+           heard_ago: float, heard_at: float, stalled_for: float) -> Facts:
+    """Read this rank's interface and route, connect to the hub and to each peer (edge;
+    bounded: ~2 connect timeouts)."""
+    from ddpnet.watch.probe import probe_pairs
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        hub_job = pool.submit(_hub_probe, state.rank, *hub)
+        peer_job = pool.submit(probe_pairs, peers, state.rank, timeout=CONNECT_S,
+                               group=[*peers, state.rank], stream_bytes=0)
+        link, route = _link(state.interface), _route(hub[0])
+        hub_probe, found = hub_job.result(), peer_job.result()
+    return Facts(rank=state.rank, host=state.host, interface=state.interface,
+                 address=state.address, link=link, hub=f"{hub[0]}:{hub[1]}",
+                 hub_probe=hub_probe, route=route, peers=found, heard_ago=heard_ago,
+                 heard_at=heard_at, stalled_for=stalled_for, doing=doing(state))
