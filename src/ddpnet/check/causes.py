@@ -71,10 +71,19 @@ CAUSE_ORDER: tuple[str, ...] = (
 )
 
 
+#: how sure a cause is: ``high`` (observed directly), ``medium`` (inferred from several
+#: observations), ``low`` (the best explanation of what was seen, others not excluded)
+CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
+
+
 @dataclass(frozen=True)
 class Cause:
     """One named problem. ``severity`` is ``fail`` (training will not work) or ``warn``
-    (it will work, slower or fragile)."""
+    (it will work, slower or fragile).
+
+    A verdict shows what it is worth: ``evidence`` lists the observations it rests on (each
+    naming its host), ``ruled_out`` the alternatives excluded and why, ``confidence`` how sure
+    it is and ``see_for_yourself`` a command the user can run on the named host to see it."""
 
     id: str
     detail: str
@@ -84,10 +93,18 @@ class Cause:
     severity: str = "fail"
     stage: str = ""
     data: dict[str, Any] = field(default_factory=dict, compare=False)
+    evidence: tuple[str, ...] = ()
+    ruled_out: tuple[str, ...] = ()
+    confidence: str = "high"
+    see_for_yourself: str = ""
 
     def __post_init__(self) -> None:
         # ranks of one host share its label: name each host once ("vm, vm" reads as two)
         object.__setattr__(self, "hosts", tuple(dict.fromkeys(self.hosts)))
+        object.__setattr__(self, "evidence", tuple(dict.fromkeys(self.evidence)))
+        object.__setattr__(self, "ruled_out", tuple(dict.fromkeys(self.ruled_out)))
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"confidence {self.confidence!r} is not one of {CONFIDENCES}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +115,10 @@ class Cause:
             "ranks": list(self.ranks),
             "detail": self.detail,
             "fix": self.fix,
+            "evidence": list(self.evidence),
+            "ruled_out": list(self.ruled_out),
+            "confidence": self.confidence,
+            "see_for_yourself": self.see_for_yourself,
         }
 
 
