@@ -311,3 +311,28 @@ def test_master_addr_on_a_bridge_is_named_when_local_world_size_places_the_rank(
     assert info.value.cause == "master-address-local" and "docker0" in info.value.message
     # RANK alone guesses the node: it may share rank 0's host, so nothing is refused
     refuse_master_on_bridge(resolve(base), sel, "n1")
+
+
+def test_timeouts_where_another_host_answers_for_this_nodes_address_are_a_duplicate() -> None:
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                           neighbor="REACHABLE",
+                           duplicate=("198.18.0.2", "eth0", ("02:00:00:00:00:09",)))
+    assert err is not None and err.cause == "duplicate-address"
+    assert "another host (MAC 02:00:00:00:00:09) answers ARP for this node's own address " \
+        "198.18.0.2 on eth0" in err.message and "no firewall needs opening" in err.hint
+    none = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                            duplicate=("198.18.0.2", "eth0", ()))
+    assert none is not None and none.cause == "master-port-filtered"
+
+
+def test_arp_probe_and_reply_round_trip() -> None:
+    from ddpnet.net.routes import arp_probe, parse_arp_reply
+
+    own, other = bytes.fromhex("020000000001"), bytes.fromhex("020000000009")
+    probe = arp_probe(own, "198.18.0.2")
+    assert len(probe) == 42 and probe[28:32] == b"\0" * 4  # sender 0.0.0.0: a probe
+    reply = other + own + b"\x08\x06" + bytes.fromhex("0001080006040002") + other \
+        + bytes([198, 18, 0, 2]) + own + b"\0" * 4
+    assert parse_arp_reply(reply, "198.18.0.2", own) == "02:00:00:00:00:09"
+    assert parse_arp_reply(reply, "198.18.0.3", own) is None
+    assert parse_arp_reply(probe, "198.18.0.2", own) is None  # a request, not an answer

@@ -41,7 +41,7 @@ def twin_subnets(interfaces: Sequence[Interface]) -> dict[str, list[str]]:
     return {net: names for net, names in seen.items() if len(names) > 1}
 
 
-def _effective(sysctl: Sysctl, key: str, iface: str) -> int | None:
+def effective(sysctl: Sysctl, key: str, iface: str) -> int | None:
     """The kernel uses the larger of ``all`` and the interface's value for these three."""
     values = []
     for scope in ("all", iface):
@@ -62,7 +62,7 @@ def nic_facts(interfaces: Sequence[Interface], source: str, reason: str,
             # what check.networks compares: is another network between the hosts faster?
             "links": {i.name: {"speed_mbps": i.speed_mbps, "kind": i.kind, "up": i.up}
                       for i in interfaces if i.kind != "loopback"},
-            "nic_sysctl": {n: {k: _effective(sysctl, k, n) for k in SYSCTLS} for n in names}}
+            "nic_sysctl": {n: {k: effective(sysctl, k, n) for k in SYSCTLS} for n in names}}
 
 
 def compare_nics(nodes: Sequence[NodeFacts]) -> list[Cause]:

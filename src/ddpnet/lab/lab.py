@@ -394,6 +394,7 @@ class Lab:
         if nf.extra_iface:
             switch.append(f"link set x{n.index} up")
         system.ip_batch(switch, p.switch)
+        self._routing(n, nf, st)
         # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
         netem = bool(nf.shaping.delay_ms) and system.netem_available()
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)
@@ -412,6 +413,18 @@ class Lab:
                                _TIMER_TAG]),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _routing(self, n: LabNode, nf: faultmod.NodeFaults, st: LabState) -> None:
+        """Rebuild the node's addresses, routes, policy rules and second NICs from its faults
+        (``faults.routing_lines``): an ``address``, ``twin-nic``, ``policy-route`` or
+        ``no-route`` fault, or none of them."""
+        r = faultmod.routing_lines(self.plan, n, nf, st.addresses.get(n.index, []))
+        system.ip_batch(r.undo_switch, self.plan.switch, force=True)
+        system.ip_batch(r.undo_node, n.namespace, force=True)
+        system.ip_batch(r.node, n.namespace)
+        if r.switch:
+            system.ip_batch(r.switch, self.plan.switch)
+        system.run(node_argv(n.namespace, n.hostname, ["sysctl", "-qw", *r.sysctl]))
 
     def _delayline(self, n: LabNode, delay_ms: float) -> None:
         """Without netem: hold what node ``n`` receives for ``delay_ms`` in a userspace delay

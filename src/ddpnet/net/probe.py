@@ -91,11 +91,15 @@ def _open_port_hint(addr: str, port: int) -> str:
 
 def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: float, *,
                      master: str = "", host: str = "", rank: int | None = None,
-                     neighbor: str | None = None) -> RendezvousError | None:
+                     neighbor: str | None = None,
+                     duplicate: tuple[str, str, tuple[str, ...]] | None = None
+                     ) -> RendezvousError | None:
     """The error for a connect loop that ended with ``attempts`` (pure); None if it got in.
 
     ``neighbor`` is the kernel's neighbour state of an on-link master after the loop:
-    FAILED / INCOMPLETE turns "timed out" into "no host has this address"."""
+    FAILED / INCOMPLETE turns "timed out" into "no host has this address". ``duplicate``
+    (this node's address, its interface, the MACs of other hosts answering ARP for it)
+    turns it into ``duplicate-address``: the master's replies go to the other host."""
     if not attempts or attempts[-1].outcome in (CONNECTED, RESET):
         # reset: something accepted then dropped us (a busy TCPStore backlog): reachable
         return None
@@ -114,6 +118,18 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
             f"set MASTER_ADDR to the rank-0 node's address (check `ip -br addr` there), then "
             f"`ip neigh show {addr}` and `ping -c1 {addr}` from this node",
             host=host, rank=rank, detail=detail + f"; neighbour state {neighbor}")
+    if last.outcome == TIMEOUT and duplicate is not None and duplicate[2]:
+        own, iface, macs = duplicate
+        return RendezvousError(
+            "duplicate-address",
+            f"connections to {ep} time out after {elapsed:.1f} s, and another host (MAC "
+            f"{', '.join(macs)}) answers ARP for this node's own address {own} on {iface}: "
+            f"two hosts share it, so {named}'s replies go to the other one{where}",
+            f"give one of the two hosts another address (static configuration or DHCP "
+            f"reservation; a cloned VM image keeps its address); `ip neigh show {own}` on "
+            f"{addr} shows which MAC it reaches; no firewall needs opening",
+            host=host, rank=rank, detail=detail + f"; ARP for {own} answered by "
+                                                  f"{', '.join(macs)}")
     if last.outcome == TIMEOUT:
         return RendezvousError(
             "master-port-filtered",
@@ -316,14 +332,18 @@ def _require_local_master(cfg: DistConfig, addr: str, route: Route, me: str) -> 
 def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout: float,
                       connect: Connector) -> None:
     """Connect to rank 0's store until ``timeout``; raise the classified failure."""
-    from ddpnet.net.routes import neighbor_state
+    from ddpnet.net.routes import address_owners, neighbor_state
 
     attempts, elapsed = connect_loop(addr, cfg.master_port, timeout, connect=connect)
-    neighbor = None
-    if attempts and attempts[-1].outcome == TIMEOUT and route.via is None:
-        neighbor = neighbor_state(addr)
+    neighbor, duplicate = None, None
+    if attempts and attempts[-1].outcome == TIMEOUT:
+        neighbor = neighbor_state(addr) if route.via is None else None
+        # before a firewall is blamed: does another host answer for this node's address?
+        owners = address_owners(route.iface, route.src) if route.src else None
+        duplicate = (route.src, route.iface, owners) if owners else None
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
-                             master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor)
+                             master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor,
+                             duplicate=duplicate)
     if error is not None:
         raise error
 

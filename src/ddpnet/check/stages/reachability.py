@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import mesh, nat, pmtu
+from ddpnet.check import loss, mesh, nat, paths, pmtu
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.stages import pathmtu
 
@@ -15,10 +15,11 @@ Peer = tuple[str, int]
 
 
 def peers_of(got: Mapping[int, Mapping[str, Any]], world: int) -> list[list[Any] | None]:
-    """``[address, mesh_port, mtu_port, mtu]`` of every rank that published its facts, by
-    rank (pure)."""
+    """``[address, mesh_port, mtu_port, mtu, subnet]`` of every rank that published its
+    facts, by rank (pure)."""
     return [[got[r]["address"], got[r]["mesh_port"], got[r].get("mtu_port"),
-             got[r].get("mtu")] if r in got else None for r in range(world)]
+             got[r].get("mtu"), got[r].get("subnet")] if r in got else None
+            for r in range(world)]
 
 
 def as_peers(peers: Sequence[Sequence[Any] | None]) -> list[Peer | None]:
@@ -32,23 +33,38 @@ def mtu_targets(peers: Sequence[Sequence[Any] | None]) -> list[pmtu.Target | Non
 
 
 def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
-    """Connect to every peer while the path-MTU probes run; publish this rank's rows (the
-    MTU row first: rank 0 reads it once the mesh row is there)."""
+    """Connect to every peer while the path-MTU probes run and the kernel is asked about the
+    paths (``check.paths``); publish this rank's rows (the MTU row first: rank 0 reads it
+    once the mesh row is there)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from ddpnet.doctor.base import Host
 
     targets = mtu_targets(peers)
     own = targets[ctx.rank] if ctx.rank < len(targets) else None
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         mtu_row = pool.submit(pmtu.probe_row, ctx.rank, ctx.address, own[2] if own else 0,
                               targets, fanout=ctx.opts.fanout)
+        loss_row = pool.submit(loss.probe_row, ctx.rank, targets, fanout=ctx.opts.fanout)
+        kernel = pool.submit(paths.gather, str(ctx.address), str(ctx.sel.interface),
+                             paths.representatives(peers, ctx.rank), Host().sysctl)
         row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
                              fanout=ctx.opts.fanout)
         try:
             mtus = mtu_row.result()
         except OSError as exc:  # a probe socket this host refuses: not judged
             mtus = {"error": {"reason": str(exc)}}
+        try:
+            routes: dict[str, Any] | None = kernel.result()
+        except (OSError, ValueError):  # no evidence: nothing judged
+            routes = None
+        try:
+            losses: dict[str, list[int]] = loss_row.result()
+        except OSError:
+            losses = {}
     ctx.store.publish("pmtu", ctx.rank, mtus)
-    ctx.store.publish("mesh", ctx.rank, mesh.published(row))
+    ctx.store.publish("mesh", ctx.rank, {**mesh.published(row), "paths": routes,
+                                         "loss": losses})
 
 
 def _blocking(found: Findings) -> bool:
@@ -77,21 +93,51 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     # where each rank's probes arrived at its peers from: a NAT rewrites it
     causes, explained = nat.analyze(matrix, got, found.labels,
                                     {i: r.seen for i, r in read.items()})
+    # what each rank's kernel says about the way in and back: routes, rp_filter
+    kernel, routed = paths.analyze(nat.masked(matrix, explained), got, found.labels,
+                                   kernel_paths(rows))
+    causes += kernel
+    explained |= routed
     causes += mesh.analyze(nat.masked(matrix, explained), found.labels,
                            [p[1] if p else None for p in peers], ctx.cfg.master_port,
-                           str(got[0].get("subnet") or "<cluster-subnet>"))
+                           str(got[0].get("subnet") or "<cluster-subnet>"),
+                           firewalls=[mesh.firewall_verdict(got.get(r) or {})
+                                      for r in range(world)],
+                           addresses=[str(p[0]) if p else None for p in peers])
     causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
     settle(found, matrix, [r for c in causes if c.id in ("behind-nat", "advertised-unreachable")
                            for r in c.ranks], explained)
     found.causes.extend(causes)
+    found.causes[:] = paths.fold(found.causes)
     found.extra["reachability"] = matrix
     found.stages["reachability"] = "fail" if causes or lost else "pass"
     took = ctx.took("reachability", t)
     ctx.progress(f"reachability: {sum(s == mesh.OK for r in matrix for s in r)} of "
                  f"{world * (world - 1)} links ok in {took:.1f} s")
     go = not causes and not lost and not _blocking(found)
+    judge_loss(found, rows)
     ctx.store.set("stage/pg", {"go": go})
     return go
+
+
+def judge_loss(found: Findings, rows: Mapping[int, Any]) -> None:
+    """Loss slows training, it does not stop the group: judged beside the mesh, never a
+    reason to skip the process group stage."""
+    lossy = loss.analyze({i: v.get("loss") or {} for i, v in rows.items()
+                          if isinstance(v, Mapping)}, found.labels)
+    found.causes.extend(lossy)
+    if any(c.severity == "fail" for c in lossy):
+        found.stages["reachability"] = "fail"
+
+
+def kernel_paths(rows: Mapping[int, Any]) -> dict[int, Mapping[str, Any]]:
+    """Every rank's published kernel answers (``check.paths``), by rank (pure)."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for rank, value in rows.items():
+        got = paths.read_published(value.get("paths") if isinstance(value, Mapping) else None)
+        if got is not None:
+            out[rank] = got
+    return out
 
 
 def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int],

@@ -1,0 +1,149 @@
+"""Issue 29's path families on a real 3-node lab: each first breaks plain torch (a gloo
+``init_process_group`` + ``all_reduce``, no interface variable: what a user's job does), then
+``check`` names it on the right host with the kernel's evidence, then the fix it gives makes
+both pass. Node 1 carries the fault: node 2's address is higher, so plain gloo dials node 1
+(gloo's tcp ``Device::isInitiator``: the higher address connects, the lower listens)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ddpnet.lab import Lab
+from tests.check.labcheck import RankRun, run_check
+from tests.lab_util import fresh_lab, requires_netns
+
+pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
+
+FAST = ["--join-timeout", "10", "--timeout", "20", "--no-matrix"]
+
+#: a user's plain job: gloo on the hostname's address, one all_reduce; prints ok or why not
+PLAIN = """
+import datetime, sys, time, torch, torch.distributed as dist
+t = time.monotonic()
+try:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(sys.argv[1])))
+    x = torch.ones(1); dist.all_reduce(x)
+    print("ok" if x.item() == dist.get_world_size() else "wrong", flush=True)
+except Exception as exc:
+    print("fail %.1f %s" % (time.monotonic() - t, str(exc).splitlines()[0][:300]), flush=True)
+    sys.exit(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with fresh_lab("pth", nodes=3) as lab:
+        yield lab
+
+
+def plain_torch(lab: Lab, timeout: float = 8, port: int = 29520) -> dict[int, str]:
+    """Each node's first output line of the plain job ("" when it was killed), by node."""
+    env = {"GLOO_SOCKET_IFNAME": "", "NCCL_SOCKET_IFNAME": "", "PYTHONWARNINGS": "ignore"}
+    results = lab.run([sys.executable, "-c", PLAIN, str(timeout)], env=env,
+                      timeout=timeout + 25, master_port=port)
+    return {r.node.index: (r.stdout.strip().splitlines() or [""])[0] for r in results}
+
+
+def _diag(runs: dict[int, RankRun]) -> str:
+    return "\n".join(f"--- node {i} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+                     for i, r in runs.items())
+
+
+def _check(lab: Lab) -> tuple[dict[int, RankRun], dict[str, Any]]:
+    runs = run_check(lab, FAST, timeout=60)
+    return runs, runs[0].json()
+
+
+def _timed(report: dict[str, Any], runs: dict[int, RankRun], case: str) -> None:
+    """Seconds from the last rank starting to rank 0's verdict, for the record."""
+    print(f"time to verdict {case}: {runs[0].seconds:.1f} s "
+          f"(check's own total {report['timings']['total']:.1f} s)")
+
+
+def _passes(lab: Lab) -> None:
+    runs, report = _check(lab)
+    assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
+    assert set(plain_torch(lab).values()) == {"ok"}
+
+
+def test_second_nic_winning_the_route_with_strict_rp_filter_is_reverse_path_drop(
+        clean: Lab) -> None:
+    n1 = clean.nodes[1]
+    clean.fault("twin-nic", 1, address="198.18.0.202/24")
+    plain = plain_torch(clean)
+    assert plain[2] != "ok", plain  # node 2 dials node 1's hostname address: dropped
+    runs, report = _check(clean)
+    cause = report["root_cause"]
+    assert runs[0].returncode == 1 and cause["id"] == "reverse-path-drop", _diag(runs)
+    _timed(report, runs, "reverse-path-drop")
+    assert cause["ranks"] == [1] and n1.hostname in cause["hosts"][0]
+    assert f"ip route get {n1.address} from" in cause["detail"] and "rp_filter=1" \
+        in cause["detail"] and "route back leaves by eth1" in cause["detail"]
+    assert not [c for c in report["causes"] if c["id"] in ("peer-port-blocked",
+                                                           "nic-same-subnet")]
+    assert any("firewall" in r for r in cause["ruled_out"]) and cause["confidence"] == "high"
+    assert "gloo" in cause["detail"] and "NCCL" in cause["detail"]
+    # the fix it gives: loose reverse-path filtering
+    assert "net.ipv4.conf.all.rp_filter=2" in cause["fix"]
+    clean.exec(1, ["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=2",
+                   "net.ipv4.conf.eth0.rp_filter=2"])
+    _passes(clean)
+
+
+def test_replies_by_another_nic_through_a_policy_rule_are_asymmetric_route(
+        clean: Lab) -> None:
+    n1 = clean.nodes[1]
+    clean.fault("policy-route", 1)
+    plain = plain_torch(clean)
+    assert "ok" not in plain.values(), plain
+    runs, report = _check(clean)
+    cause = report["root_cause"]
+    assert runs[0].returncode == 1 and cause["id"] == "asymmetric-route", _diag(runs)
+    _timed(report, runs, "asymmetric-route")
+    assert cause["ranks"] == [1] and n1.hostname in cause["hosts"][0]
+    assert "leave by wan0" in cause["detail"] and "routing table 100" in cause["detail"]
+    fix = "ip route add 198.18.0.0/24 dev eth0 table 100"
+    assert fix in cause["fix"]
+    clean.exec(1, ["ip", *fix.split()[1:]])
+    _passes(clean)
+
+
+def test_a_firewall_that_rejects_fails_gloo_fast_one_that_drops_hangs_it(clean: Lab) -> None:
+    clean.fault("block-ephemeral", 1, port=29510, reject=True)
+    started = time.monotonic()
+    plain = plain_torch(clean, timeout=20)
+    took = time.monotonic() - started
+    assert plain[2].startswith("fail") and "refused" in plain[2].lower(), plain
+    assert took < 20, (took, plain)  # refused at once, not waited out
+    runs, report = _check(clean)
+    cause = report["root_cause"]
+    assert runs[0].returncode == 1 and cause["id"] == "peer-port-blocked", _diag(runs)
+    _timed(report, runs, "peer-port-blocked (reject)")
+    assert cause["ranks"] == [1] and "(refused)" in cause["detail"]
+    assert "rejected with a reset: plain gloo fails within seconds" in cause["detail"]
+    assert "plain gloo breaks on its pairs with rank(s) 2" in cause["detail"]
+    clean.clear()
+    clean.fault("block-ephemeral", 1, port=29510)  # drop: the same pairs hang instead
+    runs, report = _check(clean)
+    cause = report["root_cause"]
+    assert cause["id"] == "peer-port-blocked" and "(filtered)" in cause["detail"], _diag(runs)
+    assert "plain gloo's connect waits out the process group's timeout" in cause["detail"]
+    _timed(report, runs, "peer-port-blocked (drop)")
+
+
+def test_a_node_with_another_nodes_address_is_duplicate_address(clean: Lab) -> None:
+    n1, n2 = clean.nodes[1], clean.nodes[2]
+    clean.fault("address", 2, address=f"{n1.address}/24")
+    plain = plain_torch(clean)
+    assert "ok" not in plain.values(), plain
+    runs, report = _check(clean)
+    _timed(report, runs, "duplicate-address")
+    assert runs[0].returncode == 1, _diag(runs)
+    cause = report["root_cause"]
+    assert cause["id"] == "duplicate-address", _diag(runs)
+    assert n1.address in cause["detail"] and n2.hostname in " ".join(cause["hosts"])
