@@ -48,9 +48,33 @@ def representatives(peers: Sequence[Sequence[Any] | None], me: int) -> dict[str,
 Lookup = Callable[..., Any]
 
 
+def job_bindings(facts: Mapping[str, Any], address: str) -> list[tuple[str, str, str]]:
+    """``(variables, interface, address)`` a plain job's libraries would bind on this node
+    other than this check's own address (pure): the facts' ``library_picks`` and, with
+    GLOO_SOCKET_IFNAME unset, the hostname's address gloo binds (``check.hostaddr``)."""
+    from ddpnet.check.hostaddr import gloo_default
+
+    binds = [(str(p.get("var")), p.get("iface"), p.get("address"))
+             for p in facts.get("library_picks") or () if isinstance(p, Mapping)]
+    gloo = gloo_default(facts)
+    if gloo and not any(v.startswith("GLOO") for v, _, _ in binds):
+        owner = next((str(name) for name, cidrs in (facts.get("ifaddrs") or {}).items()
+                      if any(str(c).split("/")[0] == gloo for c in cidrs or ())), None)
+        binds.append(("GLOO_SOCKET_IFNAME unset: gloo binds the address the hostname "
+                      "resolves to", owner, gloo))
+    out: dict[tuple[str, str], list[str]] = {}
+    for var, iface, addr in binds:
+        if addr and iface and addr != address and iface != "lo" \
+                and not str(addr).startswith("127."):
+            out.setdefault((str(iface), str(addr)), []).append(var)
+    return [(", ".join(sorted(v)), i, a) for (i, a), v in sorted(out.items())]
+
+
 def gather(address: str, iface: str, targets: Mapping[str, str],
-           sysctl: Callable[[str], str | None], lookup: Lookup | None = None) -> dict[str, Any]:
-    """This rank's answers (edge: two bounded ``ip route get`` per subnet, sent nowhere)."""
+           sysctl: Callable[[str], str | None], lookup: Lookup | None = None,
+           jobs: Sequence[tuple[str, str, str]] = ()) -> dict[str, Any]:
+    """This rank's answers (edge: two bounded ``ip route get`` per subnet, sent nowhere),
+    and for each address a plain job would bind instead (``jobs``), the way in."""
     from ddpnet.check.nics import effective
     from ddpnet.net import routes
 
@@ -62,9 +86,18 @@ def gather(address: str, iface: str, targets: Mapping[str, str],
         if inbound is None or reply is None:
             continue  # no iproute2 (or it hung): no evidence, nothing judged
         subnets[subnet] = {"peer": peer, "inbound": inbound.to_dict(), "reply": reply.to_dict()}
+    bound = []
+    for variables, other, addr in jobs:
+        answers = {s: ask(addr, peer, other) for s, peer in sorted(targets.items())}
+        bound.append({"vars": variables, "iface": other, "address": addr,
+                      "rp_filter": effective(sysctl, "rp_filter", other),
+                      "arp_ignore": effective(sysctl, "arp_ignore", other),
+                      "subnets": {s: {"peer": targets[s], "inbound": a.to_dict()}
+                                  for s, a in answers.items() if a is not None}})
     return {"iface": iface, "address": address,
             "rp_filter": effective(sysctl, "rp_filter", iface),
-            "arp_ignore": effective(sysctl, "arp_ignore", iface), "subnets": subnets}
+            "arp_ignore": effective(sysctl, "arp_ignore", iface), "subnets": subnets,
+            "jobs": bound}
 
 
 def _failed(matrix: Sequence[Sequence[str]], i: int, j: int) -> bool:
@@ -122,7 +155,49 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
         found = [f for (k2, _), f in sorted(findings.items()) if k2 == kind]
         if found:
             causes.append(_BUILD[kind](found, matrix, got, labels, paths))
-    return causes, explained
+    named = {k for _, k in findings}
+    job = _job_drops({k: p for k, p in paths.items() if k not in named}, got, labels)
+    return [*causes, *([job] if job else [])], explained
+
+
+def _job_drops(paths: Paths, got: Facts, labels: Sequence[str]) -> Cause | None:
+    """Addresses a plain job would bind (not this check's) whose incoming connections the
+    kernel drops: this check's own group works, a plain ``init_process_group`` does not.
+    A warning, as ``hostname-loopback``: ``ddpnet.init()`` or a pinned interface avoid it."""
+    items = []
+    for k, mine in sorted(paths.items()):
+        for job in mine.get("jobs") or ():
+            bad = [(s, e) for s, e in sorted((job.get("subnets") or {}).items())
+                   if not (e.get("inbound") or {}).get("ok")]
+            if bad:
+                items.append((k, mine, job, bad[0]))
+    if not items:
+        return None
+    lines, evidence = [], []
+    for k, mine, job, (subnet, entry) in items:
+        inbound = entry["inbound"]
+        lines.append(f"rank {k} on {labels[k]}: a plain job ({job['vars']}) binds "
+                     f"{job['address']} on {job['iface']}, and `{inbound['command']}` answers "
+                     f"'{inbound['error']}': rp_filter={job.get('rp_filter')} drops what "
+                     f"arrives there from {subnet}, because the route back leaves by "
+                     f"{mine.get('iface')} (the interface this check uses, which works)")
+        evidence.append(f"on {labels[k]}: `{inbound['command']}` -> {inbound['error']}")
+    return Cause(
+        id="reverse-path-drop", stage="reachability", severity="warn",
+        hosts=tuple(labels[k] for k, *_ in items), ranks=tuple(k for k, *_ in items),
+        detail="; ".join(lines) + ": a plain init_process_group on that node hangs (gloo: "
+               "the peers with higher addresses dial it; NCCL: its ring neighbours); "
+               "ddpnet.init() and this check pin the interface whose route wins",
+        fix="; ".join(f"on {labels[k]}: sysctl -w net.ipv4.conf.all.rp_filter=2 "
+                      f"net.ipv4.conf.{job['iface']}.rp_filter=2, or pin the interface that "
+                      f"wins the route: export GLOO_SOCKET_IFNAME={mine.get('iface')} "
+                      f"NCCL_SOCKET_IFNAME=={mine.get('iface')} (ddpnet.init() does)"
+                      for k, mine, job, _ in items),
+        evidence=tuple(evidence),
+        ruled_out=tuple(_firewall_ruled_out(got.get(k) or {}, labels[k]) for k, *_ in items),
+        confidence="high",
+        see_for_yourself="; ".join(f"on {labels[k]}: {e['inbound']['command']}"
+                                   for k, _, _, (_, e) in items))
 
 
 def _pairs(f: _Finding, matrix: Sequence[Sequence[str]]) -> str:

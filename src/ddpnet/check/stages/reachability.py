@@ -47,7 +47,8 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
                               targets, fanout=ctx.opts.fanout)
         loss_row = pool.submit(loss.probe_row, ctx.rank, targets, fanout=ctx.opts.fanout)
         kernel = pool.submit(paths.gather, str(ctx.address), str(ctx.sel.interface),
-                             paths.representatives(peers, ctx.rank), Host().sysctl)
+                             paths.representatives(peers, ctx.rank), Host().sysctl,
+                             jobs=paths.job_bindings(_facts(ctx), str(ctx.address)))
         row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
                              fanout=ctx.opts.fanout)
         try:
@@ -65,6 +66,15 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> None:
     ctx.store.publish("pmtu", ctx.rank, mtus)
     ctx.store.publish("mesh", ctx.rank, {**mesh.published(row), "paths": routes,
                                          "loss": losses})
+
+
+def _facts(ctx: RankContext) -> Mapping[str, Any]:
+    """This rank's facts as gathered (what its libraries would bind), else nothing."""
+    try:
+        facts = ctx.facts.result(timeout=0)
+    except Exception:  # not gathered (yet): nothing beside this check's own address
+        return {}
+    return facts if isinstance(facts, Mapping) else {}
 
 
 def _blocking(found: Findings) -> bool:
@@ -110,11 +120,12 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     found.causes.extend(causes)
     found.causes[:] = paths.fold(found.causes)
     found.extra["reachability"] = matrix
-    found.stages["reachability"] = "fail" if causes or lost else "pass"
+    failing = [c for c in causes if c.severity == "fail"]  # a warning stops nothing
+    found.stages["reachability"] = "fail" if failing or lost else "pass"
     took = ctx.took("reachability", t)
     ctx.progress(f"reachability: {sum(s == mesh.OK for r in matrix for s in r)} of "
                  f"{world * (world - 1)} links ok in {took:.1f} s")
-    go = not causes and not lost and not _blocking(found)
+    go = not failing and not lost and not _blocking(found)
     judge_loss(found, rows)
     ctx.store.set("stage/pg", {"go": go})
     return go
