@@ -336,3 +336,12 @@ def test_arp_probe_and_reply_round_trip() -> None:
     assert parse_arp_reply(reply, "198.18.0.2", own) == "02:00:00:00:00:09"
     assert parse_arp_reply(reply, "198.18.0.3", own) is None
     assert parse_arp_reply(probe, "198.18.0.2", own) is None  # a request, not an answer
+
+
+def test_timeouts_the_nodes_own_kernel_explains_are_named_by_it_not_a_firewall() -> None:
+    path = ("asymmetric-route", "this node's packets from 198.18.0.2 to 198.18.0.1 leave by "
+            "wan0 (routing table 100, chosen by a policy rule), not by eth0", "route it")
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                           path=path)
+    assert err is not None and err.cause == "asymmetric-route"
+    assert "leave by wan0" in err.message and err.hint.endswith("no firewall needs opening")

@@ -92,14 +92,16 @@ def _open_port_hint(addr: str, port: int) -> str:
 def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: float, *,
                      master: str = "", host: str = "", rank: int | None = None,
                      neighbor: str | None = None,
-                     duplicate: tuple[str, str, tuple[str, ...]] | None = None
-                     ) -> RendezvousError | None:
+                     duplicate: tuple[str, str, tuple[str, ...]] | None = None,
+                     path: tuple[str, str, str] | None = None) -> RendezvousError | None:
     """The error for a connect loop that ended with ``attempts`` (pure); None if it got in.
 
     ``neighbor`` is the kernel's neighbour state of an on-link master after the loop:
     FAILED / INCOMPLETE turns "timed out" into "no host has this address". ``duplicate``
     (this node's address, its interface, the MACs of other hosts answering ARP for it)
-    turns it into ``duplicate-address``: the master's replies go to the other host."""
+    turns it into ``duplicate-address``: the master's replies go to the other host.
+    ``path`` (cause, what the kernel said, the fix) is this node's own kernel explaining
+    the timeout (:func:`path_problem`): ``asymmetric-route`` or ``reverse-path-drop``."""
     if not attempts or attempts[-1].outcome in (CONNECTED, RESET):
         # reset: something accepted then dropped us (a busy TCPStore backlog): reachable
         return None
@@ -130,6 +132,10 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
             f"{addr} shows which MAC it reaches; no firewall needs opening",
             host=host, rank=rank, detail=detail + f"; ARP for {own} answered by "
                                                   f"{', '.join(macs)}")
+    if last.outcome == TIMEOUT and path is not None:
+        return RendezvousError(
+            path[0], f"connections to {ep} time out after {elapsed:.1f} s: {path[1]}{where}",
+            path[2] + "; no firewall needs opening", host=host, rank=rank, detail=detail)
     if last.outcome == TIMEOUT:
         return RendezvousError(
             "master-port-filtered",
@@ -335,17 +341,49 @@ def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout
     from ddpnet.net.routes import address_owners, neighbor_state
 
     attempts, elapsed = connect_loop(addr, cfg.master_port, timeout, connect=connect)
-    neighbor, duplicate = None, None
+    neighbor, duplicate, path = None, None, None
     if attempts and attempts[-1].outcome == TIMEOUT:
         neighbor = neighbor_state(addr) if route.via is None else None
         # before a firewall is blamed: does another host answer for this node's address?
         owners = address_owners(route.iface, route.src) if route.src else None
         duplicate = (route.src, route.iface, owners) if owners else None
+        path = path_problem(addr, route)
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
                              master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor,
-                             duplicate=duplicate)
+                             duplicate=duplicate, path=path)
     if error is not None:
         raise error
+
+
+def path_problem(addr: str, route: Route) -> tuple[str, str, str] | None:
+    """Before a timeout is blamed on a firewall, this node's kernel (``ip route get``, sends
+    nothing): do its packets from ``route.src`` leave by another interface than the one the
+    master's replies come back to (a policy rule)? Does it drop what the master sends on
+    ``route.iface`` (rp_filter)? ``(cause, what, fix)`` or None (edge)."""
+    from ddpnet.net.routes import lookup
+
+    if not route.src or route.local:
+        return None
+    back = lookup(addr, route.src)
+    if back is not None and back.ok and back.route is not None \
+            and back.route.iface != route.iface:
+        table = f" (routing table {back.table}, chosen by a policy rule)" if back.table else ""
+        return ("asymmetric-route",
+                f"this node's packets from {route.src} to {addr} leave by {back.route.iface}"
+                f"{table}, not by {route.iface}: `{back.command}` says so",
+                f"route {addr} by {route.iface} for that source too: `ip rule` and `ip route "
+                f"show table all` show what sends it out {back.route.iface}"
+                + (f"; e.g. ip route add {addr} dev {route.iface} table {back.table}"
+                   if back.table else ""))
+    into = lookup(route.src, addr, route.iface)
+    if into is not None and not into.ok and into.error:
+        return ("reverse-path-drop",
+                f"this node's kernel drops what {addr} sends it on {route.iface}: "
+                f"`{into.command}` answers '{into.error}' (rp_filter: the route back to {addr} "
+                "leaves by another interface)",
+                f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{route.iface}.rp_filter=2 "
+                "(loose), or keep one interface in that subnet")
+    return None
 
 
 def _bind_or_raise(cfg: DistConfig, me: str) -> None:
