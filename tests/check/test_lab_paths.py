@@ -164,3 +164,43 @@ def test_a_node_with_another_nodes_address_is_duplicate_address(clean: Lab) -> N
     own = run.json()["causes"][0]
     assert f"answers ARP for this node's own address {n1.address}" in own["detail"]
     assert own["hosts"] == [clean.nodes[i].hostname] and "no firewall" in own["fix"]
+
+
+#: a plain job's small all_reduces, timed: what loss does to a training step's collectives
+STEPS = """
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+x = torch.ones(1024)
+t = time.monotonic()
+for _ in range(int(sys.argv[1])):
+    dist.all_reduce(x)
+print("%.3f" % (time.monotonic() - t), flush=True)
+"""
+
+
+def _steps(lab: Lab, count: int = 300) -> float:
+    env = {"GLOO_SOCKET_IFNAME": "", "PYTHONWARNINGS": "ignore"}
+    results = lab.run([sys.executable, "-c", STEPS, str(count)], env=env, timeout=120,
+                      master_port=29521)
+    assert all(r.ok for r in results), [r.stderr[-500:] for r in results]
+    return max(float(r.stdout.split()[-1]) for r in results)
+
+
+def test_a_few_percent_of_loss_on_one_node_is_named_with_the_loss_measured(
+        clean: Lab) -> None:
+    healthy = _steps(clean)
+    clean.fault("loss", 2, percent=5)
+    lossy = _steps(clean)
+    assert lossy > 1.5 * healthy, (healthy, lossy)  # the same collectives, slower
+    runs, report = _check(clean)
+    cause = report["root_cause"]
+    assert runs[0].returncode == 1 and cause["id"] == "packet-loss", _diag(runs)
+    _timed(report, runs, "packet-loss")
+    print(f"300 all_reduces: {healthy:.2f} s healthy, {lossy:.2f} s with 5 % loss on node 2")
+    assert cause["ranks"] == [2] and clean.nodes[2].hostname in cause["hosts"][0]
+    measured = float(cause["detail"].split("%")[0])
+    assert 3 <= measured <= 8, cause["detail"]
+    assert "TCP" in cause["detail"] and "ethtool -S" in cause["fix"]
+    clean.clear(2)  # the fix: the drops gone, nothing named
+    runs, report = _check(clean)
+    assert runs[0].returncode == 0 and not report["causes"], _diag(runs)
