@@ -157,3 +157,18 @@ def test_reject_and_drop_say_what_each_does_to_gloo_and_nccl() -> None:
     assert "filtered: dropped (no answer): plain gloo's connect waits out" in cause.detail
     assert "plain gloo breaks on its pairs with rank(s) 1" in cause.detail
     assert mesh.gloo_dialers(2, [0, 1], ["198.18.0.1", "198.18.0.4", "198.18.0.3"]) == [1]
+
+
+def test_a_subnet_nobody_routes_is_the_odd_ranks_interface_not_everyones_route() -> None:
+    # rank 2 advertises a docker0-like address in a network no rank routes: the others'
+    # missing routes and its replies by eth0 are that choice's consequence
+    got = _got((SUBNET, SUBNET, "198.19.254.0/24"))
+    matrix = [["self", "ok", "no-route"], ["ok", "self", "no-route"],
+              ["filtered", "filtered", "self"]]
+    lack = {"inbound": _lookup(dev="lo"), "reply": _lookup(False, error="Network is "
+                                                                       "unreachable")}
+    back = {"inbound": _lookup(dev="lo"), "reply": _lookup(dev="eth0")}
+    kernel = {0: _paths(lack, subnet="198.19.254.0/24"),
+              1: _paths(lack, subnet="198.19.254.0/24"),
+              2: {**_paths(back), "iface": "docker0"}}
+    assert paths.analyze(matrix, got, LABELS, kernel) == ([], set())

@@ -109,14 +109,19 @@ def _subnet_of(got: Facts, rank: int) -> str:
     return str(f.get("subnet") or f"{f.get('address')}/32")
 
 
-def _verdict(entry: Mapping[str, Any], iface: str) -> str | None:
-    """What the kernel's answers for one peer subnet say (pure): the cause id, or None."""
+def _verdict(entry: Mapping[str, Any], iface: str, on_link: bool, routed: bool) -> str | None:
+    """What the kernel's answers for one peer subnet say (pure): the cause id, or None.
+
+    No route is ``missing-route`` only where another rank routes that subnet (``routed``):
+    where nobody does, the odd one is the rank in it (``interface-mismatch``). Replies by
+    another device are ``asymmetric-route`` toward the rank's own subnet (``on_link``) or
+    through a policy table; toward a routed subnet another NIC may be the way."""
     reply, inbound = entry.get("reply") or {}, entry.get("inbound") or {}
     if not reply.get("ok"):
-        return "missing-route"
+        return "missing-route" if routed else None
     if not inbound.get("ok"):
         return "reverse-path-drop"
-    if reply.get("dev") and reply.get("dev") != iface:
+    if reply.get("dev") and reply.get("dev") != iface and (on_link or reply.get("table")):
         return "asymmetric-route"
     return None
 
@@ -139,8 +144,11 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
         iface = str(mine.get("iface"))
         for i in range(len(matrix)):
             into, out = _failed(matrix, i, k), _failed(matrix, k, i)
-            entry = (mine.get("subnets") or {}).get(_subnet_of(got, i))
-            kind = _verdict(entry, iface) if entry and (into or out) and i != k else None
+            subnet = _subnet_of(got, i)
+            entry = (mine.get("subnets") or {}).get(subnet)
+            kind = _verdict(entry, iface, subnet == _subnet_of(got, k),
+                            _gateway(subnet, k, paths) is not None) \
+                if entry and (into or out) and i != k else None
             if entry is None or kind is None or (kind == "reverse-path-drop" and not into):
                 continue
             f = findings.setdefault((kind, k), _Finding(kind, k, _subnet_of(got, i), entry))
