@@ -156,7 +156,7 @@ def test_routing_faults_rebuild_the_nodes_addresses_and_routes() -> None:
     n1, rt = p.nodes[1], p.router
     assert rt is not None
     base = faults.routing_lines(p, n1, faults.combine(p, 1, []))
-    assert base.node == (f"addr add {n1.cidr} dev eth0",
+    assert base.node == (f"addr add {n1.cidr} dev eth0", "link set eth0 up",
                          f"route add {rt.subnet} via {rt.outer} dev eth0 onlink")
     assert base.sysctl == ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.all.arp_ignore=0")
     recs = [faults.normalize("twin-nic", {"address": "198.18.0.202/24"}),

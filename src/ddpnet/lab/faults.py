@@ -385,7 +385,9 @@ def routing_lines(p: Plan, n: LabNode, nf: NodeFaults,
     and the twin-nic, policy-route and no-route faults, from scratch each time (pure)."""
     cidr = nf.address or n.cidr
     addr, subnet = str(ipaddress.ip_interface(cidr).ip), str(ipaddress.ip_interface(cidr).network)
-    node = [f"addr add {cidr} dev {n.ifname}"]
+    # up first when it is to be up: a route through a link that is still down is refused
+    node = [f"addr add {cidr} dev {n.ifname}", *([f"link set {n.ifname} up"] if nf.link_up
+                                                 else [])]
     node += [f"addr replace {a} dev {n.ifname}" + (" nodad" if ":" in a else "")
              for a in extra_addresses if a != cidr]
     rt = p.router if nf.link_up else None  # a link that is down takes no route

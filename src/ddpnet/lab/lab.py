@@ -374,6 +374,8 @@ class Lab:
         table = f"inet {faultmod.NFT_TABLE}"
         script = f"table {table}\ndelete table {table}\n" + (nf.nft or "")
         system.run(node_argv(n.namespace, n.hostname, ["nft", "-f", "-"]), input=script)
+        # addresses and routes first: a decoy added below routes after the lab interface
+        self._routing(n, nf, st)
         # links: mtu, decoy interface, up/down
         lines = [f"link set {n.ifname} mtu {nf.mtu}"]
         extra_names = {f.get("iface", faultmod.EXTRA_IFACE) for f in recs
@@ -394,7 +396,6 @@ class Lab:
         if nf.extra_iface:
             switch.append(f"link set x{n.index} up")
         system.ip_batch(switch, p.switch)
-        self._routing(n, nf, st)
         # shaping: the node's egress (rate, delay) and its switch port (rate); loss is in nft
         netem = bool(nf.shaping.delay_ms) and system.netem_available()
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)
