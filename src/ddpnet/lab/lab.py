@@ -326,6 +326,8 @@ class Lab:
             st.faults[n.index] = faultmod.add(st.faults.get(n.index, []), rec)
             self._apply(n, st)
             statemod.save(st)
+        if kind == "address":
+            self._flush_neighbours()
         return rec
 
     def clear(self, node: int | None = None) -> None:
@@ -335,10 +337,19 @@ class Lab:
             st = self._state()
             # a node without faults is already in its base state: nothing to undo
             targets = tuple(n for n in targets if st.faults.get(n.index))
+            moved = any(f["kind"] == "address" for n in targets for f in st.faults[n.index])
             for n in targets:
                 st.faults.pop(n.index, None)
             system.parallel([(self._apply, n, st) for n in targets])
             statemod.save(st)
+        if moved:
+            self._flush_neighbours()
+
+    def _flush_neighbours(self) -> None:
+        """An address moved between nodes: every node forgets the MACs it had learnt (a real
+        network waits for the entries to go stale; the lab's next test should not)."""
+        system.parallel([(system.ip_batch, ["neigh flush all"], n.namespace)
+                         for n in self.nodes])
 
     def add_address(self, node: int, cidr: str) -> None:
         """Add ``cidr`` (inside 198.18.0.0/15, or 2001:2::/48) on the node's lab interface."""
