@@ -120,11 +120,12 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
             f"set MASTER_ADDR to the rank-0 node's address (check `ip -br addr` there), then "
             f"`ip neigh show {addr}` and `ping -c1 {addr}` from this node",
             host=host, rank=rank, detail=detail + f"; neighbour state {neighbor}")
-    if last.outcome == TIMEOUT and duplicate is not None and duplicate[2]:
+    if last.outcome in (TIMEOUT, REFUSED) and duplicate is not None and duplicate[2]:
         own, iface, macs = duplicate
+        how = "time out" if last.outcome == TIMEOUT else "are refused"
         return RendezvousError(
             "duplicate-address",
-            f"connections to {ep} time out after {elapsed:.1f} s, and another host (MAC "
+            f"connections to {ep} {how} after {elapsed:.1f} s, and another host (MAC "
             f"{', '.join(macs)}) answers ARP for this node's own address {own} on {iface}: "
             f"two hosts share it, so {named}'s replies go to the other one{where}",
             f"give one of the two hosts another address (static configuration or DHCP "
@@ -342,11 +343,13 @@ def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout
 
     attempts, elapsed = connect_loop(addr, cfg.master_port, timeout, connect=connect)
     neighbor, duplicate, path = None, None, None
-    if attempts and attempts[-1].outcome == TIMEOUT:
-        neighbor = neighbor_state(addr) if route.via is None else None
-        # before a firewall is blamed: does another host answer for this node's address?
+    if attempts and attempts[-1].outcome in (TIMEOUT, REFUSED):
+        # before a firewall (or a late rank 0) is blamed: does another host answer ARP for
+        # this node's address? (the master's answers, or resets, then go to it)
         owners = address_owners(route.iface, route.src) if route.src else None
         duplicate = (route.src, route.iface, owners) if owners else None
+    if attempts and attempts[-1].outcome == TIMEOUT:
+        neighbor = neighbor_state(addr) if route.via is None else None
         path = path_problem(addr, route)
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
                              master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor,
