@@ -121,18 +121,9 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
             f"`ip neigh show {addr}` and `ping -c1 {addr}` from this node",
             host=host, rank=rank, detail=detail + f"; neighbour state {neighbor}")
     if last.outcome in (TIMEOUT, REFUSED) and duplicate is not None and duplicate[2]:
-        own, iface, macs = duplicate
         how = "time out" if last.outcome == TIMEOUT else "are refused"
-        return RendezvousError(
-            "duplicate-address",
-            f"connections to {ep} {how} after {elapsed:.1f} s, and another host (MAC "
-            f"{', '.join(macs)}) answers ARP for this node's own address {own} on {iface}: "
-            f"two hosts share it, so {named}'s replies go to the other one{where}",
-            f"give one of the two hosts another address (static configuration or DHCP "
-            f"reservation; a cloned VM image keeps its address); `ip neigh show {own}` on "
-            f"{addr} shows which MAC it reaches; no firewall needs opening",
-            host=host, rank=rank, detail=detail + f"; ARP for {own} answered by "
-                                                  f"{', '.join(macs)}")
+        return duplicate_error(f"connections to {ep} {how} after {elapsed:.1f} s", named,
+                               duplicate, host=host, rank=rank, where=where, detail=detail)
     if last.outcome == TIMEOUT and path is not None:
         return RendezvousError(
             path[0], f"connections to {ep} time out after {elapsed:.1f} s: {path[1]}{where}",
@@ -162,6 +153,24 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
         "master-no-route", f"cannot connect to {ep}: {last.error}{where}",
         f"check MASTER_ADDR={master or addr} and MASTER_PORT={port}: `ip route get {addr}`",
         host=host, rank=rank, detail=detail)
+
+
+def duplicate_error(seen: str, named: str, duplicate: tuple[str, str, tuple[str, ...]], *,
+                    host: str = "", rank: int | None = None, where: str = "",
+                    detail: str = "") -> RendezvousError:
+    """``duplicate-address``: what was seen, and the other host answering ARP for this
+    node's own address (pure)."""
+    own, iface, macs = duplicate
+    return RendezvousError(
+        "duplicate-address",
+        f"{seen}, and another host (MAC {', '.join(macs)}) answers ARP for this node's own "
+        f"address {own} on {iface}: two hosts share it, so {named}'s replies go to the other "
+        f"one{where}",
+        f"give one of the two hosts another address (static configuration or DHCP "
+        f"reservation; a cloned VM image keeps its address); `ip neigh show {own}` on "
+        f"the master shows which MAC it reaches; no firewall needs opening",
+        host=host, rank=rank, detail=(detail + "; " if detail else "")
+        + f"ARP for {own} answered by {', '.join(macs)}")
 
 
 def classify_bind(exc: OSError, port: int, *, host: str = "", rank: int | None = None
@@ -528,8 +537,26 @@ def check_store(cfg: DistConfig, *, environ: Mapping[str, str] | None = None,
     probe, waited = probe_until_answer(addr, cfg.master_port, patience)
     error = classify_store(probe, addr, cfg.master_port, master=cfg.master_addr, host=me,
                            rank=cfg.rank, waited=waited)
+    if error is not None and probe.kind == FOREIGN and not probe.reply:
+        error = _duplicate_instead(addr, cfg, me) or error  # reset mid-way: two hosts?
     if error is not None:
         raise error
+
+
+def _duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError | None:
+    """A connection to the store that was reset before any answer: when another host answers
+    ARP for this node's own address, the master's packets go there (edge, ~1 s)."""
+    from ddpnet.net.routes import address_owners, route_to
+
+    route = route_to(addr)
+    owners = address_owners(route.iface, route.src) if route and route.src else None
+    if not owners or route is None:
+        return None
+    named = f"MASTER_ADDR {cfg.master_addr} ({addr})" if cfg.master_addr != addr else addr
+    return duplicate_error(f"the connection to {_endpoint(addr, cfg.master_port)} was reset "
+                           "before the store answered", named,
+                           (route.src, route.iface, owners), host=me, rank=cfg.rank,
+                           where=_where(me, cfg.rank))
 
 
 def probe_until_answer(addr: str, port: int, patience: float,
