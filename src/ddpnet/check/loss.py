@@ -22,8 +22,8 @@ from typing import Any
 from ddpnet.check.causes import Cause
 from ddpnet.check.pmtu import MAGIC
 
-#: datagrams per peer, and how long to wait for the last echoes once all are sent
-COUNT, WAIT_S = 200, 0.5
+#: datagrams per peer, how long to wait for the next echo, and for all of them at most
+COUNT, WAIT_S, CAP_S = 200, 0.5, 2.0
 #: a node whose paths lose at least this fraction is named; from FAIL on it is a failure
 NAMED, FAIL = 0.01, 0.02
 #: the paths not through the node must lose less than this share of the node's loss
@@ -46,7 +46,10 @@ def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S
                 sock.send(TAG + b"%06d" % seq)
             if seq % 50 == 49:
                 time.sleep(0.001)  # paced: a burst must not overflow the echo's buffer
-        deadline = time.monotonic() + wait
+        # ``wait`` after the last echo, at most CAP_S in all: a peer whose cores are busy
+        # answers late, in a batch; late is not lost
+        cap = time.monotonic() + CAP_S
+        deadline = min(cap, time.monotonic() + wait)
         while len(echoed) < count and (left := deadline - time.monotonic()) > 0:
             sock.settimeout(left)
             try:
@@ -55,6 +58,7 @@ def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S
                 break
             if data.startswith(TAG) and data[len(TAG):len(TAG) + 6].isdigit():
                 echoed.add(int(data[len(TAG):len(TAG) + 6]))
+                deadline = min(cap, time.monotonic() + wait)
     return count, len(echoed)
 
 
