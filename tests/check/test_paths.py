@@ -172,3 +172,26 @@ def test_a_subnet_nobody_routes_is_the_odd_ranks_interface_not_everyones_route()
               1: _paths(lack, subnet="198.19.254.0/24"),
               2: {**_paths(back), "iface": "docker0"}}
     assert paths.analyze(matrix, got, LABELS, kernel) == ([], set())
+
+
+def test_a_plain_jobs_bindings_are_the_hostnames_address_and_nccls_own_pick() -> None:
+    facts = {"hostname_addresses": ["198.18.0.2"],
+             "ifaddrs": {"eth0": ["198.18.0.2/24"], "eth1": ["198.18.0.202/24"]},
+             "library_picks": [{"var": "NCCL_SOCKET_IFNAME", "value": None, "iface": "eth0",
+                                "address": "198.18.0.2"}]}
+    [(variables, iface, address)] = paths.job_bindings(facts, "198.18.0.202")
+    assert (iface, address) == ("eth0", "198.18.0.2") and "NCCL_SOCKET_IFNAME" in variables
+    assert "GLOO_SOCKET_IFNAME unset" in variables
+    assert paths.job_bindings(facts, "198.18.0.2") == []  # what check itself binds
+
+
+def test_a_plain_jobs_dropped_binding_is_a_warning_naming_the_interface_that_works() -> None:
+    job = {"vars": "GLOO_SOCKET_IFNAME unset", "iface": "eth0", "address": "198.18.0.2",
+           "rp_filter": 1, "subnets": {SUBNET: {"peer": "198.18.0.1", "inbound":
+                                                _lookup(False, error="Invalid argument")}}}
+    ok = [["self", "ok", "ok"], ["ok", "self", "ok"], ["ok", "ok", "self"]]
+    kernel = {1: {**_paths({"inbound": _lookup(dev="lo"), "reply": _lookup(dev="eth1")}),
+                  "iface": "eth1", "jobs": [job]}}
+    [cause] = paths.analyze(ok, _got(), LABELS, kernel)[0]
+    assert cause.id == "reverse-path-drop" and cause.severity == "warn" and cause.ranks == (1,)
+    assert "binds 198.18.0.2 on eth0" in cause.detail and "GLOO_SOCKET_IFNAME=eth1" in cause.fix
