@@ -140,6 +140,7 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
     """The kernel-path causes for the failing pairs they explain, and those pairs (pure)."""
     findings: dict[tuple[str, int], _Finding] = {}
     explained: set[Pair] = set()
+    routed = gateways(paths)  # once: O(ranks x subnets), not per failing pair
     for k, mine in sorted(paths.items()):
         iface = str(mine.get("iface"))
         for i in range(len(matrix)):
@@ -147,7 +148,7 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
             subnet = _subnet_of(got, i)
             entry = (mine.get("subnets") or {}).get(subnet)
             kind = _verdict(entry, iface, subnet == _subnet_of(got, k),
-                            _gateway(subnet, k, paths) is not None) \
+                            _other(routed.get(subnet, ()), k) is not None) \
                 if entry and (into or out) and i != k else None
             if entry is None or kind is None or (kind == "reverse-path-drop" and not into):
                 continue
@@ -269,13 +270,24 @@ def _missing(found: Sequence[_Finding], matrix: Sequence[Sequence[str]], got: Fa
         data={"subnets": sorted({f.subnet for f in found})})
 
 
+def gateways(paths: Paths) -> dict[str, list[tuple[int, str]]]:
+    """Subnet -> the first two ranks that route it through a gateway, with it (pure)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for k, mine in sorted(paths.items()):
+        for subnet, entry in (mine.get("subnets") or {}).items():
+            reply = (entry or {}).get("reply") or {}
+            if reply.get("ok") and reply.get("via") and len(out.get(subnet, ())) < 2:
+                out.setdefault(subnet, []).append((k, str(reply["via"])))
+    return out
+
+
+def _other(routes: Sequence[tuple[int, str]], rank: int) -> tuple[int, str] | None:
+    return next((r for r in routes if r[0] != rank), None)
+
+
 def _gateway(subnet: str, rank: int, paths: Paths) -> tuple[int, str] | None:
     """Another rank that routes ``subnet`` through a gateway: (rank, gateway)."""
-    for k, mine in sorted(paths.items()):
-        reply = ((mine.get("subnets") or {}).get(subnet) or {}).get("reply") or {}
-        if k != rank and reply.get("ok") and reply.get("via"):
-            return k, str(reply["via"])
-    return None
+    return _other(gateways(paths).get(subnet, ()), rank)
 
 
 def _asymmetric(found: Sequence[_Finding], matrix: Sequence[Sequence[str]], got: Facts,
