@@ -537,8 +537,8 @@ def check_store(cfg: DistConfig, *, environ: Mapping[str, str] | None = None,
     probe, waited = probe_until_answer(addr, cfg.master_port, patience)
     error = classify_store(probe, addr, cfg.master_port, master=cfg.master_addr, host=me,
                            rank=cfg.rank, waited=waited)
-    if error is not None and probe.kind == FOREIGN and not probe.reply:
-        error = _duplicate_instead(addr, cfg, me) or error  # reset mid-way: two hosts?
+    if error is not None and not probe.reply:  # reset or silent mid-way: two hosts?
+        error = _duplicate_instead(addr, cfg, me) or error
     if error is not None:
         raise error
 
@@ -554,7 +554,7 @@ def _duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError |
         return None
     named = f"MASTER_ADDR {cfg.master_addr} ({addr})" if cfg.master_addr != addr else addr
     return duplicate_error(f"the connection to {_endpoint(addr, cfg.master_port)} was reset "
-                           "before the store answered", named,
+                           "or went silent before the store answered", named,
                            (route.src, route.iface, owners), host=me, rank=cfg.rank,
                            where=_where(me, cfg.rank))
 
