@@ -70,7 +70,7 @@ _REJECT = "reject with tcp reset"
 def _port(value: Any) -> int:
     try:
         port = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # inf: found by the fuzzer
         port = -1
     if not 1 <= port <= 65535:
         raise ConfigError(f"bad port {value!r}: must be 1-65535", "for example --port 29500")
