@@ -488,6 +488,31 @@ CASES: list[Case] = [
     Case("k11-one-machine-slow-cpu", "11",
          "check --local 3 --matrix on one loaded machine: no slow-link warning over loopback",
          None, local=3, args=("--matrix", "--bw-seconds", "0.3", "--timeout", "20")),
+    # issue 29: the root cause follows the evidence (the kernel's path, the firewall read,
+    # ARP); a static route missing on one node needs a routed lab:
+    # tests/check/test_lab_routed_paths.py
+    Case("i29-twin-nic-strict-rp-filter-pinned", "29",
+         "node 1: a second NIC in the subnet wins the route, rp_filter=1, arp_ignore=1, and "
+         "the job pins eth0 there: peers' connections dropped by the kernel (no firewall)",
+         ("reverse-path-drop",), at_fault=(1,),
+         setup=_faults(("twin-nic", 1, {"address": "198.18.0.202/24"})),
+         per_node={1: {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}}),
+    Case("i29-twin-nic-strict-rp-filter-plain-job", "29",
+         "the same, unpinned: check binds eth1 (the route's) and works, a plain gloo job binds "
+         "the hostname's address on eth0 and hangs", ("reverse-path-drop",), at_fault=(1,),
+         fatal=False, setup=_faults(("twin-nic", 1, {"address": "198.18.0.202/24"}))),
+    Case("i29-policy-route-replies-by-another-nic", "29",
+         "node 1: `ip rule from <its address> lookup 100`, table 100 routing out wan0",
+         ("asymmetric-route",), at_fault=(1,), setup=_faults(("policy-route", 1, {}))),
+    Case("i29-firewall-rejects-ephemeral", "29",
+         "node 1's firewall rejects (TCP reset) all but MASTER_PORT and 29400",
+         ("peer-port-blocked",), at_fault=(1,),
+         setup=_faults(("block-ephemeral", 1, {"port": PORT, "reject": True}))),
+    Case("i29-duplicate-address", "29", "node 2 comes up with node 1's address",
+         ("duplicate-address",), at_fault=(1,),
+         setup=_faults(("address", 2, {"address": "198.18.0.2/24"}))),
+    Case("i29-loss-5-percent", "29", "node 2 loses 5 % of the packets it sends",
+         ("packet-loss",), at_fault=(2,), setup=_faults(("loss", 2, {"percent": 5}))),
 ]
 
 

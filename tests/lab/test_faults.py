@@ -142,3 +142,38 @@ def test_hosts_entry_validates_accumulates_per_name_and_comes_first() -> None:
     assert nf.hosts_entries == (("198.18.0.99", "x1-n1"), ("198.18.0.98", "x1-n0"))
     text = hosts_file(p, p.nodes[1], entries=nf.hosts_entries)
     assert "198.18.0.98\tx1-n0" in text and "198.18.0.1\tx1-n0" not in text  # replaced
+
+
+def test_block_ephemeral_rejects_with_a_reset_when_asked() -> None:
+    rec = faults.normalize("block-ephemeral", {"port": 29510, "reject": True})
+    text = faults.nft_ruleset([rec])
+    assert text is not None and text.rstrip().splitlines()[-3].strip() == \
+        "reject with tcp reset"
+
+
+def test_routing_faults_rebuild_the_nodes_addresses_and_routes() -> None:
+    p = plan(LabSpec(name="x2", nodes=3, behind=(2,), router="routed"))
+    n1, rt = p.nodes[1], p.router
+    assert rt is not None
+    base = faults.routing_lines(p, n1, faults.combine(p, 1, []))
+    assert base.node == (f"addr add {n1.cidr} dev eth0", "link set eth0 up",
+                         f"route add {rt.subnet} via {rt.outer} dev eth0 onlink")
+    assert base.sysctl == ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.all.arp_ignore=0")
+    recs = [faults.normalize("twin-nic", {"address": "198.18.0.202/24"}),
+            faults.normalize("policy-route", {}), faults.normalize("no-route", {}),
+            faults.normalize("address", {"address": "198.18.0.3/24"})]
+    r = faults.routing_lines(p, n1, faults.combine(p, 1, recs))
+    assert r.node[0] == "addr add 198.18.0.3/24 dev eth0"
+    # no-route: the routed subnet's route is gone
+    assert not any(line.startswith(f"route add {rt.subnet}") for line in r.node)
+    assert "addr add 198.18.0.202/24 dev eth1" in r.node
+    assert "route add 198.18.0.0/24 dev eth0 proto kernel scope link src 198.18.0.3 " \
+        "metric 200" in r.node
+    assert "rule add from 198.18.0.3 lookup 100 prio 100" in r.node
+    assert "route add default via 198.19.254.254 dev wan0 onlink table 100" in r.node
+    assert r.sysctl == ("net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.all.arp_ignore=1")
+    assert "link set t1 master br0" in r.switch
+    with pytest.raises(ConfigError, match=r"inside 198\.18\.0\.0/15"):
+        faults.normalize("address", {"address": "10.0.0.2/24"})
+    with pytest.raises(ConfigError, match="ADDRESS/PREFIX"):
+        faults.normalize("twin-nic", {"address": "198.18.0.9"})

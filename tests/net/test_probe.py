@@ -337,3 +337,37 @@ def test_a_refusal_where_a_hosts_line_sends_the_master_name_to_another_node() ->
     # an address given as such, or a name the file does not map, keeps the error as it was
     assert name_source(refused, "198.18.0.2", "198.18.0.2", _HOSTS) is refused
     assert name_source(refused, "n9", "198.18.0.2", _HOSTS) is refused
+
+
+def test_timeouts_where_another_host_answers_for_this_nodes_address_are_a_duplicate() -> None:
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                           neighbor="REACHABLE",
+                           duplicate=("198.18.0.2", "eth0", ("02:00:00:00:00:09",)))
+    assert err is not None and err.cause == "duplicate-address"
+    assert "another host (MAC 02:00:00:00:00:09) answers ARP for this node's own address " \
+        "198.18.0.2 on eth0" in err.message and "no firewall needs opening" in err.hint
+    none = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                            duplicate=("198.18.0.2", "eth0", ()))
+    assert none is not None and none.cause == "master-port-filtered"
+
+
+def test_arp_probe_and_reply_round_trip() -> None:
+    from ddpnet.net.routes import arp_probe, parse_arp_reply
+
+    own, other = bytes.fromhex("020000000001"), bytes.fromhex("020000000009")
+    probe = arp_probe(own, "198.18.0.2")
+    assert len(probe) == 42 and probe[28:32] == b"\0" * 4  # sender 0.0.0.0: a probe
+    reply = other + own + b"\x08\x06" + bytes.fromhex("0001080006040002") + other \
+        + bytes([198, 18, 0, 2]) + own + b"\0" * 4
+    assert parse_arp_reply(reply, "198.18.0.2", own) == "02:00:00:00:00:09"
+    assert parse_arp_reply(reply, "198.18.0.3", own) is None
+    assert parse_arp_reply(probe, "198.18.0.2", own) is None  # a request, not an answer
+
+
+def test_timeouts_the_nodes_own_kernel_explains_are_named_by_it_not_a_firewall() -> None:
+    path = ("asymmetric-route", "this node's packets from 198.18.0.2 to 198.18.0.1 leave by "
+            "wan0 (routing table 100, chosen by a policy rule), not by eth0", "route it")
+    err = classify_connect([Attempt(TIMEOUT, "timed out")], "198.18.0.1", 29500, 3.0,
+                           path=path)
+    assert err is not None and err.cause == "asymmetric-route"
+    assert "leave by wan0" in err.message and err.hint.endswith("no firewall needs opening")

@@ -37,6 +37,12 @@ CAUSE_ORDER: tuple[str, ...] = (
     "ifname-missing",
     "ifname-down",
     "ifname-no-address",
+    # the kernel's own path on a node (check.paths): a missing static route, replies that
+    # leave by another NIC, reverse-path filtering; each explains the unreachable pairs and
+    # the other-subnet finding it causes
+    "missing-route",
+    "asymmetric-route",
+    "reverse-path-drop",
     "interface-mismatch",
     # what gloo/NCCL/TensorPipe really bind, read as each library reads its variable
     "ifname-mismatch",
@@ -50,10 +56,14 @@ CAUSE_ORDER: tuple[str, ...] = (
     # the store reached through a VIP/NAT while the advertised addresses are not reachable
     "advertised-unreachable",
     "peer-port-blocked",
+    # connections into a node time out although no rule of its own firewall drops them
+    "peer-unreachable",
     "version-mismatch",
     "mtu-mismatch",
     # frames of the interfaces' MTU lost on a link: the first big transfer stalls
     "path-mtu",
+    # a node that loses a few percent of its packets: what its slow links follow from
+    "packet-loss",
     "clock-skew",
     # GPU and NCCL facts (issue 19): a shared GPU explains NCCL's "invalid usage"
     "ranks-share-gpu",

@@ -278,10 +278,13 @@ def known_cells(matrix: Sequence[Sequence[str]]) -> list[tuple[int, int, str]]:
 
 def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
             ports: Sequence[int | None], master_port: int,
-            subnet: str = "<cluster-subnet>") -> list[Cause]:
+            subnet: str = "<cluster-subnet>", *, firewalls: Sequence[str | None] = (),
+            addresses: Sequence[str | None] = ()) -> list[Cause]:
     """Name the broken pairs; when every connection *into* a rank fails while the master
-    port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked).
-    Reads only the judged cells (:func:`known_cells`), so a sampled matrix costs its size."""
+    port worked for it, that rank's firewall drops its ephemeral ports (peer-port-blocked),
+    unless its firewall, read (``firewalls``: :func:`firewall_verdict` by rank), has no
+    rule that drops them: then it is not its firewall's doing (peer-unreachable). Reads only
+    the judged cells (:func:`known_cells`), so a sampled matrix costs its size."""
     n = len(matrix)
     cells = known_cells(matrix)
     if all(s == OK for _, _, s in cells):
@@ -292,7 +295,8 @@ def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
         into[j].append((i, s))
         out[i].append((j, s))
     explained: set[tuple[int, int]] = set()
-    causes = [*_unreachable_receivers(n, into, labels, ports, master_port, subnet, explained),
+    seen = Receivers(labels, ports, master_port, subnet, firewalls, addresses)
+    causes = [*_unreachable_receivers(n, into, seen, explained),
               *_isolated_senders(out, labels, explained)]
     rest = [(i, j, s) for i, j, s in cells if s != OK and (i, j) not in explained]
     if rest:
@@ -303,10 +307,82 @@ def analyze(matrix: Sequence[Sequence[str]], labels: Sequence[str],
 Edges = Mapping[int, Sequence[tuple[int, str]]]
 
 
-def _unreachable_receivers(n: int, into: Edges, labels: Sequence[str],
-                           ports: Sequence[int | None], master_port: int, subnet: str,
+#: doctor check whose verdict says whether a node's firewall drops the ephemeral ports
+EPHEMERAL_CHECK = "firewall.ephemeral"
+
+
+def firewall_verdict(facts: Mapping[str, Any]) -> str | None:
+    """What a node's firewall, read by its doctor (``net.firewall`` and the rule evaluator),
+    says about the ephemeral ports from the cluster subnet (pure): ``drops``, ``accepts``,
+    ``none`` (no firewall filters input) or None (not known)."""
+    checks = facts.get("firewall_checks") or {}
+    failed = (facts.get("doctor") or {}).get("failed") or ()
+    if checks.get(EPHEMERAL_CHECK) == "fail" or EPHEMERAL_CHECK in failed:
+        return "drops"
+    fw = facts.get("firewall") or {}
+    if list(fw.get("managers") or ()) == ["none"] and not fw.get("unreadable"):
+        return "none"
+    return "accepts" if checks.get(EPHEMERAL_CHECK) == "pass" else None
+
+
+class Receivers(NamedTuple):
+    """What the receiver analysis knows of every rank besides the matrix."""
+
+    labels: Sequence[str]
+    ports: Sequence[int | None]
+    master_port: int
+    subnet: str
+    firewalls: Sequence[str | None] = ()
+    addresses: Sequence[str | None] = ()
+
+
+#: how each failure of a connect shows to the libraries
+KIND_MEANS = {
+    FILTERED: "dropped (no answer): plain gloo's connect waits out the process group's "
+              "timeout (30 min by default) and NCCL's bootstrap hangs the same way",
+    REFUSED: "rejected with a reset: plain gloo fails within seconds (\"Connection "
+             "refused\" after 3 retries), NCCL once its socket retries are spent",
+    NO_ROUTE: "rejected with an ICMP unreachable/prohibited (or unroutable): plain gloo and "
+              "NCCL fail at once with \"No route to host\"",
+}
+
+
+def _ip_key(address: str | None) -> tuple[int, int]:
+    try:
+        ip = ipaddress.ip_address(str(address))
+    except ValueError:
+        return (0, -1)
+    return (ip.version, int(ip))
+
+
+def gloo_dialers(j: int, incoming: Sequence[int], addresses: Sequence[str | None]) -> list[int]:
+    """The ranks whose plain gloo dials rank ``j``: gloo's tcp ``Device::isInitiator`` makes
+    the side with the higher address connect and the lower one listen (pure)."""
+    if j >= len(addresses) or addresses[j] is None:
+        return list(incoming)
+    return [i for i in incoming if i < len(addresses) and addresses[i] is not None
+            and _ip_key(addresses[i]) > _ip_key(addresses[j])]
+
+
+def _backends(j: int, incoming: Sequence[int], kinds: Sequence[str],
+              addresses: Sequence[str | None]) -> str:
+    means = "; ".join(f"{k}: {KIND_MEANS[k]}" for k in kinds if k in KIND_MEANS)
+    dialers = gloo_dialers(j, incoming, addresses)
+    if not addresses:
+        who = ""
+    elif dialers:
+        who = (f"; plain gloo breaks on its pairs with rank(s) {', '.join(map(str, dialers))} "
+               "(the higher address dials the lower), NCCL on every pair that dials it")
+    else:
+        who = ("; plain gloo still connects (every peer has a lower address, so this rank "
+               "dials them), but NCCL, torch.distributed.rpc and this check dial it and fail")
+    return f" ({means}{who})" if means or who else ""
+
+
+def _unreachable_receivers(n: int, into: Edges, seen: Receivers,
                            explained: set[tuple[int, int]]) -> list[Cause]:
-    """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``)."""
+    """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``),
+    or, where its firewall was read and drops nothing, something else on the way."""
     causes = []
     for j in sorted(into):
         incoming = into[j]
@@ -314,21 +390,71 @@ def _unreachable_receivers(n: int, into: Edges, labels: Sequence[str],
             continue
         kinds = sorted({s for _, s in incoming})
         explained.update((i, j) for i, _ in incoming)
-        causes.append(Cause(
-            id="peer-port-blocked",
-            stage="reachability",
-            hosts=(labels[j],),
-            ranks=(j,),
-            detail=f"no rank can connect to rank {j} on {labels[j]} at its ephemeral port "
-                   f"{ports[j]} ({'/'.join(kinds)}), although it reached the master port "
-                   f"{master_port}: its firewall allows only fixed ports, but gloo/NCCL "
-                   "listen on ephemeral ones",
-            fix=f"on {labels[j]}: allow TCP from the cluster subnet, e.g. "
-                f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
-                f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
-                f"{subnet} accept",
-        ))
+        verdict = seen.firewalls[j] if j < len(seen.firewalls) else None
+        backends = _backends(j, [i for i, _ in incoming], kinds, seen.addresses)
+        if verdict in ("none", "accepts"):
+            causes.append(_not_its_firewall(j, kinds, verdict, seen, backends))
+            continue
+        causes.append(_blocked(j, kinds, verdict, seen, backends))
     return causes
+
+
+def _blocked(j: int, kinds: Sequence[str], verdict: str | None, seen: Receivers,
+             backends: str) -> Cause:
+    label, subnet = seen.labels[j], seen.subnet
+    read = (f"its doctor's {EPHEMERAL_CHECK} found a rule that drops or rejects them"
+            if verdict == "drops" else "its firewall could not be read")
+    return Cause(
+        id="peer-port-blocked",
+        stage="reachability",
+        hosts=(label,),
+        ranks=(j,),
+        detail=f"no rank can connect to rank {j} on {label} at its ephemeral port "
+               f"{seen.ports[j]} ({'/'.join(kinds)}), although it reached the master port "
+               f"{seen.master_port}: its firewall allows only fixed ports, but gloo/NCCL "
+               f"listen on ephemeral ones{backends}",
+        fix=f"on {label}: allow TCP from the cluster subnet, e.g. "
+            f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
+            f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
+            f"{subnet} accept",
+        evidence=(f"every connect into rank {j}'s port {seen.ports[j]}: {'/'.join(kinds)}",
+                  f"on {label}: {read}"),
+        ruled_out=("a missing route or reverse-path filter: the kernels' answers (ip route "
+                   "get) explain none of these pairs",),
+        confidence="high" if verdict == "drops" else "medium",
+        see_for_yourself=f"on {label}: ddpnet doctor (firewall.ephemeral); nft list ruleset",
+    )
+
+
+def _not_its_firewall(j: int, kinds: Sequence[str], verdict: str, seen: Receivers,
+                      backends: str) -> Cause:
+    label = seen.labels[j]
+    read = ("no firewall filters input there" if verdict == "none"
+            else f"its firewall accepts them ({EPHEMERAL_CHECK} passed)")
+    return Cause(
+        id="peer-unreachable",
+        stage="reachability",
+        hosts=(label,),
+        ranks=(j,),
+        detail=f"no rank can connect to rank {j} on {label} at its ephemeral port "
+               f"{seen.ports[j]} ({'/'.join(kinds)}), although it reached the master port "
+               f"{seen.master_port}, and {read}: not this host's firewall; something on "
+               f"the way drops them (a cloud security group, a switch ACL, a host firewall "
+               f"the doctor cannot read){backends}",
+        fix=f"allow TCP from the cluster subnet {seen.subnet} to all ports of {label} where "
+            "the traffic is filtered outside the host (the cloud's security group or network "
+            "ACL, the switch's ACL); on the other nodes, `nc -vz <its address> <port>` tells "
+            "when it is open",
+        evidence=(f"every connect into rank {j}'s port {seen.ports[j]}: {'/'.join(kinds)}",
+                  f"on {label}: {read}",
+                  "the kernels' answers (ip route get) explain none of these pairs"),
+        ruled_out=(f"a firewall on {label}: {read}",
+                   f"a missing route or reverse-path filter on {label}: its kernel's "
+                   "answers (ip route get) explain none of these pairs"),
+        confidence="medium",
+        see_for_yourself=f"on {label}: ddpnet doctor (firewall.*); tcpdump -ni any tcp port "
+                         f"{seen.ports[j]} while another node connects",
+    )
 
 
 def _isolated_senders(out: Edges, labels: Sequence[str],
@@ -350,6 +476,11 @@ def _isolated_senders(out: Edges, labels: Sequence[str],
                    f"({'/'.join(kinds)}): outgoing traffic or routes are blocked there",
             fix=f"on {labels[i]}: check `ip route` toward the cluster subnet and the "
                 "firewall's output chain (nft list ruleset)",
+            evidence=tuple(f"rank {i} -> rank {j}: {s}" for j, s in outgoing),
+            ruled_out=("a receiving side's firewall: the same peers are reached by other "
+                       "ranks",),
+            confidence="medium",
+            see_for_yourself=f"on {labels[i]}: ip route; nft list chain inet filter output",
         ))
     return causes
 
@@ -367,6 +498,11 @@ def _broken_pairs(rest: Sequence[tuple[int, int, str]], labels: Sequence[str],
                + (f" (+{len(rest) - 20} more)" if len(rest) > 20 else ""),
         fix="allow TCP between all cluster nodes on all ports (gloo/NCCL use ephemeral "
             f"ports), e.g. firewall-cmd --zone=trusted --add-source={subnet}",
+        evidence=tuple(f"rank {i} -> rank {j}: {s}" for i, j, s in rest),
+        ruled_out=("one node's firewall, routes or kernel path: no single rank explains "
+                   "these pairs",),
+        confidence="low",
+        see_for_yourself="nc -vz <peer address> <its port> from each named pair's first node",
     )
 
 

@@ -41,7 +41,7 @@ def twin_subnets(interfaces: Sequence[Interface]) -> dict[str, list[str]]:
     return {net: names for net, names in seen.items() if len(names) > 1}
 
 
-def _effective(sysctl: Sysctl, key: str, iface: str) -> int | None:
+def effective(sysctl: Sysctl, key: str, iface: str) -> int | None:
     """The kernel uses the larger of ``all`` and the interface's value for these three."""
     values = []
     for scope in ("all", iface):
@@ -62,7 +62,7 @@ def nic_facts(interfaces: Sequence[Interface], source: str, reason: str,
             # what check.networks compares: is another network between the hosts faster?
             "links": {i.name: {"speed_mbps": i.speed_mbps, "kind": i.kind, "up": i.up}
                       for i in interfaces if i.kind != "loopback"},
-            "nic_sysctl": {n: {k: _effective(sysctl, k, n) for k in SYSCTLS} for n in names}}
+            "nic_sysctl": {n: {k: effective(sysctl, k, n) for k in SYSCTLS} for n in names}}
 
 
 def compare_nics(nodes: Sequence[NodeFacts]) -> list[Cause]:
@@ -113,7 +113,14 @@ def _same_subnet(nodes: Sequence[NodeFacts]) -> Cause | None:
         detail="one subnet on several interfaces: " + detail + "; replies may leave by the "
                "other NIC and peers may learn either MAC, so connections work or hang "
                "depending on the path",
-        fix=fix)
+        fix=fix,
+        evidence=tuple(f"rank {n.rank} on {n.label}: {net} on {', '.join(names)}"
+                       for n, net, names in shown.values()),
+        ruled_out=("a broken pair: the mesh judges each pair's connections itself "
+                   "(reverse-path-drop or asymmetric-route where the kernel drops them)",),
+        confidence="medium",
+        see_for_yourself="ip -br addr; sysctl net.ipv4.conf.all.rp_filter "
+                         "net.ipv4.conf.all.arp_ignore")
 
 
 def _nccl_auto(nodes: Sequence[NodeFacts]) -> Cause | None:
@@ -142,6 +149,12 @@ def _nccl_auto(nodes: Sequence[NodeFacts]) -> Cause | None:
         fix="; ".join(f"on {n.label}: export NCCL_SOCKET_IFNAME=="
                       f"{interface_in(n, ref) or n.facts.get('interface')}" for n, _ in odd)
             + " (or start training with ddpnet.init())",
+        evidence=tuple(f"rank {n.rank} on {n.label}: NCCL would pick {p.iface} {p.address} "
+                       f"({p.why})" for n, p in odd),
+        ruled_out=("ddpnet's own run: it pins NCCL to the job's interface",),
+        confidence="high",
+        see_for_yourself="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET python train.py "
+                         "(the 'NET/Socket' line names the interface)",
     )
 
 

@@ -94,17 +94,20 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
 @click.option("--node", "node", required=True, help="Node index (clear also takes 'all').")
 @click.option("--port", type=int, default=None, help="block-port: the TCP port; "
               "block-ephemeral: MASTER_PORT to keep open (29500).")
-@click.option("--reject", is_flag=True, default=None, help="block-port: refuse instead of drop.")
+@click.option("--reject", is_flag=True, default=None,
+              help="block-port, block-ephemeral: refuse (TCP reset) instead of drop.")
 @click.option("--for", "for_s", type=float, default=None, help="link-down: back up after S s.")
 @click.option("--rate", default=None, help="rate: the link rate (100mbit).")
 @click.option("--percent", type=float, default=None, help="loss: percent dropped.")
 @click.option("--ms", type=float, default=None, help="delay: milliseconds added.")
 @click.option("--mtu", type=int, default=None,
               help="mtu: the node's interface MTU; port-mtu: its switch port's.")
-@click.option("--iface", default=None, help="extra-iface: its name (docker0).")
+@click.option("--iface", default=None,
+              help="extra-iface: its name (docker0); twin-nic: its name (eth1).")
 @click.option("--host", default=None, help="hosts-entry: the name to map.")
 @click.option("--address", default=None,
-              help="hosts-entry: the address it maps to; vip: the VIP; extra-iface: its CIDR.")
+              help="hosts-entry: the address it maps to; vip: the VIP; extra-iface, "
+              "twin-nic, address: a CIDR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the node's faults as JSON.")
 def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> int:
     """Inject a fault on one node, or `clear` a node's (or all nodes') faults.
@@ -112,11 +115,12 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
     Link faults act on the first NIC (never --second-net's); block-* firewall the node.
 
     \b
-    KIND: block-port --port P [--reject] | block-ephemeral [--port MASTER_PORT]
+    KIND: block-port --port P [--reject] | block-ephemeral [--port MASTER_PORT] [--reject]
           link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
           mtu --mtu M | port-mtu --mtu M | hostname-loopback
           extra-iface [--iface NAME] | hosts-entry --host NAME --address IP
-          vip --address IP | clear
+          vip --address IP | twin-nic --address CIDR [--iface eth1]
+          policy-route | no-route | address --address CIDR | clear
     """
     options = ops.FaultOptions(name=name, kind=kind, node=node, params=opts)
     return finish(ops.fault(options), as_json, render.render_fault)

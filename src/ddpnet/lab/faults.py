@@ -16,8 +16,11 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.lab.topology import (
+    BRIDGE,
     DEFAULT_MASTER_PORT,
     LAB_RANGE,
+    ROUTER_ROUTED,
+    LabNode,
     Plan,
     Shaping,
     check_ifname,
@@ -31,7 +34,8 @@ from ddpnet.lab.topology import (
 #: kind -> one-line description (CLI help and docs)
 KINDS: dict[str, str] = {
     "block-port": "drop (or --reject) inbound TCP to --port",
-    "block-ephemeral": "allow inbound TCP only to MASTER_PORT (--port) and 29400, drop the rest",
+    "block-ephemeral": "allow inbound TCP only to MASTER_PORT (--port) and 29400, drop (or "
+                       "--reject) the rest",
     "link-down": "take the node's lab interface down (back up after --for S)",
     "rate": "limit the node's link to --rate (both directions)",
     "loss": "drop --percent of the packets the node sends",
@@ -44,10 +48,21 @@ KINDS: dict[str, str] = {
                    "line (a stale, loopback or IPv6 entry on that node only)",
     "vip": "connections from the node to --address are DNAT'd to node 0 (a service VIP, "
            "load balancer or port-forward in front of rank 0)",
+    "twin-nic": "a second NIC (--iface, eth1) on the lab switch at --address in the lab "
+                "subnet that wins the route, with rp_filter=1 and arp_ignore=1",
+    "policy-route": "a policy rule sends everything from the node's address out another NIC "
+                    "(wan0, leading nowhere): replies leave by the wrong interface",
+    "no-route": "remove the node's static route to the routed subnet (a lab with --routed)",
+    "address": "the node's lab interface takes --address (CIDR) instead of its own: "
+               "another node's address makes a duplicate",
 }
 RENDEZVOUS_PORT = 29400
 NFT_TABLE = "ddpnet_lab"
 EXTRA_IFACE = "docker0"
+#: the twin-nic fault's default name, and the policy-route fault's NIC and routing table
+TWIN_IFACE = "eth1"
+POLICY_IFACE = "wan0"
+POLICY_TABLE = 100
 #: nft rule that rejects with a TCP reset, so the peer sees ECONNREFUSED at once
 _REJECT = "reject with tcp reset"
 
@@ -55,7 +70,7 @@ _REJECT = "reject with tcp reset"
 def _port(value: Any) -> int:
     try:
         port = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # inf: found by the fuzzer
         port = -1
     if not 1 <= port <= 65535:
         raise ConfigError(f"bad port {value!r}: must be 1-65535", "for example --port 29500")
@@ -72,11 +87,13 @@ def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
 
 #: kind -> the options it takes (CLI spelling with ``_`` for ``-``)
 _OPTIONS: dict[str, set[str]] = {
-    "block-port": {"port", "reject"}, "block-ephemeral": {"port"},
+    "block-port": {"port", "reject"}, "block-ephemeral": {"port", "reject"},
     "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
     "mtu": {"mtu"}, "port-mtu": {"mtu"}, "hostname-loopback": set(),
     "extra-iface": {"iface", "address"},
     "hosts-entry": {"host", "address"}, "vip": {"address"},
+    "twin-nic": {"iface", "address"}, "policy-route": set(), "no-route": set(),
+    "address": {"address"},
 }
 
 
@@ -106,7 +123,27 @@ def _block_port(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
 
 
 def _block_ephemeral(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
-    return {"port": _port(o.get("port", DEFAULT_MASTER_PORT))}
+    return {"port": _port(o.get("port", DEFAULT_MASTER_PORT)),
+            **({"reject": True} if o.get("reject") else {})}
+
+
+def _lab_cidr(o: Mapping[str, Any], kind: str) -> str:
+    """An IPv4 ``ADDRESS/PREFIX`` inside 198.18.0.0/15 (``--address``)."""
+    text = str(_need(o, "address", kind, "an address", "--address 198.18.0.202/24"))
+    try:
+        cidr = ipaddress.IPv4Interface(text)
+    except ValueError:
+        raise ConfigError(f"fault {kind}: bad address {text!r}: an IPv4 ADDRESS/PREFIX",
+                          "for example --address 198.18.0.202/24") from None
+    if cidr.ip not in LAB_RANGE or "/" not in text:
+        raise ConfigError(f"fault {kind}: address {text} is not ADDRESS/PREFIX inside "
+                          "198.18.0.0/15", "for example --address 198.18.0.202/24")
+    return cidr.with_prefixlen
+
+
+def _twin_nic(o: Mapping[str, Any]) -> dict[str, Any]:
+    return {"iface": check_ifname(str(o.get("iface", TWIN_IFACE)), "--iface eth1"),
+            "address": _lab_cidr(o, "twin-nic")}
 
 
 def _link_down(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
@@ -185,6 +222,8 @@ _RECORDS: dict[str, Callable[[Mapping[str, Any], float | None], dict[str, Any]]]
     "rate": _rate, "loss": _loss, "delay": _delay, "mtu": _mtu, "port-mtu": _mtu,
     "hostname-loopback": lambda o, now: {}, "extra-iface": _extra_iface,
     "hosts-entry": lambda o, now: _hosts_entry(o), "vip": lambda o, now: _vip(o),
+    "twin-nic": lambda o, now: _twin_nic(o), "policy-route": lambda o, now: {},
+    "no-route": lambda o, now: {}, "address": lambda o, now: {"address": _lab_cidr(o, "address")},
 }
 
 
@@ -223,6 +262,12 @@ class NodeFaults:
     hosts_entries: tuple[tuple[str, str], ...] = ()
     #: the MTU of the node's switch port (the lab's MTU unless a port-mtu fault says)
     port_mtu: int | None = None
+    #: routing faults: a second NIC in the lab subnet (name, cidr), a policy rule out of a
+    #: decoy NIC (its cidr), the routed subnet's route removed, the lab address replaced
+    twin: tuple[str, str] | None = None
+    policy: str | None = None
+    no_route: bool = False
+    address: str | None = None
 
 
 def extra_iface_cidr(p: Plan, index: int) -> str:
@@ -253,7 +298,7 @@ def nft_ruleset(faults: Sequence[Mapping[str, Any]], *, ifname: str = "eth0",
             "ct state established,related accept",
             "meta l4proto { icmp, ipv6-icmp } accept",
             f"tcp dport {{ {', '.join(map(str, ports))} }} accept",
-            "drop",
+            _REJECT if any(f.get("reject") for f in strict) else "drop",
         ]
     chains = []
     if rules:
@@ -308,7 +353,72 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
                       extra_iface=extra,
                       hosts_entries=tuple((f["address"], f["host"]) for f in fs
                                           if f["kind"] == "hosts-entry"),
-                      port_mtu=port_mtu)
+                      port_mtu=port_mtu,
+                      twin=next(((f["iface"], f["address"]) for f in fs
+                                 if f["kind"] == "twin-nic"), None),
+                      policy=extra_iface_cidr(p, index)
+                      if any(f["kind"] == "policy-route" for f in fs) else None,
+                      no_route=any(f["kind"] == "no-route" for f in fs),
+                      address=next((f["address"] for f in fs if f["kind"] == "address"), None))
+
+
+#: the policy-route fault's rule priority (before main's 32766)
+POLICY_PRIO = 100
+
+
+@dataclass(frozen=True)
+class RoutingLines:
+    """``ip -batch`` lines that rebuild a node's addressing and routes from its faults:
+    ``undo`` (forced: what may not be there) in the switch and the node, then ``node`` and
+    ``switch``; ``sysctl`` the node's ``net.ipv4.conf.all`` settings."""
+
+    undo_switch: tuple[str, ...]
+    undo_node: tuple[str, ...]
+    node: tuple[str, ...]
+    switch: tuple[str, ...]
+    sysctl: tuple[str, ...]
+
+
+def routing_lines(p: Plan, n: LabNode, nf: NodeFaults,
+                  extra_addresses: Sequence[str] = ()) -> RoutingLines:
+    """The node's lab address (or the ``address`` fault's), its extra addresses and routes,
+    and the twin-nic, policy-route and no-route faults, from scratch each time (pure)."""
+    cidr = nf.address or n.cidr
+    addr, subnet = str(ipaddress.ip_interface(cidr).ip), str(ipaddress.ip_interface(cidr).network)
+    # up first when it is to be up: a route through a link that is still down is refused
+    node = [f"addr add {cidr} dev {n.ifname}", *([f"link set {n.ifname} up"] if nf.link_up
+                                                 else [])]
+    node += [f"addr replace {a} dev {n.ifname}" + (" nodad" if ":" in a else "")
+             for a in extra_addresses if a != cidr]
+    rt = p.router if nf.link_up else None  # a link that is down takes no route
+    if rt is not None and p.inner(n):
+        node.append(f"route add default via {rt.inner} dev {n.ifname} onlink")
+    elif rt is not None and rt.mode == ROUTER_ROUTED and not nf.no_route:
+        node.append(f"route add {rt.subnet} via {rt.outer} dev {n.ifname} onlink")
+    switch: list[str] = []
+    if nf.twin:
+        name, twin = nf.twin
+        node += [f"link add {name} mtu {nf.mtu} type veth peer name t{n.index} mtu {nf.mtu} "
+                 f"netns {p.switch}", f"addr add {twin} dev {name}", f"link set {name} up",
+                 f"route del {subnet} dev {n.ifname}",
+                 f"route add {subnet} dev {n.ifname} proto kernel scope link src {addr} "
+                 "metric 200"]
+        switch += [f"link set t{n.index} master {BRIDGE}", f"link set t{n.index} up"]
+    if nf.policy:
+        gateway = ipaddress.ip_interface(nf.policy).network.broadcast_address - 1
+        node += [f"link add {POLICY_IFACE} type veth peer name w{n.index} netns {p.switch}",
+                 f"addr add {nf.policy} dev {POLICY_IFACE}", f"link set {POLICY_IFACE} up",
+                 f"route add default via {gateway} dev {POLICY_IFACE} onlink table "
+                 f"{POLICY_TABLE}",
+                 f"rule add from {addr} lookup {POLICY_TABLE} prio {POLICY_PRIO}"]
+        switch.append(f"link set w{n.index} up")
+    on = 1 if nf.twin else 0
+    return RoutingLines(
+        undo_switch=(f"link del t{n.index}", f"link del w{n.index}"),
+        undo_node=(f"rule del prio {POLICY_PRIO}", f"route flush table {POLICY_TABLE}",
+                   f"addr flush dev {n.ifname} scope global"),
+        node=tuple(node), switch=tuple(switch),
+        sysctl=(f"net.ipv4.conf.all.rp_filter={on}", f"net.ipv4.conf.all.arp_ignore={on}"))
 
 
 def describe(f: Mapping[str, Any]) -> str:

@@ -326,6 +326,8 @@ class Lab:
             st.faults[n.index] = faultmod.add(st.faults.get(n.index, []), rec)
             self._apply(n, st)
             statemod.save(st)
+        if kind == "address":
+            self._flush_neighbours()
         return rec
 
     def clear(self, node: int | None = None) -> None:
@@ -335,10 +337,19 @@ class Lab:
             st = self._state()
             # a node without faults is already in its base state: nothing to undo
             targets = tuple(n for n in targets if st.faults.get(n.index))
+            moved = any(f["kind"] == "address" for n in targets for f in st.faults[n.index])
             for n in targets:
                 st.faults.pop(n.index, None)
             system.parallel([(self._apply, n, st) for n in targets])
             statemod.save(st)
+        if moved:
+            self._flush_neighbours()
+
+    def _flush_neighbours(self) -> None:
+        """An address moved between nodes: every node forgets the MACs it had learnt (a real
+        network waits for the entries to go stale; the lab's next test should not)."""
+        system.parallel([(system.ip_batch, ["neigh flush all"], n.namespace)
+                         for n in self.nodes])
 
     def add_address(self, node: int, cidr: str) -> None:
         """Add ``cidr`` (inside 198.18.0.0/15, or 2001:2::/48) on the node's lab interface."""
@@ -374,6 +385,8 @@ class Lab:
         table = f"inet {faultmod.NFT_TABLE}"
         script = f"table {table}\ndelete table {table}\n" + (nf.nft or "")
         system.run(node_argv(n.namespace, n.hostname, ["nft", "-f", "-"]), input=script)
+        # addresses and routes first: a decoy added below routes after the lab interface
+        self._routing(n, nf, st)
         # links: mtu, decoy interface, up/down
         lines = [f"link set {n.ifname} mtu {nf.mtu}"]
         extra_names = {f.get("iface", faultmod.EXTRA_IFACE) for f in recs
@@ -412,6 +425,18 @@ class Lab:
                                _TIMER_TAG]),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _routing(self, n: LabNode, nf: faultmod.NodeFaults, st: LabState) -> None:
+        """Rebuild the node's addresses, routes, policy rules and second NICs from its faults
+        (``faults.routing_lines``): an ``address``, ``twin-nic``, ``policy-route`` or
+        ``no-route`` fault, or none of them."""
+        r = faultmod.routing_lines(self.plan, n, nf, st.addresses.get(n.index, []))
+        system.ip_batch(r.undo_switch, self.plan.switch, force=True)
+        system.ip_batch(r.undo_node, n.namespace, force=True)
+        system.ip_batch(r.node, n.namespace)
+        if r.switch:
+            system.ip_batch(r.switch, self.plan.switch)
+        system.run(node_argv(n.namespace, n.hostname, ["sysctl", "-qw", *r.sysctl]))
 
     def _delayline(self, n: LabNode, delay_ms: float) -> None:
         """Without netem: hold what node ``n`` receives for ``delay_ms`` in a userspace delay

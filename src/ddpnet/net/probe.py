@@ -92,11 +92,17 @@ def _open_port_hint(addr: str, port: int) -> str:
 
 def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: float, *,
                      master: str = "", host: str = "", rank: int | None = None,
-                     neighbor: str | None = None) -> RendezvousError | None:
+                     neighbor: str | None = None,
+                     duplicate: tuple[str, str, tuple[str, ...]] | None = None,
+                     path: tuple[str, str, str] | None = None) -> RendezvousError | None:
     """The error for a connect loop that ended with ``attempts`` (pure); None if it got in.
 
     ``neighbor`` is the kernel's neighbour state of an on-link master after the loop:
-    FAILED / INCOMPLETE turns "timed out" into "no host has this address"."""
+    FAILED / INCOMPLETE turns "timed out" into "no host has this address". ``duplicate``
+    (this node's address, its interface, the MACs of other hosts answering ARP for it)
+    turns it into ``duplicate-address``: the master's replies go to the other host.
+    ``path`` (cause, what the kernel said, the fix) is this node's own kernel explaining
+    the timeout (:func:`path_problem`): ``asymmetric-route`` or ``reverse-path-drop``."""
     if not attempts or attempts[-1].outcome in (CONNECTED, RESET):
         # reset: something accepted then dropped us (a busy TCPStore backlog): reachable
         return None
@@ -115,6 +121,14 @@ def classify_connect(attempts: list[Attempt], addr: str, port: int, elapsed: flo
             f"set MASTER_ADDR to the rank-0 node's address (check `ip -br addr` there), then "
             f"`ip neigh show {addr}` and `ping -c1 {addr}` from this node",
             host=host, rank=rank, detail=detail + f"; neighbour state {neighbor}")
+    if last.outcome in (TIMEOUT, REFUSED) and duplicate is not None and duplicate[2]:
+        how = "time out" if last.outcome == TIMEOUT else "are refused"
+        return duplicate_error(f"connections to {ep} {how} after {elapsed:.1f} s", named,
+                               duplicate, host=host, rank=rank, where=where, detail=detail)
+    if last.outcome == TIMEOUT and path is not None:
+        return RendezvousError(
+            path[0], f"connections to {ep} time out after {elapsed:.1f} s: {path[1]}{where}",
+            path[2] + "; no firewall needs opening", host=host, rank=rank, detail=detail)
     if last.outcome == TIMEOUT:
         return RendezvousError(
             "master-port-filtered",
@@ -164,6 +178,24 @@ def name_source(error: RendezvousError, master: str, addr: str, hosts: str,
             f"then: {error.hint}")
     return RendezvousError(error.cause, error.message + seen, hint, host=error.host,
                            rank=error.rank, detail=f"{error.detail}; /etc/hosts: {line}")
+
+
+def duplicate_error(seen: str, named: str, duplicate: tuple[str, str, tuple[str, ...]], *,
+                    host: str = "", rank: int | None = None, where: str = "",
+                    detail: str = "") -> RendezvousError:
+    """``duplicate-address``: what was seen, and the other host answering ARP for this
+    node's own address (pure)."""
+    own, iface, macs = duplicate
+    return RendezvousError(
+        "duplicate-address",
+        f"{seen}, and another host (MAC {', '.join(macs)}) answers ARP for this node's own "
+        f"address {own} on {iface}: two hosts share it, so {named}'s replies go to the other "
+        f"one{where}",
+        f"give one of the two hosts another address (static configuration or DHCP "
+        f"reservation; a cloned VM image keeps its address); `ip neigh show {own}` on "
+        f"the master shows which MAC it reaches; no firewall needs opening",
+        host=host, rank=rank, detail=(detail + "; " if detail else "")
+        + f"ARP for {own} answered by {', '.join(macs)}")
 
 
 def classify_bind(exc: OSError, port: int, *, host: str = "", rank: int | None = None
@@ -341,16 +373,54 @@ def _require_local_master(cfg: DistConfig, addr: str, route: Route, me: str) -> 
 def _connect_or_raise(cfg: DistConfig, addr: str, route: Route, me: str, timeout: float,
                       connect: Connector) -> None:
     """Connect to rank 0's store until ``timeout``; raise the classified failure."""
-    from ddpnet.net.routes import neighbor_state
+    from ddpnet.net.routes import address_owners, neighbor_state
 
     attempts, elapsed = connect_loop(addr, cfg.master_port, timeout, connect=connect)
-    neighbor = None
-    if attempts and attempts[-1].outcome == TIMEOUT and route.via is None:
-        neighbor = neighbor_state(addr)
+    neighbor, duplicate, path = None, None, None
+    if attempts and attempts[-1].outcome in (TIMEOUT, REFUSED):
+        # before a firewall (or a late rank 0) is blamed: does another host answer ARP for
+        # this node's address? (the master's answers, or resets, then go to it)
+        owners = address_owners(route.iface, route.src) if route.src else None
+        duplicate = (route.src, route.iface, owners) if owners else None
+    if attempts and attempts[-1].outcome == TIMEOUT:
+        neighbor = neighbor_state(addr) if route.via is None else None
+        path = path_problem(addr, route)
     error = classify_connect(attempts, addr, cfg.master_port, elapsed,
-                             master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor)
+                             master=cfg.master_addr, host=me, rank=cfg.rank, neighbor=neighbor,
+                             duplicate=duplicate, path=path)
     if error is not None:
         raise name_source(error, cfg.master_addr, addr, read_hosts(), me)
+
+
+def path_problem(addr: str, route: Route) -> tuple[str, str, str] | None:
+    """Before a timeout is blamed on a firewall, this node's kernel (``ip route get``, sends
+    nothing): do its packets from ``route.src`` leave by another interface than the one the
+    master's replies come back to (a policy rule)? Does it drop what the master sends on
+    ``route.iface`` (rp_filter)? ``(cause, what, fix)`` or None (edge)."""
+    from ddpnet.net.routes import lookup
+
+    if not route.src or route.local:
+        return None
+    back = lookup(addr, route.src)
+    if back is not None and back.ok and back.route is not None \
+            and back.route.iface != route.iface:
+        table = f" (routing table {back.table}, chosen by a policy rule)" if back.table else ""
+        return ("asymmetric-route",
+                f"this node's packets from {route.src} to {addr} leave by {back.route.iface}"
+                f"{table}, not by {route.iface}: `{back.command}` says so",
+                f"route {addr} by {route.iface} for that source too: `ip rule` and `ip route "
+                f"show table all` show what sends it out {back.route.iface}"
+                + (f"; e.g. ip route add {addr} dev {route.iface} table {back.table}"
+                   if back.table else ""))
+    into = lookup(route.src, addr, route.iface)
+    if into is not None and not into.ok and into.error:
+        return ("reverse-path-drop",
+                f"this node's kernel drops what {addr} sends it on {route.iface}: "
+                f"`{into.command}` answers '{into.error}' (rp_filter: the route back to {addr} "
+                "leaves by another interface)",
+                f"sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{route.iface}.rp_filter=2 "
+                "(loose), or keep one interface in that subnet")
+    return None
 
 
 def _bind_or_raise(cfg: DistConfig, me: str) -> None:
@@ -492,8 +562,26 @@ def check_store(cfg: DistConfig, *, environ: Mapping[str, str] | None = None,
     probe, waited = probe_until_answer(addr, cfg.master_port, patience)
     error = classify_store(probe, addr, cfg.master_port, master=cfg.master_addr, host=me,
                            rank=cfg.rank, waited=waited)
+    if error is not None and not probe.reply:  # reset or silent mid-way: two hosts?
+        error = _duplicate_instead(addr, cfg, me) or error
     if error is not None:
         raise error
+
+
+def _duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError | None:
+    """A connection to the store that was reset before any answer: when another host answers
+    ARP for this node's own address, the master's packets go there (edge, ~1 s)."""
+    from ddpnet.net.routes import address_owners, route_to
+
+    route = route_to(addr)
+    owners = address_owners(route.iface, route.src) if route and route.src else None
+    if not owners or route is None:
+        return None
+    named = f"MASTER_ADDR {cfg.master_addr} ({addr})" if cfg.master_addr != addr else addr
+    return duplicate_error(f"the connection to {_endpoint(addr, cfg.master_port)} was reset "
+                           "or went silent before the store answered", named,
+                           (route.src, route.iface, owners), host=me, rank=cfg.rank,
+                           where=_where(me, cfg.rank))
 
 
 def probe_until_answer(addr: str, port: int, patience: float,

@@ -137,3 +137,127 @@ def neighbor_state(addr: str, timeout: float = 5.0) -> str | None:
         return None
     proc = run_command([ip, "-j", "neigh", "show", "to", addr], timeout)
     return parse_neigh(proc.stdout) if proc is not None and proc.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The kernel's answer to ``ip route get DST from SRC [iif IFACE]`` (a lookup that sends
+    nothing): the route, or the error that stands for the kernel dropping such a packet.
+
+    With ``iif`` it is the lookup a packet arriving on that interface gets, reverse-path
+    filter included: ``Invalid argument`` (``Invalid cross-device link`` on older kernels)
+    is ``rp_filter`` refusing it. Without, it is the route a reply from SRC takes (policy
+    rules such as ``from SRC lookup T`` included: ``table`` names a table other than main).
+    """
+
+    command: str
+    route: Route | None
+    error: str = ""
+    table: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.route is not None and not self.error
+
+    def to_dict(self) -> dict[str, object]:
+        r = self.route
+        return {"command": self.command, "ok": self.ok, "error": self.error,
+                "table": self.table, "dev": r.iface if r else None, "via": r.via if r else None}
+
+
+def parse_lookup(command: str, returncode: int, stdout: str, stderr: str, dst: str) -> Lookup:
+    """A :class:`Lookup` from ``ip -j route get`` output (pure)."""
+    if returncode != 0:
+        text = " ".join(stderr.replace("RTNETLINK answers:", "").split()) or f"exit {returncode}"
+        return Lookup(command, None, text)
+    route = parse_route_get(stdout, dst)
+    table = ""
+    try:
+        entries = json.loads(stdout)
+        if isinstance(entries, list) and entries and isinstance(entries[0], dict):
+            table = str(entries[0].get("table", ""))
+    except json.JSONDecodeError:
+        pass
+    if route is None:
+        return Lookup(command, None, "no usable route (unreachable, blackhole or prohibit)")
+    return Lookup(command, route, "", "" if table in ("main", "local") else table)
+
+
+def lookup(dst: str, src: str, iif: str | None = None, timeout: float = 2.0) -> Lookup | None:
+    """``ip -j route get DST from SRC [iif IFACE]`` (edge, bounded); None without iproute2
+    or when it does not answer in ``timeout``."""
+    ip = shutil.which("ip")
+    if ip is None:
+        return None
+    tail = ["from", src, *(["iif", iif] if iif else [])]
+    proc = run_command([ip, "-j", "route", "get", dst, *tail], timeout)
+    if proc is None:
+        return None
+    return parse_lookup(" ".join(["ip", "route", "get", dst, *tail]), proc.returncode,
+                        proc.stdout, proc.stderr, dst)
+
+
+# ---- who else answers ARP for an address (IPv4 duplicate address detection) -----------------
+
+_ARP_ETHERTYPE = 0x0806
+
+
+def arp_probe(own_mac: bytes, address: str) -> bytes:
+    """An ARP probe for ``address`` (RFC 5227: sender address 0.0.0.0, so no host updates
+    its cache from it), broadcast from ``own_mac`` (pure)."""
+    import struct
+
+    target = ipaddress.IPv4Address(address).packed
+    return (b"\xff" * 6 + own_mac + struct.pack("!H", _ARP_ETHERTYPE)
+            + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + own_mac + b"\0" * 4
+            + b"\0" * 6 + target)
+
+
+def parse_arp_reply(frame: bytes, address: str, own_mac: bytes) -> str | None:
+    """The MAC (``aa:bb:...``) of another host answering ARP for ``address`` in an Ethernet
+    frame, or None (pure)."""
+    import struct
+
+    if len(frame) < 42 or struct.unpack("!H", frame[12:14])[0] != _ARP_ETHERTYPE:
+        return None
+    op = struct.unpack("!H", frame[20:22])[0]
+    sha, spa = frame[22:28], frame[28:32]
+    if op != 2 or spa != ipaddress.IPv4Address(address).packed or sha == own_mac:
+        return None
+    return ":".join(f"{b:02x}" for b in sha)
+
+
+def address_owners(iface: str, address: str, timeout: float = 1.0,
+                   sys_class: Path = Path("/sys/class/net")) -> tuple[str, ...] | None:
+    """The MACs of other hosts on ``iface``'s segment that answer ARP for ``address`` (this
+    host's own: any answer is a duplicate), or None when it cannot be asked (not root, not
+    Ethernet, IPv6) (edge: two probes, bounded by ``timeout``)."""
+    import time
+
+    try:
+        ipaddress.IPv4Address(address)
+        own = bytes.fromhex((sys_class / iface / "address").read_text().strip()
+                            .replace(":", ""))
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ARP_ETHERTYPE))
+    except (OSError, ValueError, AttributeError):
+        return None
+    if len(own) != 6:
+        sock.close()
+        return None
+    found: dict[str, None] = {}
+    with sock:
+        try:
+            sock.bind((iface, 0))
+            for _ in range(2):
+                sock.send(arp_probe(own, address))
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                mac = parse_arp_reply(sock.recv(128), address, own)
+                if mac:
+                    found[mac] = None
+        except TimeoutError:
+            pass
+        except OSError:
+            return None
+    return tuple(found)

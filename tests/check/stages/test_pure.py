@@ -11,10 +11,13 @@ from ddpnet.check.stages.sweep import slowest_link
 
 
 def test_peers_are_the_ranks_that_published_facts() -> None:
-    got = {0: {"address": "10.0.0.1", "mesh_port": 4000, "mtu_port": 5000, "mtu": 9000},
+    got = {0: {"address": "10.0.0.1", "mesh_port": 4000, "mtu_port": 5000, "mtu": 9000,
+               "subnet": "10.0.0.0/24"},
            2: {"address": "10.0.0.3", "mesh_port": 4002}}
     peers = peers_of(got, 3)
-    assert peers == [["10.0.0.1", 4000, 5000, 9000], None, ["10.0.0.3", 4002, None, None]]
+    # the subnet last: each rank asks its kernel about one peer per subnet (check.paths)
+    assert peers == [["10.0.0.1", 4000, 5000, 9000, "10.0.0.0/24"], None,
+                     ["10.0.0.3", 4002, None, None, None]]
     assert as_peers(peers) == [("10.0.0.1", 4000), None, ("10.0.0.3", 4002)]
     # path-MTU probes go only to peers that published an echo port and an MTU
     assert mtu_targets(peers) == [("10.0.0.1", 5000, 9000), None, None]

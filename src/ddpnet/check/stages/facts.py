@@ -80,6 +80,9 @@ def node_facts(cfg: DistConfig, sel: Selection, environ: Mapping[str, str]) -> d
     for key in ("interface", "address", "interface_pinned"):
         merged[key] = base[key]
     merged["doctor"] = doctor_summary(report.checks)
+    # the firewall as the doctor read and evaluated it: before the mesh blames a firewall
+    merged["firewall_checks"] = {c.id: c.status for c in report.checks
+                                 if c.id.startswith("firewall.")}
     return merged
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import mesh, nat, pmtu
+from ddpnet.check import loss, mesh, nat, paths, pmtu
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.stages import pathmtu
 
@@ -19,10 +19,11 @@ Peer = tuple[str, int]
 
 
 def peers_of(got: Mapping[int, Mapping[str, Any]], world: int) -> list[list[Any] | None]:
-    """``[address, mesh_port, mtu_port, mtu]`` of every rank that published its facts, by
-    rank (pure)."""
+    """``[address, mesh_port, mtu_port, mtu, subnet]`` of every rank that published its
+    facts, by rank (pure)."""
     return [[got[r]["address"], got[r]["mesh_port"], got[r].get("mtu_port"),
-             got[r].get("mtu")] if r in got else None for r in range(world)]
+             got[r].get("mtu"), got[r].get("subnet")] if r in got else None
+            for r in range(world)]
 
 
 def as_peers(peers: Sequence[Sequence[Any] | None]) -> list[Peer | None]:
@@ -71,25 +72,49 @@ def peers_for(ctx: RankContext, stage: Mapping[str, Any]) -> list[list[Any] | No
 
 def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
           sampled: bool = False) -> None:
-    """Connect to every peer given while the path-MTU probes run; publish this rank's rows
-    (the MTU row first: rank 0 reads it once the mesh row is there); a sampled mesh's row
-    holds only the probed cells."""
+    """Connect to every peer given while the path-MTU probes run and the kernel is asked about
+    the paths (``check.paths``); publish this rank's rows (the MTU row first: rank 0 reads it
+    once the mesh row is there); a sampled mesh's row holds only the probed cells."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from ddpnet.doctor.base import Host
 
     targets = mtu_targets(peers)
     own = targets[ctx.rank] if ctx.rank < len(targets) else None
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         mtu_row = pool.submit(pmtu.probe_row, ctx.rank, ctx.address, own[2] if own else 0,
                               targets, fanout=ctx.opts.fanout)
+        loss_row = pool.submit(loss.probe_row, ctx.rank, targets, fanout=ctx.opts.fanout)
+        kernel = pool.submit(paths.gather, str(ctx.address), str(ctx.sel.interface),
+                             paths.representatives(peers, ctx.rank), Host().sysctl,
+                             jobs=paths.job_bindings(_facts(ctx), str(ctx.address)))
         row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
                              fanout=ctx.opts.fanout, source=ctx.probe_from)
         try:
             mtus = mtu_row.result()
         except OSError as exc:  # a probe socket this host refuses: not judged
             mtus = {"error": {"reason": str(exc)}}
+        try:
+            routes: dict[str, Any] | None = kernel.result()
+        except (OSError, ValueError):  # no evidence: nothing judged
+            routes = None
+        try:
+            losses: dict[str, list[int]] = loss_row.result()
+        except OSError:
+            losses = {}
     ctx.store.publish("pmtu", ctx.rank, mtus)
     probed = [j for j, p in enumerate(peers) if p is not None and j != ctx.rank]
-    ctx.store.publish("mesh", ctx.rank, mesh.published(row, probed if sampled else None))
+    ctx.store.publish("mesh", ctx.rank, {**mesh.published(row, probed if sampled else None),
+                                         "paths": routes, "loss": losses})
+
+
+def _facts(ctx: RankContext) -> Mapping[str, Any]:
+    """This rank's facts as gathered (what its libraries would bind), else nothing."""
+    try:
+        facts = ctx.facts.result(timeout=0)
+    except Exception:  # not gathered (yet): nothing beside this check's own address
+        return {}
+    return facts if isinstance(facts, Mapping) else {}
 
 
 def _blocking(found: Findings) -> bool:
@@ -121,13 +146,22 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         found.causes.append(found.timeout_cause("reachability", lost))
     # where each rank's probes arrived at its peers from: a NAT rewrites it
     causes, explained = nat.analyze(matrix, got, found.labels, seen)
+    # what each rank's kernel says about the way in and back: routes, rp_filter
+    kernel, routed = paths.analyze(nat.masked(matrix, explained), got, found.labels,
+                                   kernel_paths(rows))
+    causes += kernel
+    explained |= routed
     causes += mesh.analyze(nat.masked(matrix, explained), found.labels,
                            [p[1] if p else None for p in peers], ctx.cfg.master_port,
-                           str(got[0].get("subnet") or "<cluster-subnet>"))
+                           str(got[0].get("subnet") or "<cluster-subnet>"),
+                           firewalls=[mesh.firewall_verdict(got.get(r) or {})
+                                      for r in range(world)],
+                           addresses=[str(p[0]) if p else None for p in peers])
     causes += pathmtu.mesh_rows(ctx, found, got, sorted(rows))
     settle(found, matrix, [r for c in causes if c.id in ("behind-nat", "advertised-unreachable")
                            for r in c.ranks], explained)
     found.causes.extend(causes)
+    found.causes[:] = paths.fold(found.causes)
     cells = mesh.known_cells(matrix)
     ok, pairs = sum(s == mesh.OK for _, _, s in cells), world * (world - 1)
     if isinstance(matrix, mesh.Sampled):
@@ -136,10 +170,12 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         pairs = len(cells)
     else:
         found.extra["reachability"] = matrix
-    found.stages["reachability"] = "fail" if causes or lost else "pass"
+    failing = [c for c in causes if c.severity == "fail"]  # a warning stops nothing
+    found.stages["reachability"] = "fail" if failing or lost else "pass"
     took = ctx.took("reachability", t)
     ctx.progress(f"reachability: {ok} of {pairs} links ok in {took:.1f} s")
-    go = not causes and not lost and not _blocking(found)
+    go = not failing and not lost and not _blocking(found)
+    judge_loss(found, rows)
     ctx.store.set("stage/pg", {"go": go})
     return go
 
@@ -165,6 +201,26 @@ def sampled_note(world: int, offsets: Sequence[int], ok: int, cells: int) -> str
             f"the powers of two and {mesh.RANDOM_OFFSETS} random offsets): {ok} of {cells} "
             f"sampled pairs ok, of {world * (world - 1)} in all; --full-mesh probes every "
             "pair")
+
+
+def judge_loss(found: Findings, rows: Mapping[int, Any]) -> None:
+    """Loss slows training, it does not stop the group: judged beside the mesh, never a
+    reason to skip the process group stage."""
+    lossy = loss.analyze({i: v.get("loss") or {} for i, v in rows.items()
+                          if isinstance(v, Mapping)}, found.labels)
+    found.causes.extend(lossy)
+    if any(c.severity == "fail" for c in lossy):
+        found.stages["reachability"] = "fail"
+
+
+def kernel_paths(rows: Mapping[int, Any]) -> dict[int, Mapping[str, Any]]:
+    """Every rank's published kernel answers (``check.paths``), by rank (pure)."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for rank, value in rows.items():
+        got = paths.read_published(value.get("paths") if isinstance(value, Mapping) else None)
+        if got is not None:
+            out[rank] = got
+    return out
 
 
 def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence[int],
