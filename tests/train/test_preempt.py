@@ -30,7 +30,8 @@ from ddpnet.train.preempt import (
     slurm_job,
 )
 from ddpnet.train.report import render_preempted
-from ddpnet.train.run import TrainResult, local_code
+from ddpnet.train.result import TrainResult
+from ddpnet.train.run import local_code
 from tests.conftest import clean_environ
 from tests.train.helpers import train_json
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ddpnet.train.run import TrainResult
+    from ddpnet.train.result import TrainResult
     from ddpnet.train.summary import StepEvent, Summary
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ddpnet.errors import ConfigError
@@ -17,6 +16,7 @@ from ddpnet.paths import dir_creatable
 from ddpnet.train import hugepages
 from ddpnet.train.config import TrainConfig, TrainOptions, validate
 from ddpnet.train.report import Reporter
+from ddpnet.train.result import TrainResult
 
 if TYPE_CHECKING:
     from ddpnet.local import LocalResult
@@ -24,28 +24,6 @@ if TYPE_CHECKING:
     from ddpnet.train.dist import Dist
     from ddpnet.train.preempt import Preempted, Requeue
     from ddpnet.train.summary import StepCallback, Summary
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """How this process's part of a run ended. Rank 0 of a run carries the summary (and
-    every rank's telemetry with ``--monitor``); other ranks and the ``--local`` parent carry
-    only the exit code. ``rank`` is None in the ``--local`` parent (it ran no group). A run
-    stopped by a preemption signal carries ``preempted`` on rank 0 instead of a summary."""
-
-    exit_code: int
-    rank: int | None = None
-    summary: Summary | None = None
-    telemetry: tuple[dict[str, Any], ...] | None = None
-    preempted: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.preempted is not None:
-            return {"preempted": self.preempted}
-        out = self.summary.to_dict() if self.summary is not None else {}
-        if self.telemetry is not None:
-            out["telemetry"] = list(self.telemetry)
-        return out
 
 
 def run(options: TrainOptions) -> TrainResult:
