@@ -245,6 +245,8 @@ class Runner:
 
     work: Path
     budget_s: float
+    #: every step's timeout times this (a CPU rehearsal on a loaded host needs more)
+    timeout_scale: float = 1.0
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
 
@@ -252,6 +254,7 @@ class Runner:
         return self.budget_s - (time.monotonic() - self.started)
 
     def step(self, name: str, timeout: float, body: Callable[[float], Outcome]) -> Outcome:
+        timeout *= self.timeout_scale
         if self.left() < min(timeout, 20.0):
             o = Outcome(None, note=f"skipped: {self.left():.0f} s of the budget left")
         else:
@@ -384,11 +387,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for every step")
     p.add_argument("--rehearse-on-cpu", action="store_true",
                    help="the same steps with gloo on CPU, small sizes (checks the script)")
+    p.add_argument("--timeout-scale", type=float, default=1.0,
+                   help="multiply every step's timeout (a rehearsal on a loaded CPU host)")
     a = p.parse_args(argv)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     plan = CPU if a.rehearse_on_cpu else GPU
-    r = Runner(work, a.budget)
+    r = Runner(work, a.budget, a.timeout_scale)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # a SIGTERM (make or the shell's trap) unwinds: each step's group killed, the lab down
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
