@@ -416,14 +416,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed or bad or summary["leftover_namespaces"] else 0
 
 
+#: name prefixes of the labs this run makes: its own, and watch_detect.py's (``fresh_lab("wdb")``)
+LAB_PREFIXES = ("gck-", "wdb")
+
+
 def namespaces() -> list[str]:
-    """``ip netns list`` names (a lab's nodes and router), to show none is left behind."""
+    """``ip netns list`` names of this run's labs (nodes and switch), to show none is left
+    behind; other labs on a shared host are not ours to count."""
     try:
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                              timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(LAB_PREFIXES)]
 
 
 if __name__ == "__main__":
