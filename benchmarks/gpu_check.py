@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -387,12 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for every step")
     p.add_argument("--rehearse-on-cpu", action="store_true",
                    help="the same steps with gloo on CPU, small sizes (checks the script)")
+    p.add_argument("--watch-cases", default=None,
+                   help="watch_detect.py --cases, comma-separated (default killed,link-down: "
+                        "the budget holds two; the whole matrix takes ~15 min: raise --budget)")
     p.add_argument("--timeout-scale", type=float, default=1.0,
                    help="multiply every step's timeout (a rehearsal on a loaded CPU host)")
     a = p.parse_args(argv)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     plan = CPU if a.rehearse_on_cpu else GPU
+    if a.watch_cases:
+        plan = replace(plan, watch_cases=a.watch_cases)
     r = Runner(work, a.budget, a.timeout_scale)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # a SIGTERM (make or the shell's trap) unwinds: each step's group killed, the lab down
