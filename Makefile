@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install -q -c constraints.txt
 STAMP   := $(VENV)/.ddpnet-installed
 
-.PHONY: setup system-deps bytecode demo test lint typecheck unit clean
+.PHONY: setup system-deps bytecode demo test lint typecheck unit clean gpu-check
 
 setup: $(STAMP)
 
@@ -33,6 +33,12 @@ lint: setup
 
 test: setup system-deps lint bytecode
 	$(VENV)/bin/pytest -q --durations=30
+
+# The GPU path measured on one CUDA GPU (docs/gpu-check.md; no setup: a GPU node may have
+# its own torch and no network): one JSON summary in
+# benchmarks/results/gpu_check.json; one line and exit 0 where torch sees no CUDA device.
+gpu-check:
+	bash scripts/gpu-check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -73,3 +73,16 @@ def test_nccl_debug_lines_stay_off_the_json(run_cli: RunCli) -> None:
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert json.loads(proc.stdout)["backend"] == "nccl"  # the whole of stdout
     assert "NCCL INFO" in proc.stderr
+
+
+def test_the_gpu_defaults_report_mfu_tf32_and_fused_kernels() -> None:
+    """Issue 30: at its GPU defaults the transformer is matmul-bound (the sizes, TF32 and the
+    fused optimizer are stated) and the summary carries MFU beside samples/s."""
+    got = _train("--model", "transformer", "--device", "cuda", "--max-steps", "30",
+                 "--log-every", "30", "--amp", "bf16")
+    assert got["config"]["sized_by"] == "cuda defaults" and got["config"]["width"] == 2048
+    assert got["tf32"] is True and got["precision_note"] is None  # ~10 TFLOP per step
+    assert any("fused optimizer kernels" in n for n in got["notes"]), got["notes"]
+    assert got["model_tflops"] > 0 and got["device_name"].startswith("NVIDIA")
+    if got["utilisation"]["gpu"] is not None:  # a GPU in the peak table
+        assert 0 < got["mfu"] < 1

@@ -56,3 +56,23 @@ def test_the_train_command_imports_no_torch_before_run() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=clean_environ())
     assert out.stdout.strip() == "False"
+
+
+def test_no_two_train_modules_import_each_other() -> None:
+    """run returns a TrainResult and report prints one: both import it from result.py, not
+    from each other (the guide: no cycle between two files, TYPE_CHECKING imports included)."""
+    import ast
+    from pathlib import Path
+
+    import ddpnet.train
+
+    package = Path(ddpnet.train.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        names = {node.module for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.ImportFrom) and node.module}
+        imports[path.stem] = {n.rsplit(".", 1)[1] for n in names
+                              if n.startswith("ddpnet.train.")}
+    pairs = sorted((a, b) for a, deps in imports.items() for b in deps
+                   if a < b and a in imports.get(b, set()))
+    assert pairs == [], pairs

@@ -54,4 +54,33 @@ def test_datasets_are_identical_on_every_rank_and_digits_is_bundled() -> None:
     s = load_dataset("synthetic", samples=256, eval_samples=64, seed=3)
     labels = s.train.tensors[1]
     assert len(s.train) == 256 and len(s.eval) == 64
-    assert len(labels.unique()) >= 5, "the synthetic teacher should use most classes"
+    assert len(labels.unique()) >= 5, "the synthetic labels should use most classes"
+
+
+def test_a_batch_is_the_samplers_next_indices_in_order() -> None:
+    """One gather per batch (BatchSampler) yields exactly the per-sample loader's batches."""
+    from torch.utils.data import DataLoader
+
+    ds = TensorDataset(torch.arange(100).float().unsqueeze(1), torch.arange(100))
+    for rank in range(2):
+        loader, sampler = make_loader(ds, batch_size=8, rank=rank, world_size=2, seed=1)
+        sampler.set_epoch(3)
+        per_sample = DataLoader(ds, batch_size=8, sampler=sampler, drop_last=True)
+        got = [(x.clone(), y.clone()) for x, y in loader]
+        want = list(per_sample)
+        assert len(loader) == len(got) == len(want) == 50 // 8
+        for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+            assert torch.equal(gx, wx) and torch.equal(gy, wy) and gx.shape == (8, 1)
+
+
+def test_the_synthetic_label_is_the_most_frequent_symbol() -> None:
+    from ddpnet.train.data import mode_label
+
+    ids = torch.tensor([[3, 3, 1, 2, 5, 6, 7, 8],    # 3 twice
+                        [9, 4, 4, 9, 0, 1, 2, 6],    # tie 4/9: the smaller
+                        [0, 1, 2, 3, 4, 5, 6, 7],    # all once: 0
+                        [9, 9, 9, 8, 8, 8, 8, 1]])   # 8 four times
+    assert mode_label(ids).tolist() == [3, 4, 0, 8]
+    s = load_dataset("synthetic", samples=4096, eval_samples=0, seed=0)
+    counts = torch.bincount(s.train.tensors[1], minlength=10)
+    assert int(counts.min()) > 4096 // 40, counts  # every class is common, none dominates

@@ -8,23 +8,28 @@ from typing import Any
 import click
 
 from ddpnet.local import MAX_LOCAL_RANKS
+from ddpnet.train.defaults import SIZE_FIELDS, SIZES_HELP
 
 
 @click.command("train")
 @click.option("--model", type=click.Choice(["mlp", "cnn", "transformer"]), default="mlp",
               show_default=True, help="Built-in model.")
-@click.option("--width", type=int, default=64, show_default=True,
-              help="Hidden width / channels; scales parameters (mlp: ~depth*width^2).")
-@click.option("--depth", type=int, default=2, show_default=True, help="Layers.")
+@click.option("--width", type=int, default=None,
+              help="Hidden width / channels; scales parameters (mlp: ~depth*width^2) "
+                   f"[default: per device, {SIZES_HELP}].")
+@click.option("--depth", type=int, default=None,
+              help="Layers [default: per device, see --width].")
 @click.option("--dataset", type=click.Choice(["synthetic", "digits"]), default="synthetic",
               show_default=True, help="digits: scikit-learn's bundled 8x8 digits (no download).")
-@click.option("--samples", type=int, default=4096, show_default=True,
-              help="Training samples of the synthetic dataset.")
+@click.option("--samples", type=int, default=None,
+              help="Training samples of the synthetic dataset "
+                   "[default: per device, see --width].")
 @click.option("--eval-samples", type=int, default=1024, show_default=True,
               help="Eval samples of the synthetic dataset.")
 @click.option("--epochs", type=int, default=1, show_default=True)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Per rank.")
+@click.option("--batch-size", type=int, default=None,
+              help="Per rank [default: per device, see --width].")
 @click.option("--lr", type=float, default=None,
               help="Learning rate [default: the model's: 0.05 SGD, 1e-3 AdamW].")
 @click.option("--optimizer", type=click.Choice(["auto", "sgd", "adamw"]), default="auto",
@@ -46,6 +51,10 @@ from ddpnet.local import MAX_LOCAL_RANKS
 @click.option("--powersgd-start-iter", type=int, default=2, show_default=True,
               help="Plain all-reduce steps before PowerSGD starts.")
 @click.option("--static-graph", is_flag=True, help="DDP static_graph=True (fixed graph).")
+@click.option("--tf32/--no-tf32", default=True, show_default=True,
+              help="CUDA: fp32 matmuls on TF32 tensor cores (--no-tf32: full fp32).")
+@click.option("--compile", "compile", is_flag=True,
+              help="torch.compile the model before training (the first steps compile).")
 @click.option("--checkpoint-dir", default=None, help="Rank 0 writes checkpoints here; "
               "a run resumes from the newest complete one.")
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,
@@ -81,7 +90,10 @@ def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: f
     from ddpnet.train.run import leave, run
 
     flags["monitor_interval_s"] = monitor_interval if monitor else 0.0
-    result = run(TrainOptions(TrainConfig(**flags), local=local, as_json=as_json))
+    open_sizes = frozenset(k for k in SIZE_FIELDS if flags[k] is None)
+    given = {k: v for k, v in flags.items() if k not in open_sizes}
+    result = run(TrainOptions(TrainConfig(**given), local=local, as_json=as_json,
+                              open_sizes=open_sizes))
     code = report(result, as_json)
     if result.rank is None:  # the --local parent: its ranks ran the group
         return code

@@ -61,6 +61,13 @@ class TrainConfig:
     #: after a preemption checkpoint (SIGUSR1/SIGTERM), rank 0 runs ``scontrol requeue
     #: $SLURM_JOB_ID`` (docs/train.md "Preemption"); needs ``checkpoint_dir``
     requeue_on_signal: bool = False
+    #: CUDA: fp32 matmuls on TF32 tensor cores (``--no-tf32``: full fp32); no effect on CPU
+    tf32: bool = True
+    #: ``--compile``: torch.compile the model's forward (in place) before training
+    compile: bool = False
+    #: "flags", or which device's defaults (``ddpnet.train.defaults``) set the size fields
+    #: the flags left open, e.g. "cuda defaults"
+    sized_by: str = "flags"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,3 +226,21 @@ class TrainOptions:
     config: TrainConfig
     local: int | None = None
     as_json: bool = False
+    #: size fields whose flag was not given (``ddpnet.train.defaults.SIZE_FIELDS``): the
+    #: device's defaults fill them once the device is known
+    open_sizes: frozenset[str] = frozenset()
+
+
+def sized(cfg: TrainConfig, open_sizes: frozenset[str], device: str) -> TrainConfig:
+    """``cfg`` with the fields in ``open_sizes`` set to ``device``'s defaults for its model
+    (pure); ``sized_by`` names the device when any were."""
+    from dataclasses import replace
+
+    from ddpnet.train.defaults import sizes_for
+
+    if not open_sizes:
+        return cfg
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    values: dict[str, Any] = {k: v for k, v in sizes_for(cfg.model, kind).values().items()
+                              if k in open_sizes}
+    return replace(cfg, **values, sized_by=f"{kind} defaults")

@@ -1,8 +1,12 @@
 """Datasets and the DistributedSampler every rank uses.
 
 ``digits`` is scikit-learn's bundled 8x8 handwritten digits (1,797 images shipped inside the
-wheel; nothing is downloaded). ``synthetic`` is a seeded 10-class problem labelled by a random
-two-layer teacher, any size, identical on every rank.
+wheel; nothing is downloaded). ``synthetic`` is a seeded 10-class problem with a rule a small
+model learns in a few hundred steps, any size, identical on every rank: each sample is 8 tokens
+(the 8 rows of the 8x8 input), each token one of 10 symbols (a random code of 8 features plus
+noise), and the class is the symbol that occurs most often (the smallest on a tie). The
+transformer at its CPU defaults passes 0.8 eval accuracy in 300 steps (chance: 0.1); a random
+teacher's labels, used before, left it at 0.19.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 NUM_CLASSES = 10
 
@@ -44,15 +48,30 @@ def _digits(seed: int) -> Split:
     return Split(TensorDataset(x[train], y[train]), TensorDataset(x[held], y[held]))
 
 
-def _synthetic(samples: int, eval_samples: int, seed: int) -> Split:
+#: symbols per token, tokens per sample, features per token (8 x 8 = the models' 64 inputs)
+SYMBOLS, TOKENS, TOKEN_FEATURES = NUM_CLASSES, 8, 8
+#: noise added to each token's code, relative to the codes' unit scale
+TOKEN_NOISE = 0.1
 
+
+def _synthetic(samples: int, eval_samples: int, seed: int) -> Split:
     gen = torch.Generator().manual_seed(10_000 + seed)
-    w1 = torch.randn(64, 32, generator=gen)
-    w2 = torch.randn(32, NUM_CLASSES, generator=gen)
-    x = torch.randn(samples + eval_samples, 64, generator=gen)
-    y = (torch.tanh(x @ w1 / 8.0) @ w2).argmax(dim=1)
+    codes = torch.randn(SYMBOLS, TOKEN_FEATURES, generator=gen)
+    n = samples + eval_samples
+    ids = torch.randint(0, SYMBOLS, (n, TOKENS), generator=gen)
+    x = codes[ids] + TOKEN_NOISE * torch.randn(n, TOKENS, TOKEN_FEATURES, generator=gen)
+    x = x.reshape(n, TOKENS * TOKEN_FEATURES)
+    x = (x - x.mean()) / x.std()
+    y = mode_label(ids)
     return Split(TensorDataset(x[:samples], y[:samples]),
                  TensorDataset(x[samples:], y[samples:]))
+
+
+def mode_label(ids: torch.Tensor) -> torch.Tensor:
+    """The class of each row of symbol ids: the symbol that occurs most often, the smallest
+    on a tie (counts are integers, so a tie-break below 1 never overturns a count)."""
+    counts = torch.nn.functional.one_hot(ids, SYMBOLS).sum(dim=1).float()
+    return (counts - 0.01 * torch.arange(SYMBOLS)).argmax(dim=1)
 
 
 def make_loader(dataset: TensorDataset, *, batch_size: int, rank: int, world_size: int,
@@ -62,9 +81,15 @@ def make_loader(dataset: TensorDataset, *, batch_size: int, rank: int, world_siz
 
     ``drop_last=True`` in the sampler keeps every rank on the same number of samples without
     padding duplicates, so the global batch is exactly what one process would see.
+
+    A batch is one indexing of the in-memory tensors by the sampler's next ``batch_size``
+    indices (a ``BatchSampler``), not ``batch_size`` single-sample reads and a collate: the
+    same samples in the same order, but a 1024-sample batch costs one gather instead of
+    ~1024 Python calls (milliseconds a GPU step would wait for).
     """
     sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
-                        num_workers=0)
+    batches = BatchSampler(sampler, batch_size=batch_size, drop_last=True)
+    loader: DataLoader[tuple[torch.Tensor, ...]] = DataLoader(
+        dataset, sampler=batches, batch_size=None, num_workers=0)
     return loader, sampler

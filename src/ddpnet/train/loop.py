@@ -27,9 +27,11 @@ from ddpnet.train import hugepages
 from ddpnet.train.comm import HookPlan, register_hook, watch_timing
 from ddpnet.train.config import TrainConfig
 from ddpnet.train.data import NUM_CLASSES, Split, load_dataset, make_loader
+from ddpnet.train.defaults import sizes_for
 from ddpnet.train.dist import Dist
 from ddpnet.train.model import build_model, count_parameters
 from ddpnet.train.optim import OptimPlan, divergence, plan
+from ddpnet.train.peaks import utilisation
 from ddpnet.train.precision import flops_per_step, precision_label, precision_note
 from ddpnet.train.preempt import Preempted, StopChecks, StopRequest
 from ddpnet.train.resume import checkpoint_path, due, restore, save
@@ -82,15 +84,17 @@ def train(cfg: TrainConfig, d: Dist, *, callbacks: Sequence[StepCallback] = (),
     (:class:`ddpnet.train.preempt.Preempted`)."""
     torch.manual_seed(cfg.seed)  # the same initial weights everywhere (DDP also broadcasts)
     parts = build(cfg, d)
-    notes = [f"process group via {d.via}"]
+    notes = [f"process group via {d.via}", *setup_notes(cfg, d.device)]
     if d.device == "cpu":
         notes.append(hugepages.describe(os.environ))
     # Resume before DDP wraps the model: DDP broadcasts rank 0's parameters at construction,
     # and rank 0 broadcasts the optimizer/scaler state, so only rank 0 needs the file.
-    with phase("warmup"):  # the watch's allowance: loading, calibration, DDP's broadcast
+    with phase("warmup"):  # the watch's allowance: load, compile, calibrate, DDP's broadcast
         resumed_from = restore(cfg, d, parts.model, parts.optimizer, parts.scaler, notes)
         for line in notes:
             note(line)
+        if cfg.compile:  # in place: the module keeps its type and its state_dict keys
+            parts.model.compile()
         forward_backward = make_forward_backward(cfg, parts.scaler, d.device)
         # measured on the bare model, before DDP attaches its gradient hooks
         compute_per_micro = _calibrate(parts.model, parts.loader, forward_backward,
@@ -123,20 +127,53 @@ def build(cfg: TrainConfig, d: Dist) -> Parts:
             "lower --batch-size or --grad-accum, or raise --samples",
         )
     total_steps = cfg.max_steps if cfg.max_steps is not None else cfg.epochs * steps_per_epoch
+    set_matmul_precision(cfg.tf32, d.device)
     model = build_model(cfg.model, cfg.width, cfg.depth, NUM_CLASSES).to(d.device)
     p = plan(cfg.model, total_steps, optimizer=cfg.optimizer, lr=cfg.lr,
              momentum=cfg.momentum, warmup_steps=cfg.warmup_steps, clip=cfg.clip_grad)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp == "fp16")
     return Parts(split, loader, sampler, steps_per_epoch, total_steps, model,
-                 make_optimizer(model, p), scaler, p)
+                 make_optimizer(model, p, fused=d.device.startswith("cuda")), scaler, p)
 
 
-def make_optimizer(model: torch.nn.Module, p: OptimPlan) -> torch.optim.Optimizer:
-    """SGD with momentum, or AdamW (decoupled weight decay), as the plan says."""
+def make_optimizer(model: torch.nn.Module, p: OptimPlan, *,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """SGD with momentum, or AdamW (decoupled weight decay), as the plan says. ``fused`` (on
+    CUDA): one kernel updates every parameter instead of a few per tensor (torch's fused
+    AdamW/SGD; GradScaler supports both); CPU keeps torch's default (foreach)."""
     if p.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+        return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay,
+                                 fused=fused or None)
     return torch.optim.SGD(model.parameters(), lr=p.lr, momentum=p.momentum,
-                           weight_decay=p.weight_decay)
+                           weight_decay=p.weight_decay, fused=fused or None)
+
+
+def set_matmul_precision(tf32: bool, device: str) -> None:
+    """On CUDA, fp32 matmuls and convolutions run on TF32 tensor cores (``--tf32``, the
+    default: 10-bit mantissa products, fp32 accumulation; ~7x an H100's fp32 rate) or in full
+    fp32 (``--no-tf32``). Autocast's bf16/fp16 matmuls are unaffected. A CPU has no TF32."""
+    if not device.startswith("cuda"):
+        return
+    mode = "tf32" if tf32 else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode  # type: ignore[attr-defined]
+
+
+def setup_notes(cfg: TrainConfig, device: str) -> list[str]:
+    """What the run chose for the user: its size (where the device's defaults set it), its
+    fp32 matmul mode on CUDA, fused optimizer kernels, torch.compile."""
+    notes = []
+    if cfg.sized_by != "flags":
+        s = sizes_for(cfg.model, device)
+        notes.append(f"{cfg.sized_by}: width {cfg.width}, depth {cfg.depth}, batch "
+                     f"{cfg.batch_size}, samples {cfg.samples} ({s.reason})")
+    if device.startswith("cuda"):
+        matmuls = ("fp32 matmuls on TF32 tensor cores (--no-tf32: full fp32)" if cfg.tf32
+                   else "fp32 matmuls in full fp32 (--no-tf32)")
+        notes.append(f"{matmuls}; fused optimizer kernels")
+    if cfg.compile:
+        notes.append("torch.compile: the first steps compile (tens of seconds)")
+    return notes
 
 
 ForwardBackward = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -363,7 +400,12 @@ class Loop:
         m, timed = self.meter, self.meter.timed_steps
         mean_step = m.mean(m.timed_wall)
         params = count_parameters(self.parts.model)
-        flops = flops_per_step(self.cfg.model, params, self.cfg.batch_size, self.cfg.grad_accum)
+        cfg = self.cfg
+        flops = flops_per_step(cfg.model, params, width=cfg.width, depth=cfg.depth,
+                               batch_size=cfg.batch_size, grad_accum=cfg.grad_accum)
+        name = device_name(self.d.device)
+        use = utilisation(flops, mean_step, device=self.d.device, device_name=name,
+                          precision=precision_label(cfg.amp), tf32=cfg.tf32)
         return Summary(
             steps=self.step, final_loss=self.last_loss, eval_loss=self.ev_loss,
             eval_accuracy=self.ev_acc,
@@ -378,7 +420,16 @@ class Loop:
             precision=precision_label(self.cfg.amp), flops_per_step=flops,
             precision_note=precision_note(self.cfg.amp, self.d.device, flops,
                                           m.mean(m.sum_compute)),
+            device_name=name, tf32=cfg.tf32 if self.d.device.startswith("cuda") else None,
+            utilisation=use.to_dict(),
         )
+
+
+def device_name(device: str) -> str:
+    """The CUDA device's name ("NVIDIA H100 80GB HBM3"), or "cpu"."""
+    if device.startswith("cuda"):
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return "cpu"
 
 
 def grad_norm(model: torch.nn.Module, clip: float) -> float:

@@ -72,15 +72,35 @@ def render_summary(s: Summary) -> str:
         f"{s.parameters:,} parameters",
         f"final loss {s.final_loss:.4f}  eval loss {s.eval_loss:.4f}  "
         f"eval accuracy {s.eval_accuracy:.3f}",
-        f"{s.samples_per_s:.0f} samples/s ({s.precision})  step {s.step_time_s * 1e3:.1f} ms  "
-        f"comm share {share}  all-reduce {human_bytes(s.bytes_per_step)}/step "
-        f"({s.bytes_note})",
+        f"{s.samples_per_s:.0f} samples/s ({precision_text(s)})  step "
+        f"{s.step_time_s * 1e3:.1f} ms  comm share {share}  all-reduce "
+        f"{human_bytes(s.bytes_per_step)}/step ({s.bytes_note})",
     ]
+    if s.utilisation:
+        lines.append(utilisation_line(s.utilisation))
     if s.resumed_from is not None:
         lines.append(f"resumed from step {s.resumed_from}")
     if s.precision_note:
         lines.append(f"note: {s.precision_note}")
     return "\n".join(lines)
+
+
+def precision_text(s: Summary) -> str:
+    """"bf16", "fp32, TF32 matmuls" (CUDA), "fp32"."""
+    if s.precision == "fp32" and s.tf32 is not None:
+        return "fp32, TF32 matmuls" if s.tf32 else "fp32, full-fp32 matmuls"
+    return s.precision
+
+
+def utilisation_line(u: dict[str, Any]) -> str:
+    """Model FLOP/s per rank beside MFU: "model 412.0 TFLOP/s per rank = 41.6% MFU (H100 SXM
+    bf16 dense peak 989.4)", or why there is no MFU."""
+    rate = u["tflops"]
+    head = f"model {rate:.3g} TFLOP/s per rank" if rate == rate else "model TFLOP/s unknown"
+    if u.get("mfu") is None:
+        return f"{head} (no MFU: {u['source']})"
+    return (f"{head} = {u['mfu']:.1%} MFU ({u['gpu']} {u['peak_of']} dense peak "
+            f"{u['peak_tflops']:g})")
 
 
 def render_telemetry(per_rank: list[dict[str, Any]]) -> str:

@@ -1,5 +1,6 @@
-"""What ``ddpnet train`` returns (:mod:`ddpnet.train.run`) and ``--json`` prints or
-:mod:`ddpnet.train.report` shows: its own module, so neither of those imports the other."""
+"""How one process's part of a ``ddpnet train`` run ended (a pure record, no torch): what
+``run`` returns and ``report`` prints. Its own module so that the two import it, not each
+other."""
 
 from __future__ import annotations
 

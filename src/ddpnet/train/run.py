@@ -14,7 +14,7 @@ from ddpnet.errors import ConfigError
 from ddpnet.exitcodes import ExitCode
 from ddpnet.paths import dir_creatable
 from ddpnet.train import hugepages
-from ddpnet.train.config import TrainConfig, TrainOptions, validate
+from ddpnet.train.config import TrainConfig, TrainOptions, device_kind, sized, validate
 from ddpnet.train.report import Reporter
 from ddpnet.train.result import TrainResult
 
@@ -37,6 +37,9 @@ def run(options: TrainOptions) -> TrainResult:
     # a path costs a stat; validate may import torch (seconds) to ask about CUDA
     _checkpoint_dir_usable(options.config.checkpoint_dir)
     cfg = validate(options.config, cuda_available=_cuda_available)
+    if options.open_sizes:  # the device's defaults (knowing it imports torch: after the flags)
+        device = device_kind(cfg.device, cuda_available=_cuda_available())
+        cfg = validate(sized(cfg, options.open_sizes, device), cuda_available=_cuda_available)
     if options.local is not None:
         return TrainResult(run_local(options.local, cfg, as_json=options.as_json))
     return run_rank(cfg, as_json=options.as_json)

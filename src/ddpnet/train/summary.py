@@ -71,6 +71,17 @@ class Summary:
     flops_per_step: float = 0.0
     #: why bf16/fp16 cannot speed this run up (``train.precision``), None when it can
     precision_note: str | None = None
+    #: "NVIDIA H100 80GB HBM3", or "cpu"
+    device_name: str = "cpu"
+    #: CUDA: whether fp32 matmuls ran on TF32 tensor cores; None on CPU
+    tf32: bool | None = None
+    #: model TFLOP/s per rank and MFU (``ddpnet.train.peaks.Utilisation.to_dict``)
+    utilisation: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mfu(self) -> float | None:
+        value = self.utilisation.get("mfu")
+        return None if value is None else float(value)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +93,11 @@ class Summary:
             "precision": self.precision,
             "flops_per_step": self.flops_per_step,
             "precision_note": self.precision_note,
+            "tf32": self.tf32,
+            "model_tflops": self.utilisation.get("tflops"),
+            "mfu": self.mfu,
+            "utilisation": self.utilisation,
+            "device_name": self.device_name,
             "bytes_per_step": self.bytes_per_step,
             "bytes_note": self.bytes_note,
             "step_time_s": self.step_time_s,
