@@ -26,6 +26,7 @@ from typing import Any
 
 from ddpnet.exitcodes import ExitCode
 from ddpnet.output import exit_now
+from ddpnet.watch.desync import KEY as DESYNC_KEY
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
     BACKEND,
@@ -85,8 +86,9 @@ class Beacon:
                                               strict=True):
                     self.window = self.window.add(end - start, wait)
             window = self.window
+        extra = {**self.ident.extra, DESYNC_KEY: rec.digest()}
         with rec.lock:
-            return replace(self.ident, step=rec.step, phase=rec.phase,
+            return replace(self.ident, step=rec.step, phase=rec.phase, extra=extra,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
                            recent=records, step_times=window.step_times,
                            wait_times=window.wait_times, published=time.time())

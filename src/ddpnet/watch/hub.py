@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import network, straggler
+from ddpnet.watch import desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.probe import PORTS_KEY, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
+    FINISHED,
     PEER_FAILED,
     CollectiveRecord,
     Diagnosis,
@@ -57,6 +58,8 @@ PROBE_TIMEOUT_S = 2.0
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
 #: probe rounds for one network slowdown while none names its node or link
 SLOWDOWN_ROUNDS = 3
+#: seconds between comparisons of the ranks' collective digests (watch.desync)
+DESYNC_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,8 @@ class Hub:
         self.slowdown_rounds = 0
         self.warnings: list[Diagnosis] = []
         self.warned: list[dict[str, Any]] = []
+        self.next_desync = 0.0
+        self.desync_named = False
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -243,8 +248,7 @@ class Hub:
         gone = dict(self.left)
         if not leavers_only:
             for rank in self.finished:
-                gone.setdefault(rank, "finished normally (said goodbye) while others may still "
-                                      "call collectives")
+                gone.setdefault(rank, f"{FINISHED} while others may still call collectives")
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
         return Snapshot(self.options.world_size, time.time(), states, gone)
@@ -259,7 +263,8 @@ class Hub:
                 self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
-        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now)
+        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now) or \
+            self.desync_due(now)
         if trigger is not None:
             self.probing = None  # a stall outranks a straggler's probes
             if not self.ask_probes(trigger, now):
@@ -270,6 +275,17 @@ class Hub:
                 self.warn_probed(probing)
         else:
             self.check_stragglers(now)
+
+    def desync_due(self, now: float) -> str | None:
+        """Every DESYNC_EVERY_S: whether the ranks' collectives parted (no hang needed), or a
+        rank finished while another issued more (``watch.desync``)."""
+        if now < self.next_desync or self.watchdog.fired or self.desync_named:
+            return None
+        self.next_desync = now + DESYNC_EVERY_S
+        if desync.detect(self.snapshot()) is None:
+            return None
+        self.desync_named = True  # once: with watch_action="warn" the job goes on parted
+        return "collectives parted"
 
     # -- straggler warnings ------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ddpnet.watch.desync import StepLog
 from ddpnet.watch.state import PHASES, CollectiveRecord
 
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
@@ -153,6 +154,10 @@ class Recorder:
         self.waits: deque[tuple[float, float]] = deque(maxlen=WAIT_SPANS)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
+        #: collectives issued so far in the default group (its sequence number; the session
+        #: sets it) and each step's digest of them (``watch.desync``)
+        self.issued: Callable[[], int] = lambda: 0
+        self.steps = StepLog()
 
     def set_phase(self, phase: str) -> None:
         if phase not in PHASES:
@@ -166,10 +171,19 @@ class Recorder:
 
     def set_step(self, step: int) -> None:
         now = self.clock()
+        issued = self.issued()
         with self.lock:
             if self.step_started and step != self.step:
                 self.spans.append((self.step_started, now))
+            if step != self.step:
+                self.steps.begin(step, issued)
             self.step, self.step_started = step, now
+
+    def digest(self) -> dict[str, Any]:
+        """The last steps' collective digests (``watch.desync``), for the heartbeat."""
+        issued = self.issued()
+        with self.lock:
+            return self.steps.digest(issued)
 
     def take_spans(self) -> list[tuple[float, float]]:
         """The steps finished since the last call, oldest first (the heartbeat's)."""
@@ -237,6 +251,7 @@ class Recorder:
             record = self.called_record(name, args, next_seq())
             with self.lock:
                 self.called.append(record)
+                self.steps.call((name, record.dtype, record.shape, record.site))
             self.announce(record)
             result = original(*args, **kwargs)
             if not kwargs.get("async_op"):

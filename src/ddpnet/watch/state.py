@@ -130,6 +130,15 @@ def victim(why: str) -> bool:
     return why.startswith(PEER_FAILED)
 
 
+#: how a rank that said goodbye (``ddpnet.shutdown()``, a clean exit) is said to have left
+FINISHED = "finished normally (said goodbye)"
+
+
+def finished(why: str) -> bool:
+    """Whether a rank left by finishing (pure)."""
+    return why.startswith(FINISHED)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
