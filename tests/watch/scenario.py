@@ -1,6 +1,8 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
-benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata or
-slow; rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
+benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata,
+slow, desync (skips a same-sized all_reduce: nothing hangs), dtype (float32[2] for float64[1]:
+nothing hangs) or extra (one more all_reduce after the loop);
+rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
 that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
 all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
 so a wait inside backward would not be measured there).
@@ -26,7 +28,8 @@ from ddpnet.watch.session import ports as watch_ports
 
 
 def main(mode: str) -> None:
-    handle = ddpnet.init(watch_timeout=float(os.environ.get("WATCH_TIMEOUT", "4")))
+    timeout = os.environ.get("WATCH_TIMEOUT", "4")  # "": the default settings
+    handle = ddpnet.init(watch_timeout=float(timeout) if timeout else None)
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
     print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
@@ -54,13 +57,27 @@ def main(mode: str) -> None:
             opt.zero_grad()
         if fault and mode in ("stop", "kill"):
             os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
-        if not (fault and mode == "skip"):
-            dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
+        if not (fault and mode in ("skip", "desync")):
+            dist.all_reduce(_metric(mode, fault))
         time.sleep(0.02)
         if step % 20 == 0:
             print(f"step {step}", flush=True)
+    if faulty and mode == "extra":
+        print(f"fault {mode} {time.time()}", flush=True)
+        dist.all_reduce(_metric(mode, False))
     print("finished", flush=True)
     ddpnet.shutdown()
+
+
+def _metric(mode: str, fault: bool) -> torch.Tensor:
+    """The tensor of the step's own all_reduce. desync: as large as DDP's one gradient bucket
+    (68 floats), so a rank that skips it pairs its next bucket with the others' metric and
+    nothing aborts; dtype: float64[1], and the faulty rank's float32[2] has the same 8 bytes."""
+    if mode == "desync":
+        return torch.ones(68)
+    if mode == "dtype":
+        return torch.ones(2) if fault else torch.ones(1, dtype=torch.float64)
+    return torch.ones(7 if fault and mode == "shape" else 1)
 
 
 @dataclass

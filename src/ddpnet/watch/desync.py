@@ -279,19 +279,17 @@ def end_diagnosis(snapshot: Snapshot, e: EndApart) -> Diagnosis:
     states = snapshot.states
     extra = len(e.calling) <= len(e.done)
     first = e.calling[0]
-    state = states.get(first)
-    step = state.step if state is not None else -1
     beyond = _beyond(states.get(first), e.last)
     if extra:
         named = e.calling
         summary = (f"an extra collective at the end: {name(states, first)} called {beyond} "
-                   f"(step {step}) after rank(s) {_names(e.done)} finished with seq {e.last}: "
+                   f"after rank(s) {_names(e.done)} finished with seq {e.last}: "
                    f"nobody will ever match it")
     else:
         named = e.done
         summary = (f"{name(states, e.done[0])} stopped calling collectives (finished after "
-                   f"seq {e.last}) while rank(s) {_names(e.calling)} went on to {beyond} "
-                   f"(step {step}): they wait for it forever")
+                   f"seq {e.last}) while rank(s) {_names(e.calling)} went on to {beyond}: "
+                   f"they wait for it forever")
     evidence = (f"rank(s) {_names(e.done)} said goodbye after collective seq {e.last}",
                 *(f"{name(states, r)} issued up to seq {issued(states.get(r))}"
                   for r in e.calling[:8]))

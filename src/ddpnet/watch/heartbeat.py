@@ -47,6 +47,8 @@ from ddpnet.watch.wire import Lines, encode
 PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
+#: the longest a rank's clean goodbye waits for the hub's word (hub.FAREWELL_HOLD_S + 1)
+FAREWELL_WAIT_S = 3.5
 #: seconds the hub may leave what this rank sent unacknowledged before the rank counts
 #: itself cut off (TCP_USER_TIMEOUT; the session passes the watch timeout)
 LOST_AFTER_S = 60.0
@@ -72,6 +74,8 @@ class Beacon:
         self.listeners: list[ProbeSink] = []
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
         self.obeyed = threading.Event()
+        #: set when the hub answered this rank's goodbye (or cannot any more)
+        self.farewell = threading.Event()
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -185,11 +189,14 @@ class Beacon:
         self.send({"t": "call", "rank": self.ident.rank, "record": record.to_dict()})
 
     def run(self) -> None:
-        while not self.stopped.is_set() and self.sock is not None:
-            if not self.send({"t": "state", "rank": self.ident.rank,
-                              "state": self.state().to_dict()}):
-                return
-            self.listen(self.period)
+        try:
+            while not self.stopped.is_set() and self.sock is not None:
+                if not self.send({"t": "state", "rank": self.ident.rank,
+                                  "state": self.state().to_dict()}):
+                    return
+                self.listen(self.period)
+        finally:
+            self.farewell.set()  # nobody answers a goodbye any more
 
     def listen(self, seconds: float) -> None:
         sock = self.sock
@@ -205,10 +212,13 @@ class Beacon:
                 self.cut_off()
         if data == b"":  # the hub is gone: nobody watches any more
             self.sock = None
+            self.farewell.set()
             return
         for message in self.lines.feed(data or b""):
             if message.get("t") == "verdict":
                 self.obey(message)
+            elif message.get("t") == "farewell":
+                self.farewell.set()
             elif message.get("t") == "probe":
                 threading.Thread(target=self.probe, args=(message,), name="ddpnet-watch-probe",
                                  daemon=True).start()
@@ -231,6 +241,7 @@ class Beacon:
                    "probes": [p.to_dict() for p in found]})
 
     def obey(self, verdict: dict[str, Any]) -> None:
+        self.farewell.set()
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
         code = int(verdict.get("code", 1))
         path = write_state(self.directory, self.state(), f"watchdog: {diagnosis.summary}")
@@ -255,14 +266,22 @@ class Beacon:
         self.close(error)
 
     def close(self, error: str = "") -> None:
-        """Say goodbye (with the error that ends this rank, if any) and stop."""
+        """Say goodbye (with the error that ends this rank, if any) and stop. A clean goodbye
+        waits up to FAREWELL_WAIT_S for the hub's word: at once when every rank finished, or
+        the verdict when another rank issued a collective this one never will (an extra
+        collective at the end: ``watch.desync``), so this rank exits 4 with the others."""
         if self.stopped.is_set():
             return
-        self.stopped.set()
         if error:
+            self.stopped.set()
             write_state(self.directory, self.state(), f"exited with an error: {error}")
         self.send({"t": "state", "rank": self.ident.rank, "state": self.state().to_dict()})
-        self.send({"t": "bye", "rank": self.ident.rank, "error": error})
+        wait = not error and self.thread is not None and self.thread.is_alive()
+        self.send({"t": "bye", "rank": self.ident.rank, "error": error,
+                   **({"wait": True} if wait else {})})
+        if wait:
+            self.farewell.wait(FAREWELL_WAIT_S)
+        self.stopped.set()
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()

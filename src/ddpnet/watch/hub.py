@@ -60,6 +60,9 @@ PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
 SLOWDOWN_ROUNDS = 3
 #: seconds between comparisons of the ranks' collective digests (watch.desync)
 DESYNC_EVERY_S = 1.0
+#: how long a rank's clean goodbye is held before the hub lets it go while others still run
+#: (time for a later collective of theirs to show: an extra one at the end is a verdict)
+FAREWELL_HOLD_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,8 @@ class Hub:
         self.warnings: list[Diagnosis] = []
         self.warned: list[dict[str, Any]] = []
         self.next_desync = 0.0
+        #: ranks whose clean goodbye waits for the hub's word, since when
+        self.leaving: dict[int, float] = {}
         self.desync_named = False
 
     # -- the loop ----------------------------------------------------------------------------
@@ -227,6 +232,8 @@ class Hub:
                 self.left[rank] = f"exited with an error: {error}"
             else:
                 self.finished.add(rank)
+                if message.get("wait"):
+                    self.leaving[rank] = time.monotonic()
 
     def add_call(self, rank: int, record: CollectiveRecord) -> None:
         state = self.states.get(rank) or RankState(rank=rank, world_size=self.options.world_size)
@@ -269,12 +276,24 @@ class Hub:
             self.probing = None  # a stall outranks a straggler's probes
             if not self.ask_probes(trigger, now):
                 self.act(trigger)
-        elif probing is not None:
-            if probing.over(now):
-                self.probing = None
-                self.warn_probed(probing)
-        else:
+            return
+        self.release(now)
+        if probing is None:
             self.check_stragglers(now)
+        elif probing.over(now):
+            self.probing = None
+            self.warn_probed(probing)
+
+    def release(self, now: float) -> None:
+        """Answer the goodbyes held (FAREWELL_HOLD_S at most, at once when every rank has
+        finished or left)."""
+        everyone = len(self.finished | set(self.left)) >= self.options.world_size
+        for rank, since in list(self.leaving.items()):
+            if everyone or now - since > FAREWELL_HOLD_S:
+                del self.leaving[rank]
+                for peer in list(self.peers.values()):
+                    if peer.rank == rank:
+                        self.send(peer, {"t": "farewell"})
 
     def desync_due(self, now: float) -> str | None:
         """Every DESYNC_EVERY_S: whether the ranks' collectives parted (no hang needed), or a
