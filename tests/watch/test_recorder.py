@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ddpnet.errors import ConfigError
-from ddpnet.watch.recorder import Recorder, call_site, from_flight_recorder, merge
+from ddpnet.watch.flight import call_site
+from ddpnet.watch.recorder import Recorder, from_flight_recorder, merge
 from ddpnet.watch.state import CollectiveRecord
 
 FRAMES = [{"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/c10d.py",

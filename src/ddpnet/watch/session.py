@@ -237,6 +237,7 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     group = dist.distributed_c10d._get_default_group()
     undo = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
     _recorder.issued = lambda: max(0, _next_seq(group) - 1)
+    _recorder.backend = str(dist.get_backend())
     _recorder.announce = beacon.announce
     _session = Session(_recorder, beacon, undo, hub,
                        verdict_wait=min(wc.timeout, VERDICT_WAIT_S) if wc.action == "exit"
