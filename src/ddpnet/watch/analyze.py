@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ddpnet.watch import desync, network, straggler
+from ddpnet.watch import desync, network, signals, straggler
 from ddpnet.watch.state import (
     KINDS,
     CollectiveRecord,
@@ -44,12 +44,13 @@ class Options:
 
 
 def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
-    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``."""
+    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``, with
+    the signals that agree and what would contradict it (:mod:`ddpnet.watch.signals`)."""
     for kind in KINDS:
         found = detector(kind, options)(snapshot)
         if found is not None:
-            return found
-    return _nothing_named(snapshot)
+            return signals.explain(found, snapshot)
+    return signals.explain(_nothing_named(snapshot), snapshot)
 
 
 def detector(kind: str, options: Options = Options()) -> Detector:

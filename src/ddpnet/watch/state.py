@@ -180,17 +180,19 @@ class Diagnosis:
     hosts: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
     hint: str = ""
+    #: how we know (``watch.signals``): the signals that agree, and what would contradict it
+    signals: tuple[str, ...] = ()
+    contradicts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["ranks"] = list(self.ranks)
-        out["hosts"] = list(self.hosts)
-        out["evidence"] = list(self.evidence)
+        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
+            out[key] = list(getattr(self, key))
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("ranks", "hosts", "evidence"):
+        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
             values[key] = tuple(values.get(key, ()))
         return cls(**values)
