@@ -1,7 +1,8 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
 benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata,
-slow, desync (skips a same-sized all_reduce: nothing hangs), dtype (float32[2] for float64[1]:
-nothing hangs) or extra (one more all_reduce after the loop);
+slow, desync (skips a same-sized all_reduce: nothing hangs), dtype (float32[2] for float64[1]),
+extra (one more all_reduce after the loop) or checkpoint (rank 0 saves for CHECKPOINT_S = 20 s
+at steps 10, 30, ...: healthy, no alarm); SCENARIO_BACKEND picks the backend (nccl: on cuda:0);
 rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
 that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
 all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
@@ -29,13 +30,16 @@ from ddpnet.watch.session import ports as watch_ports
 
 def main(mode: str) -> None:
     timeout = os.environ.get("WATCH_TIMEOUT", "4")  # "": the default settings
-    handle = ddpnet.init(watch_timeout=float(timeout) if timeout else None)
+    handle = ddpnet.init(os.environ.get("SCENARIO_BACKEND", "auto"),
+                         watch_timeout=float(timeout) if timeout else None)
+    device = torch.device(handle.device)
+    print(f"pid {os.getpid()}", flush=True)
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
     print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(16, 4))
+    model = DDP(torch.nn.Linear(16, 4).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(int(os.environ.get("STEPS", "40"))):
         fault = faulty and step == fault_step
@@ -43,7 +47,7 @@ def main(mode: str) -> None:
             print(f"fault {mode} {time.time()}", flush=True)
         ddpnet.step(step)
         with ddpnet.phase("data"):
-            x = torch.randn(8, 16)
+            x = torch.randn(8, 16, device=device)
             if fault and mode == "sleepdata":
                 time.sleep(600)
         with ddpnet.phase("forward"):
@@ -55,16 +59,19 @@ def main(mode: str) -> None:
                 time.sleep(float(os.environ.get("SLOW_S", "0.1")))
             opt.step()
             opt.zero_grad()
+        if mode == "checkpoint" and handle.rank == 0 and step % 20 == 10:
+            with ddpnet.phase("checkpoint"):  # rank 0 saves; the others wait in the next call
+                time.sleep(float(os.environ.get("CHECKPOINT_S", "20")))
         if fault and mode in ("stop", "kill"):
             os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
         if not (fault and mode in ("skip", "desync")):
-            dist.all_reduce(_metric(mode, fault))
+            dist.all_reduce(_metric(mode, fault).to(device))
         time.sleep(0.02)
         if step % 20 == 0:
             print(f"step {step}", flush=True)
     if faulty and mode == "extra":
         print(f"fault {mode} {time.time()}", flush=True)
-        dist.all_reduce(_metric(mode, False))
+        dist.all_reduce(_metric(mode, False).to(device))
     print("finished", flush=True)
     ddpnet.shutdown()
 
