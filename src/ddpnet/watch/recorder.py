@@ -191,8 +191,9 @@ class Recorder:
     def wrap_collectives(self, dist: Any, next_seq: Callable[[], int]) -> Callable[[], None]:
         """Announce each default-group Python collective before it runs; returns the undo."""
         originals = {name: getattr(dist, name) for name in WRAPPED if hasattr(dist, name)}
+        group_type = getattr(dist, "ProcessGroup", None)
         for name, original in originals.items():
-            setattr(dist, name, self._wrapped(name, original, next_seq))
+            setattr(dist, name, self._wrapped(name, original, next_seq, group_type))
 
         def undo() -> None:
             for name, original in originals.items():
@@ -200,11 +201,14 @@ class Recorder:
 
         return undo
 
-    def _wrapped(self, name: str, original: Callable[..., Any],
-                 next_seq: Callable[[], int]) -> Callable[..., Any]:
+    def _wrapped(self, name: str, original: Callable[..., Any], next_seq: Callable[[], int],
+                 group_type: type | None = None) -> Callable[..., Any]:
         @functools.wraps(original)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("group") is not None:
+            # another group's collective (by keyword or position) is not the default group's:
+            # announcing it, or counting it in the step digests, would pair it wrongly
+            if kwargs.get("group") is not None or (
+                    group_type is not None and any(isinstance(a, group_type) for a in args)):
                 return original(*args, **kwargs)
             record = self.called_record(name, args, next_seq())
             with self.lock:
