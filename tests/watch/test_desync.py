@@ -201,3 +201,57 @@ def test_the_hub_names_a_desync_while_every_rank_keeps_stepping(
         b.close()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_goodbye_is_held_and_becomes_the_verdict_when_a_peer_issued_more(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 0 finishes after seq 80 while rank 1 issued seq 81: rank 0's goodbye waits for
+    the hub, which names rank 1's extra collective; both exit 4 (rank 0 would have exited 0)."""
+    import threading
+    import time
+
+    from tests.watch.test_hub import beacon, start_hub, wait_for
+
+    exits: list[tuple[int, int]] = []
+    hub, port, thread = start_hub(tmp_path, timeout=300)
+    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
+    b0.recorder.issued = lambda: 80
+    b1.recorder.issued = lambda: 81
+    for b in (b0, b1):
+        b.connect("127.0.0.1", port, token="127.0.0.1:1:2")
+    assert wait_for(lambda: desync.issued(hub.states.get(1)) == 81)
+    started = time.monotonic()
+    closing = threading.Thread(target=b0.close)
+    closing.start()
+    assert wait_for(lambda: len(exits) == 2, 10), capsys.readouterr().err
+    closing.join(10)
+    assert sorted(exits) == [(0, 4), (1, 4)] and time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert "an extra collective at the end: rank 1 (h1) called collective seq 81 after " \
+           "rank(s) 0 finished with seq 80" in err
+    b1.close()
+    thread.join(10)
+
+
+def test_ranks_finishing_together_are_let_go_at_once(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from tests.watch.test_hub import beacon, start_hub, wait_for
+
+    exits: list[tuple[int, int]] = []
+    hub, port, thread = start_hub(tmp_path, timeout=300)
+    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
+    for b in (b0, b1):
+        b.recorder.issued = lambda: 80
+        b.connect("127.0.0.1", port, token="127.0.0.1:1:2")
+    assert wait_for(lambda: len(hub.states) == 2)
+    started = time.monotonic()
+    closers = [threading.Thread(target=b.close) for b in (b0, b1)]
+    for c in closers:
+        c.start()
+    for c in closers:
+        c.join(10)
+    assert time.monotonic() - started < 2.0 and exits == []
+    thread.join(10)
+    assert not thread.is_alive()
