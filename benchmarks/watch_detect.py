@@ -121,7 +121,7 @@ def run_once(lab: Any, name: str, case: Case, backend: str) -> dict[str, Any]:
     return {"seconds": round(seconds, 2) if seconds is not None else None,
             "kind": report.get("kind") if report else None, "named_rank_and_host": named,
             "codes": codes, "ok": ok, "wall_s": round(time.time() - started, 1),
-            "summary": diagnosis.get("summary", "")[:300]}
+            "summary": diagnosis.get("summary", "")}
 
 
 def measure(lab: Any, names: list[str], repeat: int, backend: str) -> dict[str, Any]:
