@@ -114,24 +114,37 @@ def _call(raw: Any) -> Call:
     return str(op), str(dtype), tuple(int(n) for n in shape), str(site)
 
 
-def digests(state: RankState | None) -> dict[int, StepDigest]:
-    """A rank's published steps by step number; a number seen twice in its window (an epoch
+#: one step as compared: (seq it began after, count issued, the Python calls' signatures)
+Key = tuple[int, int, tuple[Call, ...]]
+
+
+def keys(state: RankState | None) -> dict[int, Key]:
+    """A rank's published steps by step number, as plain tuples (the hub compares every
+    rank's each second: no object per step); a number seen twice in its window (an epoch
     restarting the count) is left out, so only one step is compared with one step."""
     raw = state.extra.get(KEY) if state is not None else None
     if not isinstance(raw, Mapping):
         return {}
     try:
         sigs = [_call(s) for s in raw.get("sigs", ())]
-        out: dict[int, StepDigest] = {}
+        named: dict[tuple[int, ...], tuple[Call, ...]] = {}  # the same few call lists recur
+        out: dict[int, Key] = {}
         twice: set[int] = set()
         for step, seq, count, calls in raw.get("steps", ()):
-            named = tuple(sigs[i] for i in calls if 0 <= i < len(sigs))
-            if int(step) in out:
-                twice.add(int(step))
-            out[int(step)] = StepDigest(int(step), int(seq), int(count), named)
+            index = tuple(calls)
+            if index not in named:
+                named[index] = tuple(sigs[i] for i in index if 0 <= i < len(sigs))
+            if step in out:
+                twice.add(step)
+            out[step] = (int(seq), int(count), named[index])
     except (TypeError, ValueError, IndexError):
         return {}
-    return {s: d for s, d in out.items() if s not in twice}
+    return {int(s): k for s, k in out.items() if s not in twice}
+
+
+def digests(state: RankState | None) -> dict[int, StepDigest]:
+    """:func:`keys` as StepDigests."""
+    return {s: StepDigest(s, *k) for s, k in keys(state).items()}
 
 
 def issued(state: RankState | None) -> int:
@@ -145,31 +158,31 @@ def issued(state: RankState | None) -> int:
     return max([count, *seqs])
 
 
-def _majority(groups: Mapping[tuple[int, int, tuple[Call, ...]], list[int]]
-              ) -> tuple[int, int, tuple[Call, ...]]:
+def _majority(groups: Mapping[Key, list[int]]) -> Key:
     """The digest most ranks share; a tie goes to more collectives (a skipped call is the
     usual bug), then to the lowest rank."""
     return max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
 
 
 def first_parting(snapshot: Snapshot) -> Parting | None:
-    """The first step, common to every rank that published digests, where they disagree."""
-    tables = {r: digests(s) for r, s in snapshot.states.items()}
+    """The first step, common to every rank that published digests, where they disagree
+    (O(ranks x steps) dict operations)."""
+    tables = {r: keys(s) for r, s in sorted(snapshot.states.items())}
     tables = {r: t for r, t in tables.items() if t}
     if len(tables) < 2:
         return None
     common = set.intersection(*(set(t) for t in tables.values()))
-    ordered = sorted(common, key=lambda s: min(t[s].seq for t in tables.values()))
-    for step in ordered:
-        groups: dict[tuple[int, int, tuple[Call, ...]], list[int]] = {}
-        for rank in sorted(tables):
-            groups.setdefault(tables[rank][step].key(), []).append(rank)
+    first = next(iter(tables.values()))
+    for step in sorted(common, key=lambda s: first[s][0]):  # one rank's order is every one's
+        groups: dict[Key, list[int]] = {}
+        for rank, table in tables.items():
+            groups.setdefault(table[step], []).append(rank)
         if len(groups) < 2:
             continue
         best = _majority(groups)
         odd = sorted(r for key, ranks in groups.items() if key != best for r in ranks)
-        return Parting(step, tuple(odd), tuple(groups[best]), tables[odd[0]][step],
-                       tables[groups[best][0]][step])
+        return Parting(step, tuple(odd), tuple(groups[best]),
+                       StepDigest(step, *tables[odd[0]][step]), StepDigest(step, *best))
     return None
 
 

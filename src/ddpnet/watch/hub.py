@@ -143,6 +143,8 @@ class Hub:
         self.warnings: list[Diagnosis] = []
         self.warned: list[dict[str, Any]] = []
         self.next_desync = 0.0
+        #: states received, and how many the last desync comparison saw (none new: skip it)
+        self.published = self.desync_seen = 0
         #: ranks whose clean goodbye waits for the hub's word, since when
         self.leaving: dict[int, float] = {}
         self.desync_named = False
@@ -220,8 +222,10 @@ class Hub:
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         if kind == "state":
             self.states[rank] = RankState.from_dict(message["state"])
+            self.published += 1
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+            self.published += 1
         elif kind == "probes":
             self.add_probes(rank, message)
         elif kind == "bye":
@@ -298,9 +302,10 @@ class Hub:
     def desync_due(self, now: float) -> str | None:
         """Every DESYNC_EVERY_S: whether the ranks' collectives parted (no hang needed), or a
         rank finished while another issued more (``watch.desync``)."""
-        if now < self.next_desync or self.watchdog.fired or self.desync_named:
+        if now < self.next_desync or self.watchdog.fired or self.desync_named or \
+                self.published == self.desync_seen:
             return None
-        self.next_desync = now + DESYNC_EVERY_S
+        self.next_desync, self.desync_seen = now + DESYNC_EVERY_S, self.published
         if desync.detect(self.snapshot()) is None:
             return None
         self.desync_named = True  # once: with watch_action="warn" the job goes on parted

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from ddpnet.watch.desync import KEY as DESYNC_KEY
-from ddpnet.watch.desync import digests, issued
+from ddpnet.watch.desync import issued, keys
 from ddpnet.watch.state import Diagnosis, Snapshot
 
 #: ranks listed by name in one signal line
@@ -97,13 +97,13 @@ def sequence(snapshot: Snapshot) -> str:
 
 def steps(snapshot: Snapshot) -> str:
     """Whether the ranks' per-step collective digests (``watch.desync``) agree."""
-    tables = {r: digests(s) for r, s in snapshot.states.items()}
+    tables = {r: keys(s) for r, s in snapshot.states.items()}
     tables = {r: t for r, t in tables.items() if t}
     if len(tables) < 2:
         marked = any(s is not None and DESYNC_KEY in s.extra for s in snapshot.states.values())
         return "step digests: fewer than 2 ranks mark steps (ddpnet.step)" if marked else ""
     common = set.intersection(*(set(t) for t in tables.values()))
-    apart = sorted(s for s in common if len({t[s].key() for t in tables.values()}) > 1)
+    apart = sorted(s for s in common if len({t[s] for t in tables.values()}) > 1)
     if not apart:
         return f"step digests: {len(tables)} ranks agree on {len(common)} common step(s)"
     return (f"step digests: {len(tables)} ranks differ from step {apart[0]} on, in "
