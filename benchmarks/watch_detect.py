@@ -77,7 +77,7 @@ class Driver:
     def on_line(self, node: Any, stream: str, line: str) -> None:
         if node.index == FAULT_RANK and line.startswith("pid "):
             self.pid = int(line.split()[1])
-        if line.startswith("fault "):
+        if line.startswith("fault ") and not self.case.lab_fault:  # "ok" prints one too
             self.fault_at = float(line.split()[2])
         if node.index == 0 and line.startswith("step ") and self.case.lab_fault:
             self.steps += 1
