@@ -11,7 +11,7 @@ at the end, and a healthy run whose rank 0 saves a checkpoint for 20 s at steps 
 passes when nothing is named and every rank exits 0).
 
     .venv/bin/python benchmarks/watch_detect.py [--cases a,b] [--repeat 3] [--json]
-        [--backend gloo|nccl] [--out FILE]
+        [--backend gloo|nccl] [--out FILE] [--update]
 
 ``--backend nccl`` runs the same cases over NCCL (each lab node on cuda:0: NCCL's socket
 transport over the lab's veths); without CUDA it fails at once with one line. Needs root
@@ -158,6 +158,8 @@ def main() -> int:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", default=str(RESULTS / "watch_detect.json"))
+    parser.add_argument("--update", action="store_true",
+                        help="replace only the cases measured in an existing --out file")
     args = parser.parse_args()
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -182,7 +184,13 @@ def main() -> int:
               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "host": platform.node(), "cpus": os.cpu_count(),
               "loadavg_before": load, "loadavg_after": os.getloadavg()[0], "cases": cases}
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    out = Path(args.out)
+    if args.update and out.exists():
+        before = json.loads(out.read_text())
+        result["cases"] = {**before.get("cases", {}), **cases}
+        result["updated"] = {name: result["measured"] for name in cases}
+        result["measured"] = before.get("measured", result["measured"])
+    out.write_text(json.dumps(result, indent=1) + "\n")
     if args.json:
         print(json.dumps(result, indent=1))
     return 0
