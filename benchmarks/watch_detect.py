@@ -40,7 +40,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 SCENARIO = str(ROOT / "tests" / "watch" / "scenario.py")
 FAULT_RANK = 2
 #: seconds one run may take (a stall at the default 60 s threshold, plus start and exit)
-RUN_TIMEOUT_S = 180.0
+RUN_TIMEOUT_S = 240.0
 
 
 @dataclass(frozen=True)
