@@ -153,7 +153,7 @@ def _micro_run(size: str, tries: int = 3) -> dict[str, Any]:
     (seen once in ~30 runs, SIGABRT after the figures were printed)."""
     for _ in range(tries):
         proc = subprocess.run([sys.executable, "-c", HOOK + MICRO, "pieces" if size != "0"
-                               else "bare"], capture_output=True, text=True, timeout=300,
+                               else "bare"], capture_output=True, text=True, timeout=900,
                               env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
         lines = proc.stdout.strip().splitlines()
         if lines and lines[-1].startswith("{"):

@@ -1,7 +1,11 @@
 """A tiny DDP training script with one fault, for the watch's real-process tests and its
 benchmark: ``python scenario.py MODE`` where MODE is ok, stop, kill, skip, shape, sleepdata,
-slow or ckpt (rank 0 spends ``CKPT_S`` seconds in ``ddpnet.phase("checkpoint")`` every
-``CKPT_EVERY`` steps; no fault); rank ``FAULT_RANK`` (default 1) misbehaves at step ``FAULT_STEP`` (default 5) (slow: from
+slow, desync (skips a same-sized all_reduce: nothing hangs), dtype (float32[2] for float64[1]),
+extra (one more all_reduce after the loop), checkpoint (rank 0 saves for CHECKPOINT_S = 20 s
+at steps 10, 30, ...: healthy, no alarm) or ckpt (rank 0 spends ``CKPT_S`` seconds in
+``ddpnet.phase("checkpoint")`` every ``CKPT_EVERY`` steps; no fault); SCENARIO_BACKEND picks
+the backend (nccl: on cuda:0); rank ``FAULT_RANK`` (default 1) misbehaves at step
+``FAULT_STEP`` (default 5) (slow: from
 that step on, every optimizer step takes ``SLOW_S`` seconds longer: the others wait in the
 all_reduce after it; gloo's Flight Recorder has no end time for DDP's own bucket all-reduces,
 so a wait inside backward would not be measured there).
@@ -28,15 +32,18 @@ from ddpnet.watch.session import threshold as watch_threshold
 
 
 def main(mode: str) -> None:
-    timeout = os.environ.get("WATCH_TIMEOUT", "4")  # "": the watch learns it (the default)
-    handle = ddpnet.init(watch_timeout=float(timeout) if timeout else None)
+    timeout = os.environ.get("WATCH_TIMEOUT", "4")  # "": the default settings
+    handle = ddpnet.init(os.environ.get("SCENARIO_BACKEND", "auto"),
+                         watch_timeout=float(timeout) if timeout else None)
+    device = torch.device(handle.device)
+    print(f"pid {os.getpid()}", flush=True)
     print(f"watching {handle.watching} fr {os.environ.get('TORCH_FR_BUFFER_SIZE')}", flush=True)
     print(f"ports {json.dumps(watch_ports())}", flush=True)
     faulty = handle.rank == int(os.environ.get("FAULT_RANK", "1"))
     ckpt_every = int(os.environ.get("CKPT_EVERY", "200"))
     fault_step = int(os.environ.get("FAULT_STEP", "5"))
     torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(16, 4))
+    model = DDP(torch.nn.Linear(16, 4).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(int(os.environ.get("STEPS", "40"))):
         fault = faulty and step == fault_step
@@ -44,7 +51,7 @@ def main(mode: str) -> None:
             print(f"fault {mode} {time.time()} {os.getpid()}", flush=True)
         ddpnet.step(step)
         with ddpnet.phase("data"):
-            x = torch.randn(8, 16)
+            x = torch.randn(8, 16, device=device)
             if fault and mode == "sleepdata":
                 time.sleep(600)
         with ddpnet.phase("forward"):
@@ -56,17 +63,30 @@ def main(mode: str) -> None:
                 time.sleep(float(os.environ.get("SLOW_S", "0.1")))
             opt.step()
             opt.zero_grad()
+        if handle.rank == 0:
+            save(mode, step, ckpt_every)
         if fault and mode in ("stop", "kill"):
             os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
-        if mode == "ckpt" and handle.rank == 0 and step and step % ckpt_every == 0:
-            checkpoint(step)
-        if not (fault and mode == "skip"):
-            dist.all_reduce(torch.ones(7 if fault and mode == "shape" else 1))
+        if not (fault and mode in ("skip", "desync")):
+            dist.all_reduce(_metric(mode, fault).to(device))
         time.sleep(0.02)
         if step % 20 == 0:
             print(f"step {step}", flush=True)
+    if faulty and mode == "extra":
+        print(f"fault {mode} {time.time()}", flush=True)
+        dist.all_reduce(_metric(mode, False).to(device))
     print("finished", flush=True)
     ddpnet.shutdown()
+
+
+def save(mode: str, step: int, ckpt_every: int) -> None:
+    """Rank 0's saves: ``checkpoint`` for CHECKPOINT_S at steps 10, 30, ...; ``ckpt`` every
+    ``ckpt_every`` steps (:func:`checkpoint`)."""
+    if mode == "checkpoint" and step % 20 == 10:
+        with ddpnet.phase("checkpoint"):  # rank 0 saves; the others wait in the next call
+            time.sleep(float(os.environ.get("CHECKPOINT_S", "20")))
+    elif mode == "ckpt" and step and step % ckpt_every == 0:
+        checkpoint(step)
 
 
 def checkpoint(step: int) -> None:
@@ -76,6 +96,17 @@ def checkpoint(step: int) -> None:
     with ddpnet.phase("checkpoint"):
         time.sleep(float(os.environ.get("CKPT_S", "20")))
     print(f"saved {step} {time.time()}", flush=True)
+
+
+def _metric(mode: str, fault: bool) -> torch.Tensor:
+    """The tensor of the step's own all_reduce. desync: as large as DDP's one gradient bucket
+    (68 floats), so a rank that skips it pairs its next bucket with the others' metric and
+    nothing aborts; dtype: float64[1], and the faulty rank's float32[2] has the same 8 bytes."""
+    if mode == "desync":
+        return torch.ones(68)
+    if mode == "dtype":
+        return torch.ones(2) if fault else torch.ones(1, dtype=torch.float64)
+    return torch.ones(7 if fault and mode == "shape" else 1)
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ddpnet.errors import ConfigError
-from ddpnet.watch.recorder import Recorder, call_site, from_flight_recorder, merge
+from ddpnet.watch.flight import call_site
+from ddpnet.watch.recorder import Recorder, from_flight_recorder, merge
 from ddpnet.watch.state import CollectiveRecord
 
 FRAMES = [{"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/c10d.py",
@@ -114,3 +115,24 @@ def test_timed_waits_are_kept_until_their_steps_are_taken() -> None:
     # ended by 2.9 are done with
     assert rec.take_waits(1.8, 2.9) == [(2.0, 2.4), (3.0, 3.2)]
     assert list(rec.waits) == [(3.0, 3.2)]
+
+
+def test_a_collective_on_another_group_passed_by_position_is_not_recorded() -> None:
+    """dist.all_reduce(t, op, subgroup): neither announced nor counted in the step digest
+    (only the default group's collectives pair across every rank)."""
+    import types
+
+    class Group:
+        pass
+
+    ran: list[object] = []
+    fake = types.SimpleNamespace(ProcessGroup=Group,
+                                 all_reduce=lambda *a, **k: ran.append(a))
+    rec = Recorder()
+    announced: list[CollectiveRecord] = []
+    rec.announce = announced.append
+    rec.wrap_collectives(fake, lambda: 3)
+    fake.all_reduce("t", "sum", Group())
+    assert len(ran) == 1 and announced == [] and rec.steps.calls == []
+    fake.all_reduce("t")
+    assert len(announced) == 1 and len(rec.steps.calls) == 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ddpnet.watch import network, straggler
+from ddpnet.watch import desync, network, signals, straggler
 from ddpnet.watch.state import (
     KINDS,
     CollectiveRecord,
@@ -44,19 +44,20 @@ class Options:
 
 
 def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
-    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``."""
+    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``, with
+    the signals that agree and what would contradict it (:mod:`ddpnet.watch.signals`)."""
     for kind in KINDS:
         found = detector(kind, options)(snapshot)
         if found is not None:
-            return found
-    return _nothing_named(snapshot)
+            return signals.explain(found, snapshot)
+    return signals.explain(_nothing_named(snapshot), snapshot)
 
 
 def detector(kind: str, options: Options = Options()) -> Detector:
     """The detector of ``kind``."""
     if kind == "rank-gone":
         return lambda snap: rank_gone(snap, options)
-    found: dict[str, Detector] = {"collective-mismatch": collective_mismatch,
+    found: dict[str, Detector] = {"collective-mismatch": mismatch_or_desync,
                                   "rank-not-arriving": rank_not_arriving,
                                   "network": network.detect, "straggler": straggler.detect}
     return found[kind]
@@ -122,7 +123,7 @@ def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | N
     it) and for a first rank that no peer can reach while its connection stays open: a link
     down, which the network detector names."""
     gone = silent_ranks(snapshot, options)
-    if not gone or _first_mismatch(snapshot) is not None:
+    if not gone or _first_mismatch(snapshot) is not None or desync.detect(snapshot) is not None:
         return None
     if options.live and network.cut_off(snapshot, next(iter(gone))):
         return None
@@ -207,6 +208,12 @@ def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
                      "every rank must call the same collectives in the same order with the same "
                      "shapes: look for a data-dependent branch or an uneven number of batches "
                      "per rank (DistributedSampler drop_last, torch's Join)")
+
+
+def mismatch_or_desync(snapshot: Snapshot) -> Diagnosis | None:
+    """Ranks at one seq calling different collectives; else collectives that parted without
+    a hang, or a loop's end apart (:mod:`ddpnet.watch.desync`)."""
+    return collective_mismatch(snapshot) or desync.detect(snapshot)
 
 
 # -- rank-not-arriving -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 from ddpnet.exitcodes import ExitCode
 from ddpnet.output import exit_now
 from ddpnet.watch import cutoff
+from ddpnet.watch.desync import KEY as DESYNC_KEY
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
     BACKEND,
@@ -53,6 +54,8 @@ from ddpnet.watch.wire import Lines, encode
 PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
+#: the longest a rank's clean goodbye waits for the hub's word (hub.FAREWELL_HOLD_S + 1)
+FAREWELL_WAIT_S = 3.5
 #: seconds the hub's kernel may leave what this rank sent unacknowledged before the
 #: connection fails (TCP_USER_TIMEOUT: a cut link errors instead of hanging; the rank judges
 #: itself by the hub's application acks, sooner)
@@ -93,6 +96,8 @@ class Beacon:
         self.listeners: list[ProbeSink] = []
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
         self.obeyed = threading.Event()
+        #: set when the hub answered this rank's goodbye (or cannot any more)
+        self.farewell = threading.Event()
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -107,8 +112,9 @@ class Beacon:
                                               strict=True):
                     self.window = self.window.add(end - start, wait)
             window = self.window
+        extra = {**self.ident.extra, DESYNC_KEY: rec.digest()}
         with rec.lock:
-            return replace(self.ident, step=rec.step, phase=rec.phase,
+            return replace(self.ident, step=rec.step, phase=rec.phase, extra=extra,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
                            recent=records, step_times=window.step_times,
                            wait_times=window.wait_times, published=time.time(),
@@ -236,15 +242,19 @@ class Beacon:
         """Until this rank says goodbye: publish, read the hub's answers (a send that failed
         still reads what the hub sent before, a verdict first), judge itself when the hub
         went quiet."""
-        while not self.stopped.is_set():
-            state = self.state()
-            sock = self.sock
-            if sock is not None:
-                self.send({"t": "state", "rank": self.ident.rank, "state": state.to_dict()})
-                self.listen(self.period, sock)
-            else:
-                self.stopped.wait(self.period)
-            self.judge_self(state)
+        try:
+            while not self.stopped.is_set():
+                state = self.state()
+                sock = self.sock
+                if sock is not None:
+                    self.send({"t": "state", "rank": self.ident.rank,
+                               "state": state.to_dict()})
+                    self.listen(self.period, sock)
+                else:
+                    self.stopped.wait(self.period)
+                self.judge_self(state)
+        finally:
+            self.farewell.set()  # nobody answers a goodbye any more
 
     def listen(self, seconds: float, sock: socket.socket) -> None:
         try:
@@ -259,12 +269,15 @@ class Beacon:
         if data == b"":  # the hub is gone or unreachable (ETIMEDOUT): judge_self decides
             if self.sock is sock:
                 self.sock = None
+            self.farewell.set()  # nobody answers a goodbye on this connection any more
             sock.close()
 
     def handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
         if kind == "verdict":
             self.obey(message)
+        elif kind == "farewell":
+            self.farewell.set()
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
             self.threshold = Threshold.from_dict(message["threshold"])
         elif kind == "peers":
@@ -294,6 +307,7 @@ class Beacon:
                    "probes": [p.to_dict() for p in found]})
 
     def obey(self, verdict: dict[str, Any]) -> None:
+        self.farewell.set()
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
         code = int(verdict.get("code", 1))
         path = write_state(self.directory, self.state(), f"watchdog: {diagnosis.summary}")
@@ -319,14 +333,22 @@ class Beacon:
         self.close(error)
 
     def close(self, error: str = "") -> None:
-        """Say goodbye (with the error that ends this rank, if any) and stop."""
+        """Say goodbye (with the error that ends this rank, if any) and stop. A clean goodbye
+        waits up to FAREWELL_WAIT_S for the hub's word: at once when every rank finished, or
+        the verdict when another rank issued a collective this one never will (an extra
+        collective at the end: ``watch.desync``), so this rank exits 4 with the others."""
         if self.stopped.is_set():
             return
-        self.stopped.set()
         if error:
+            self.stopped.set()
             write_state(self.directory, self.state(), f"exited with an error: {error}")
         self.send({"t": "state", "rank": self.ident.rank, "state": self.state().to_dict()})
-        self.send({"t": "bye", "rank": self.ident.rank, "error": error})
+        wait = not error and self.thread is not None and self.thread.is_alive()
+        self.send({"t": "bye", "rank": self.ident.rank, "error": error,
+                   **({"wait": True} if wait else {})})
+        if wait:
+            self.farewell.wait(FAREWELL_WAIT_S)
+        self.stopped.set()
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()

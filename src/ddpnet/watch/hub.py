@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import cutoff, network, straggler
+from ddpnet.watch import cutoff, desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.probe import PORTS_KEY, SIDE, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
+    FINISHED,
     PEER_FAILED,
     CollectiveRecord,
     Diagnosis,
@@ -62,6 +63,11 @@ SLOWDOWN_ROUNDS = 3
 TICK_S = 0.1
 #: connections accepted at once when several wait (4,096 ranks say hello together)
 ACCEPT_BATCH = 256
+#: seconds between comparisons of the ranks' collective digests (watch.desync)
+DESYNC_EVERY_S = 1.0
+#: how long a rank's clean goodbye is held before the hub lets it go while others still run
+#: (time for a later collective of theirs to show: an extra one at the end is a verdict)
+FAREWELL_HOLD_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,12 @@ class Hub:
         self.warned: list[dict[str, Any]] = []
         #: ranks told their peers' side ports
         self.introduced: set[int] = set()
+        self.next_desync = 0.0
+        #: states received, and how many the last desync comparison saw (none new: skip it)
+        self.published = self.desync_seen = 0
+        #: ranks whose clean goodbye waits for the hub's word, since when
+        self.leaving: dict[int, float] = {}
+        self.desync_named = False
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -238,8 +250,10 @@ class Hub:
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         if kind == "state":
             self.states[rank] = RankState.from_dict(message["state"])
+            self.published += 1
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+            self.published += 1
         elif kind == "probes":
             self.add_probes(rank, message)
         elif kind == "bye":
@@ -250,6 +264,8 @@ class Hub:
                 self.left[rank] = f"exited with an error: {error}"
             else:
                 self.finished.add(rank)
+                if message.get("wait"):
+                    self.leaving[rank] = time.monotonic()
 
     def acknowledge(self, peer: Peer, rank: int) -> None:
         """Tell a rank its state arrived, with the threshold it judges itself by when the hub
@@ -280,8 +296,7 @@ class Hub:
         gone = dict(self.left)
         if not leavers_only:
             for rank in self.finished:
-                gone.setdefault(rank, "finished normally (said goodbye) while others may still "
-                                      "call collectives")
+                gone.setdefault(rank, f"{FINISHED} while others may still call collectives")
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
         return Snapshot(self.options.world_size, time.time(), states, gone)
@@ -296,17 +311,42 @@ class Hub:
                 self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
-        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now)
+        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now) or \
+            self.desync_due(now)
         if trigger is not None:
             self.probing = None  # a stall outranks a straggler's probes
             if not self.ask_probes(trigger, now):
                 self.act(trigger)
-        elif probing is not None:
-            if probing.over(now):
-                self.probing = None
-                self.warn_probed(probing)
-        else:
+            return
+        self.release(now)
+        if probing is None:
             self.check_stragglers(now)
+        elif probing.over(now):
+            self.probing = None
+            self.warn_probed(probing)
+
+    def release(self, now: float) -> None:
+        """Answer the goodbyes held (FAREWELL_HOLD_S at most, at once when every rank has
+        finished or left)."""
+        everyone = len(self.finished | set(self.left)) >= self.options.world_size
+        for rank, since in list(self.leaving.items()):
+            if everyone or now - since > FAREWELL_HOLD_S:
+                del self.leaving[rank]
+                for peer in list(self.peers.values()):
+                    if peer.rank == rank:
+                        self.send(peer, {"t": "farewell"})
+
+    def desync_due(self, now: float) -> str | None:
+        """Every DESYNC_EVERY_S: whether the ranks' collectives parted (no hang needed), or a
+        rank finished while another issued more (``watch.desync``)."""
+        if now < self.next_desync or self.watchdog.fired or self.desync_named or \
+                self.published == self.desync_seen:
+            return None
+        self.next_desync, self.desync_seen = now + DESYNC_EVERY_S, self.published
+        if desync.detect(self.snapshot()) is None:
+            return None
+        self.desync_named = True  # once: with watch_action="warn" the job goes on parted
+        return "collectives parted"
 
     # -- straggler warnings ------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ddpnet.watch import flight
+from ddpnet.watch.desync import StepLog
 from ddpnet.watch.state import LONG_PHASES, PHASES, CollectiveRecord
 
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
@@ -37,62 +39,15 @@ WAIT_SPANS = 4096
 WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
 
-#: torch's dtype names in Flight Recorder dumps -> torch's usual names
-_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-           "Int": "int32", "Long": "int64", "Byte": "uint8", "Char": "int8", "Bool": "bool",
-           "Short": "int16"}
-
-
-def _prod(shape: Iterable[int]) -> int:
-    out = 1
-    for n in shape:
-        out *= int(n)
-    return out
-
-
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8,
-             "uint8": 1, "int8": 1, "bool": 1, "int16": 2}
-
-
-def call_site(frames: Iterable[Mapping[str, Any]]) -> str:
-    """``train.py:42 in step``: the innermost frame outside torch and ddpnet.watch (pure)."""
-    for frame in frames:
-        filename = str(frame.get("filename", ""))
-        if not filename or f"{os.sep}torch{os.sep}" in filename or \
-                f"ddpnet{os.sep}watch{os.sep}" in filename:
-            continue
-        return f"{os.path.basename(filename)}:{frame.get('line', '?')} in {frame.get('name', '?')}"
-    return ""
-
-
 def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...]:
-    """The Flight Recorder's entries as records, oldest first (pure). An entry is in flight
-    until torch retires it; gloo leaves its state at "scheduled", so ``retired`` decides."""
-    out = []
-    for entry in dump.get("entries", ()):
-        if entry.get("is_p2p"):
-            continue
-        sizes = entry.get("input_sizes") or [[]]
-        dtypes = entry.get("input_dtypes") or [""]
-        dtype = _DTYPES.get(str(dtypes[0]), str(dtypes[0]).lower())
-        shape = tuple(int(n) for n in sizes[0]) if sizes else ()
-        started = (entry.get("time_created_ns") or 0) / 1e9
-        done_ns = entry.get("time_discovered_completed_ns")
-        retired = bool(entry.get("retired")) or entry.get("state") == "completed"
-        group = entry.get("process_group") or ("", "default_pg")
-        out.append(CollectiveRecord(
-            seq=int(entry.get("collective_seq_id", 0)),
-            op=str(entry.get("profiling_name", "?")).split(":")[-1],
-            group=str(group[1] if len(group) > 1 else group[0]),
-            dtype=dtype, shape=shape, nbytes=_prod(shape) * _ITEMSIZE.get(dtype, 0),
-            started=started, ended=(done_ns / 1e9 if done_ns else started) if retired else None,
-            state="completed" if retired else "started",
-            site=call_site(entry.get("frames") or ())))
-    return tuple(out[-RING:])
+    """The Flight Recorder's entries as records, oldest first (pure; :mod:`watch.flight`)."""
+    return flight.records(flight.parse(dump), RING)
 
 
-def flight_recorder() -> Mapping[str, Any] | None:
-    """This process's Flight Recorder dump, or None where torch has none (edge).
+def flight_recorder(backend: str = "") -> Mapping[str, Any] | None:
+    """This process's Flight Recorder dump, or None where torch has none (edge). NCCL keeps
+    its own recorder (``_dump_nccl_trace``; ``_dump_fr_trace`` holds gloo's), and only it
+    knows whether an asynchronous NCCL collective finished.
 
     Without stacks: the first dump with stacks costs torch seconds (measured 2-7 s, once per
     process) and the heartbeat must stay cheap (~0.3 ms without). Call sites come from the
@@ -101,7 +56,7 @@ def flight_recorder() -> Mapping[str, Any] | None:
 
     import torch._C._distributed_c10d as c10d
 
-    dump = getattr(c10d, "_dump_fr_trace", None)
+    dump = getattr(c10d, "_dump_nccl_trace" if backend == "nccl" else "_dump_fr_trace", None)
     if dump is None:
         return None
     try:  # a pickle of our own process's recorder
@@ -113,13 +68,15 @@ def flight_recorder() -> Mapping[str, Any] | None:
 
 def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> CollectiveRecord:
     """A Flight Recorder record with what the announced call knows: its site, and its end
-    when torch has none (gloo records no completion time: ``ended == started``)."""
+    when torch retired it without one (gloo records no completion time: ``ended ==
+    started``). One it has not retired is in flight whatever the call did: an NCCL call (or
+    ``async_op=True``) returns once the collective is queued, not done."""
     from dataclasses import replace
 
     if call is None:
         return fr
     out = fr if fr.site else replace(fr, site=call.site)
-    if call.ended is not None and (out.ended is None or out.ended == out.started):
+    if call.ended is not None and out.ended is not None and out.ended == out.started:
         out = replace(out, started=call.started, ended=call.ended, state="completed")
     return out
 
@@ -156,6 +113,12 @@ class Recorder:
         self.waits: deque[tuple[float, float]] = deque(maxlen=WAIT_SPANS)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
+        #: the default group's backend ("nccl" reads NCCL's own Flight Recorder)
+        self.backend = ""
+        #: collectives issued so far in the default group (its sequence number; the session
+        #: sets it) and each step's digest of them (``watch.desync``)
+        self.issued: Callable[[], int] = lambda: 0
+        self.steps = StepLog()
 
     def set_phase(self, phase: str) -> None:
         if phase not in PHASES:
@@ -188,10 +151,19 @@ class Recorder:
 
     def set_step(self, step: int) -> None:
         now = self.clock()
+        issued = self.issued()
         with self.lock:
             if self.step_started and step != self.step:
                 self.spans.append((self.step_started, now))
+            if step != self.step:
+                self.steps.begin(step, issued)
             self.step, self.step_started = step, now
+
+    def digest(self) -> dict[str, Any]:
+        """The last steps' collective digests (``watch.desync``), for the heartbeat."""
+        issued = self.issued()
+        with self.lock:
+            return self.steps.digest(issued)
 
     def take_spans(self) -> list[tuple[float, float]]:
         """The steps finished since the last call, oldest first (the heartbeat's)."""
@@ -217,7 +189,7 @@ class Recorder:
         return out
 
     def records(self) -> tuple[CollectiveRecord, ...]:
-        fr = flight_recorder() if self.use_fr else None
+        fr = flight_recorder(self.backend) if self.use_fr else None
         with self.lock:
             called = tuple(self.called)
         if fr is None:
@@ -235,14 +207,15 @@ class Recorder:
         site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in " \
                f"{frame.f_code.co_name}"
         return CollectiveRecord(seq=seq, op=op, group="default_pg", dtype=dtype, shape=shape,
-                                nbytes=_prod(shape) * _ITEMSIZE.get(dtype, 0),
+                                nbytes=flight.prod(shape) * flight.ITEMSIZE.get(dtype, 0),
                                 started=self.clock(), site=site)
 
     def wrap_collectives(self, dist: Any, next_seq: Callable[[], int]) -> Callable[[], None]:
         """Announce each default-group Python collective before it runs; returns the undo."""
         originals = {name: getattr(dist, name) for name in WRAPPED if hasattr(dist, name)}
+        group_type = getattr(dist, "ProcessGroup", None)
         for name, original in originals.items():
-            setattr(dist, name, self._wrapped(name, original, next_seq))
+            setattr(dist, name, self._wrapped(name, original, next_seq, group_type))
 
         def undo() -> None:
             for name, original in originals.items():
@@ -250,15 +223,19 @@ class Recorder:
 
         return undo
 
-    def _wrapped(self, name: str, original: Callable[..., Any],
-                 next_seq: Callable[[], int]) -> Callable[..., Any]:
+    def _wrapped(self, name: str, original: Callable[..., Any], next_seq: Callable[[], int],
+                 group_type: type | None = None) -> Callable[..., Any]:
         @functools.wraps(original)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("group") is not None:
+            # another group's collective (by keyword or position) is not the default group's:
+            # announcing it, or counting it in the step digests, would pair it wrongly
+            if kwargs.get("group") is not None or (
+                    group_type is not None and any(isinstance(a, group_type) for a in args)):
                 return original(*args, **kwargs)
             record = self.called_record(name, args, next_seq())
             with self.lock:
                 self.called.append(record)
+                self.steps.call((name, record.dtype, record.shape, record.site))
             self.announce(record)
             result = original(*args, **kwargs)
             if not kwargs.get("async_op"):

@@ -48,6 +48,8 @@ def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> 
     lines += [f"  - {line}" for line in diagnosis.evidence[:8]]
     if diagnosis.hint:
         lines.append(f"  hint: {diagnosis.hint}")
+    lines += [f"  signal: {line}" for line in diagnosis.signals]
+    lines += [f"  would contradict it: {line}" for line in diagnosis.contradicts]
     lines.append(f"  {'rank':>4}  {'host':<14} {'step':>6}  {'phase':<9} {'for':>6}  collective")
     ranks = sorted(set(snapshot.states) | set(snapshot.gone))
     for rank in ranks[:_ROWS]:
@@ -73,11 +75,14 @@ def render_html(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> 
         f"<td>{e(snapshot.gone.get(r, ''))}</td></tr>"
         for r, s in sorted(snapshot.states.items()))
     evidence = "".join(f"<li>{e(line)}</li>" for line in diagnosis.evidence)
+    known = "".join(f"<li>{e(line)}</li>" for line in diagnosis.signals)
+    against = "".join(f"<li>{e(line)}</li>" for line in diagnosis.contradicts)
     return (f"<!doctype html><meta charset=utf-8><title>ddpnet watch: {e(diagnosis.kind)}"
             f"</title><style>{_CSS}</style><h1>ddpnet watch: {e(diagnosis.kind)}</h1>"
             f"<p>{e(trigger)}</p><div class=root><b>{e(diagnosis.summary)}</b><ul>{evidence}"
-            f"</ul><p>hint: {e(diagnosis.hint)}</p></div><table><tr><th>rank</th><th>host"
-            f"</th><th>step</th><th>phase</th><th>collective</th><th>gone</th></tr>{rows}"
+            f"</ul><p>hint: {e(diagnosis.hint)}</p><p>signals that agree:</p><ul>{known}</ul>"
+            f"<p>what would contradict it:</p><ul>{against}</ul></div><table><tr><th>rank</th>"
+            f"<th>host</th><th>step</th><th>phase</th><th>collective</th><th>gone</th></tr>{rows}"
             f"</table>")
 
 

@@ -207,6 +207,7 @@ class Session:
         self.beacon.close()
         self.undo()
         self.recorder.announce = lambda _record: None
+        self.recorder.issued = lambda: 0
         if sys.excepthook == self.excepthook:
             sys.excepthook = self.previous_hook
 
@@ -243,6 +244,8 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
         return
     group = dist.distributed_c10d._get_default_group()
     undo = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
+    _recorder.issued = lambda: max(0, _next_seq(group) - 1)
+    _recorder.backend = str(dist.get_backend())
     _recorder.announce = beacon.announce
     _session = Session(_recorder, beacon, undo, hub,
                        verdict_wait=min(wc.timeout or VERDICT_WAIT_S, VERDICT_WAIT_S)

@@ -135,6 +135,15 @@ def victim(why: str) -> bool:
     return why.startswith(PEER_FAILED)
 
 
+#: how a rank that said goodbye (``ddpnet.shutdown()``, a clean exit) is said to have left
+FINISHED = "finished normally (said goodbye)"
+
+
+def finished(why: str) -> bool:
+    """Whether a rank left by finishing (pure)."""
+    return why.startswith(FINISHED)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
@@ -176,17 +185,19 @@ class Diagnosis:
     hosts: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
     hint: str = ""
+    #: how we know (``watch.signals``): the signals that agree, and what would contradict it
+    signals: tuple[str, ...] = ()
+    contradicts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["ranks"] = list(self.ranks)
-        out["hosts"] = list(self.hosts)
-        out["evidence"] = list(self.evidence)
+        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
+            out[key] = list(getattr(self, key))
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("ranks", "hosts", "evidence"):
+        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
             values[key] = tuple(values.get(key, ()))
         return cls(**values)
