@@ -74,3 +74,13 @@ def test_comm_hooks_train_and_cut_bytes(base: dict[str, Any], hook: str,
 def test_cpu_ranks_run_with_huge_pages_on(base: dict[str, Any]) -> None:
     # set by the CLI before torch is imported, inherited by the --local ranks
     assert any(n.startswith("THP_MEM_ALLOC_ENABLE=1") for n in base["notes"]), base["notes"]
+
+
+@pytest.mark.slow
+def test_compile_trains_as_the_eager_model_does(base: dict[str, Any]) -> None:
+    """``--compile`` (torch.compile in place, before DDP wraps the model) runs on a CPU too:
+    the same steps, the same bytes, and a loss within float tolerance of the eager run."""
+    got = train_json(*COMMON, "--compile", timeout=300)
+    assert got["config"]["compile"] is True and got["steps"] == base["steps"]
+    assert got["bytes_per_step"] == base["bytes_per_step"]
+    assert got["eval_loss"] == pytest.approx(base["eval_loss"], rel=1e-3)
