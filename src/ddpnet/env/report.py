@@ -69,7 +69,6 @@ def render_config(cfg: DistConfig, out: Console) -> None:
     if cfg.job_script is not None:
         render_job_script(cfg, cfg.job_script, out)
         return
-    from rich.markup import escape
 
     from ddpnet.env.hostlist import compress
     from ddpnet.output import table as new_table
@@ -85,10 +84,7 @@ def render_config(cfg: DistConfig, out: Console) -> None:
             value = f"{compress(value)} ({len(value)})"
         table.add_row(key, str(value), cfg.sources.get(key, ""))
     out.print(table)
-    for other in cfg.ambiguous:
-        out.print("[bold yellow]warning:[/] " + escape(other.describe(cfg.launcher)))
-    for note in cfg.notes:
-        out.print(f"[dim]note:[/] {note}")
+    _warnings_and_notes(cfg, out)
     out.print("\n[bold]Equivalent exports on this process:[/]")
     out.print(export_lines(cfg), markup=False)
     out.print("\n[bold]Equivalent torchrun on this node[/] (change --node-rank on each node):")
@@ -98,15 +94,11 @@ def render_config(cfg: DistConfig, out: Console) -> None:
 def render_job_script(cfg: DistConfig, job: JobScript, out: Console) -> None:
     """A job script is the launching script, not a world of one: the job's layout, then the
     torchrun command for each node and the scheduler's way to start them all."""
-    from rich.markup import escape
-    from rich.table import Table
-
     from ddpnet.env.hostlist import compress
+    from ddpnet.output import table as new_table
 
-    table = Table(title=f"ddpnet env: the launching script of {job.scheduler} job "
-                  f"{job.job_id} (not a rank)", show_header=True, header_style="bold")
-    table.add_column("setting")
-    table.add_column("value")
+    table = new_table(f"ddpnet env: the launching script of {job.scheduler} job "
+                      f"{job.job_id} (not a rank)", ("setting", "value"))
     table.add_column("source", style="dim")
     slots = str(job.nproc_per_node) if len(set(job.slots)) == 1 else \
         f"{job.nproc_per_node} (smallest of {', '.join(map(str, job.slots))})"
@@ -120,12 +112,19 @@ def render_job_script(cfg: DistConfig, job: JobScript, out: Console) -> None:
             ("slots per node", slots, job.source)):
         table.add_row(key, value, source)
     out.print(table)
-    for other in cfg.ambiguous:
-        out.print("[bold yellow]warning:[/] " + escape(other.describe(cfg.launcher)))
-    for note in cfg.notes:
-        out.print(f"[dim]note:[/] {escape(note)}")
+    _warnings_and_notes(cfg, out)
     out.print("\n[bold]On each node[/] (node rank i on host i of the job):")
     for host, line in zip(job.hosts, job.node_commands(), strict=True):
         out.print(f"{host}: {line}", markup=False, soft_wrap=True)
     out.print("\n[bold]Or from this script, on every node at once:[/]")
     out.print(job.fan_out(), markup=False, soft_wrap=True)
+
+
+def _warnings_and_notes(cfg: DistConfig, out: Console) -> None:
+    """Below either view's table: the other launchers that also matched, and the notes."""
+    from rich.markup import escape
+
+    for other in cfg.ambiguous:
+        out.print("[bold yellow]warning:[/] " + escape(other.describe(cfg.launcher)))
+    for note in cfg.notes:
+        out.print(f"[dim]note:[/] {escape(note)}")
