@@ -135,3 +135,35 @@ def test_a_silent_rank_whose_host_answers_on_no_port_is_a_link_down_not_gone() -
     assert found.kind == "rank-gone" and "(process stopped or host frozen)" in found.summary
     found = analyze(Snapshot(3, 100.0, states))
     assert found.kind == "rank-gone" and "(process stopped or host frozen)" in found.summary
+
+
+def test_a_late_rank_cut_off_just_past_the_hubs_stale_after_is_a_link_down() -> None:
+    """The race the watch benchmark hit (1 link-down run in 3 named rank-not-arriving): with a
+    learned 5 s threshold the hub calls a rank silent after stale_after = 4 s and probes it;
+    its last heartbeat, 4.5 s old, was still "fresh" by the network's own 5 s, so the late
+    rank was named busy in compute. Silent by the hub's own measure and reached by no peer,
+    it is a link down, named by the network detector."""
+    from ddpnet.watch.state import LinkProbe
+
+    waiting = (CollectiveRecord(seq=9, op="all_reduce", started=95.0),)
+    behind = (CollectiveRecord(seq=8, op="all_reduce", started=94.0, ended=94.1,
+                               state="completed"),)
+    states = {r: RankState(rank=r, world_size=3, host=f"n{r}", interface="eth0",
+                           recent=waiting if r != 2 else behind, last_seq=8,
+                           published=100.0 if r != 2 else 95.5,
+                           address=f"198.18.0.{r + 2}") for r in range(3)}
+    down = tuple(LinkProbe(src, 2, False, "timeout", port=port, purpose=purpose,
+                           outcome="timeout", what="connect")
+                 for src in (0, 1) for port, purpose in ((5, "side"), (6, "sink")))
+    live = Options(stale_after=4.0)
+    found = analyze(Snapshot(3, 100.0, states, probes=down), live)
+    assert found.kind == "network" and found.ranks == (2,) and found.hosts == ("n2",), found
+    # answered by its kernel: not cut off but silent, a stopped process (rank-gone)
+    answered = (*down[1:], LinkProbe(0, 2, True, "connected", port=5, purpose="side",
+                                     outcome="connected", what="connect"))
+    found = analyze(Snapshot(3, 100.0, states, probes=answered), live)
+    assert found.kind == "rank-gone" and "(process stopped or host frozen)" in found.summary
+    # heard from a second ago and behind: busy in compute (rank-not-arriving)
+    busy = {**states, 2: RankState.from_dict({**states[2].to_dict(), "published": 99.0})}
+    found = analyze(Snapshot(3, 100.0, busy, probes=down), live)
+    assert found.kind == "rank-not-arriving" and found.ranks == (2,), found

@@ -57,9 +57,11 @@ def detector(kind: str, options: Options = Options()) -> Detector:
     """The detector of ``kind``."""
     if kind == "rank-gone":
         return lambda snap: rank_gone(snap, options)
-    found: dict[str, Detector] = {"collective-mismatch": mismatch_or_desync,
-                                  "rank-not-arriving": rank_not_arriving,
-                                  "network": network.detect, "straggler": straggler.detect}
+    silent = options.stale_after if options.live else network.FRESH_S
+    found: dict[str, Detector] = {
+        "collective-mismatch": mismatch_or_desync,
+        "rank-not-arriving": lambda snap: rank_not_arriving(snap, options),
+        "network": lambda snap: network.detect(snap, silent), "straggler": straggler.detect}
     return found[kind]
 
 
@@ -125,7 +127,7 @@ def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | N
     gone = silent_ranks(snapshot, options)
     if not gone or _first_mismatch(snapshot) is not None or desync.detect(snapshot) is not None:
         return None
-    if options.live and network.cut_off(snapshot, next(iter(gone))):
+    if options.live and network.cut_off(snapshot, next(iter(gone)), options.stale_after):
         return None
     ranks = list(gone)  # the first to leave first: the others often fail because of it
     hosts = tuple(dict.fromkeys(_host(snapshot.states.get(r)) for r in ranks))
@@ -218,7 +220,10 @@ def mismatch_or_desync(snapshot: Snapshot) -> Diagnosis | None:
 
 # -- rank-not-arriving -------------------------------------------------------------------------
 
-def rank_not_arriving(snapshot: Snapshot) -> Diagnosis | None:
+def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:
+    """Ranks behind the collective the others wait in. Steps aside when the first of them is
+    cut off (silent and no peer reaches it): that is a link down, which the network detector
+    names, not a rank busy in compute."""
     waiting = {r: s.in_flight() for r, s in snapshot.states.items() if s is not None}
     flights = {r: f for r, f in waiting.items() if f is not None}
     if not flights:
@@ -226,7 +231,7 @@ def rank_not_arriving(snapshot: Snapshot) -> Diagnosis | None:
     target = max(flights.values(), key=lambda f: f.seq)
     late = sorted(r for r, s in snapshot.states.items()
                   if s is not None and r not in flights and s.last_seq < target.seq)
-    if not late:
+    if not late or (options.live and network.cut_off(snapshot, late[0], options.stale_after)):
         return None
     states = snapshot.states
     evidence = [_late_line(r, states[r], snapshot.taken) for r in late[:_NAMED]]

@@ -80,11 +80,11 @@ def wants_probes(snapshot: Snapshot) -> bool:
     return not snapshot.probes and stuck_collective(snapshot) is not None
 
 
-def detect(snapshot: Snapshot) -> Diagnosis | None:
+def detect(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagnosis | None:
     """The network diagnosis: a silent node no peer can reach (its link is down), else, when
     every rank is inside the same collective, what the link probes show; None when neither
-    (or when every probe passed)."""
-    cut = silent_link_down(snapshot)
+    (or when every probe passed). ``silent_after``: :func:`cut_off`'s."""
+    cut = silent_link_down(snapshot, silent_after)
     if cut is not None:
         return cut
     stuck = stuck_collective(snapshot)
@@ -220,18 +220,19 @@ def unreachable_from(snapshot: Snapshot, rank: int) -> tuple[int, ...]:
     return tuple(sorted({p.src_rank for p in probes}))
 
 
-def cut_off(snapshot: Snapshot, rank: int) -> bool:
-    """A rank whose heartbeats stopped while its side-channel connection stays open (no FIN,
-    no RST: the process did not die) and that answers on no port: its link is down (pure).
-    A dead process closes its connection and its host refuses; a stopped one still has a
-    kernel that answers."""
-    return (rank not in snapshot.gone and not fresh(snapshot, rank)
+def cut_off(snapshot: Snapshot, rank: int, silent_after: float = FRESH_S) -> bool:
+    """A rank whose heartbeats stopped (none for ``silent_after`` s: the hub's own
+    ``stale_after``, after which it probes the rank) while its side-channel connection stays
+    open (no FIN, no RST: the process did not die) and that answers on no port: its link is
+    down (pure). A dead process closes its connection and its host refuses; a stopped one
+    still has a kernel that answers."""
+    return (rank not in snapshot.gone and _age(snapshot, rank) > silent_after
             and bool(unreachable_from(snapshot, rank)))
 
 
-def silent_link_down(snapshot: Snapshot) -> Diagnosis | None:
+def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagnosis | None:
     """The ranks :func:`cut_off` from every peer that probed them, named as a link down."""
-    cut = [r for r in range(snapshot.world_size) if cut_off(snapshot, r)]
+    cut = [r for r in range(snapshot.world_size) if cut_off(snapshot, r, silent_after)]
     if not cut:
         return None
     states = snapshot.states
