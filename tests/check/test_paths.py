@@ -195,3 +195,20 @@ def test_a_plain_jobs_dropped_binding_is_a_warning_naming_the_interface_that_wor
     [cause] = paths.analyze(ok, _got(), LABELS, kernel)[0]
     assert cause.id == "reverse-path-drop" and cause.severity == "warn" and cause.ranks == (1,)
     assert "binds 198.18.0.2 on eth0" in cause.detail and "GLOO_SOCKET_IFNAME=eth1" in cause.fix
+
+
+def test_a_failed_input_lookup_without_rp_filter_is_not_a_reverse_path_drop() -> None:
+    """`ip route get` also answers 'Invalid argument' for a source this host has (every
+    simulated rank of benchmarks/scale_sim.py on one namespace): with rp_filter 0 the kernel
+    filters nothing, so no reverse-path-drop is named, neither for a plain job's binding (a
+    false warning on every healthy simulated cluster) nor for a failing pair."""
+    job = {"vars": "NCCL_SOCKET_IFNAME", "iface": "eth0", "address": "198.18.0.2",
+           "rp_filter": 0, "subnets": {SUBNET: {"peer": "198.18.0.1", "inbound":
+                                                _lookup(False, error="Invalid argument")}}}
+    ok = [["self", "ok", "ok"], ["ok", "self", "ok"], ["ok", "ok", "self"]]
+    kernel = {1: {**_paths({"inbound": _lookup(dev="lo"), "reply": _lookup(dev="eth1")}),
+                  "iface": "eth1", "jobs": [job]}}
+    assert paths.analyze(ok, _got(), LABELS, kernel)[0] == []
+    entry = {"inbound": _lookup(False, error="Invalid argument"), "reply": _lookup(dev="eth1")}
+    causes, _ = paths.analyze(INTO_2, _got(), LABELS, {2: _paths(entry, rp=0)})
+    assert all(c.id != "reverse-path-drop" for c in causes), causes

@@ -117,7 +117,15 @@ def _subnet_of(got: Facts, rank: int) -> str:
     return str(f.get("subnet") or f"{f.get('address')}/32")
 
 
-def _verdict(entry: Mapping[str, Any], iface: str, on_link: bool, routed: bool) -> str | None:
+def filters(rp_filter: object) -> bool:
+    """Whether reverse-path filtering is on (1 strict, 2 loose: the larger of ``all`` and the
+    interface's): with 0, or unknown, an input lookup that fails is not the filter's doing
+    (``ip route get`` also refuses a source address this host has: 'Invalid argument')."""
+    return isinstance(rp_filter, int) and rp_filter > 0
+
+
+def _verdict(entry: Mapping[str, Any], iface: str, on_link: bool, routed: bool,
+             rp_filter: object = 1) -> str | None:
     """What the kernel's answers for one peer subnet say (pure): the cause id, or None.
 
     No route is ``missing-route`` only where another rank routes that subnet (``routed``):
@@ -127,7 +135,7 @@ def _verdict(entry: Mapping[str, Any], iface: str, on_link: bool, routed: bool) 
     reply, inbound = entry.get("reply") or {}, entry.get("inbound") or {}
     if not reply.get("ok"):
         return "missing-route" if routed else None
-    if not inbound.get("ok"):
+    if not inbound.get("ok") and filters(rp_filter):
         return "reverse-path-drop"
     if reply.get("dev") and reply.get("dev") != iface and (on_link or reply.get("table")):
         return "asymmetric-route"
@@ -157,7 +165,8 @@ def analyze(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[str],
             subnet = _subnet_of(got, i)
             entry = (mine.get("subnets") or {}).get(subnet)
             kind = _verdict(entry, iface, subnet == _subnet_of(got, k),
-                            _other(routed.get(subnet, ()), k) is not None) \
+                            _other(routed.get(subnet, ()), k) is not None,
+                            mine.get("rp_filter")) \
                 if entry and (into or out) and i != k else None
             if entry is None or kind is None or (kind == "reverse-path-drop" and not into):
                 continue
@@ -185,6 +194,8 @@ def _job_drops(paths: Paths, got: Facts, labels: Sequence[str]) -> Cause | None:
     items = []
     for k, mine in sorted(paths.items()):
         for job in mine.get("jobs") or ():
+            if not filters(job.get("rp_filter")):
+                continue
             bad = [(s, e) for s, e in sorted((job.get("subnets") or {}).items())
                    if not (e.get("inbound") or {}).get("ok")]
             if bad:
