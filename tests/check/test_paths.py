@@ -212,3 +212,12 @@ def test_a_failed_input_lookup_without_rp_filter_is_not_a_reverse_path_drop() ->
     entry = {"inbound": _lookup(False, error="Invalid argument"), "reply": _lookup(dev="eth1")}
     causes, _ = paths.analyze(INTO_2, _got(), LABELS, {2: _paths(entry, rp=0)})
     assert all(c.id != "reverse-path-drop" for c in causes), causes
+
+
+def test_a_peer_address_this_host_has_is_no_path_to_judge() -> None:
+    """Ranks of one host (or scale_sim's simulated ranks, every one on one namespace): the
+    way back to a peer address this host has is ``dev lo``; that is not a reply by another
+    NIC (it named asymmetric-route on many healthy simulated ranks beside a filtered one)."""
+    entry = {"inbound": _lookup(dev="lo"), "reply": _lookup(dev="lo")}
+    causes, explained = paths.analyze(INTO_2, _got(), LABELS, {2: _paths(entry, rp=1)})
+    assert causes == [] and explained == set()

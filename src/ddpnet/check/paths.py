@@ -133,6 +133,8 @@ def _verdict(entry: Mapping[str, Any], iface: str, on_link: bool, routed: bool,
     another device are ``asymmetric-route`` toward the rank's own subnet (``on_link``) or
     through a policy table; toward a routed subnet another NIC may be the way."""
     reply, inbound = entry.get("reply") or {}, entry.get("inbound") or {}
+    if reply.get("dev") == "lo":  # the peer's address is this host's own: no path to judge
+        return None
     if not reply.get("ok"):
         return "missing-route" if routed else None
     if not inbound.get("ok") and filters(rp_filter):
