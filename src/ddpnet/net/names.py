@@ -119,6 +119,9 @@ class HostsFix:
         todo = [f"remove {self.hostname} from the {a} line" for a in self.removed_from]
         if self.added:
             todo.append(f"add the line '{self.added}'")
+        elif todo:  # a later line maps it already: say where the name then resolves
+            todo.append(f"{self.hostname} then resolves to {self.address} (the line that "
+                        "maps it there stays)")
         return "; ".join(todo)
 
 
