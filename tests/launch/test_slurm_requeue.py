@@ -53,6 +53,11 @@ def _requeued(cluster: SlurmCluster, job: str) -> bool:
     return fields.get("Restarts") == "1" and fields.get("JobState") in ("PENDING", "RUNNING")
 
 
+#: rank 0's tenth step in the job log; under the torchrun engine ``launch`` prefixes each
+#: rank's lines with ``[rank N]``
+STEP_10 = r"^(\[rank \d+\] )?step 10/"
+
+
 def _wait_for(what: str, ready: object, timeout: float, log: Path,
               state: object = lambda: "") -> None:
     assert callable(ready) and callable(state)
@@ -97,8 +102,7 @@ def test_warning_checkpoints_requeues_and_the_restart_resumes(
         sbatch_args: tuple[str, ...], scancel: list[str], step_exit: int) -> None:
     job, log = _submit(slurm_cluster, tmp_path, "--engine", "srun", *sbatch_args)
     try:
-        _wait_for("training started", lambda: re.search(r"^step 10/", _read(log), re.M), 60,
-                  log)
+        _wait_for("training started", lambda: re.search(STEP_10, _read(log), re.M), 60, log)
         s = slurm_cluster.client([*scancel, job], timeout=20)
         assert s.returncode == 0, s.stderr
         _wait_for("the restarted job finished", lambda: _job_fields(slurm_cluster, job).get(
@@ -131,8 +135,7 @@ def test_train_requeue_on_signal_in_a_hand_written_script(
     assert p.returncode == 0, p.stderr
     job = p.stdout.strip().split(";")[0]
     try:
-        _wait_for("training started", lambda: re.search(r"^step 10/", _read(log), re.M), 60,
-                  log)
+        _wait_for("training started", lambda: re.search(STEP_10, _read(log), re.M), 60, log)
         s = slurm_cluster.client(["scancel", "--signal=USR1", job], timeout=20)
         assert s.returncode == 0, s.stderr
         _wait_for("the job requeued", lambda: _requeued(slurm_cluster, job), 60, log)

@@ -238,10 +238,20 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     if opts.dry_run:
         return replace(plan, nodes=tuple(per_node(cfg, all_nodes=all_nodes)))
     check_program(target)
-    argv, env = build_torchrun(cfg, "ddpnet.launch.torchrun_main")
+    argv, env = build_torchrun(cfg, torchrun_module(environ))
     if "TORCHELASTIC_SIGNALS_TO_HANDLE" not in environ:  # SLURM's --signal=USR1@90 warning
         env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = torchrun_signals()
     return replace(plan, argv=tuple(argv), env=env)
+
+
+def torchrun_module(environ: Mapping[str, str]) -> str:
+    """The torchrun this node runs: ddpnet's (the job's exit code, whole rank-prefixed lines)
+    except inside a SLURM job, where the preemption warning (USR1) must reach torchrun's own
+    signal handling with the ranks writing to the job log directly: through the wrapper's
+    tee, a rank's last lines ("preempted ... at step N") were lost and the step ended 138
+    instead of being requeued (tests/launch/test_slurm_requeue.py)."""
+    return "torch.distributed.run" if "SLURM_JOB_ID" in environ else \
+        "ddpnet.launch.torchrun_main"
 
 
 def check_program(target: Target) -> None:
