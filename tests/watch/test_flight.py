@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import pickle
 from pathlib import Path
 from typing import Any
@@ -107,11 +108,19 @@ def test_a_cut_off_nccl_rank_in_synchronize_exits_by_itself(
     rec.backend = "nccl"
     exits: list[int] = []
     beacon = Beacon(rec, RankState(rank=1, world_size=2, host="g-n1"), tmp_path,
-                    lost_after=10, exit_now=exits.append)
-    beacon.cut_off()
+                    lost_after=10, override=1.0, exit_now=exits.append)
+    with socket.socket() as closed:  # the hub's port, refused: its host answers, no hub
+        closed.bind(("127.0.0.1", 0))
+        beacon.hub = ("127.0.0.1", closed.getsockname()[1])
+    state = beacon.state()
+    beacon.judge_self(state)  # the first look: progress as of now
+    assert exits == []
+    beacon.heard -= 60
+    beacon.progressed -= 60  # a minute without the hub's word and without progress
+    beacon.judge_self(state)
     assert exits == [4]
     err = capsys.readouterr().err
-    assert "rank 1 exits (4): cut off" in err and "inside all_reduce seq 612" in err
+    assert "rank 1 exits (4)" in err and "inside all_reduce seq 612" in err, err
     saved = json.loads((tmp_path / "rank-1.json").read_text())
     assert saved["state"]["recent"][-1]["ended"] is None
 
