@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import pickle
+import socket
 from pathlib import Path
 from typing import Any
 
