@@ -141,7 +141,8 @@ def test_the_rank1_stack_is_in_synchronize_with_no_heartbeat_thread() -> None:
     assert "heartbeat.py" not in stacks
 
 
-def test_a_real_gloo_dump_parses_and_retires_an_async_collective_only_when_done() -> None:
+def test_a_real_gloo_dump_parses_and_retires_an_async_collective_only_when_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-rank gloo group in this process: an async_op all_reduce is in flight in the dump
     until wait() returns (pg_status agrees)."""
     import os
@@ -151,7 +152,8 @@ def test_a_real_gloo_dump_parses_and_retires_an_async_collective_only_when_done(
 
     from ddpnet.net.ports import free_port
 
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "64")
+    # set for this test only: the suite's later jobs inherit this process's environment
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", os.environ.get("TORCH_FR_BUFFER_SIZE") or "64")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1)
     try:
