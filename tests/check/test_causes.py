@@ -10,15 +10,11 @@ import pytest
 from ddpnet.check.causes import Cause, join_cause
 
 CHECK = Path(__file__).resolve().parents[2] / "src" / "ddpnet" / "check"
-#: modules whose causes the reverse-path work (issue 29, item 2) rewrites with their evidence
-PENDING: set[str] = set()
 
 
 def test_every_cause_is_made_with_its_evidence() -> None:
     bare = []
     for path in sorted(CHECK.rglob("*.py")):
-        if path.name in PENDING:
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id == "Cause"
