@@ -26,7 +26,8 @@ PLAIN = """
 import datetime, sys, torch, torch.distributed as dist
 try:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
-    t = torch.ones(1); dist.all_reduce(t); print("ok", int(t.item()))
+    t = torch.ones(1); dist.all_reduce(t); print("ok", int(t.item()), flush=True)
+    dist.destroy_process_group()  # as a job ends: without it gloo's threads may abort the exit
 except Exception as exc:
     print("FAILED", str(exc).splitlines()[0]); sys.exit(1)
 """

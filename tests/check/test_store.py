@@ -119,3 +119,43 @@ def test_get_many_reads_what_is_set_in_chunks_and_skips_what_is_not(store: Store
     assert got["facts/7"] == {"rank": 7}
     assert store.gather("facts", [0, 1, store_module.CHUNK + 4], 0.1) == \
         {0: {"rank": 0}, 1: {"rank": 1}}
+
+
+def test_a_store_that_goes_silent_after_the_join_is_given_up_within_its_bound() -> None:
+    """A real TCPStore server frozen after the join (its kernel still ACKs, nothing answers):
+    torch's client blocks for good once a wait times out (STOP_WAITING is never answered), as
+    when a duplicate address sends the master's packets to another host. A rank > 0's store
+    gives up after the wait + ``stall_s`` and fails every later call at once."""
+    import subprocess
+    import sys
+
+    import torch.distributed as dist
+
+    from ddpnet.net.ports import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import datetime, time, torch.distributed as d; "
+         f"s = d.TCPStore('127.0.0.1', {port}, None, True, datetime.timedelta(seconds=30), "
+         "wait_for_workers=False); print('up', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        raw = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=5))
+        store = Store(raw, bounded=True, stall_s=1.0)
+        store.set("plan", {"ok": True})
+        assert store.get("plan", 1.0) == {"ok": True}  # in step while the server answers
+        os.kill(server.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(StageTimeout, match="stopped answering"):
+            store.get("result", 1.0)
+        assert time.monotonic() - started < 1.0 + WAIT_SLICE + 1.0 + 1.0
+        assert store.gone
+        started = time.monotonic()
+        with pytest.raises(StageTimeout, match="ack"):
+            store.add("ack")
+        assert time.monotonic() - started < 0.1
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()

@@ -13,10 +13,12 @@ import contextlib
 import errno
 import json
 import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ddpnet.check.options import CheckOptions
 from ddpnet.config import DistConfig
@@ -30,6 +32,13 @@ PREFIX = "ddpnet/check/"
 WAIT_SLICE = 0.5
 #: how often rank 0 looks at a counter while gathering
 POLL = 0.02
+#: how far past its own timeout a call on a joined store may run before the store counts
+#: as gone. torch's client has no bound of its own once the master's packets stop arriving
+#: (a wait that timed out sends STOP_WAITING and reads its answer with no timeout): a
+#: duplicate address or a link that died after the join would hold a rank for good.
+STALL_S = 5.0
+
+T = TypeVar("T")
 
 
 class StageTimeout(Exception):
@@ -43,32 +52,67 @@ CHUNK = 512
 class Store:
     """Keys under :data:`PREFIX`, JSON values, bounded waits in slices of ``slice_s``."""
 
-    def __init__(self, raw: Any, slice_s: float = WAIT_SLICE) -> None:
+    def __init__(self, raw: Any, slice_s: float = WAIT_SLICE, *, bounded: bool = False,
+                 stall_s: float = STALL_S) -> None:
         self.raw = raw
         self.slice_s = slice_s
+        #: ranks > 0 (a remote store) run each call in a thread they stop waiting for
+        self.bounded = bounded
+        self.stall_s = stall_s
+        #: a bounded call ran out: every later call fails at once
+        self.gone = False
+
+    def _call(self, what: str, call: Callable[..., T], *args: Any,
+              timeout: float = WAIT_SLICE) -> T:
+        """``call(*args)`` on the raw store, given up after ``timeout`` + :data:`STALL_S` on a
+        remote store (StageTimeout, and the store counts as gone)."""
+        if not self.bounded:
+            return call(*args)
+        if self.gone:
+            raise StageTimeout(f"{what} (rank 0's store stopped answering)")
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append((True, call(*args)))
+            except BaseException as exc:  # handed to the caller's thread
+                box.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="ddpnet-check-store", daemon=True).start()
+        if not done.wait(timeout + self.stall_s):
+            self.gone = True
+            raise StageTimeout(f"{what} (rank 0's store stopped answering for "
+                               f"{timeout + self.stall_s:g} s)")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     def key(self, name: str) -> str:
         return PREFIX + name
 
     def set(self, name: str, value: Any) -> None:
-        self.raw.set(self.key(name), json.dumps(value))
+        self._call(name, self.raw.set, self.key(name), json.dumps(value))
 
     def set_many(self, values: dict[str, Any]) -> None:
         """Set every key at once: one round trip however many keys (rank 0 giving each of
         N ranks its own small key instead of one big key every rank reads)."""
         if values:
-            self.raw.multi_set([self.key(k) for k in values],
-                               [json.dumps(v) for v in values.values()])
+            self._call("many keys", self.raw.multi_set, [self.key(k) for k in values],
+                       [json.dumps(v) for v in values.values()])
 
     def get_now(self, name: str) -> Any:
         """The value of ``name`` if it is set now, else None (no wait)."""
-        return json.loads(self.raw.get(self.key(name))) if self.has(name) else None
+        return json.loads(self._raw_get(name)) if self.has(name) else None
 
     def has(self, name: str) -> bool:
-        return bool(self.raw.check([self.key(name)]))
+        return bool(self._call(name, self.raw.check, [self.key(name)]))
 
     def add(self, name: str, amount: int = 1) -> int:
-        return int(self.raw.add(self.key(name), amount))
+        return int(self._call(name, self.raw.add, self.key(name), amount))
 
     def count(self, name: str) -> int:
         return self.add(name, 0)
@@ -80,16 +124,22 @@ class Store:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
+            wait = max(min(left, self.slice_s), 0.01)
             try:
-                self.raw.wait([self.key(name)], timedelta(seconds=max(min(left, self.slice_s),
-                                                                      0.01)))
+                self._call(name, self.raw.wait, [self.key(name)], timedelta(seconds=wait),
+                           timeout=wait)
                 break
             except DistStoreError as exc:  # this slice timed out
                 if time.monotonic() >= deadline:
                     raise StageTimeout(name) from exc
+            except StageTimeout:
+                raise
             except Exception as exc:  # the store is gone (rank 0 died)
                 raise StageTimeout(name) from exc
-        return json.loads(self.raw.get(self.key(name)))
+        return json.loads(self._raw_get(name))
+
+    def _raw_get(self, name: str) -> Any:
+        return self._call(name, self.raw.get, self.key(name))
 
     def publish(self, stage: str, rank: int, value: Any) -> None:
         self.set(f"{stage}/{rank}", value)
@@ -117,8 +167,8 @@ class Store:
         for i in range(0, len(names), CHUNK):
             chunk = names[i:i + CHUNK]
             keys = [self.key(n) for n in chunk]
-            if self.raw.check(keys):
-                values = self.raw.multi_get(keys)
+            if self._call(chunk[0], self.raw.check, keys):
+                values = self._call(chunk[0], self.raw.multi_get, keys)
                 out.update({n: json.loads(v) for n, v in zip(chunk, values, strict=True)})
                 continue
             for n in chunk:
@@ -220,6 +270,14 @@ def _listen(family: socket.AddressFamily, wildcard: str, port: int) -> socket.so
     return sock
 
 
+def master_ip(master: str) -> str:
+    """MASTER_ADDR as this node resolves it (the preflight already did: cached, bounded)."""
+    from ddpnet.net.names import resolve_host
+
+    res = resolve_host(master, timeout=2.0)
+    return res.addresses[0] if res.ok else master
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc)
     return text.splitlines()[0] if text else type(exc).__name__
@@ -257,8 +315,13 @@ def join_store(cfg: DistConfig, opts: CheckOptions, host: str) -> Store:
         return Store(dist.TCPStore(  # type: ignore[attr-defined]
             cfg.master_addr, cfg.master_port, None, False,
             timedelta(seconds=max(opts.connect_timeout * 3, 5.0))),
-            wait_slice(cfg.world_size, WAIT_SLICE))
+            wait_slice(cfg.world_size, WAIT_SLICE), bounded=True)
     except Exception as exc:
+        from ddpnet.net.probe import duplicate_instead
+
+        twin = duplicate_instead(master_ip(cfg.master_addr), cfg, host)
+        if twin is not None:
+            raise twin from None
         raise RendezvousError(
             "master-port-refused",
             f"rank {cfg.rank} on {host} could not join the store at "

@@ -35,9 +35,23 @@ def follow(ctx: RankContext) -> RankOutcome:
         wait = _stages(ctx, joined) if joined.plan["ok"] else ctx.budget
         return _verdict(ctx, wait)
     except StageTimeout as exc:
+        if ctx.store.gone:  # silent after the join: the master's packets go elsewhere?
+            _raise_if_duplicate(ctx)
         return RankOutcome(ctx.rank, ctx.host, False,
                            f"{ctx.who}: stopped: rank 0 did not answer in time "
                            f"(waiting for {exc})")
+
+
+def _raise_if_duplicate(ctx: RankContext) -> None:
+    """``duplicate-address`` (a RendezvousError, this rank's own cause) when another host
+    answers ARP for this node's address: which of the two the master reaches flips with
+    each ARP answer, so a rank that joined can lose its store half-way."""
+    from ddpnet.check.store import master_ip
+    from ddpnet.net.probe import duplicate_instead
+
+    twin = duplicate_instead(master_ip(ctx.cfg.master_addr), ctx.cfg, ctx.host)
+    if twin is not None:
+        raise twin
 
 
 def _stages(ctx: RankContext, joined: rendezvous.Joined) -> float:

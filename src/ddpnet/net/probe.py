@@ -563,14 +563,16 @@ def check_store(cfg: DistConfig, *, environ: Mapping[str, str] | None = None,
     error = classify_store(probe, addr, cfg.master_port, master=cfg.master_addr, host=me,
                            rank=cfg.rank, waited=waited)
     if error is not None and not probe.reply:  # reset or silent mid-way: two hosts?
-        error = _duplicate_instead(addr, cfg, me) or error
+        error = duplicate_instead(addr, cfg, me) or error
     if error is not None:
         raise error
 
 
-def _duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError | None:
-    """A connection to the store that was reset before any answer: when another host answers
-    ARP for this node's own address, the master's packets go there (edge, ~1 s)."""
+def duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError | None:
+    """A connection to the store that was reset, went silent or timed out after the preflight
+    got in: when another host answers ARP for this node's own address, the master's packets
+    go there (edge, ~1 s). Which of the two hosts the master reaches flips with each ARP
+    answer, so it is asked again at every later failure, not only at the preflight."""
     from ddpnet.net.routes import address_owners, route_to
 
     route = route_to(addr)
@@ -579,7 +581,7 @@ def _duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError |
         return None
     named = f"MASTER_ADDR {cfg.master_addr} ({addr})" if cfg.master_addr != addr else addr
     return duplicate_error(f"the connection to {_endpoint(addr, cfg.master_port)} was reset "
-                           "or went silent before the store answered", named,
+                           "or went silent", named,
                            (route.src, route.iface, owners), host=me, rank=cfg.rank,
                            where=_where(me, cfg.rank))
 
