@@ -41,6 +41,10 @@ WINDOW = 50
 #: below this many seconds per step, waits are noise (no network slowdown is named), and so
 #: is a rank computing this much longer than the others (no slow rank is named)
 MIN_WAIT_S = 0.005
+#: a rank's extra compute must also cost (ratio - 1) x this share of the median step (6 %
+#: at the default ratio): 9 ms more on the rank that hosts the hub, in a 0.5 s step spent
+#: waiting on the network, slows no one (seen on a loaded 2-core host)
+MIN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -180,13 +184,15 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
     """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
-    over :data:`MIN_WAIT_S` more (1 ms more of a 5 ms step is scheduling noise on a busy
-    host, and nothing anyone would act on)."""
+    more by over :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step (1 ms
+    more of a 5 ms step is scheduling noise on a busy host, 9 ms of a 500 ms step nothing
+    anyone would act on)."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
+        floor = max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * _median(t.step[r][k] for r in t.ranks))
         for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
-            if c > ratio * others and c - others > MIN_WAIT_S:
+            if c > ratio * others and c - others > floor:
                 counts[r] += 1
     return counts
 
