@@ -346,3 +346,19 @@ def test_a_rank_whose_hub_goes_quiet_judges_itself_and_exits_4(tmp_path: Path,
     dump = json.loads((tmp_path / "rank-1.json").read_text())
     assert dump["verdict"]["kind"] == "network" and dump["verdict"]["ranks"] == [1]
     b.stopped.set()
+
+
+def test_a_rank_publishes_one_state_per_period_though_the_hub_acks_each_one(
+        tmp_path: Path) -> None:
+    """The hub answers every state at once (ack, then peers); the heartbeat still sends one
+    state per period. Returning on the ack made a state/ack storm (~3,000 a second on a
+    loopback, 15,000 in a 300-step lab run) that backlogged the hub by ~20 s."""
+    exits: list[tuple[int, int]] = []
+    hub, _port, _thread, b0, b1 = connected_pair(tmp_path, exits)
+    start = hub.published
+    time.sleep(1.0)
+    sent = hub.published - start
+    b0.close()
+    b1.close()
+    assert sent <= 2 * (1.0 / 0.2 + 2), sent  # two ranks, period 0.2 s
+    assert sent >= 2 * 2, sent  # and they do keep publishing

@@ -249,12 +249,22 @@ class Beacon:
                 if sock is not None:
                     self.send({"t": "state", "rank": self.ident.rank,
                                "state": state.to_dict()})
-                    self.listen(self.period, sock)
+                    self.listen_until(time.monotonic() + self.period, sock)
                 else:
                     self.stopped.wait(self.period)
                 self.judge_self(state)
         finally:
             self.farewell.set()  # nobody answers a goodbye any more
+
+    def listen_until(self, deadline: float, sock: socket.socket) -> None:
+        """Read the hub's messages until ``deadline``: one state per period, however many
+        answers come (the hub acks each state: returning on the ack made a state/ack storm
+        of thousands of messages a second that backlogged the hub by tens of seconds)."""
+        while not self.stopped.is_set() and self.sock is sock:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.listen(left, sock)
 
     def listen(self, seconds: float, sock: socket.socket) -> None:
         try:
