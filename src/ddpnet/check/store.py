@@ -36,7 +36,7 @@ POLL = 0.02
 #: as gone. torch's client has no bound of its own once the master's packets stop arriving
 #: (a wait that timed out sends STOP_WAITING and reads its answer with no timeout): a
 #: duplicate address or a link that died after the join would hold a rank for good.
-STALL_S = 5.0
+STALL_S = 15.0
 
 T = TypeVar("T")
 
