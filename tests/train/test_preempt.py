@@ -215,3 +215,23 @@ def test_sigterm_to_the_local_parent_checkpoints_with_exit_75(tmp_path: Path) ->
     p = obj["preempted"]
     assert isinstance(p, dict) and p["signal"] == "SIGTERM"
     assert (tmp_path / "c" / f"ckpt-{int(p['step']):08d}.pt").is_file()
+
+
+def test_after_the_checkpoint_a_sigterm_still_exits_75_and_a_repeated_warning_is_ignored(
+        ) -> None:
+    """srun --kill-on-bad-exit SIGTERMs the step's other tasks once one rank exits 75: a
+    rank whose checkpoint is on disk still exits 75 (143 made the batch script see a failure
+    and not requeue; seen on a loaded host)."""
+    code = ("import time; from ddpnet.train.preempt import keep_preempted_exit; "
+            "keep_preempted_exit(); print('ready', flush=True); time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR1)  # the warning again: ignored
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == ExitCode.PREEMPTED
+    finally:
+        proc.kill()
+        proc.wait()

@@ -124,6 +124,25 @@ class StopChecks:
         return signum
 
 
+def keep_preempted_exit() -> None:
+    """Once the checkpoint is on disk, this rank's exit is 75 whatever ends it now: srun's
+    ``--kill-on-bad-exit`` SIGTERMs a step's other tasks as soon as one rank exits 75, and
+    the 143 a slower rank then returned (still printing its summary on a loaded host) made
+    the batch script see a failure instead of a preemption: no requeue. Repeats of the
+    warning are ignored. Main thread only (elsewhere nothing is installed)."""
+    from ddpnet.exitcodes import ExitCode
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(int(ExitCode.PREEMPTED))
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, leave)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 class Preempted(Exception):
     """Raised by the loop after the agreed step's checkpoint is on disk: every rank leaves
     the group, then exits ``ExitCode.PREEMPTED``."""

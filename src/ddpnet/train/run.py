@@ -184,8 +184,9 @@ def preempted_result(cfg: TrainConfig, rank: int, stopped: Preempted) -> TrainRe
     (after ``shutdown``: every rank has left the group and the checkpoint is on disk)."""
     import signal
 
-    from ddpnet.train.preempt import restart_count
+    from ddpnet.train.preempt import keep_preempted_exit, restart_count
 
+    keep_preempted_exit()
     if rank != 0:
         return TrainResult(int(ExitCode.PREEMPTED), rank)
     outcome = _requeue_and_say(cfg.requeue_on_signal)
