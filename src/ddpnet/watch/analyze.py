@@ -203,7 +203,9 @@ def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
     hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
     sides = sorted(groups.values(), key=len)
     other = sides[1] if len(sides) > 1 else sides[0]
-    summary = (f"collective mismatch at seq {seq}: rank(s) {_names(sides[0])} called "
+    odd = (network.name(snapshot.states, sides[0][0]) if len(sides[0]) == 1
+           else f"rank(s) {_names(sides[0])}")  # one rank apart: with its host
+    summary = (f"collective mismatch at seq {seq}: {odd} called "
                f"{describe(records[sides[0][0]])}, rank(s) {_names(other)} "
                f"{describe(records[other[0]])}")
     return Diagnosis("collective-mismatch", summary, ranks, hosts, tuple(evidence),

@@ -29,14 +29,16 @@ def warning_line(diagnosis: Diagnosis) -> str:
     return f"ddpnet: watch: warning: {diagnosis.kind}: {diagnosis.summary}{evidence}"
 
 
-def _row(rank: int, state: RankState | None, now: float, gone: str) -> str:
+def _row(rank: int, state: RankState | None, now: float, gone: str, width: int = 14) -> str:
+    """One rank's row; ``width``: the host column, as wide as the longest host shown (a host
+    name is never cut: a cut one names another node)."""
     if state is None:
-        return f"  {rank:>4}  {'?':<14} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
+        return f"  {rank:>4}  {'?':<{width}} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
     flight = state.in_flight()
     doing = f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"
     age = f"{max(0.0, now - state.phase_since):.0f}s" if state.phase_since else "-"
     note = f"  [{gone}]" if gone else ""
-    return (f"  {rank:>4}  {state.host[:14]:<14} {state.step:>6}  {state.phase or '-':<9} "
+    return (f"  {rank:>4}  {state.host:<{width}} {state.step:>6}  {state.phase or '-':<9} "
             f"{age:>6}  {doing}{note}")
 
 
@@ -50,11 +52,13 @@ def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> 
         lines.append(f"  hint: {diagnosis.hint}")
     lines += [f"  signal: {line}" for line in diagnosis.signals]
     lines += [f"  would contradict it: {line}" for line in diagnosis.contradicts]
-    lines.append(f"  {'rank':>4}  {'host':<14} {'step':>6}  {'phase':<9} {'for':>6}  collective")
     ranks = sorted(set(snapshot.states) | set(snapshot.gone))
-    for rank in ranks[:_ROWS]:
-        lines.append(_row(rank, snapshot.states.get(rank), snapshot.taken,
-                          snapshot.gone.get(rank, "")))
+    shown = [(r, snapshot.states.get(r)) for r in ranks[:_ROWS]]
+    width = max([14, *(len(s.host) for _, s in shown if s is not None)])
+    lines.append(f"  {'rank':>4}  {'host':<{width}} {'step':>6}  {'phase':<9} {'for':>6}  "
+                 "collective")
+    for rank, state in shown:
+        lines.append(_row(rank, state, snapshot.taken, snapshot.gone.get(rank, ""), width))
     if len(ranks) > _ROWS:
         lines.append(f"  ... {len(ranks) - _ROWS} more ranks in the JSON report")
     return "\n".join(lines)
