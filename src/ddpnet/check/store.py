@@ -270,14 +270,6 @@ def _listen(family: socket.AddressFamily, wildcard: str, port: int) -> socket.so
     return sock
 
 
-def master_ip(master: str) -> str:
-    """MASTER_ADDR as this node resolves it (the preflight already did: cached, bounded)."""
-    from ddpnet.net.names import resolve_host
-
-    res = resolve_host(master, timeout=2.0)
-    return res.addresses[0] if res.ok else master
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc)
     return text.splitlines()[0] if text else type(exc).__name__
@@ -317,9 +309,9 @@ def join_store(cfg: DistConfig, opts: CheckOptions, host: str) -> Store:
             timedelta(seconds=max(opts.connect_timeout * 3, 5.0))),
             wait_slice(cfg.world_size, WAIT_SLICE), bounded=True)
     except Exception as exc:
-        from ddpnet.net.probe import duplicate_instead
+        from ddpnet.net.probe import duplicate_of_master
 
-        twin = duplicate_instead(master_ip(cfg.master_addr), cfg, host)
+        twin = duplicate_of_master(cfg, host)
         if twin is not None:
             raise twin from None
         raise RendezvousError(

@@ -46,10 +46,9 @@ def _raise_if_duplicate(ctx: RankContext) -> None:
     """``duplicate-address`` (a RendezvousError, this rank's own cause) when another host
     answers ARP for this node's address: which of the two the master reaches flips with
     each ARP answer, so a rank that joined can lose its store half-way."""
-    from ddpnet.check.store import master_ip
-    from ddpnet.net.probe import duplicate_instead
+    from ddpnet.net.probe import duplicate_of_master
 
-    twin = duplicate_instead(master_ip(ctx.cfg.master_addr), ctx.cfg, ctx.host)
+    twin = duplicate_of_master(ctx.cfg, ctx.host)
     if twin is not None:
         raise twin
 

@@ -586,6 +586,15 @@ def duplicate_instead(addr: str, cfg: DistConfig, me: str) -> RendezvousError | 
                            where=_where(me, cfg.rank))
 
 
+def duplicate_of_master(cfg: DistConfig, me: str) -> RendezvousError | None:
+    """:func:`duplicate_instead` for MASTER_ADDR as this node resolves it (edge, bounded;
+    None when it does not resolve: the preflight names that)."""
+    from ddpnet.net.names import resolve_host
+
+    res = resolve_host(cfg.master_addr, timeout=STORE_PROBE_TIMEOUT)
+    return duplicate_instead(res.addresses[0], cfg, me) if res.ok else None
+
+
 def probe_until_answer(addr: str, port: int, patience: float,
                        clock: Callable[[], float] = time.monotonic) -> tuple[StoreProbe, float]:
     """Probe until something other than silence, or ``patience`` seconds (edge)."""

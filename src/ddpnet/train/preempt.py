@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from ddpnet.errors import Terminated
+from ddpnet.exitcodes import ExitCode
 
 #: the signals that ask for a checkpoint and a clean stop
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
@@ -130,8 +131,6 @@ def keep_preempted_exit() -> None:
     the 143 a slower rank then returned (still printing its summary on a loaded host) made
     the batch script see a failure instead of a preemption: no requeue. Repeats of the
     warning are ignored. Main thread only (elsewhere nothing is installed)."""
-    from ddpnet.exitcodes import ExitCode
-
     if threading.current_thread() is not threading.main_thread():
         return
 
