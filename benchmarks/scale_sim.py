@@ -50,8 +50,10 @@ SUBNET = "198.18.0.0/18"
 #: simulated rank r's address: SIM_BASE + r (routed from node 0 through node 1)
 SIM_BASE = ipaddress.ip_address("198.18.16.0")
 SIM_ROUTE = "198.18.16.0/20"
-#: simulated ranks per client process (threads)
-PER_PROCESS = 512
+#: simulated ranks per client process (threads): the launcher imports torch once and forks one
+#: process per this many ranks (2,000+ Python threads in one process spend the 2 cores on
+#: handing the GIL round, not on the ranks' work: 74 against 41 CPU-s at 1,024 ranks)
+PER_PROCESS = 128
 SIZES = (64, 256, 1024, 4096)
 #: the sweep's faulty points stop here (4,096 healthy takes minutes on the 2-core VM)
 FAULTS_UP_TO = 1024
@@ -63,8 +65,22 @@ GOALS = {("check", 1024, None): 30.0, ("check", 4096, None): 120.0,
 RSS_GOAL_MIB = 1024.0
 
 
+#: simulated ranks per simulated node (``--per-node``): they share its address, as a GPU
+#: node's ranks do; rank 0 is alone on lab node 0
+PER_NODE = 1
+
+
+def sim_node(rank: int) -> int:
+    """The simulated node of ``rank`` (rank 0: node 0, lab node 0)."""
+    return 0 if rank == 0 else 1 + (rank - 1) // PER_NODE
+
+
 def sim_address(rank: int) -> str:
-    return str(SIM_BASE + rank)
+    return str(SIM_BASE + sim_node(rank))
+
+
+def sim_host(rank: int) -> str:
+    return f"sim{sim_node(rank):05d}"
 
 
 def cpu_self() -> float:
@@ -127,7 +143,7 @@ def rank0_check(args: argparse.Namespace) -> None:
         out.update(verdict=report.verdict, timings=d.get("timings"),
                    causes=[{"id": c["id"], "hosts": c["hosts"][:8], "ranks": c["ranks"][:8]}
                            for c in d.get("causes", [])],
-                   report_json_bytes=len(json.dumps(d)),
+                   report_json_bytes=len(json.dumps(d)), notes=d.get("notes"),
                    verdict_at=done - float((d.get("timings") or {}).get("acks", 0.0)))
     emit(out)
 
@@ -142,11 +158,37 @@ class Clients:
         self.lock = threading.Lock()
 
     def env(self, rank: int) -> dict[str, str]:
-        return {**os.environ, "RANK": str(rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str((rank - 1) % PER_NODE),
+                "LOCAL_WORLD_SIZE": str(PER_NODE),
                 "WORLD_SIZE": str(self.args.ranks), "MASTER_ADDR": self.args.master,
                 "MASTER_PORT": str(PORT)}
 
     def run(self, one: Callable[[int], str]) -> None:
+        """Fork one process per PER_PROCESS ranks (everything imported and prepared before
+        the fork is shared), run each share as threads there, wait for them all."""
+        # rank 0 stands for a node of its own: the simulated ranks take the CPU it leaves
+        # (on one 2-core host, ~16,000 client threads otherwise starve its store's one
+        # thread: calls past 15 s, ranks given up at 4,096)
+        os.nice(19)
+        children = []
+        last = self.first + self.count
+        for first in range(self.first, last, PER_PROCESS):
+            pid = os.fork()
+            if pid == 0:  # a share of the ranks; never returns
+                code = 1
+                try:
+                    self.first, self.count = first, min(PER_PROCESS, last - first)
+                    self._threads(one)
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        for pid in children:
+            os.waitpid(pid, 0)
+        emit({"first": None, "count": 0, "finished": 0, "ok": 0, "sample": [],
+              "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})  # the launcher's own
+
+    def _threads(self, one: Callable[[int], str]) -> None:
         threading.stack_size(512 * 1024)
 
         def body(rank: int) -> None:
@@ -164,10 +206,27 @@ class Clients:
         deadline = time.monotonic() + self.args.timeout
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        ok = sum(": ok" in line for line in self.outcomes)
+        ok = sum(passed(line) for line in self.outcomes)
         emit({"first": self.first, "count": self.count, "finished": len(self.outcomes),
-              "ok": ok, "sample": sorted(set(self.outcomes), key=lambda x: ": ok" in x)[:3],
+              "ok": ok, "sample": outcome_kinds(self.outcomes),
               "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})
+
+
+def passed(line: str) -> bool:
+    """A rank's line says it finished with a passing verdict (warnings included)."""
+    return ": ok" in line or "cluster verdict pass" in line
+
+
+def outcome_kinds(lines: Sequence[str], most: int = 4) -> list[str]:
+    """One line of each kind of outcome (digits aside), failures first, with its count
+    (pure): what went wrong on 3 ranks of 4,095 is not lost among the rest."""
+    import re
+
+    kinds: dict[str, list[str]] = {}
+    for line in lines:
+        kinds.setdefault(re.sub(r"\d+", "#", line)[:160], []).append(line)
+    order = sorted(kinds.values(), key=lambda v: (passed(v[0]), len(v)))
+    return [f"{len(v)} x {v[0][:300]}" for v in order[:most]]
 
 
 def check_clients(args: argparse.Namespace) -> None:
@@ -191,7 +250,7 @@ def check_clients(args: argparse.Namespace) -> None:
 
     def one(rank: int) -> str:
         address = sim_address(rank)
-        host = f"sim{rank:05d}"
+        host = sim_host(rank)
         cfg = resolve(clients.env(rank))
         sel = replace(base_sel, address=address)
         own: Future[dict[str, Any]] = Future()
@@ -199,9 +258,12 @@ def check_clients(args: argparse.Namespace) -> None:
         listener = mesh.Listener(address)
         try:
             store = join_store(cfg, opts, host)
-            ctx = RankContext(cfg, opts, sel, store, listener, own, lambda _s: {}, host,
-                              time.monotonic(), probe_from=address)
-            return follow(ctx).line
+            try:
+                ctx = RankContext(cfg, opts, sel, store, listener, own, lambda _s: {}, host,
+                                  time.monotonic(), probe_from=address)
+                return follow(ctx).line
+            finally:
+                store.close()
         finally:
             listener.close()
 
@@ -215,7 +277,7 @@ def clone_facts(facts: dict[str, Any], rank: int, address: str, host: str) -> di
     out["hostname"] = host
     out["ifaddrs"] = {name: [f"{address}/{prefix}"] for name in (facts.get("ifaddrs") or {})}
     out["hostname_addresses"] = [address]  # its own name resolves to its own address
-    out["netns"] = f"{facts.get('netns')}-sim{rank}"  # one namespace per simulated node
+    out["netns"] = f"{facts.get('netns')}-{host}"  # one namespace per simulated node
     return out
 
 
@@ -266,7 +328,7 @@ def init_clients(args: argparse.Namespace) -> None:
 
     def one(rank: int) -> str:
         cfg = resolve(clients.env(rank))
-        host = f"sim{rank:05d}"
+        host = sim_host(rank)
         store = open_store(cfg, host, 600.0, timeouts(args.ranks)["join_timeout"])
         with GroupGuard(cfg, host, exit_now=lambda code: None):
             time.sleep(GUARD_S)
@@ -294,7 +356,7 @@ def watch_rank(rank: int, world: int, directory: Path, exits: list[float]) -> An
     now = time.time()
     rec.called.append(CollectiveRecord(seq=1, op="all_reduce", group="default_pg",
                                        started=now, ended=now, state="completed"))
-    ident = RankState(rank=rank, world_size=world, host=f"sim{rank:05d}",
+    ident = RankState(rank=rank, world_size=world, host=sim_host(rank),
                       address=sim_address(rank) if rank else "", pid=os.getpid())
     return Beacon(rec, ident, directory, exit_now=lambda _code: exits.append(time.time()))
 
@@ -377,7 +439,7 @@ def _watch_named(directory: Path) -> list[dict[str, Any]]:
         return []
     d = json.loads(path.read_text()).get("diagnosis") or {}
     ranks = [int(r) for r in d.get("ranks", [])][:8]
-    return [{"id": d.get("kind"), "ranks": ranks, "hosts": [f"sim{r:05d}" for r in ranks],
+    return [{"id": d.get("kind"), "ranks": ranks, "hosts": [sim_host(r) for r in ranks],
              "summary": str(d.get("summary", ""))[:300]}]
 
 
@@ -418,6 +480,18 @@ def nft(namespace: str, ruleset: str) -> None:
 def ip_batch(namespace: str, lines: Sequence[str]) -> None:
     subprocess.run(["ip", "-n", namespace, "-batch", "-"], input="\n".join(lines) + "\n",
                    text=True, check=True, capture_output=True, timeout=120)
+
+
+def listen_drops(namespace: str) -> int:
+    """TcpExt ListenOverflows + ListenDrops in a lab node so far: connections to a full
+    accept queue (rank 0's store in a herd of joins) dropped, to be retried seconds later."""
+    out = subprocess.run(["ip", "netns", "exec", namespace, "cat", "/proc/net/netstat"],
+                         capture_output=True, text=True, timeout=30).stdout.splitlines()
+    for names, values in zip(out[::2], out[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(row.get("ListenOverflows", 0)) + int(row.get("ListenDrops", 0))
+    return 0
 
 
 def count_store_bytes(namespace: str, master: str) -> None:
@@ -480,7 +554,7 @@ tc class add dev {dev} parent 1: classid 1:2 htb rate 10mbit &&
 tc filter add dev {dev} parent 1: protocol ip u32 match ip dst {address}/32 flowid 1:2 &&
 tc filter add dev {dev} parent 1: protocol ip u32 match ip src {address}/32 flowid 1:2
 """], check=True, capture_output=True, text=True, timeout=30)
-    return f"sim{faulty_rank(ranks):05d} ({address})"
+    return f"{sim_host(faulty_rank(ranks))} ({address})"
 
 
 def clear_fault(namespace: str) -> None:
@@ -513,7 +587,8 @@ def sim_lab(ranks: int) -> Iterator[Any]:
     with Lab(name=f"sim{os.getpid() % 100000}", nodes=2, subnet=SUBNET) as lab:
         n0, n1 = lab.node(0), lab.node(1)
         prefix = SUBNET.split("/")[1]
-        ip_batch(n1.namespace, [f"addr add {sim_address(r)}/{prefix} dev {n1.ifname}"
+        # one address per rank: enough for any --per-node
+        ip_batch(n1.namespace, [f"addr add {SIM_BASE + r}/{prefix} dev {n1.ifname}"
                                 for r in range(1, ranks)])
         ip_batch(n0.namespace, [f"route add {SIM_ROUTE} via {n1.address}"])
         for ns in (n0.namespace, n1.namespace):
@@ -524,24 +599,28 @@ def sim_lab(ranks: int) -> Iterator[Any]:
 
 
 def run_point(command: str, ranks: int, fault: str | None, timeout: float,
-              full_mesh: bool = False) -> dict[str, Any]:
+              full_mesh: bool = False, per_node: int = 1) -> dict[str, Any]:
     """One point: rank 0 and the client processes in a fresh lab; one JSON object."""
     with sim_lab(ranks) as lab:
-        return run_in(lab, command, ranks, fault, timeout, full_mesh)
+        return run_in(lab, command, ranks, fault, timeout, full_mesh, per_node)
 
 
 def run_in(lab: Any, command: str, ranks: int, fault: str | None, timeout: float,
-           full_mesh: bool = False) -> dict[str, Any]:
+           full_mesh: bool = False, per_node: int = 1) -> dict[str, Any]:
     """One point in ``sim_lab(ranks)`` (which may serve several: the fault goes after)."""
+    global PER_NODE
+    PER_NODE = per_node
     before = machine()
     n0, n1 = lab.node(0), lab.node(1)
     count_store_bytes(n0.namespace, n0.address)
+    drops0 = listen_drops(n0.namespace)
     host = apply_fault(n1.namespace, fault, ranks) if command == "check" else None
     if command == "watch":  # the hang: one rank never calls the collective
-        host = f"sim{faulty_rank(ranks):05d} ({sim_address(faulty_rank(ranks))})"
+        host = f"{sim_host(faulty_rank(ranks))} ({sim_address(faulty_rank(ranks))})"
     try:
         t0, got0, err0, outs = _launch(lab, command, ranks, timeout, full_mesh)
         served = store_bytes(n0.namespace)
+        served["listen_drops"] = listen_drops(n0.namespace) - drops0
     finally:
         clear_fault(n1.namespace)
     after = machine()
@@ -562,16 +641,16 @@ def _launch(lab: Any, command: str, ranks: int, timeout: float, full_mesh: bool
     me = [sys.executable, str(Path(__file__).resolve())]
     t0 = time.time()
     common = ["--command", command, "--ranks", str(ranks), "--timeout", str(timeout),
-              "--master", n0.address, "--t0", str(t0)] + (["--full-mesh"] if full_mesh else [])
+              "--master", n0.address, "--t0", str(t0), "--per-node", str(PER_NODE)] \
+        + (["--full-mesh"] if full_mesh else [])
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks),
            "MASTER_ADDR": n0.address, "MASTER_PORT": str(PORT),
            "DDPNET_CHECK_NO_FAST_EXIT": "1"}
     rank0 = lab.popen(0, [*me, "--role", "rank0", *common], env=env,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    clients = [lab.popen(1, [*me, "--role", "clients", "--first", str(first),
-                             "--count", str(min(PER_PROCESS, ranks - first)), *common],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for first in range(1, ranks, PER_PROCESS)]
+    clients = [lab.popen(1, [*me, "--role", "clients", "--first", "1",
+                             "--count", str(ranks - 1), *common],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     watched = Watched(rank0.pid)
     got0, err0 = _collect(rank0, timeout, watched)
     outs = [_collect(c, 20.0) for c in clients]
@@ -642,7 +721,8 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
     named = [c for c in causes if host is not None and any(
         host.split(" ")[0] in h for h in c.get("hosts", []))]
     point: dict[str, Any] = {
-        "command": command, "ranks": ranks, "fault": fault, "faulty_host": host,
+        "command": command, "ranks": ranks, "ranks_per_node": PER_NODE, "fault": fault,
+        "faulty_host": host,
         "verdict": r0.get("verdict"), "causes": causes,
         "faulty_host_named": bool(named) if host else None,
         "seconds_to_verdict": _seconds(command, r0, t0),
@@ -654,15 +734,21 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
         "store_bytes_served": served.get("served"),
         "store_bytes_received": served.get("received"),
         "store_bytes_to_rank0": served.get("served_rank0"),
+        # connections rank 0's node dropped at a full accept queue (each costs its rank 1 s+)
+        "rank0_listen_drops": served.get("listen_drops"),
         "rank0_timings": r0.get("timings"),
         # watch: rank 0's figures are the hub process's; init: rank 0's CPU per second
         # while every rank's GroupGuard checks the store
         **{k: r0[k] for k in ("hub_cores_steady", "guard_cpu_per_s") if k in r0},
         "report_json_bytes": r0.get("report_json_bytes"),
-        "clients": {"processes": len(sims), "finished": sum(s["finished"] for s in sims),
+        "notes": r0.get("notes"),
+        "clients": {"processes": sum(bool(s["count"]) for s in sims),
+                    "finished": sum(s["finished"] for s in sims),
                     "ok_lines": sum(s["ok"] for s in sims),
                     "cpu_s": round(sum(s["cpu_s"] for s in sims), 2),
-                    "sample": [line[:300] for s in sims for line in s["sample"]][:3]},
+                    # each process's kinds of outcome, what went wrong first
+                    "sample": sorted((line for s in sims for line in s["sample"]),
+                                     key=passed)[:6]},
         "machine": {"cpus": os.cpu_count(), "load_before": before["load"],
                     "load_after": after["load"],
                     "busy_cpu_s": round(after["busy_cpu_s"] - before["busy_cpu_s"], 1)},
@@ -679,32 +765,53 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
 
 # ============================================================== the sweep
 
+#: the sweep's layouts for `check`: every simulated rank its own node, and 8 ranks a node
+#: (a GPU node's ranks share its address: one of them probes MTU and loss for the host)
+LAYOUTS = (1, 8)
+
+
+def sweep_points(commands: Sequence[str], sizes: Sequence[int]
+                 ) -> list[tuple[str, int, str | None, int]]:
+    """(command, ranks, fault, ranks per node) of the sweep (pure): faults up to
+    FAULTS_UP_TO ranks, the 8-per-node layout from 256 ranks (check only)."""
+    out = []
+    for command in commands:
+        for ranks in sizes:
+            for per_node in LAYOUTS if command == "check" else (1,):
+                if per_node > 1 and ranks < 256:
+                    continue
+                faults = (None, *FAULTS) if command == "check" and ranks <= FAULTS_UP_TO \
+                    and (per_node == 1 or ranks == FAULTS_UP_TO) else (None,)
+                out += [(command, ranks, fault, per_node) for fault in faults]
+    return out
+
+
+def _key(p: dict[str, Any]) -> tuple[int, int, int, int]:
+    return (COMMANDS.index(p["command"]), p.get("ranks_per_node", 1), p["ranks"],
+            (None, *FAULTS).index(p["fault"]))
+
+
 def sweep(args: argparse.Namespace) -> int:
     points = []
-    for command in args.commands.split(","):
-        for ranks in [int(n) for n in args.sizes.split(",")]:
-            for fault in (None, *FAULTS) if command == "check" and ranks <= FAULTS_UP_TO \
-                    else (None,):
-                try:
-                    point = run_point(command, ranks, fault, point_timeout(ranks))
-                except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                    point = summarize(command, ranks, fault, None, time.time(), {}, [], {},
-                                      machine(), machine())
-                    point["error"] = f"{type(exc).__name__}: {exc}"[-2000:]
-                points.append(point)
-                print(json.dumps({k: point[k] for k in ("command", "ranks", "fault",
-                                                       "verdict", "seconds_to_verdict",
-                                                       "rank0_max_rss_mib", "rank0_cpu_s",
-                                                       "store_bytes_served")}), flush=True)
+    for command, ranks, fault, per_node in sweep_points(
+            args.commands.split(","), [int(n) for n in args.sizes.split(",")]):
+        try:
+            point = run_point(command, ranks, fault, point_timeout(ranks), per_node=per_node)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            point = summarize(command, ranks, fault, None, time.time(), {}, [], {},
+                              machine(), machine())
+            point["error"] = f"{type(exc).__name__}: {exc}"[-2000:]
+        points.append(point)
+        print(json.dumps({k: point[k] for k in ("command", "ranks", "ranks_per_node", "fault",
+                                               "verdict", "seconds_to_verdict",
+                                               "rank0_max_rss_mib", "rank0_cpu_s",
+                                               "store_bytes_served")}), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "scale_sim.json"
-    def key(p: dict[str, Any]) -> tuple[int, int, int]:
-        return COMMANDS.index(p["command"]), p["ranks"], (None, *FAULTS).index(p["fault"])
-
-    rerun = {key(p) for p in points}  # --commands/--sizes: the other points stay
-    kept = [p for p in json.loads(path.read_text())["points"] if key(p) not in rerun] \
-        if path.exists() else []
-    points = sorted(kept + points, key=key)
+    rerun = {_key(p) for p in points}  # --commands/--sizes: the other points stay
+    kept = [p for p in json.loads(path.read_text())["points"] if _key(p) not in rerun] \
+        if path.exists() and not args.fresh else []
+    points = sorted(kept + points, key=_key)
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "points": points}
     path.write_text(json.dumps(out, indent=1) + "\n")
     plot(points, RESULTS / "scale_sim.png")
@@ -736,8 +843,9 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     series: dict[str, list[dict[str, Any]]] = {}
     for p in points:
-        series.setdefault(f"{p['command']}" + (f" {p['fault']}" if p["fault"] else ""),
-                          []).append(p)
+        per_node = p.get("ranks_per_node", 1)
+        series.setdefault(f"{p['command']}" + (f" {p['fault']}" if p["fault"] else "")
+                          + (f" ({per_node}/node)" if per_node > 1 else ""), []).append(p)
     for name, ps in series.items():
         xs = [p["ranks"] for p in ps]
         for ax, key in zip(axes, PLOTTED, strict=True):
@@ -763,7 +871,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="the sweep's sizes")
     ap.add_argument("--fault", choices=FAULTS)
     ap.add_argument("--json", action="store_true", help="print the point as one JSON object")
+    ap.add_argument("--fresh", action="store_true",
+                    help="the sweep replaces results/scale_sim.json instead of merging")
     ap.add_argument("--full-mesh", action="store_true", help="check: every pair (--full-mesh)")
+    ap.add_argument("--per-node", type=int, default=1,
+                    help="simulated ranks per node (sharing its address, as a GPU node's do)")
     ap.add_argument("--timeout", type=float, help="the point's bound (seconds)")
     ap.add_argument("--role", choices=("rank0", "clients"), help=argparse.SUPPRESS)
     ap.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
@@ -771,6 +883,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="", help=argparse.SUPPRESS)
     ap.add_argument("--t0", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global PER_NODE
+    PER_NODE = max(1, args.per_node)
     if args.role is not None:
         args.timeout = args.timeout or point_timeout(args.ranks)
         ROLES[(args.command, args.role)](args)
@@ -778,7 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ranks is None:
         return sweep(args)
     point = run_point(args.command, args.ranks, args.fault,
-                      args.timeout or point_timeout(args.ranks), args.full_mesh)
+                      args.timeout or point_timeout(args.ranks), args.full_mesh, PER_NODE)
     print(json.dumps(point, indent=None if args.json else 1))
     return 0 if point.get("verdict") else 1
 

@@ -1,4 +1,4 @@
-"""benchmarks/scale_sim.py at 128 simulated ranks: rank 0 real, 127 ranks as threads that run
+"""benchmarks/scale_sim.py at 256 simulated ranks: rank 0 real, 255 ranks as threads that run
 the worker's own code, on a two-node lab (one lab for both points)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.lab_util import requires_netns
 pytestmark = requires_netns
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_sim.py"
-RANKS = 128  # above 64: the sampled mesh, as at 1,024
+RANKS = 256  # above 64: the sampled mesh, as at 1,024
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def points(sim: ModuleType) -> Iterator[dict[str, dict[str, Any]]]:
                "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0)}
 
 
-def test_128_healthy_simulated_ranks_pass_and_every_rank_prints_the_verdict(
+def test_256_healthy_simulated_ranks_pass_and_every_rank_prints_the_verdict(
         points: dict[str, dict[str, Any]]) -> None:
     p = points["healthy"]
     assert p["verdict"] == "pass", p
@@ -47,7 +47,7 @@ def test_128_healthy_simulated_ranks_pass_and_every_rank_prints_the_verdict(
     assert p["report_json_bytes"] < 400_000 and p["store_bytes_served"] < 20_000_000, p
 
 
-def test_one_node_filtering_its_ports_among_128_is_named_with_its_host(
+def test_one_node_filtering_its_ports_among_256_is_named_with_its_host(
         points: dict[str, dict[str, Any]]) -> None:
     p = points["filtered"]
     assert p["verdict"] == "fail", p

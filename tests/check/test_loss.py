@@ -44,3 +44,67 @@ def test_neighbours_are_bounded_and_probes_count_real_echoes() -> None:
     finally:
         echo.close()
     assert row == {"1": [loss.COUNT, loss.COUNT]}
+
+
+def test_one_lossy_host_among_4096_on_a_two_neighbour_ring_is_the_only_one_named() -> None:
+    # a sampled mesh's host ring: each rank probes the next two; rank 2900 loses 5 %
+    world, bad = 4096, 2900
+    rows = {i: {str((i + d) % world): [200, 180 if bad in (i, (i + d) % world) else 200]
+                for d in (1, 2)} for i in range(world)}
+    labels = [f"h{i}" for i in range(world)]
+    [cause] = loss.analyze(rows, labels)
+    assert cause.ranks == (bad,) and cause.hosts == ("h2900",) and cause.severity == "fail"
+    assert "(80 of 800 round trips)" in cause.detail
+
+
+class _Echo:
+    """A UDP echo on loopback that drops every ``drop``-th probe, or answers each only after
+    ``delay`` seconds (a peer too busy to answer in time)."""
+
+    def __init__(self, drop: int = 0, delay: float = 0.0) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.drop, self.delay, self.seen = drop, delay, 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import time
+
+        while True:
+            try:
+                data, peer = self.sock.recvfrom(64)
+            except OSError:
+                return
+            self.seen += 1
+            if self.drop and self.seen % self.drop == 0:
+                continue
+            time.sleep(self.delay)
+            try:
+                self.sock.sendto(data[:32], peer)
+            except OSError:  # closed while sleeping
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_lossy_peer_is_judged_and_a_peer_answering_late_is_not() -> None:
+    lossy = _Echo(drop=10)
+    try:
+        assert loss.probe_peer("127.0.0.1", lossy.port, count=50, wait=0.3) == (50, 45, False)
+    finally:
+        lossy.close()
+    slow = _Echo(delay=0.02)  # 50 echoes take 1 s; the probe stops after 0.4 s
+    try:
+        sent, echoed, late = loss.probe_peer("127.0.0.1", slow.port, count=50, wait=0.3,
+                                             cap=0.4)
+    finally:
+        slow.close()
+    assert sent == 50 and 5 < echoed < 50 and late
+    # a late count is published with a third item, and rank 0 does not judge it
+    rows = {0: {"1": [200, 150, 1]}, 1: {"0": [200, 200]}, 2: {"0": [200, 200]}}
+    assert loss.analyze(rows, ["n0", "n1", "n2"]) == []

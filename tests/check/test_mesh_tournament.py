@@ -89,12 +89,16 @@ def test_listener_answers_probes_and_measures_a_stream() -> None:
     lst = mesh.Listener("127.0.0.1")
     try:
         assert mesh.probe("127.0.0.1", lst.port, 2.0).status == mesh.OK
-        sent = tournament.send_stream("127.0.0.1", lst.port, 0, 5, seconds=0.2, timeout=5)
+        sent, _ = tournament.send_stream("127.0.0.1", lst.port, 0, 5, seconds=0.2, timeout=5)
         deadline = time.monotonic() + 5
         while (0, 5) not in lst.received and time.monotonic() < deadline:
             time.sleep(0.01)
         nbytes, secs = lst.received[(0, 5)]
         assert nbytes == sent and secs > 0
+        # drained: the sender's seconds end when the listener has read every byte
+        sent, took = tournament.send_stream("127.0.0.1", lst.port, 1, 5, seconds=0.1,
+                                            timeout=5, drain=True)
+        assert lst.received[(1, 5)][0] == sent and took >= lst.received[(1, 5)][1]
     finally:
         lst.close()
     # nothing listens there any more
@@ -208,3 +212,14 @@ def test_a_sampled_row_is_published_as_its_probed_cells_only() -> None:
     assert value == {"cells": {"1": "ok", "2": "ok", "4": "ok"}, "seen": {}}
     assert mesh.read_cells(value, 4096) == {1: "ok", 2: "ok", 4: "ok"}
     assert mesh.read_cells({"cells": {"9999": "ok", "x": "ok", "3": 1}}, 4096) == {}
+
+
+def test_a_node_slow_both_ways_on_the_ring_is_named_and_one_slow_link_is_not() -> None:
+    labels = [f"h{i}" for i in range(300)]
+    links = {(i, (i + 1) % 300): 9.0 + (i % 7) * 0.1 for i in range(300)}
+    links[(199, 200)] = links[(200, 201)] = 0.01  # host 200: 10 Mbit/s each way
+    links[(50, 51)] = 0.5  # one slow link: a busy peer looks the same
+    [cause] = tournament.ring_slow_nodes(links, labels)
+    assert cause.id == "slow-node" and cause.ranks == (200,) and cause.hosts == ("h200",)
+    assert "0.010 Gb/s to rank 201" in cause.detail and "from rank 199" in cause.detail
+    assert tournament.ring_slow_nodes({(0, 1): 1.0, (1, 0): 0.1}, labels[:2]) == []

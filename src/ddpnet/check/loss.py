@@ -21,6 +21,7 @@ from typing import Any
 
 from ddpnet.check.causes import Cause
 from ddpnet.check.pmtu import MAGIC
+from ddpnet.net.sockopt import set_rcvbuf
 
 #: datagrams per peer, how long to wait for the next echo, and for all of them at most
 COUNT, WAIT_S, CAP_S = 200, 0.5, 2.0
@@ -33,24 +34,29 @@ TAG = MAGIC + b"LOSS"
 Target = tuple[str, int, int]
 
 
-def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S
-               ) -> tuple[int, int]:
-    """(sent, echoed) for ``count`` numbered datagrams to ``address:port`` (edge, bounded:
-    returns as soon as every echo came, else ``wait`` seconds after the last send)."""
+def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S,
+               cap: float = CAP_S) -> tuple[int, int, bool]:
+    """(sent, echoed, late) for ``count`` numbered datagrams to ``address:port`` (edge,
+    bounded: returns as soon as every echo came, else ``wait`` seconds after the last echo,
+    at most ``cap`` after the last send). ``late``: echoes were still coming when ``cap`` ran
+    out (a peer too busy to answer in time), so the missing ones are not known lost."""
     echoed: set[int] = set()
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        # every echo may arrive before this thread reads one (a busy host): a small
+        # datagram holds 0.8-2 KiB of buffer, so the default 208 KiB keeps 100-250
+        set_rcvbuf(sock, count * 4096)
         sock.connect((address, port))
         for seq in range(count):
             with contextlib.suppress(OSError):
                 sock.send(TAG + b"%06d" % seq)
             if seq % 50 == 49:
                 time.sleep(0.001)  # paced: a burst must not overflow the echo's buffer
-        # ``wait`` after the last echo, at most CAP_S in all: a peer whose cores are busy
+        # ``wait`` after the last echo, at most ``cap`` in all: a peer whose cores are busy
         # answers late, in a batch; late is not lost
-        cap = time.monotonic() + CAP_S
-        deadline = min(cap, time.monotonic() + wait)
-        while len(echoed) < count and (left := deadline - time.monotonic()) > 0:
+        last = time.monotonic()
+        end = last + cap
+        while len(echoed) < count and (left := min(end, last + wait) - time.monotonic()) > 0:
             sock.settimeout(left)
             try:
                 data = sock.recv(64)
@@ -58,8 +64,8 @@ def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S
                 break
             if data.startswith(TAG) and data[len(TAG):len(TAG) + 6].isdigit():
                 echoed.add(int(data[len(TAG):len(TAG) + 6]))
-                deadline = min(cap, time.monotonic() + wait)
-    return count, len(echoed)
+                last = time.monotonic()
+    return count, len(echoed), len(echoed) < count and last + wait > end
 
 
 #: each rank probes this many ring neighbours (me+1, me+2, ...): O(1) per rank at any scale,
@@ -72,22 +78,27 @@ def neighbours(me: int, world: int, count: int = NEIGHBOURS) -> list[int]:
     return [(me + d) % world for d in range(1, min(count, world - 1) + 1)]
 
 
-def probe_row(me: int, targets: Sequence[Target | None], *, fanout: int = 32
-              ) -> dict[str, list[int]]:
-    """This rank's row: peer rank -> [sent, echoed] for its ring neighbours (edge,
-    ``fanout`` peers at a time)."""
-    jobs = [(j, t) for j in neighbours(me, len(targets)) if (t := targets[j]) is not None]
+def probe_row(me: int, targets: Sequence[Target | None], *, fanout: int = 32,
+              chosen: Sequence[int] | None = None) -> dict[str, list[int]]:
+    """This rank's row: peer rank -> [sent, echoed] for its ring neighbours, or the ranks
+    ``chosen`` (a sampled mesh's host ring) (edge, ``fanout`` peers at a time)."""
+    ranks = neighbours(me, len(targets)) if chosen is None else chosen
+    jobs = [(j, t) for j in ranks if (t := targets[j]) is not None]
     if not jobs:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:
         got = pool.map(lambda job: (job[0], probe_peer(job[1][0], job[1][1])), jobs)
-        return {str(j): [sent, echoed] for j, (sent, echoed) in got}
+        # [sent, echoed], and a third item 1 when the count was cut short: not judged
+        return {str(j): [sent, echoed, *([1] if late else [])]
+                for j, (sent, echoed, late) in got}
 
 
 def _pairs(rows: Mapping[int, Mapping[str, Any]]) -> dict[tuple[int, int], tuple[int, int]]:
     out = {}
     for i, row in rows.items():
         for j, value in (row.items() if isinstance(row, Mapping) else ()):
+            # [sent, echoed]; a third item (echoes still coming when the probe stopped)
+            # is not judged
             if str(j).isdigit() and isinstance(value, list) and len(value) == 2 \
                     and all(isinstance(v, int) and v >= 0 for v in value) and value[0]:
                 out[(i, int(j))] = (value[0], min(value[1], value[0]))
@@ -100,19 +111,45 @@ def _loss(pairs: Mapping[tuple[int, int], tuple[int, int]]) -> tuple[float, int,
     return (lost / sent if sent else 0.0), lost, sent
 
 
+def _by_rank(pairs: Mapping[tuple[int, int], tuple[int, int]]
+             ) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for p in pairs:
+        for r in p:
+            out.setdefault(r, []).append(p)
+    return out
+
+
+def _greedy(pairs: Mapping[tuple[int, int], tuple[int, int]]
+            ) -> list[tuple[int, float, int, int]]:
+    """The nodes named, worst first: a node's paths (those not through a node already named)
+    lose at least NAMED while the paths through neither lose under ELSEWHERE of that (pure;
+    O(pairs): each rank's paths are read from an index, the rest is a running total)."""
+    touching = _by_rank(pairs)
+    order = sorted(touching, key=lambda r: (-_loss({p: pairs[p] for p in touching[r]})[0], r))
+    gone: set[tuple[int, int]] = set()
+    left_sent = sum(s for s, _ in pairs.values())
+    left_lost = sum(s - e for s, e in pairs.values())
+    named: list[tuple[int, float, int, int]] = []
+    for k in order:
+        mine = [pairs[p] for p in touching[k] if p not in gone]
+        sent, lost = sum(s for s, _ in mine), sum(s - e for s, e in mine)
+        if not sent:
+            continue
+        rest_sent, rest_lost = left_sent - sent, left_lost - lost
+        if lost / sent >= NAMED and (rest_sent == 0 or rest_lost / rest_sent
+                                     < lost / sent * ELSEWHERE):
+            named.append((k, lost / sent, lost, sent))
+            gone.update(touching[k])
+            left_sent, left_lost = rest_sent, rest_lost
+    return named
+
+
 def analyze(rows: Mapping[int, Mapping[str, Any]], labels: Sequence[str]) -> list[Cause]:
     """``packet-loss`` for the nodes every path through which loses while the others' paths
     do not (pure). A pair where nothing came back (filtered UDP) is not judged."""
     pairs = {p: v for p, v in _pairs(rows).items() if v[1] > 0}
-    ranks = sorted({r for p in pairs for r in p})
-    named: list[tuple[int, float, int, int]] = []
-    for k in sorted(ranks, key=lambda r: -_loss({p: v for p, v in pairs.items()
-                                                if r in p})[0]):
-        left = {p: v for p, v in pairs.items() if not any(n in p for n, *_ in named)}
-        mine = _loss({p: v for p, v in left.items() if k in p})
-        rest = _loss({p: v for p, v in left.items() if k not in p})
-        if mine[0] >= NAMED and (rest[2] == 0 or rest[0] < mine[0] * ELSEWHERE):
-            named.append((k, *mine))
+    named = _greedy(pairs)
     if not named:
         return []
     worst = max(loss for _, loss, _, _ in named)

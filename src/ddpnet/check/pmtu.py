@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.check.causes import Cause
-from ddpnet.net.sockopt import path_mtu, set_dont_fragment
+from ddpnet.net.sockopt import path_mtu, set_dont_fragment, set_rcvbuf
 
 MAGIC = b"DDPNETMTU"
 #: whole-packet sizes probed below the pair's MTU (IPv6's minimum MTU, Ethernet, jumbo steps)
@@ -79,11 +79,7 @@ class Echo:
     def __init__(self, address: str) -> None:
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
-        for opt in (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF):
-            if opt is not None:  # FORCE passes net.core.rmem_max with CAP_NET_ADMIN
-                with contextlib.suppress(OSError):
-                    self.sock.setsockopt(socket.SOL_SOCKET, opt, ECHO_RCVBUF)
-                    break
+        set_rcvbuf(self.sock, ECHO_RCVBUF)
         self.sock.bind((address, 0))
         self.port: int = self.sock.getsockname()[1]
         self._stop = threading.Event()

@@ -196,10 +196,13 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
         with exported(sel, environ, os.environ):
             store = host_store(cfg, opts, host, listen_fd) if cfg.rank == 0 else \
                 join_store(cfg, opts, host)
-            ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host,
-                              started, progress)
-            ctx.took("connect", started)
-            return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
+            try:
+                ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host,
+                                  started, progress)
+                ctx.took("connect", started)
+                return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
+            finally:
+                store.close()
     finally:
         listener.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import queue
 import socket
 import threading
 import time
@@ -41,12 +42,22 @@ STALL_S = 15.0
 T = TypeVar("T")
 
 
+
 class StageTimeout(Exception):
     """A bounded wait on the store ran out (its message is the key waited for)."""
 
 
 #: keys read in one round trip when rank 0 gathers a stage
 CHUNK = 512
+
+
+def _STOP() -> None:
+    """The job that ends a store's call thread."""
+
+
+def _serve(jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while (job := jobs.get()) is not _STOP:
+        job()
 
 
 class Store:
@@ -61,6 +72,10 @@ class Store:
         self.stall_s = stall_s
         #: a bounded call ran out: every later call fails at once
         self.gone = False
+        #: a bounded store's calls, run one at a time by one thread of its own (torch's
+        #: client serializes them anyway); a thread per call cost 4,096 ranks a thread
+        #: start per store poll
+        self._jobs: queue.SimpleQueue[Callable[[], None]] | None = None
 
     def _call(self, what: str, call: Callable[..., T], *args: Any,
               timeout: float = WAIT_SLICE) -> T:
@@ -81,7 +96,11 @@ class Store:
             finally:
                 done.set()
 
-        threading.Thread(target=run, name="ddpnet-check-store", daemon=True).start()
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(self._jobs,), name="ddpnet-check-store",
+                             daemon=True).start()
+        self._jobs.put(run)
         if not done.wait(timeout + self.stall_s):
             self.gone = True
             raise StageTimeout(f"{what} (rank 0's store stopped answering for "
@@ -90,6 +109,11 @@ class Store:
         if not ok:
             raise value
         return value  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the call thread (a thread stuck in a call stays until the process ends)."""
+        if self._jobs is not None:
+            self._jobs.put(_STOP)
 
     def key(self, name: str) -> str:
         return PREFIX + name

@@ -13,7 +13,7 @@ import socket
 import statistics
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ddpnet.check.causes import Cause
 
@@ -24,6 +24,11 @@ SLOW_FRACTION = 0.7
 #: a node whose every link (one way) runs below this fraction of the links between the
 #: others is slow even when its links are the majority (stricter: fewer links compared)
 NODE_FRACTION = 0.5
+#: a sampled mesh's ring names a node whose link out and link in both run below this fraction
+#: of the median ring link: one short stream each, no repeat, so only a node several times
+#: slower (a NIC at 1 Gb/s among 10 Gb/s ones, a shaped port); 0.5 named streams that a busy
+#: host starved (1,024 simulated ranks on 2 cores)
+RING_FRACTION = 0.25
 
 
 def make_header(rnd: int, sender: int) -> bytes:
@@ -66,19 +71,69 @@ def partner(rounds: Sequence[Sequence[tuple[int, int]]], rnd: int, me: int) -> i
 
 
 def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
-                timeout: float) -> int:
-    """Stream for ``seconds`` to a peer's listener; returns bytes sent (edge)."""
-    payload = b"\0" * (1 << 20)
+                timeout: float, drain: bool = False, chunk: int = 1 << 20,
+                source: str | None = None) -> tuple[int, float]:
+    """Stream for ``seconds`` to a peer's listener (edge), from ``source`` when given: bytes
+    sent and, with ``drain``, the seconds until the listener read the last byte and closed
+    (the rate as the sender sees it, whole: what sat in socket buffers at the end is counted
+    when it arrived)."""
+    payload = b"\0" * chunk
     sent = 0
-    with socket.create_connection((address, port), timeout=timeout) as sock:
+    with socket.create_connection((address, port), timeout=timeout,
+                                  source_address=(source, 0) if source else None) as sock:
         sock.settimeout(timeout)
         sock.sendall(make_header(rnd, me))
-        end = time.perf_counter() + seconds
+        start = time.perf_counter()
+        end = start + seconds
         while time.perf_counter() < end:
             sock.sendall(payload)
             sent += len(payload)
         sock.shutdown(socket.SHUT_WR)
-    return sent
+        if drain:
+            while sock.recv(4096):
+                pass  # the listener closes once it has read everything
+    return sent, time.perf_counter() - start
+
+
+def ring_slow_nodes(links: Mapping[tuple[int, int], float], labels: Sequence[str]
+                    ) -> list[Cause]:
+    """``slow-node`` for each node whose ring link out and ring link in both run below
+    RING_FRACTION of the median ring link (pure, O(links)): a sampled mesh streams once from
+    each host to the next, so every host is measured twice, by two different peers. One
+    slow link alone is not named (one measurement: a busy peer looks the same)."""
+    if len(links) < 3:
+        return []
+    median = statistics.median(links.values())
+    limit = RING_FRACTION * median
+    out: dict[int, tuple[int, float]] = {}
+    into: dict[int, tuple[int, float]] = {}
+    for (i, j), v in links.items():
+        out[i], into[j] = (j, v), (i, v)
+    causes = []
+    for r in sorted(set(out) & set(into)):
+        (to, v_out), (frm, v_in) = out[r], into[r]
+        if v_out < limit and v_in < limit:
+            causes.append(Cause(
+                id="slow-node", stage="reachability", severity="warn",
+                hosts=(labels[r],), ranks=(r,),
+                detail=f"rank {r} on {labels[r]} is slow sending and receiving: "
+                       f"{v_out:.3f} Gb/s to rank {to} and {v_in:.3f} Gb/s from rank {frm}, "
+                       f"while the median ring link runs at {median:.3f} Gb/s (limit "
+                       f"{RING_FRACTION:g} x the median; a sampled mesh streams each host "
+                       "to the next for a moment: --matrix measures every pair)",
+                fix=f"on {labels[r]}: check the link speed and shaping (ethtool <iface>, "
+                    "tc qdisc show dev <iface>), the NIC's negotiated rate and its "
+                    "cable/port",
+                data={"median_gbps": median},
+                evidence=(f"{r}->{to} {v_out:.3f} Gb/s", f"{frm}->{r} {v_in:.3f} Gb/s",
+                          f"median of {len(links)} ring links {median:.3f} Gb/s"),
+                ruled_out=("a busy peer: both of its links are slow, each measured with "
+                           "another peer",),
+                confidence="medium",
+                see_for_yourself=f"iperf3 -s  # on {labels[r]}; iperf3 -c <its address> "
+                                 "on a peer",
+            ))
+    return causes
 
 
 Gbps = Sequence[Sequence[float | None]]

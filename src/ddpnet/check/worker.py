@@ -60,9 +60,9 @@ def _stages(ctx: RankContext, joined: rendezvous.Joined) -> float:
     stage = ctx.store.get("stage/mesh", ctx.budget)
     if not stage["go"]:
         return ctx.budget
-    peers = reachability.peers_for(ctx, stage)
+    peers, ring = reachability.peers_for(ctx, stage)
     nets = networks.receive(ctx)
-    reachability.probe(ctx, peers, sampled="peers" not in stage)
+    reachability.probe(ctx, peers, ring)
     if not ctx.store.get("stage/pg", ctx.budget + ctx.opts.connect_timeout * 2)["go"]:
         return ctx.budget
     networks.send(ctx, nets)

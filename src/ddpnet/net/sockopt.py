@@ -1,9 +1,11 @@
-"""Path-MTU socket options Python's socket module does not name (``<linux/in.h>``,
-``<linux/in6.h>``): the one place that sets DF and reads the kernel's path MTU, for the
-check's UDP MTU probes and the watch's TCP stream probes. Linux only; edge module."""
+"""Socket options for probes: the one place that sets DF and reads the kernel's path MTU
+(options Python's socket module does not name, ``<linux/in.h>``, ``<linux/in6.h>``), for the
+check's UDP MTU probes and the watch's TCP stream probes, and that sizes a probe socket's
+receive buffer. Linux only; edge module."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 _IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
@@ -29,3 +31,15 @@ def path_mtu(sock: socket.socket) -> int | None:
         return int(sock.getsockopt(level, mtu))
     except OSError:
         return None
+
+
+def set_rcvbuf(sock: socket.socket, size: int) -> None:
+    """A receive buffer of ``size`` bytes, past ``net.core.rmem_max`` where this process may
+    (SO_RCVBUFFORCE, CAP_NET_ADMIN), else as much as rmem_max allows: a burst of small
+    datagrams read late (a busy host) must not overflow the socket and count as lost on the
+    wire. Best effort."""
+    for opt in (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF):
+        if opt is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, opt, size)
+                return

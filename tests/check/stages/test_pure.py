@@ -68,7 +68,50 @@ def test_a_rank_of_a_sampled_mesh_reads_only_its_own_peers() -> None:
                                          1500] for i in range(world)]
     offsets = mesh.sample_offsets(world, 1)
     mine = reachability.own_peers(peers, 7, offsets)
+    assert mine.pop("ring") == []
     assert sorted(int(j) for j in mine) == sorted({7, *mesh.sample_targets(7, world, offsets)})
     assert len(json.dumps(mine)) < 2000  # against ~190 KB for every rank's listener
     expanded = reachability.expand(mine, world)
     assert expanded[7] == peers[7] and sum(p is not None for p in expanded) == len(mine)
+
+
+def test_only_a_hosts_first_rank_probes_mtu_and_loss_toward_the_next_hosts_and_subnets() -> None:
+    from ddpnet.check.stages import reachability
+
+    # 4,096 ranks, 8 per host (512 hosts), two subnets of 256 hosts each
+    def peer(r: int) -> list[object]:
+        host = r // 8
+        return [f"198.{18 + host // 256}.0.{host % 256}", 40000 + r, 50000 + r, 1500,
+                f"198.{18 + host // 256}.0.0/24"]
+
+    world = 4096
+    peers: list[list[object] | None] = [peer(r) for r in range(world)]
+    ring = reachability.host_ring(peers)
+    assert len(ring) == 512 and all(r % 8 == 0 for r in ring)  # one prober per host
+    # the next two hosts, and the host at the same position in the other subnet
+    assert ring[0] == [8, 16, 2048] and ring[8] == [16, 24, 2056]
+    assert ring[4088] == [0, 8, 2040] and ring[2048] == [2056, 2064, 0]  # wraps round
+    # a host's other ranks probe nothing; what they read still holds the sampled targets
+    mine = reachability.own_peers(peers, 9, (1, 2), ring.get(9, ()))
+    assert mine["ring"] == [] and sorted(k for k in mine if k != "ring") == ["10", "11", "9"]
+    first = reachability.own_peers(peers, 8, (1, 2), ring[8])
+    assert first["ring"] == [16, 24, 2056] and {"16", "24", "2056"} <= set(first)
+    # one rank per host (every simulated node its own address): every rank probes
+    single = reachability.host_ring([peer(r * 8) for r in range(16)])
+    assert single[15] == [0, 1] and len(single) == 16
+
+
+def test_a_host_ring_stays_a_ring_when_every_host_is_its_own_subnet() -> None:
+    from collections import Counter
+
+    from ddpnet.check.stages import reachability
+
+    # one /32 per host (as some clouds give): each host probes at most 4 others, and no
+    # host is probed by more than 4 (not every host probing every other subnet's host)
+    peers: list[list[object] | None] = [
+        [f"10.0.{h // 256}.{h % 256}", 40000, 50000, 1500, f"10.0.{h // 256}.{h % 256}/32"]
+        for h in range(1000)]
+    ring = reachability.host_ring(peers)
+    assert max(len(v) for v in ring.values()) <= 4
+    assert max(Counter(t for v in ring.values() for t in v).values()) <= 4
+    assert ring[999] == [0, 1]  # the next hosts are the next subnets' hosts too

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import loss, mesh, nat, paths, pmtu
+from ddpnet.check import loss, mesh, nat, paths, pmtu, tournament
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.stages import pathmtu
 
@@ -46,11 +46,14 @@ def sample(ctx: RankContext) -> tuple[int, ...] | None:
     return mesh.sample_offsets(ctx.world, int(ctx.uid[:8], 16))
 
 
-def own_peers(peers: Sequence[Sequence[Any] | None], rank: int,
-              offsets: Sequence[int]) -> dict[str, Any]:
-    """What rank ``rank`` of a sampled mesh reads: its own entry and its targets' (pure)."""
-    return {str(j): peers[j] for j in (rank, *mesh.sample_targets(rank, len(peers), offsets))
-            if peers[j] is not None}
+def own_peers(peers: Sequence[Sequence[Any] | None], rank: int, offsets: Sequence[int],
+              ring: Sequence[int] = ()) -> dict[str, Any]:
+    """What rank ``rank`` of a sampled mesh reads (pure): its own entry, its sampled targets'
+    and its MTU/loss ring's (``host_ring``; under ``"ring"``, empty for a host's other ranks)."""
+    out: dict[str, Any] = {str(j): peers[j] for j in (
+        rank, *mesh.sample_targets(rank, len(peers), offsets), *ring) if peers[j] is not None}
+    out[RING] = list(ring)
+    return out
 
 
 def expand(mine: Mapping[str, Any], world: int) -> list[list[Any] | None]:
@@ -62,32 +65,90 @@ def expand(mine: Mapping[str, Any], world: int) -> list[list[Any] | None]:
     return peers
 
 
-def peers_for(ctx: RankContext, stage: Mapping[str, Any]) -> list[list[Any] | None]:
+def peers_for(ctx: RankContext, stage: Mapping[str, Any]
+              ) -> tuple[list[list[Any] | None], list[int] | None]:
     """Ranks > 0: the peers to probe, from rank 0's go (every pair) or, in a sampled mesh,
-    from this rank's own key."""
+    from this rank's own key; with the sampled mesh's MTU/loss ring (None: every peer)."""
     if "peers" in stage:
-        return list(stage["peers"])
-    return expand(ctx.store.get(f"mesh/peers/{ctx.rank}", ctx.budget), ctx.world)
+        return list(stage["peers"]), None
+    mine = ctx.store.get(f"mesh/peers/{ctx.rank}", ctx.budget)
+    return expand(mine, ctx.world), [int(j) for j in mine.get(RING) or ()]
+
+
+#: in a sampled mesh each host's first rank probes path MTU and loss toward the first ranks of
+#: this many next hosts (in rank order), and of one host in each of this many other subnets:
+#: every host sits on a few probed paths each way, a constant per host at any N. The other
+#: ranks of a host probe neither: their NIC, routes and MTU are the first rank's (8 ranks of
+#: a GPU node probing 8 ring neighbours each mostly probed their own loopback).
+RING_PROBES, OTHER_SUBNETS = 2, 2
+RING = "ring"
+
+
+def host_ring(peers: Sequence[Sequence[Any] | None]) -> dict[int, list[int]]:
+    """Rank 0, sampled mesh: by each host's first rank, the ranks it probes for MTU and loss
+    (pure, O(N)). A host is an advertised address. Its ring: the first ranks of the next
+    RING_PROBES hosts, and in each of the next OTHER_SUBNETS subnets the host at its own
+    position in its subnet (so a subnet's hosts spread over the other's, and one /32 per
+    host, as some clouds give, stays a ring instead of every host probing every other)."""
+    firsts: dict[str, int] = {}
+    for r, p in enumerate(peers):
+        if p is not None:
+            firsts.setdefault(str(p[0]), r)
+    order = list(firsts.values())
+    by_subnet: dict[str, list[int]] = {}
+    for r in order:
+        by_subnet.setdefault(_subnet(peers[r] or ()), []).append(r)
+    subnets = list(by_subnet)
+    where = {r: (k, pos) for k, s in enumerate(subnets) for pos, r in enumerate(by_subnet[s])}
+    n, count = len(order), len(subnets)
+    out: dict[int, list[int]] = {}
+    for i, r in enumerate(order):
+        k, pos = where[r]
+        near = [order[(i + d) % n] for d in range(1, min(RING_PROBES, n - 1) + 1)]
+        across = [(hosts := by_subnet[subnets[(k + d) % count]])[pos % len(hosts)]
+                  for d in range(1, min(OTHER_SUBNETS, count - 1) + 1)]
+        out[r] = [t for t in dict.fromkeys((*near, *across)) if t != r]  # the next first
+    return out
+
+
+def _subnet(peer: Sequence[Any]) -> str:
+    return str(peer[4]) if len(peer) > 4 and peer[4] else f"{peer[0] if peer else ''}/32"
+
+
+def keep(targets: Sequence[Any], ranks: Sequence[int]) -> list[Any]:
+    """``targets`` with None where the rank is not in ``ranks`` (pure)."""
+    chosen = set(ranks)
+    return [t if j in chosen else None for j, t in enumerate(targets)]
 
 
 def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
-          sampled: bool = False) -> None:
-    """Connect to every peer given while the path-MTU probes run and the kernel is asked about
-    the paths (``check.paths``); publish this rank's rows (the MTU row first: rank 0 reads it
-    once the mesh row is there); a sampled mesh's row holds only the probed cells."""
+          ring: Sequence[int] | None = None) -> None:
+    """Connect to every peer given while the path-MTU and loss probes run and the kernel is
+    asked about the paths (``check.paths``); publish this rank's rows (the MTU row first: rank
+    0 reads it once the mesh row is there). A sampled mesh (``ring`` given) publishes only the
+    probed cells, and only a host's first rank (a non-empty ``ring``) probes MTU and loss, on
+    its ring, and asks the kernel."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ddpnet.doctor.base import Host
 
     targets = mtu_targets(peers)
     own = targets[ctx.rank] if ctx.rank < len(targets) else None
+    sampled = ring is not None
+    first = not sampled or bool(ring)  # this host's first rank (every rank: every pair)
+    if sampled:
+        targets = keep(targets, ring or ())
     with ThreadPoolExecutor(max_workers=3) as pool:
         mtu_row = pool.submit(pmtu.probe_row, ctx.rank, ctx.address, own[2] if own else 0,
                               targets, fanout=ctx.opts.fanout)
-        loss_row = pool.submit(loss.probe_row, ctx.rank, targets, fanout=ctx.opts.fanout)
+        # the ring itself in a sampled mesh; else the ring neighbours of every pair
+        loss_row = pool.submit(loss.probe_row, ctx.rank, targets, fanout=ctx.opts.fanout,
+                               chosen=ring)
         kernel = pool.submit(paths.gather, str(ctx.address), str(ctx.sel.interface),
-                             paths.representatives(peers, ctx.rank), Host().sysctl,
-                             jobs=paths.job_bindings(_facts(ctx), str(ctx.address)))
+                             paths.representatives(peers, ctx.rank) if first else {},
+                             Host().sysctl,
+                             jobs=paths.job_bindings(_facts(ctx), str(ctx.address))
+                             if first else ())
         row = mesh.probe_row(ctx.rank, as_peers(peers), timeout=ctx.opts.connect_timeout,
                              fanout=ctx.opts.fanout, source=ctx.probe_from)
         try:
@@ -102,10 +163,34 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
             losses: dict[str, list[int]] = loss_row.result()
         except OSError:
             losses = {}
+    # last, alone: a stream beside the probes would slow their echoes
+    bw = ring_stream(peers, ctx.rank, ring[0], ctx.opts.connect_timeout,
+                     ctx.probe_from) if ring else {}
     ctx.store.publish("pmtu", ctx.rank, mtus)
     probed = [j for j, p in enumerate(peers) if p is not None and j != ctx.rank]
     ctx.store.publish("mesh", ctx.rank, {**mesh.published(row, probed if sampled else None),
-                                         "paths": routes, "loss": losses})
+                                         "paths": routes, "loss": losses, "bw": bw})
+
+
+#: a sampled mesh's bandwidth: each host's first rank streams this long to the next host's
+#: (the tournament's round, at O(N) rounds, is off above 64 ranks); its round number
+RING_BW_S, RING_ROUND = 0.1, -1
+
+
+def ring_stream(peers: Sequence[Sequence[Any] | None], me: int, to: int,
+                connect_timeout: float, source: str | None = None) -> dict[str, float]:
+    """``{to: Gb/s}`` for a short stream to rank ``to``'s listener, as this sender saw it
+    drain (edge); nothing when it fails (the TCP mesh names an unreachable peer)."""
+    peer = peers[to] if to < len(peers) else None
+    if peer is None:
+        return {}
+    try:
+        sent, took = tournament.send_stream(str(peer[0]), int(peer[1]), RING_ROUND, me,
+                                            seconds=RING_BW_S, chunk=1 << 16, drain=True,
+                                            timeout=connect_timeout + 5.0, source=source)
+    except OSError:
+        return {}
+    return {str(to): round(sent * 8 / took / 1e9, 4)} if took > 0 else {}
 
 
 def _facts(ctx: RankContext) -> Mapping[str, Any]:
@@ -138,7 +223,8 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     else:
         ctx.progress(f"reachability: {world} x {len(offsets)} sampled connects "
                      f"(fan-out {opts.fanout}; --full-mesh for every pair)")
-        probe(ctx, expand(own_peers(peers, 0, offsets), world), sampled=True)
+        mine = own_peers(peers, 0, offsets, host_ring(peers).get(0, ()))
+        probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, offsets is not None)
     lost = [r for r in found.ranks if r not in rows]
@@ -176,6 +262,10 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     ctx.progress(f"reachability: {ok} of {pairs} links ok in {took:.1f} s")
     go = not failing and not lost and not _blocking(found)
     judge_loss(found, rows)
+    links = ring_links(rows)
+    found.causes.extend(tournament.ring_slow_nodes(links, found.labels))
+    if links:
+        found.extra["notes"] = (*found.extra.get("notes", ()), ring_note(links))
     ctx.store.set("stage/pg", {"go": go})
     return go
 
@@ -213,6 +303,27 @@ def judge_loss(found: Findings, rows: Mapping[int, Any]) -> None:
         found.stages["reachability"] = "fail"
 
 
+def ring_note(links: Mapping[tuple[int, int], float]) -> str:
+    """What the ring streams measured (pure)."""
+    import statistics
+
+    values = sorted(links.values())
+    return (f"bandwidth: {len(values)} ring links streamed {RING_BW_S:g} s each (each host "
+            f"to the next): median {statistics.median(values):.3f} Gb/s, slowest "
+            f"{values[0]:.3f}; --matrix measures every pair")
+
+
+def ring_links(rows: Mapping[int, Any]) -> dict[tuple[int, int], float]:
+    """A sampled mesh's ring streams, ``(from, to) -> Gb/s``, from the rows (pure)."""
+    out: dict[tuple[int, int], float] = {}
+    for rank, value in rows.items():
+        bw = value.get("bw") if isinstance(value, Mapping) else None
+        for to, gbps in (bw.items() if isinstance(bw, Mapping) else ()):
+            if str(to).isdigit() and isinstance(gbps, (int, float)) and gbps > 0:
+                out[(rank, int(to))] = float(gbps)
+    return out
+
+
 def kernel_paths(rows: Mapping[int, Any]) -> dict[int, Mapping[str, Any]]:
     """Every rank's published kernel answers (``check.paths``), by rank (pure)."""
     out: dict[int, Mapping[str, Any]] = {}
@@ -244,7 +355,8 @@ def announce(ctx: RankContext, found: Findings,
         c.id == "duplicate-address" for c in found.causes)
     offsets = sample(ctx)
     if go and offsets is not None:
-        ctx.store.set_many({f"mesh/peers/{r}": own_peers(peers, r, offsets)
+        ring = host_ring(peers)
+        ctx.store.set_many({f"mesh/peers/{r}": own_peers(peers, r, offsets, ring.get(r, ()))
                             for r in found.ranks if r != 0})
         ctx.store.set("stage/mesh", {"go": go, "offsets": list(offsets)})
     else:
