@@ -34,7 +34,9 @@ def sim() -> ModuleType:
 def points(sim: ModuleType) -> Iterator[dict[str, dict[str, Any]]]:
     with sim.sim_lab(RANKS) as lab:
         yield {"healthy": sim.run_in(lab, "check", RANKS, None, 90.0),
-               "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0)}
+               "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0),
+               # 8 ranks a node, as on GPU nodes: one rank a host probes and streams
+               "slow": sim.run_in(lab, "check", RANKS, "slow-link", 90.0, per_node=8)}
 
 
 def test_256_healthy_simulated_ranks_pass_and_every_rank_prints_the_verdict(
@@ -57,3 +59,13 @@ def test_one_node_filtering_its_ports_among_256_is_named_with_its_host(
     blocked = [c for c in p["causes"] if c["id"] in ("peer-port-blocked", "peer-unreachable")]
     assert [c["hosts"] for c in blocked] == [[p["faulty_host"]]], p
     assert p["faulty_host_named"] is True
+
+
+def test_a_node_shaped_to_10_mbits_among_32_nodes_of_8_ranks_is_named_by_the_ring_stream(
+        points: dict[str, dict[str, Any]]) -> None:
+    p = points["slow"]
+    assert p["ranks_per_node"] == 8 and p["verdict"] == "pass", p  # a warning: slow, not down
+    slow = [c for c in p["causes"] if c["id"] == "slow-node"]
+    assert [c["hosts"] for c in slow] == [[p["faulty_host"]]], p
+    # one stream a host: 32 simulated nodes and rank 0's
+    assert any(n.startswith("bandwidth: 33 ring links") for n in p["notes"]), p
