@@ -143,3 +143,12 @@ def test_table_cells_wrap_between_words() -> None:
     words = " ".join(line.split("│")[2].strip() for line in text.splitlines()
                      if line.count("│") == 3)
     assert words.endswith(prose)
+
+
+def test_rank_ranges_fold_runs_and_keep_every_rank() -> None:
+    from ddpnet.output import rank_ranges
+
+    assert rank_ranges([9, 0, 1, 2, 3, 5, 7, 8]) == "0-3, 5, 7-9"
+    assert rank_ranges([4]) == "4" and rank_ranges([]) == ""
+    many = [r for r in range(4096) if r not in (1722, 3000)]
+    assert rank_ranges(many) == "0-1721, 1723-2999, 3001-4095"

@@ -288,6 +288,18 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """``0-1721, 1723, 1725-4095``: every rank, runs folded into ranges (pure): whole, and
+    O(gaps) long, where 4,096 ranks listed one by one made a 20 KB line."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def format_error(message: str, hint: str = "") -> str:
     """The two lines every user-facing error prints."""
     text = f"ddpnet: error: {message}"

@@ -59,3 +59,14 @@ def test_rank_beyond_the_world_is_named() -> None:
 def test_registration_round_trips_through_json() -> None:
     reg = _reg(2)
     assert Registration.from_json(reg.to_json()) == reg
+
+
+def test_missing_ranks_among_4096_is_a_short_line_that_names_every_rank() -> None:
+    own = _reg(0, world=4096)
+    arrivals = [own, *(_reg(r, world=4096) for r in range(1, 4096)
+                       if r not in (1722, 3001, 3002))]
+    verdict = judge_registrations(own, arrivals, waited_s=102.4)
+    [cause] = verdict.causes
+    assert "rank(s) 1722, 3001-3002; joined: rank(s) 0-1721, 1723-3000, 3003-4095 on " \
+        "4093 hosts" in cause.detail
+    assert len(cause.detail) < 300  # every rank read it in the plan: O(N) each was O(N^2)

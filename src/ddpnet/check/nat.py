@@ -27,6 +27,7 @@ from typing import Any
 
 from ddpnet.check.causes import Cause
 from ddpnet.check.mesh import Sampled
+from ddpnet.output import rank_ranges
 
 OK, SELF, UNKNOWN = "ok", "self", "?"
 
@@ -152,7 +153,7 @@ def _behind_nat(matrix: Sequence[Sequence[str]], got: Facts, labels: Sequence[st
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    return ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
 
 
 def _pin_hint(got: Facts, ranks: Iterable[int], subnet: str) -> str:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from ddpnet.check.causes import Cause, host_label
+from ddpnet.output import rank_ranges
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class RosterVerdict:
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+    return rank_ranges(ranks)
 
 
 def judge_registrations(
@@ -162,7 +163,7 @@ def _missing(own: Registration, arrivals: list[Registration],
         detail=(
             f"{len(missing)} of {world} ranks never joined within {waited_s:.1f} s: "
             f"rank(s) {_ranks(list(missing))}; joined: rank(s) {_ranks(present)} "
-            f"on {', '.join(hosts_seen)}"
+            f"on {', '.join(hosts_seen) if len(hosts_seen) <= 8 else f'{len(hosts_seen)} hosts'}"
         ),
         fix=(
             "start `ddpnet check` on the missing rank(s) with the same MASTER_ADDR/"

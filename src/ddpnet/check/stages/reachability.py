@@ -163,18 +163,21 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
             losses: dict[str, list[int]] = loss_row.result()
         except OSError:
             losses = {}
-    # last, alone: a stream beside the probes would slow their echoes
-    bw = ring_stream(peers, ctx.rank, ring[0], ctx.opts.connect_timeout,
-                     ctx.probe_from) if ring else {}
+    # last, alone (a stream beside the probes would slow their echoes): a host's first rank
+    # streams to the next host's (every pair: the ring worked out from the peers here)
+    nxt = (ring if ring is not None else host_ring(peers).get(ctx.rank, []))[:1]
+    bw = ring_stream(peers, ctx.rank, nxt[0], ctx.opts.connect_timeout,
+                     ctx.probe_from) if nxt else {}
     ctx.store.publish("pmtu", ctx.rank, mtus)
     probed = [j for j, p in enumerate(peers) if p is not None and j != ctx.rank]
     ctx.store.publish("mesh", ctx.rank, {**mesh.published(row, probed if sampled else None),
                                          "paths": routes, "loss": losses, "bw": bw})
 
 
-#: a sampled mesh's bandwidth: each host's first rank streams this long to the next host's
-#: (the tournament's round, at O(N) rounds, is off above 64 ranks); its round number
-RING_BW_S, RING_ROUND = 0.1, -1
+#: bandwidth without the matrix (off above 64 ranks: O(N) rounds): each host's first rank
+#: streams this long to the next host's; the stream's round number (the tournament's are
+#: 0..N, the second networks' negative)
+RING_BW_S, RING_ROUND = 0.1, 1 << 62
 
 
 def ring_stream(peers: Sequence[Sequence[Any] | None], me: int, to: int,
@@ -262,7 +265,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     ctx.progress(f"reachability: {ok} of {pairs} links ok in {took:.1f} s")
     go = not failing and not lost and not _blocking(found)
     judge_loss(found, rows)
-    links = ring_links(rows)
+    links = ring_links(rows) if not opts.matrix_on(world) else {}  # else: the tournament
     found.causes.extend(tournament.ring_slow_nodes(links, found.labels))
     if links:
         found.extra["notes"] = (*found.extra.get("notes", ()), ring_note(links))
