@@ -61,14 +61,14 @@ class _Echo:
     """A UDP echo on loopback that drops every ``drop``-th probe, or answers each only after
     ``delay`` seconds (a peer too busy to answer in time)."""
 
-    def __init__(self, drop: int = 0, delay: float = 0.0) -> None:
+    def __init__(self, drop: int = 0, delay: float = 0.0, pause_after: int = 0) -> None:
         import socket
         import threading
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.drop, self.delay, self.seen = drop, delay, 0
+        self.drop, self.delay, self.seen, self.pause_after = drop, delay, 0, pause_after
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -82,7 +82,7 @@ class _Echo:
             self.seen += 1
             if self.drop and self.seen % self.drop == 0:
                 continue
-            time.sleep(self.delay)
+            time.sleep(self.delay + (0.8 if self.seen == self.pause_after else 0.0))
             try:
                 self.sock.sendto(data[:32], peer)
             except OSError:  # closed while sleeping
@@ -105,6 +105,13 @@ def test_a_lossy_peer_is_judged_and_a_peer_answering_late_is_not() -> None:
     finally:
         slow.close()
     assert sent == 50 and 5 < echoed < 50 and late
+    # a peer that stalls longer than ``wait`` mid-burst, then answers all: nothing lost (the
+    # marker after the burst comes back behind every echo)
+    paused = _Echo(pause_after=20)
+    try:
+        assert loss.probe_peer("127.0.0.1", paused.port, count=50, wait=0.3) == (50, 50, False)
+    finally:
+        paused.close()
     # a late count is published with a third item, and rank 0 does not judge it
     rows = {0: {"1": [200, 150, 1]}, 1: {"0": [200, 200]}, 2: {"0": [200, 200]}}
     assert loss.analyze(rows, ["n0", "n1", "n2"]) == []

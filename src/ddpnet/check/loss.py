@@ -37,9 +37,12 @@ Target = tuple[str, int, int]
 def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S,
                cap: float = CAP_S) -> tuple[int, int, bool]:
     """(sent, echoed, late) for ``count`` numbered datagrams to ``address:port`` (edge,
-    bounded: returns as soon as every echo came, else ``wait`` seconds after the last echo,
-    at most ``cap`` after the last send). ``late``: echoes were still coming when ``cap`` ran
-    out (a peer too busy to answer in time), so the missing ones are not known lost."""
+    bounded: at most ``cap`` after the last send).
+
+    After the burst a marker (number ``count``, again every ``wait`` without an answer)
+    follows: the echo answers in order, so once the marker's echo is back every echo that
+    was coming has come, and what is missing was lost, however long a busy peer paused.
+    ``late``: ``cap`` ran out first (a peer too busy to answer in time): not known lost."""
     echoed: set[int] = set()
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
@@ -48,24 +51,41 @@ def probe_peer(address: str, port: int, count: int = COUNT, wait: float = WAIT_S
         set_rcvbuf(sock, count * 4096)
         sock.connect((address, port))
         for seq in range(count):
-            with contextlib.suppress(OSError):
-                sock.send(TAG + b"%06d" % seq)
+            _send(sock, seq)
             if seq % 50 == 49:
                 time.sleep(0.001)  # paced: a burst must not overflow the echo's buffer
-        # ``wait`` after the last echo, at most ``cap`` in all: a peer whose cores are busy
-        # answers late, in a batch; late is not lost
-        last = time.monotonic()
-        end = last + cap
-        while len(echoed) < count and (left := min(end, last + wait) - time.monotonic()) > 0:
-            sock.settimeout(left)
-            try:
-                data = sock.recv(64)
-            except (TimeoutError, OSError):
+        end = time.monotonic() + cap
+        marked = False
+        while len(echoed) < count and not marked:
+            _send(sock, count)  # the marker (resent: it may be lost too)
+            marked = _collect(sock, echoed, count, min(end, time.monotonic() + wait))
+            if time.monotonic() >= end:
                 break
-            if data.startswith(TAG) and data[len(TAG):len(TAG) + 6].isdigit():
-                echoed.add(int(data[len(TAG):len(TAG) + 6]))
-                last = time.monotonic()
-    return count, len(echoed), len(echoed) < count and last + wait > end
+        if marked and len(echoed) < count:  # a reordered echo behind the marker: a moment
+            _collect(sock, echoed, count, time.monotonic() + 0.05)
+    return count, len(echoed), len(echoed) < count and not marked
+
+
+def _send(sock: socket.socket, seq: int) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(TAG + b"%06d" % seq)
+
+
+def _collect(sock: socket.socket, echoed: set[int], count: int, until: float) -> bool:
+    """Echoes into ``echoed`` until ``until``, every one, or the marker; whether the marker
+    came back."""
+    while len(echoed) < count and (left := until - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            data = sock.recv(64)
+        except (TimeoutError, OSError):
+            return False
+        if data.startswith(TAG) and data[len(TAG):len(TAG) + 6].isdigit():
+            seq = int(data[len(TAG):len(TAG) + 6])
+            if seq >= count:
+                return True
+            echoed.add(seq)
+    return False
 
 
 #: each rank probes this many ring neighbours (me+1, me+2, ...): O(1) per rank at any scale,
