@@ -25,10 +25,10 @@ SLOW_FRACTION = 0.7
 #: others is slow even when its links are the majority (stricter: fewer links compared)
 NODE_FRACTION = 0.5
 #: a sampled mesh's ring names a node whose link out and link in both run below this fraction
-#: of the median ring link: one short stream each, no repeat, so only a node several times
-#: slower (a NIC at 1 Gb/s among 10 Gb/s ones, a shaped port); 0.5 named streams that a busy
-#: host starved (1,024 simulated ranks on 2 cores)
-RING_FRACTION = 0.25
+#: of the median ring link: one short stream each, so only a node an order of magnitude
+#: slower (a NIC at 1 Gb/s among 10-100 Gb/s ones, a shaped port); 0.5 and 0.25 named
+#: streams that a busy host starved (256-1,024 simulated ranks on 2 cores)
+RING_FRACTION = 0.1
 
 
 def make_header(rnd: int, sender: int) -> bytes:
