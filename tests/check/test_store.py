@@ -159,3 +159,12 @@ def test_a_store_that_goes_silent_after_the_join_is_given_up_within_its_bound() 
         os.kill(server.pid, signal.SIGCONT)
         server.kill()
         server.wait()
+
+
+def test_a_call_may_stall_longer_in_a_bigger_job_before_the_store_counts_as_gone() -> None:
+    from ddpnet.check.store import STALL_S, stall_for
+
+    # 4,096 simulated ranks: joins waiting their turn at rank 0's one store thread took
+    # over 15 s, and were given up as missing ranks
+    assert stall_for(2) == stall_for(1024) == STALL_S
+    assert stall_for(4096) == 40.96
