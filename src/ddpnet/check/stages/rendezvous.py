@@ -60,7 +60,7 @@ def _arrivals(store: Store, world: int, deadline: float) -> list[Registration]:
     names = [f"reg/{i}" for i in range(1, n + 1)]
     got = store.get_many(names)  # a few round trips for N registrations
     # a rank counted itself but its registration is not there yet: 2 s for all of them
-    # together (2 s each made 40 late ranks of 4,096 cost 80 s)
+    # together (2 s each, one after another, would make 40 late ranks cost 80 s)
     late_by = time.monotonic() + 2.0
     arrivals: list[Registration] = []
     for name in names:
