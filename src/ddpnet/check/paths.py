@@ -40,9 +40,14 @@ def representatives(peers: Sequence[Sequence[Any] | None], me: int) -> dict[str,
     for p in peers:
         if not p or str(p[0]) == own:
             continue
-        subnet = str(p[4]) if len(p) > 4 and p[4] else f"{p[0]}/32"
+        subnet = peer_subnet(p)
         out.setdefault(subnet, str(p[0]))
     return out
+
+
+def peer_subnet(peer: Sequence[Any]) -> str:
+    """An announced peer's subnet, its own /32 when it announced none (pure)."""
+    return str(peer[4]) if len(peer) > 4 and peer[4] else f"{peer[0] if peer else ''}/32"
 
 
 Lookup = Callable[..., Any]

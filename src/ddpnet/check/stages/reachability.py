@@ -97,7 +97,7 @@ def host_ring(peers: Sequence[Sequence[Any] | None]) -> dict[int, list[int]]:
     order = list(firsts.values())
     by_subnet: dict[str, list[int]] = {}
     for r in order:
-        by_subnet.setdefault(_subnet(peers[r] or ()), []).append(r)
+        by_subnet.setdefault(paths.peer_subnet(peers[r] or ()), []).append(r)
     subnets = list(by_subnet)
     where = {r: (k, pos) for k, s in enumerate(subnets) for pos, r in enumerate(by_subnet[s])}
     n, count = len(order), len(subnets)
@@ -109,10 +109,6 @@ def host_ring(peers: Sequence[Sequence[Any] | None]) -> dict[int, list[int]]:
                   for d in range(1, min(OTHER_SUBNETS, count - 1) + 1)]
         out[r] = [t for t in dict.fromkeys((*near, *across)) if t != r]  # the next first
     return out
-
-
-def _subnet(peer: Sequence[Any]) -> str:
-    return str(peer[4]) if len(peer) > 4 and peer[4] else f"{peer[0] if peer else ''}/32"
 
 
 def keep(targets: Sequence[Any], ranks: Sequence[int]) -> list[Any]:
