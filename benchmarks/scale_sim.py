@@ -32,6 +32,7 @@ import ipaddress
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +55,12 @@ SIM_ROUTE = "198.18.16.0/20"
 #: process per this many ranks (2,000+ Python threads in one process spend the 2 cores on
 #: handing the GIL round, not on the ranks' work: 74 against 41 CPU-s at 1,024 ranks)
 PER_PROCESS = 128
+#: between two client processes' starts: ranks arrive over ~10 s at 4,096 (32 processes),
+#: as a job's nodes start over seconds; 4,096 ranks started in the same instant on 2 cores
+#: spent the rendezvous on the scheduler (every rank's first store call past 100 s)
+RAMP_S = 0.3
+#: the client processes' GIL switch interval (CPython's default: 5 ms)
+SWITCH_S = 0.1
 SIZES = (64, 256, 1024, 4096)
 #: the sweep's faulty points stop here (4,096 healthy takes minutes on the 2-core VM)
 FAULTS_UP_TO = 1024
@@ -157,6 +164,9 @@ class Clients:
         self.first, self.count = args.first, args.count
         self.outcomes: list[str] = []
         self.lock = threading.Lock()
+        self.marks: Milestones | None = None
+        #: the start barrier (``run``): a child says it is ready, the launcher says go
+        self.ready_fd, self.go_pipe = -1, (-1, -1)
 
     def env(self, rank: int) -> dict[str, str]:
         return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str((rank - 1) % PER_NODE),
@@ -171,28 +181,48 @@ class Clients:
         # (on one 2-core host, ~16,000 client threads otherwise starve its store's one
         # thread: calls past 15 s, ranks given up at 4,096)
         os.nice(19)
+        # a thread waiting for the GIL wakes every switch interval to ask for it: 4,000
+        # waiting rank threads at 5 ms made ~800,000 wake-ups a second, and each handoff
+        # waited a scheduler round (ranks started 150 s after they were told to go)
+        sys.setswitchinterval(SWITCH_S)
         children = []
         last = self.first + self.count
+        # a barrier: no rank runs before every process is forked and every thread started
+        # (forks and thread starts behind thousands of running ranks came minutes late)
+        ready, self.go_pipe = os.pipe(), os.pipe()
         for first in range(self.first, last, PER_PROCESS):
             pid = os.fork()
             if pid == 0:  # a share of the ranks; never returns
                 code = 1
                 try:
                     self.first, self.count = first, min(PER_PROCESS, last - first)
+                    self.ready_fd = ready[1]
                     self._threads(one)
                     code = 0
                 finally:
                     os._exit(code)
             children.append(pid)
+        for _ in children:
+            os.read(ready[0], 1)
+        for _ in children:  # the processes' ranks arrive over RAMP_S x processes seconds
+            os.write(self.go_pipe[1], b"g")
+            time.sleep(RAMP_S)
         for pid in children:
             os.waitpid(pid, 0)
         emit({"first": None, "count": 0, "finished": 0, "ok": 0, "sample": [],
               "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})  # the launcher's own
 
     def _threads(self, one: Callable[[int], str]) -> None:
+        if self.marks is not None:
+            self.marks.mark("forked")
         threading.stack_size(512 * 1024)
+        # every thread is started before any rank runs: Thread.start() waits for the new
+        # thread to take the GIL, and behind 100 running ranks each start took seconds (at
+        # 4,096 ranks a process's last ranks started 200 s late, after rank 0 gave up)
+        go = threading.Event()
 
         def body(rank: int) -> None:
+            go.wait()
             try:
                 line = one(rank)
             except Exception as exc:  # reported, never a traceback per rank
@@ -204,13 +234,25 @@ class Clients:
                    for r in range(self.first, self.first + self.count)]
         for t in threads:
             t.start()
+        os.write(self.ready_fd, b"r")
+        os.read(self.go_pipe[0], 1)
+        if self.marks is not None:  # a process's own marks: when it was told to go
+            self.marks.mark("go")
+        go.set()
+        # stopped by the launcher (rank 0 is done, these ranks are not): say what was seen
+        signal.signal(signal.SIGTERM, lambda _s, _f: (self._report(), os._exit(0)))
         deadline = time.monotonic() + self.args.timeout
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        ok = sum(passed(line) for line in self.outcomes)
-        emit({"first": self.first, "count": self.count, "finished": len(self.outcomes),
-              "ok": ok, "sample": outcome_kinds(self.outcomes),
-              "cpu_s": cpu_self(), "max_rss_mib": rss_mib()})
+        self._report()
+
+    def _report(self) -> None:
+        with self.lock:
+            lines = list(self.outcomes)
+        emit({"first": self.first, "count": self.count, "finished": len(lines),
+              "ok": sum(passed(line) for line in lines), "sample": outcome_kinds(lines),
+              "cpu_s": cpu_self(), "max_rss_mib": rss_mib(),
+              "milestones": self.marks.times if self.marks else {}})
 
 
 def passed(line: str) -> bool:
@@ -228,6 +270,57 @@ def outcome_kinds(lines: Sequence[str], most: int = 4) -> list[str]:
         kinds.setdefault(re.sub(r"\d+", "#", line)[:160], []).append(line)
     order = sorted(kinds.values(), key=lambda v: (passed(v[0]), len(v)))
     return [f"{len(v)} x {v[0][:300]}" for v in order[:most]]
+
+
+#: the steps of a simulated check rank whose times (seconds from the launch) a point reports
+#: as percentiles: where the time goes at 4,096 ranks
+MILESTONES = ("forked", "go", "started", "store", "to_rank0", "registered", "plan", "facts", "peers",
+              "probed", "verdict")
+
+
+class Milestones:
+    """When each simulated rank of this process reached each step: the rank code's own
+    functions, wrapped (the rank a thread runs is thread-local)."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.times: dict[str, list[float]] = {m: [] for m in MILESTONES}
+        self.local = threading.local()
+
+    def mark(self, name: str) -> None:
+        self.times[name].append(round(time.time() - self.t0, 3))
+
+    def wrap(self, module: Any, attr: str, name: str) -> None:
+        """``module.attr`` marks ``name`` when it returns."""
+        inner = getattr(module, attr)
+
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            out = inner(*a, **kw)
+            self.mark(name)
+            return out
+
+        setattr(module, attr, wrapped)
+
+    def wrap_check(self) -> None:
+        from ddpnet.check.stages import facts, pathmtu, reachability, rendezvous
+
+        for module, attr, name in ((pathmtu, "probe_master", "to_rank0"),
+                                   (rendezvous, "_register", "registered"),
+                                   (rendezvous, "join", "plan"),
+                                   (facts, "publish", "facts"),
+                                   (reachability, "peers_for", "peers"),
+                                   (reachability, "probe", "probed")):
+            self.wrap(module, attr, name)
+
+
+def percentiles(times: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each milestone's [ranks, p50, p90, max] (pure)."""
+    out = {}
+    for name in MILESTONES:
+        v = sorted(times.get(name) or ())
+        if v:
+            out[name] = [len(v), v[len(v) // 2], v[min(len(v) - 1, len(v) * 9 // 10)], v[-1]]
+    return out
 
 
 def check_clients(args: argparse.Namespace) -> None:
@@ -248,8 +341,11 @@ def check_clients(args: argparse.Namespace) -> None:
     tools = Tools()
     base_sel = tools.select(base_cfg, clients.env(clients.first))
     facts = tools.facts(base_cfg, base_sel, clients.env(clients.first))
+    marks = clients.marks = Milestones(args.t0)
+    marks.wrap_check()
 
     def one(rank: int) -> str:
+        marks.mark("started")
         address = sim_address(rank)
         host = sim_host(rank)
         cfg = resolve(clients.env(rank))
@@ -259,10 +355,13 @@ def check_clients(args: argparse.Namespace) -> None:
         listener = mesh.Listener(address)
         try:
             store = join_store(cfg, opts, host)
+            marks.mark("store")
             try:
                 ctx = RankContext(cfg, opts, sel, store, listener, own, lambda _s: {}, host,
                                   time.monotonic(), probe_from=address)
-                return follow(ctx).line
+                line = follow(ctx).line
+                marks.mark("verdict")
+                return line
             finally:
                 store.close()
         finally:
@@ -606,11 +705,23 @@ def run_point(command: str, ranks: int, fault: str | None, timeout: float,
         return run_in(lab, command, ranks, fault, timeout, full_mesh, per_node)
 
 
+def quiet(most: int = 3, seconds: float = 3.0, timeout: float = 180.0) -> None:
+    """Wait until this machine runs at most ``most`` tasks for ``seconds`` in a row (the
+    last point's thousands of threads and its lab's teardown take a while to go)."""
+    deadline, calm = time.monotonic() + timeout, 0.0
+    while calm < seconds and time.monotonic() < deadline:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        calm = calm + 0.5 if running <= most else 0.0
+        time.sleep(0.5)
+
+
 def run_in(lab: Any, command: str, ranks: int, fault: str | None, timeout: float,
            full_mesh: bool = False, per_node: int = 1) -> dict[str, Any]:
     """One point in ``sim_lab(ranks)`` (which may serve several: the fault goes after)."""
     global PER_NODE
     PER_NODE = per_node
+    quiet()
     before = machine()
     n0, n1 = lab.node(0), lab.node(1)
     count_store_bytes(n0.namespace, n0.address)
@@ -694,11 +805,15 @@ def _collect(proc: subprocess.Popen[str], timeout: float,
             time.sleep(0.5)
         return proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        import signal
-
+        # SIGTERM first: a client process reports what its ranks did so far
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
         return out, err + "\n(timed out)"
 
 
@@ -749,7 +864,10 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
                     "cpu_s": round(sum(s["cpu_s"] for s in sims), 2),
                     # each process's kinds of outcome, what went wrong first
                     "sample": sorted((line for s in sims for line in s["sample"]),
-                                     key=passed)[:6]},
+                                     key=passed)[:6],
+                    # [ranks, p50, p90, max] seconds from the launch to each step
+                    "milestones": percentiles({m: [t for s in sims for t in (
+                        s.get("milestones") or {}).get(m, ())] for m in MILESTONES})},
         "machine": {"cpus": os.cpu_count(), "load_before": before["load"],
                     "load_after": after["load"],
                     "busy_cpu_s": round(after["busy_cpu_s"] - before["busy_cpu_s"], 1)},

@@ -223,3 +223,39 @@ def test_a_node_slow_both_ways_on_the_ring_is_named_and_one_slow_link_is_not() -
     assert cause.id == "slow-node" and cause.ranks == (200,) and cause.hosts == ("h200",)
     assert "0.010 Gb/s to rank 201" in cause.detail and "from rank 199" in cause.detail
     assert tournament.ring_slow_nodes({(0, 1): 1.0, (1, 0): 0.1}, labels[:2]) == []
+
+
+def test_a_host_sample_probes_other_hosts_only_and_every_rank_both_ways() -> None:
+    """8 ranks a host: no rank probes its own host (loopback says nothing of the network),
+    every rank probes and is probed from another host, every host offset is probed once,
+    and the connects are a fraction of the rank sample's."""
+    from collections import Counter
+
+    world, per = 4096, 8
+    hosts = [f"198.18.{(r // per) // 256}.{(r // per) % 256}" for r in range(world)]
+    targets = mesh.host_sample(hosts, 7)
+    assert targets is not None and set(targets) == set(range(world))
+    assert all(hosts[t] != hosts[r] for r, ts in targets.items() for t in ts)
+    probed = Counter(t for ts in targets.values() for t in ts)
+    assert all(targets[r] for r in range(world)) and set(probed) == set(range(world))
+    offsets = mesh.sample_offsets(world // per, 7)
+    for h in (0, 300, 511):  # the host's ranks together probe every host offset
+        reached = {t // per for r in range(h * per, h * per + per) for t in targets[r]}
+        assert reached == {(h + d) % (world // per) for d in offsets}
+    connects = sum(map(len, targets.values()))
+    ranks_sample = world * len(mesh.sample_offsets(world, 7))
+    assert connects < ranks_sample / 5, (connects, ranks_sample)
+    assert max(probed.values()) <= 1 + -(-len(offsets) // per) + 1
+
+
+def test_a_host_sample_needs_hosts_of_several_ranks_and_more_than_one_host() -> None:
+    assert mesh.host_sample([f"10.0.0.{r}" for r in range(100)], 1) is None
+    assert mesh.host_sample(["10.0.0.1"] * 100, 1) is None
+    # two hosts of unequal sizes: each rank probes the other host, wrapping its local index
+    hosts = ["10.0.0.1"] * 70 + ["10.0.0.2"] * 30
+    targets = mesh.host_sample(hosts, 1)
+    assert targets is not None and targets[0] == [70] and targets[69] == [70 + 69 % 30]
+    assert targets[99] == [29] and all(len(t) == 1 for t in targets.values())
+    # a rank that published no address is neither probed nor probes
+    gaps = mesh.host_sample(["10.0.0.1", None, "10.0.0.1", "10.0.0.2", "10.0.0.2"], 1)
+    assert gaps is not None and 1 not in gaps and all(1 not in t for t in gaps.values())

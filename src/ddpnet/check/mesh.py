@@ -196,6 +196,35 @@ def sample_targets(me: int, world: int, offsets: Sequence[int]) -> list[int]:
     return sorted({(me + d) % world for d in offsets} - {me})
 
 
+def host_sample(hosts: Sequence[str | None], seed: int) -> dict[int, list[int]] | None:
+    """Every rank's targets in a sampled mesh of hosts that each run several ranks (pure,
+    O(N)); None when each rank is a host of its own, or all share one (the rank offsets
+    serve them). The offsets (:func:`sample_offsets`) are taken over hosts, not ranks, and
+    each rank probes only other hosts: rank offsets 1, 2 and 4 among 8 ranks a node probed
+    the node itself, over loopback, where no firewall or switch is on the way. Each rank
+    probes the rank at its own local index on the next host (so every rank is probed from
+    another host, and probes one), and the host's other offsets are shared among its ranks
+    in turn: a host pair of every offset is probed once, each rank probes and is probed
+    ~1 + (log2 H + 4) / K times instead of log2 N + 4 (4,096 ranks on 512 hosts: ~10,000
+    connects instead of ~65,000)."""
+    members: dict[str, list[int]] = {}
+    for r, address in enumerate(hosts):
+        if address is not None:
+            members.setdefault(address, []).append(r)
+    order = list(members.values())
+    count = len(order)
+    if count < 2 or all(len(m) == 1 for m in order):
+        return None
+    others = [d for d in sample_offsets(count, seed) if d != 1]
+    out: dict[int, list[int]] = {}
+    for h, ranks in enumerate(order):
+        for local, r in enumerate(ranks):
+            shares = [1, *(d for k, d in enumerate(others) if k % len(ranks) == local)]
+            there = [order[(h + d) % count] for d in shares]
+            out[r] = sorted({t[local % len(t)] for t in there} - {r})
+    return out
+
+
 class SampledRow(Sequence[str]):
     """One row of a :class:`Sampled` matrix (a view: unprobed cells read as unknown)."""
 
@@ -382,42 +411,59 @@ def _backends(j: int, incoming: Sequence[int], kinds: Sequence[str],
 def _unreachable_receivers(n: int, into: Edges, seen: Receivers,
                            explained: set[tuple[int, int]]) -> list[Cause]:
     """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``),
-    or, where its firewall was read and drops nothing, something else on the way."""
-    causes = []
+    or, where its firewall was read and drops nothing, something else on the way. One
+    cause per host and kind: the 8 ranks of a node behind one firewall are one finding."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
     for j in sorted(into):
         incoming = into[j]
         if not (incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2):
             continue
-        kinds = sorted({s for _, s in incoming})
         explained.update((i, j) for i, _ in incoming)
         verdict = seen.firewalls[j] if j < len(seen.firewalls) else None
-        backends = _backends(j, [i for i, _ in incoming], kinds, seen.addresses)
+        key = (seen.labels[j], str(verdict), tuple(sorted({s for _, s in incoming})))
+        groups.setdefault(key, []).append(j)
+    causes = []
+    for (_label, verdict, kinds), js in groups.items():
+        backends = _backends(js[0], sorted({i for j in js for i, _ in into[j]}), kinds,
+                             seen.addresses)
         if verdict in ("none", "accepts"):
-            causes.append(_not_its_firewall(j, kinds, verdict, seen, backends))
-            continue
-        causes.append(_blocked(j, kinds, verdict, seen, backends))
+            causes.append(_not_its_firewall(js, kinds, verdict, seen, backends))
+        else:
+            causes.append(_blocked(js, kinds, None if verdict == "None" else verdict, seen,
+                                   backends))
     return causes
 
 
-def _blocked(j: int, kinds: Sequence[str], verdict: str | None, seen: Receivers,
+def _receivers(js: Sequence[int], seen: Receivers) -> tuple[str, str]:
+    """``rank 5 ... its ephemeral port 40001`` or ``ranks 8-15 ... their ephemeral ports
+    40001, 40002`` (pure)."""
+    from ddpnet.output import rank_ranges
+
+    ports = ", ".join(str(seen.ports[j]) for j in js)
+    if len(js) == 1:
+        return f"rank {js[0]}", f"its ephemeral port {ports}"
+    return f"ranks {rank_ranges(js)}", f"their ephemeral ports {ports}"
+
+
+def _blocked(js: Sequence[int], kinds: Sequence[str], verdict: str | None, seen: Receivers,
              backends: str) -> Cause:
-    label, subnet = seen.labels[j], seen.subnet
+    label, subnet = seen.labels[js[0]], seen.subnet
+    who, at = _receivers(js, seen)
     read = (f"its doctor's {EPHEMERAL_CHECK} found a rule that drops or rejects them"
             if verdict == "drops" else "its firewall could not be read")
     return Cause(
         id="peer-port-blocked",
         stage="reachability",
         hosts=(label,),
-        ranks=(j,),
-        detail=f"no rank can connect to rank {j} on {label} at its ephemeral port "
-               f"{seen.ports[j]} ({'/'.join(kinds)}), although it reached the master port "
-               f"{seen.master_port}: its firewall allows only fixed ports, but gloo/NCCL "
-               f"listen on ephemeral ones{backends}",
+        ranks=tuple(js),
+        detail=f"no rank can connect to {who} on {label} at {at} ({'/'.join(kinds)}), "
+               f"although it reached the master port {seen.master_port}: its firewall "
+               f"allows only fixed ports, but gloo/NCCL listen on ephemeral ones{backends}",
         fix=f"on {label}: allow TCP from the cluster subnet, e.g. "
             f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
             f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
             f"{subnet} accept",
-        evidence=(f"every connect into rank {j}'s port {seen.ports[j]}: {'/'.join(kinds)}",
+        evidence=(f"every connect into {who}'s {at.split(' ', 1)[1]}: {'/'.join(kinds)}",
                   f"on {label}: {read}"),
         ruled_out=("a missing route or reverse-path filter: the kernels' answers (ip route "
                    "get) explain none of these pairs",),
@@ -426,26 +472,26 @@ def _blocked(j: int, kinds: Sequence[str], verdict: str | None, seen: Receivers,
     )
 
 
-def _not_its_firewall(j: int, kinds: Sequence[str], verdict: str, seen: Receivers,
-                      backends: str) -> Cause:
-    label = seen.labels[j]
+def _not_its_firewall(js: Sequence[int], kinds: Sequence[str], verdict: str,
+                      seen: Receivers, backends: str) -> Cause:
+    label = seen.labels[js[0]]
+    who, at = _receivers(js, seen)
     read = ("no firewall filters input there" if verdict == "none"
             else f"its firewall accepts them ({EPHEMERAL_CHECK} passed)")
     return Cause(
         id="peer-unreachable",
         stage="reachability",
         hosts=(label,),
-        ranks=(j,),
-        detail=f"no rank can connect to rank {j} on {label} at its ephemeral port "
-               f"{seen.ports[j]} ({'/'.join(kinds)}), although it reached the master port "
-               f"{seen.master_port}, and {read}: not this host's firewall; something on "
-               f"the way drops them (a cloud security group, a switch ACL, a host firewall "
-               f"the doctor cannot read){backends}",
+        ranks=tuple(js),
+        detail=f"no rank can connect to {who} on {label} at {at} ({'/'.join(kinds)}), "
+               f"although it reached the master port {seen.master_port}, and {read}: not "
+               f"this host's firewall; something on the way drops them (a cloud security "
+               f"group, a switch ACL, a host firewall the doctor cannot read){backends}",
         fix=f"allow TCP from the cluster subnet {seen.subnet} to all ports of {label} where "
             "the traffic is filtered outside the host (the cloud's security group or network "
             "ACL, the switch's ACL); on the other nodes, `nc -vz <its address> <port>` tells "
             "when it is open",
-        evidence=(f"every connect into rank {j}'s port {seen.ports[j]}: {'/'.join(kinds)}",
+        evidence=(f"every connect into {who}'s {at.split(' ', 1)[1]}: {'/'.join(kinds)}",
                   f"on {label}: {read}",
                   "the kernels' answers (ip route get) explain none of these pairs"),
         ruled_out=(f"a firewall on {label}: {read}",
@@ -453,7 +499,7 @@ def _not_its_firewall(j: int, kinds: Sequence[str], verdict: str, seen: Receiver
                    "answers (ip route get) explain none of these pairs"),
         confidence="medium",
         see_for_yourself=f"on {label}: ddpnet doctor (firewall.*); tcpdump -ni any tcp port "
-                         f"{seen.ports[j]} while another node connects",
+                         f"{seen.ports[js[0]]} while another node connects",
     )
 
 

@@ -67,7 +67,7 @@ def test_a_rank_of_a_sampled_mesh_reads_only_its_own_peers() -> None:
     peers: list[list[object] | None] = [[f"198.18.{i // 256}.{i % 256}", 40000 + i, 50000 + i,
                                          1500] for i in range(world)]
     offsets = mesh.sample_offsets(world, 1)
-    mine = reachability.own_peers(peers, 7, offsets)
+    mine = reachability.own_peers(peers, 7, mesh.sample_targets(7, world, offsets))
     assert mine.pop("ring") == []
     assert sorted(int(j) for j in mine) == sorted({7, *mesh.sample_targets(7, world, offsets)})
     assert len(json.dumps(mine)) < 2000  # against ~190 KB for every rank's listener
@@ -92,9 +92,9 @@ def test_only_a_hosts_first_rank_probes_mtu_and_loss_toward_the_next_hosts_and_s
     assert ring[0] == [8, 16, 2048] and ring[8] == [16, 24, 2056]
     assert ring[4088] == [0, 8, 2040] and ring[2048] == [2056, 2064, 0]  # wraps round
     # a host's other ranks probe nothing; what they read still holds the sampled targets
-    mine = reachability.own_peers(peers, 9, (1, 2), ring.get(9, ()))
+    mine = reachability.own_peers(peers, 9, (10, 11), ring.get(9, ()))
     assert mine["ring"] == [] and sorted(k for k in mine if k != "ring") == ["10", "11", "9"]
-    first = reachability.own_peers(peers, 8, (1, 2), ring[8])
+    first = reachability.own_peers(peers, 8, (9, 10), ring[8])
     assert first["ring"] == [16, 24, 2056] and {"16", "24", "2056"} <= set(first)
     # one rank per host (every simulated node its own address): every rank probes
     single = reachability.host_ring([peer(r * 8) for r in range(16)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpnet.check import loss, mesh, nat, paths, pmtu, tournament
 from ddpnet.check.context import Findings, RankContext
@@ -36,22 +36,39 @@ def mtu_targets(peers: Sequence[Sequence[Any] | None]) -> list[pmtu.Target | Non
             for p in peers]
 
 
-def sample(ctx: RankContext) -> tuple[int, ...] | None:
-    """Rank 0: the sampled mesh's offsets (``mesh.sample_offsets``), None for every pair:
-    up to ``mesh.SAMPLE_ABOVE`` ranks, with ``--full-mesh``, or with the bandwidth matrix
-    (which plays every pair)."""
-    opts = ctx.opts
-    if opts.full_mesh or opts.matrix_on(ctx.world) or ctx.world <= mesh.SAMPLE_ABOVE:
+class Sample(NamedTuple):
+    """Rank 0's sampled mesh: the offsets, over hosts when ``hosts`` (hosts of several ranks:
+    ``mesh.host_sample``) else over ranks, and every rank's targets."""
+
+    offsets: tuple[int, ...]
+    hosts: int | None
+    targets: dict[int, list[int]]
+
+
+def sample(ctx: RankContext, peers: Sequence[Sequence[Any] | None]) -> Sample | None:
+    """Rank 0: the sampled mesh, None for every pair: up to ``mesh.SAMPLE_ABOVE`` ranks,
+    with ``--full-mesh``, or with the bandwidth matrix (which plays every pair)."""
+    opts, world = ctx.opts, ctx.world
+    if opts.full_mesh or opts.matrix_on(world) or world <= mesh.SAMPLE_ABOVE:
         return None
-    return mesh.sample_offsets(ctx.world, int(ctx.uid[:8], 16))
+    seed = int(ctx.uid[:8], 16)
+    hosts = [str(p[0]) if p else None for p in peers]
+    by_host = mesh.host_sample(hosts, seed)
+    if by_host is not None:
+        count = len({h for h in hosts if h is not None})
+        return Sample(mesh.sample_offsets(count, seed), count, by_host)
+    offsets = mesh.sample_offsets(world, seed)
+    return Sample(offsets, None, {r: mesh.sample_targets(r, world, offsets)
+                                  for r in range(world)})
 
 
-def own_peers(peers: Sequence[Sequence[Any] | None], rank: int, offsets: Sequence[int],
+def own_peers(peers: Sequence[Sequence[Any] | None], rank: int, targets: Sequence[int],
               ring: Sequence[int] = ()) -> dict[str, Any]:
-    """What rank ``rank`` of a sampled mesh reads (pure): its own entry, its sampled targets'
-    and its MTU/loss ring's (``host_ring``; under ``"ring"``, empty for a host's other ranks)."""
-    out: dict[str, Any] = {str(j): peers[j] for j in (
-        rank, *mesh.sample_targets(rank, len(peers), offsets), *ring) if peers[j] is not None}
+    """What rank ``rank`` of a sampled mesh reads (pure): its own entry, its sampled
+    ``targets``' and its MTU/loss ring's (``host_ring``; under ``"ring"``, empty for a
+    host's other ranks)."""
+    out: dict[str, Any] = {str(j): peers[j] for j in (rank, *targets, *ring)
+                           if peers[j] is not None}
     out[RING] = list(ring)
     return out
 
@@ -221,17 +238,17 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     start, and return it."""
     t = time.monotonic()
     world, opts = ctx.world, ctx.opts
-    offsets = sample(ctx)
-    if offsets is None:
+    sampled = sample(ctx, peers)
+    if sampled is None:
         ctx.progress(f"reachability: {world} x {world} connects (fan-out {opts.fanout})")
         probe(ctx, peers)
     else:
-        ctx.progress(f"reachability: {world} x {len(offsets)} sampled connects "
-                     f"(fan-out {opts.fanout}; --full-mesh for every pair)")
-        mine = own_peers(peers, 0, offsets, host_ring(peers).get(0, ()))
+        ctx.progress(f"reachability: {sum(map(len, sampled.targets.values()))} sampled "
+                     f"connects (fan-out {opts.fanout}; --full-mesh for every pair)")
+        mine = own_peers(peers, 0, sampled.targets.get(0, ()), host_ring(peers).get(0, ()))
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
-    matrix, seen = _matrix(rows, world, offsets is not None)
+    matrix, seen = _matrix(rows, world, sampled is not None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
@@ -255,9 +272,9 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     found.causes[:] = paths.fold(found.causes)
     cells = mesh.known_cells(matrix)
     ok, pairs = sum(s == mesh.OK for _, _, s in cells), world * (world - 1)
-    if isinstance(matrix, mesh.Sampled):
+    if isinstance(matrix, mesh.Sampled) and sampled is not None:
         found.extra["notes"] = (*found.extra.get("notes", ()), sampled_note(
-            world, offsets or (), ok, len(cells)))
+            world, sampled, ok, len(cells)))
         pairs = len(cells)
     else:
         found.extra["reachability"] = matrix
@@ -290,12 +307,16 @@ def _matrix(rows: Mapping[int, Any], world: int,
                  for i in range(world)), seen
 
 
-def sampled_note(world: int, offsets: Sequence[int], ok: int, cells: int) -> str:
+def sampled_note(world: int, sampled: Sample, ok: int, cells: int) -> str:
     """What a sampled mesh judged (pure)."""
-    return (f"reachability: {world} ranks, so each probed {len(offsets)} peers (the ring, "
-            f"the powers of two and {mesh.RANDOM_OFFSETS} random offsets): {ok} of {cells} "
-            f"sampled pairs ok, of {world * (world - 1)} in all; --full-mesh probes every "
-            "pair")
+    kinds = f"the ring, the powers of two and {mesh.RANDOM_OFFSETS} random"
+    how = (f"each probed {len(sampled.offsets)} peers ({kinds} offsets)"
+           if sampled.hosts is None else
+           f"on {sampled.hosts} hosts, each host probed {len(sampled.offsets)} other hosts "
+           f"({kinds} host offsets), shared among its ranks, each rank also probing the "
+           "next host")
+    return (f"reachability: {world} ranks {how}: {ok} of {cells} sampled pairs ok, of "
+            f"{world * (world - 1)} in all; --full-mesh probes every pair")
 
 
 def judge_loss(found: Findings, rows: Mapping[int, Any]) -> None:
@@ -359,12 +380,12 @@ def announce(ctx: RankContext, found: Findings,
     # peers advertising one address would probe themselves: nothing to learn from the mesh
     go = all(r in got for r in found.ranks) and not any(
         c.id == "duplicate-address" for c in found.causes)
-    offsets = sample(ctx)
-    if go and offsets is not None:
+    sampled = sample(ctx, peers)
+    if go and sampled is not None:
         ring = host_ring(peers)
-        ctx.store.set_many({f"mesh/peers/{r}": own_peers(peers, r, offsets, ring.get(r, ()))
-                            for r in found.ranks if r != 0})
-        ctx.store.set("stage/mesh", {"go": go, "offsets": list(offsets)})
+        ctx.store.set_many({f"mesh/peers/{r}": own_peers(
+            peers, r, sampled.targets.get(r, ()), ring.get(r, ())) for r in found.ranks if r})
+        ctx.store.set("stage/mesh", {"go": go, "sampled": True})
     else:
         ctx.store.set("stage/mesh", {"go": go, "peers": peers})
     return peers if go else None

@@ -93,10 +93,10 @@ def admit(ctx: RankContext, found: Findings) -> Plan:
     # who holds each rank: one small key per rank, set before the plan (a plan naming every
     # rank, read by every rank, made rank 0's store serve O(N²) bytes)
     ctx.store.set_many({f"admit/{r.rank}": r.uid for r in found.roster})
-    ctx.store.set("plan", {
-        "ok": plan.ok, "t0": time.time(), "world": ctx.world,
-        "matrix": plan.matrix, "bench": plan.bench,
-        "causes": [c.to_dict() for c in verdict.causes]})
+    # what a rank needs and nothing more: every rank reads it (the rendezvous' causes in it,
+    # read by none, made a failed join among 4,096 ranks serve ~100 MB)
+    ctx.store.set("plan", {"ok": plan.ok, "t0": time.time(), "world": ctx.world,
+                           "matrix": plan.matrix, "bench": plan.bench})
     found.nodes = [{"rank": r.rank, "host": r.host, "address": r.address,
                     "interface": r.interface, "pid": r.pid, "status": "joined"}
                    for r in found.roster]
