@@ -59,8 +59,9 @@ PER_PROCESS = 128
 #: as a job's nodes start over seconds; 4,096 ranks started in the same instant on 2 cores
 #: spent the rendezvous on the scheduler (every rank's first store call past 100 s)
 RAMP_S = 0.3
-#: the client processes' GIL switch interval (CPython's default: 5 ms)
-SWITCH_S = 0.1
+#: the client processes' GIL switch interval from SWITCH_FROM ranks (CPython's default, 5 ms,
+#: below: at 256 ranks 0.1 s held echoes and accepts behind busy threads, 9 s became 16 s)
+SWITCH_S, SWITCH_FROM = 0.1, 2048
 SIZES = (64, 256, 1024, 4096)
 #: the sweep's faulty points stop here (4,096 healthy takes minutes on the 2-core VM)
 FAULTS_UP_TO = 1024
@@ -184,7 +185,8 @@ class Clients:
         # a thread waiting for the GIL wakes every switch interval to ask for it: 4,000
         # waiting rank threads at 5 ms made ~800,000 wake-ups a second, and each handoff
         # waited a scheduler round (ranks started 150 s after they were told to go)
-        sys.setswitchinterval(SWITCH_S)
+        if self.args.ranks >= SWITCH_FROM:  # below, the default answers probes sooner
+            sys.setswitchinterval(SWITCH_S)
         children = []
         last = self.first + self.count
         # a barrier: no rank runs before every process is forked and every thread started
@@ -705,7 +707,7 @@ def run_point(command: str, ranks: int, fault: str | None, timeout: float,
         return run_in(lab, command, ranks, fault, timeout, full_mesh, per_node)
 
 
-def quiet(most: int = 3, seconds: float = 3.0, timeout: float = 180.0) -> None:
+def quiet(most: int = 3, seconds: float = 1.0, timeout: float = 180.0) -> None:
     """Wait until this machine runs at most ``most`` tasks for ``seconds`` in a row (the
     last point's thousands of threads and its lab's teardown take a while to go)."""
     deadline, calm = time.monotonic() + timeout, 0.0
