@@ -276,8 +276,8 @@ def outcome_kinds(lines: Sequence[str], most: int = 4) -> list[str]:
 
 #: the steps of a simulated check rank whose times (seconds from the launch) a point reports
 #: as percentiles: where the time goes at 4,096 ranks
-MILESTONES = ("forked", "go", "started", "store", "to_rank0", "registered", "plan", "facts", "peers",
-              "probed", "verdict")
+MILESTONES = ("forked", "go", "started", "store", "to_rank0", "registered", "plan", "facts",
+              "peers", "probed", "verdict")
 
 
 class Milestones:
