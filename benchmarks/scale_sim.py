@@ -840,6 +840,8 @@ def summarize(command: str, ranks: int, fault: str | None, host: str | None, t0:
         host.split(" ")[0] in h for h in c.get("hosts", []))]
     point: dict[str, Any] = {
         "command": command, "ranks": ranks, "ranks_per_node": PER_NODE, "fault": fault,
+        # a merged sweep's points come from several runs (--commands/--sizes)
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
         "faulty_host": host,
         "verdict": r0.get("verdict"), "causes": causes,
         "faulty_host_named": bool(named) if host else None,
