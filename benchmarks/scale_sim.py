@@ -281,13 +281,12 @@ MILESTONES = ("forked", "go", "started", "store", "to_rank0", "registered", "pla
 
 
 class Milestones:
-    """When each simulated rank of this process reached each step: the rank code's own
-    functions, wrapped (the rank a thread runs is thread-local)."""
+    """When the simulated ranks of this process reached each step (the rank code's own
+    functions, wrapped): one time per rank and step, not said whose."""
 
     def __init__(self, t0: float) -> None:
         self.t0 = t0
         self.times: dict[str, list[float]] = {m: [] for m in MILESTONES}
-        self.local = threading.local()
 
     def mark(self, name: str) -> None:
         self.times[name].append(round(time.time() - self.t0, 3))

@@ -259,3 +259,22 @@ def test_a_host_sample_needs_hosts_of_several_ranks_and_more_than_one_host() -> 
     # a rank that published no address is neither probed nor probes
     gaps = mesh.host_sample(["10.0.0.1", None, "10.0.0.1", "10.0.0.2", "10.0.0.2"], 1)
     assert gaps is not None and 1 not in gaps and all(1 not in t for t in gaps.values())
+
+
+def test_the_ranks_of_one_host_nobody_reaches_are_one_cause_naming_them_all() -> None:
+    """A host of several ranks behind one firewall: one cause with its ranks and ports (one
+    per rank made hundreds of causes at scale); a lone rank keeps the singular text."""
+    labels = ["h0 (10.0.0.0)", "h1 (10.0.0.1)", "h2 (10.0.0.2)", "h2 (10.0.0.2)"]
+    m = [["self", "ok", "filtered", "filtered"], ["ok", "self", "filtered", "filtered"],
+         ["ok", "ok", "self", "?"], ["ok", "ok", "?", "self"]]
+    ports = [None, None, 40002, 40003]
+    (cause,) = mesh.analyze(m, labels, ports, 29500, "10.0.0.0/24")
+    assert cause.id == "peer-port-blocked" and cause.ranks == (2, 3)
+    assert cause.hosts == ("h2 (10.0.0.2)",)
+    assert "to ranks 2-3 on h2 (10.0.0.2) at their ephemeral ports 40002, 40003" in cause.detail
+    assert cause.evidence[0] == "every connect into ranks 2-3's ephemeral ports 40002, 40003: " \
+                                "filtered"
+    m[0][3] = m[1][3] = "ok"
+    (alone,) = mesh.analyze(m, labels, ports, 29500, "10.0.0.0/24")
+    assert alone.ranks == (2,) and "to rank 2 on h2 (10.0.0.2) at its ephemeral port 40002 " \
+                                   "(filtered)" in alone.detail

@@ -128,7 +128,7 @@ class Findings:
         return self._labels[2]
 
     def timeout_cause(self, stage: str, lost: list[int]) -> Cause:
-        by_rank = {r.rank: r.label for r in self.roster}
+        by_rank = self._by_rank()
         return Cause(
             id="stage-timeout", stage=stage, ranks=tuple(lost),
             hosts=tuple(by_rank.get(r, "?") for r in lost),

@@ -413,14 +413,14 @@ def _unreachable_receivers(n: int, into: Edges, seen: Receivers,
     """Destinations nobody can reach: a receiving-side firewall (adds to ``explained``),
     or, where its firewall was read and drops nothing, something else on the way. One
     cause per host and kind: the 8 ranks of a node behind one firewall are one finding."""
-    groups: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
+    groups: dict[tuple[str, str | None, tuple[str, ...]], list[int]] = {}
     for j in sorted(into):
         incoming = into[j]
         if not (incoming and all(s not in (OK, SELF) for _, s in incoming) and n > 2):
             continue
         explained.update((i, j) for i, _ in incoming)
         verdict = seen.firewalls[j] if j < len(seen.firewalls) else None
-        key = (seen.labels[j], str(verdict), tuple(sorted({s for _, s in incoming})))
+        key = (seen.labels[j], verdict, tuple(sorted({s for _, s in incoming})))
         groups.setdefault(key, []).append(j)
     causes = []
     for (_label, verdict, kinds), js in groups.items():
@@ -429,26 +429,25 @@ def _unreachable_receivers(n: int, into: Edges, seen: Receivers,
         if verdict in ("none", "accepts"):
             causes.append(_not_its_firewall(js, kinds, verdict, seen, backends))
         else:
-            causes.append(_blocked(js, kinds, None if verdict == "None" else verdict, seen,
-                                   backends))
+            causes.append(_blocked(js, kinds, verdict, seen, backends))
     return causes
 
 
-def _receivers(js: Sequence[int], seen: Receivers) -> tuple[str, str]:
-    """``rank 5 ... its ephemeral port 40001`` or ``ranks 8-15 ... their ephemeral ports
-    40001, 40002`` (pure)."""
+def _receivers(js: Sequence[int], seen: Receivers) -> tuple[str, str, str]:
+    """``rank 5``, ``its``, ``ephemeral port 40001`` or ``ranks 8-15``, ``their``,
+    ``ephemeral ports 40001, 40002`` (pure)."""
     from ddpnet.output import rank_ranges
 
     ports = ", ".join(str(seen.ports[j]) for j in js)
     if len(js) == 1:
-        return f"rank {js[0]}", f"its ephemeral port {ports}"
-    return f"ranks {rank_ranges(js)}", f"their ephemeral ports {ports}"
+        return f"rank {js[0]}", "its", f"ephemeral port {ports}"
+    return f"ranks {rank_ranges(js)}", "their", f"ephemeral ports {ports}"
 
 
 def _blocked(js: Sequence[int], kinds: Sequence[str], verdict: str | None, seen: Receivers,
              backends: str) -> Cause:
     label, subnet = seen.labels[js[0]], seen.subnet
-    who, at = _receivers(js, seen)
+    who, whose, ports = _receivers(js, seen)
     read = (f"its doctor's {EPHEMERAL_CHECK} found a rule that drops or rejects them"
             if verdict == "drops" else "its firewall could not be read")
     return Cause(
@@ -456,14 +455,15 @@ def _blocked(js: Sequence[int], kinds: Sequence[str], verdict: str | None, seen:
         stage="reachability",
         hosts=(label,),
         ranks=tuple(js),
-        detail=f"no rank can connect to {who} on {label} at {at} ({'/'.join(kinds)}), "
-               f"although it reached the master port {seen.master_port}: its firewall "
-               f"allows only fixed ports, but gloo/NCCL listen on ephemeral ones{backends}",
+        detail=f"no rank can connect to {who} on {label} at {whose} {ports} "
+               f"({'/'.join(kinds)}), although it reached the master port "
+               f"{seen.master_port}: its firewall allows only fixed ports, but gloo/NCCL "
+               f"listen on ephemeral ones{backends}",
         fix=f"on {label}: allow TCP from the cluster subnet, e.g. "
             f"firewall-cmd --permanent --zone=trusted --add-source={subnet} && "
             f"firewall-cmd --reload, or nft insert rule inet filter input ip saddr "
             f"{subnet} accept",
-        evidence=(f"every connect into {who}'s {at.split(' ', 1)[1]}: {'/'.join(kinds)}",
+        evidence=(f"every connect into {who}'s {ports}: {'/'.join(kinds)}",
                   f"on {label}: {read}"),
         ruled_out=("a missing route or reverse-path filter: the kernels' answers (ip route "
                    "get) explain none of these pairs",),
@@ -475,7 +475,7 @@ def _blocked(js: Sequence[int], kinds: Sequence[str], verdict: str | None, seen:
 def _not_its_firewall(js: Sequence[int], kinds: Sequence[str], verdict: str,
                       seen: Receivers, backends: str) -> Cause:
     label = seen.labels[js[0]]
-    who, at = _receivers(js, seen)
+    who, whose, ports = _receivers(js, seen)
     read = ("no firewall filters input there" if verdict == "none"
             else f"its firewall accepts them ({EPHEMERAL_CHECK} passed)")
     return Cause(
@@ -483,15 +483,16 @@ def _not_its_firewall(js: Sequence[int], kinds: Sequence[str], verdict: str,
         stage="reachability",
         hosts=(label,),
         ranks=tuple(js),
-        detail=f"no rank can connect to {who} on {label} at {at} ({'/'.join(kinds)}), "
-               f"although it reached the master port {seen.master_port}, and {read}: not "
-               f"this host's firewall; something on the way drops them (a cloud security "
-               f"group, a switch ACL, a host firewall the doctor cannot read){backends}",
+        detail=f"no rank can connect to {who} on {label} at {whose} {ports} "
+               f"({'/'.join(kinds)}), although it reached the master port "
+               f"{seen.master_port}, and {read}: not this host's firewall; something on the "
+               f"way drops them (a cloud security group, a switch ACL, a host firewall the "
+               f"doctor cannot read){backends}",
         fix=f"allow TCP from the cluster subnet {seen.subnet} to all ports of {label} where "
             "the traffic is filtered outside the host (the cloud's security group or network "
             "ACL, the switch's ACL); on the other nodes, `nc -vz <its address> <port>` tells "
             "when it is open",
-        evidence=(f"every connect into {who}'s {at.split(' ', 1)[1]}: {'/'.join(kinds)}",
+        evidence=(f"every connect into {who}'s {ports}: {'/'.join(kinds)}",
                   f"on {label}: {read}",
                   "the kernels' answers (ip route get) explain none of these pairs"),
         ruled_out=(f"a firewall on {label}: {read}",

@@ -272,7 +272,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     found.causes[:] = paths.fold(found.causes)
     cells = mesh.known_cells(matrix)
     ok, pairs = sum(s == mesh.OK for _, _, s in cells), world * (world - 1)
-    if isinstance(matrix, mesh.Sampled) and sampled is not None:
+    if sampled is not None:  # the matrix is a mesh.Sampled one
         found.extra["notes"] = (*found.extra.get("notes", ()), sampled_note(
             world, sampled, ok, len(cells)))
         pairs = len(cells)
