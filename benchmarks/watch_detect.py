@@ -4,8 +4,9 @@ watch settings (no ``watch_timeout``): seconds from the fault to the hub writing
 host were named, and every rank's exit code.
 
 Each run is ``tests/watch/scenario.py`` on every node of one shared lab (one rank per node,
-rank 2 misbehaves at step 10): killed (SIGKILL), stopped (SIGSTOP; continued after rank 0's
-verdict), link down (``lab.fault("link-down", 2)`` once node 0 reported 20 steps), data loader
+rank 2 misbehaves at step 150, ~3 s into the loop: past the warm-up, whose faults get its
+60 s allowance, ``watch.threshold``): killed (SIGKILL), stopped (SIGSTOP; continued after rank
+0's verdict), link down (``lab.fault("link-down", 2)`` once node 0 reported step 140), data loader
 stuck, shape mismatch, dtype mismatch, a skipped collective (no hang), an extra collective
 at the end, and a healthy run whose rank 0 saves a checkpoint for 20 s at steps 10 and 30 (it
 passes when nothing is named and every rank exits 0).
@@ -39,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SCENARIO = str(ROOT / "tests" / "watch" / "scenario.py")
 FAULT_RANK = 2
+#: the step rank 2 misbehaves at: the job has stepped for seconds and learned its threshold
+#: (a fault in the first second of stepping gets the warm-up's 60 s: ``watch.threshold``)
+FAULT_STEP = 150
 #: seconds one run may take (a stall at the default 60 s threshold, plus start and exit)
 RUN_TIMEOUT_S = 240.0
 
@@ -81,7 +85,7 @@ class Driver:
             self.fault_at = float(line.split()[2])
         if node.index == 0 and line.startswith("step ") and self.case.lab_fault:
             self.steps += 1
-            if self.steps == 2 and self.fault_at is None:  # node 0 printed step 0 and 20
+            if self.steps == FAULT_STEP // 20 + 1 and self.fault_at is None:  # step 140
                 threading.Thread(target=self.inject, daemon=True).start()
         if node.index == 0 and "exits (4)" in line and self.case.mode == "stop" and self.pid:
             with contextlib.suppress(OSError):
@@ -98,7 +102,7 @@ def run_once(lab: Any, name: str, case: Case, backend: str) -> dict[str, Any]:
     started = time.time()
     results = lab.run([sys.executable, SCENARIO, case.mode], timeout=RUN_TIMEOUT_S,
                       env={"PYTHONPATH": str(ROOT / "src"), "WATCH_TIMEOUT": "",
-                           "FAULT_RANK": str(FAULT_RANK), "FAULT_STEP": "10",
+                           "FAULT_RANK": str(FAULT_RANK), "FAULT_STEP": str(FAULT_STEP),
                            "STEPS": str(case.steps), "DDPNET_WATCH_DIR": str(directory),
                            "SCENARIO_BACKEND": backend, "OMP_NUM_THREADS": "1"},
                       on_line=driver.on_line)
@@ -183,7 +187,7 @@ def main() -> int:
     with fresh_lab("wdb", nodes=3) as lab:
         cases = measure(lab, names, args.repeat, args.backend)
     result = {"benchmark": "watch_detect", "backend": args.backend, "repeat": args.repeat,
-              "nodes": 3, "settings": "default (no watch_timeout)",
+              "nodes": 3, "settings": "default (no watch_timeout)", "fault_step": FAULT_STEP,
               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "host": platform.node(), "cpus": os.cpu_count(),
               "loadavg_before": load, "loadavg_after": os.getloadavg()[0], "cases": cases}

@@ -129,3 +129,40 @@ def test_the_override_is_the_threshold() -> None:
     now = _train(dog, 20)
     assert dog.threshold.seconds == 30 and dog.threshold.source == "override"
     assert dog.due(_step(20, flying=True), now + 29) is None
+
+
+def test_the_start_up_gap_teaches_nothing() -> None:
+    """The lab's link-down run: 4 s from the first heartbeat to the first collective every
+    rank finished (connections, DDP's broadcast), then 0.1 s gaps. Learned from, that one gap
+    was p99 of 30 and set a 20 ms loop's threshold to 12 s; it is the warm-up's."""
+    dog = Watchdog(Settings())
+    dog.due(_step(1, flying=True), 0.0)    # both ranks inside their first collective
+    now = 4.0
+    for seq in range(2, 32):
+        dog.due(_step(seq, flying=True, published=now), now)
+        now += 0.1
+    assert dog.threshold.source == "learned" and dog.threshold.seconds == 5.0, dog.threshold
+    assert len(dog.gaps) == 29 and max(dog.gaps) < 0.2, dog.gaps
+    # the same job had the 4 s gap come after the warm-up: it counts (a pause that resumed)
+    late = Watchdog(Settings())
+    now = _train(late, 20, every=0.1)
+    late.due(_step(21, flying=True), now + 4.0)
+    assert late.threshold.seconds == pytest.approx(12.0), late.threshold
+
+
+@pytest.mark.parametrize(("states", "warm"), [
+    ({0: RankState(0, 2, last_seq=3), 1: RankState(1, 2, last_seq=1)}, True),
+    ({0: RankState(0, 2, last_seq=3), 1: RankState(1, 2, last_seq=0)}, False),
+    ({0: RankState(0, 2, last_seq=3), 1: None}, False),          # not published yet
+    ({0: RankState(0, 2, step=2), 1: RankState(1, 2, step=1)}, True),  # steps, no collective
+    ({0: RankState(0, 2, step=0), 1: RankState(1, 2, step=-1)}, False),
+    ({}, False),
+])
+def test_warmed_up_needs_every_rank_past_its_first_collective_or_step(
+        states: dict[int, RankState | None], warm: bool) -> None:
+    assert th.warmed_up(Snapshot(2, 0.0, states)) is warm
+
+
+def test_a_gone_rank_does_not_hold_the_warm_up() -> None:
+    states = {0: RankState(0, 2, last_seq=3), 1: None}
+    assert th.warmed_up(Snapshot(2, 0.0, states, {1: "killed"}))

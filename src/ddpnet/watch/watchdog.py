@@ -60,6 +60,8 @@ class Watchdog:
     gaps: tuple[float, ...] = ()
     #: while the current gap overlapped a long phase (it teaches nothing then)
     in_long: bool = False
+    #: whether the current gap began after the warm-up (``threshold.warmed_up``)
+    warm: bool = False
     #: the longest long phase of each kind seen to end, and each rank's current one
     longest: dict[str, float] = field(default_factory=dict)
     long_of: dict[int, tuple[str, float]] = field(default_factory=dict)
@@ -77,9 +79,12 @@ class Watchdog:
         """Record the gap that ``key`` ends and the long phases that ended; set the
         threshold."""
         active = thresholds.long_phases(snapshot)
-        if key != self.key and self.since is not None and not (self.in_long or active):
+        if key != self.key and self.since is not None and self.warm and \
+                not (self.in_long or active):
             self.gaps = thresholds.add_gap(self.gaps, now - self.since)
             self.base = thresholds.learned(self.gaps)
+        if key != self.key:  # the next gap begins now
+            self.warm = self.warm or thresholds.warmed_up(snapshot)
         self.in_long = bool(active) if key != self.key else self.in_long or bool(active)
         for rank, state in snapshot.states.items():
             if state is None:
