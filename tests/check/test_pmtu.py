@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
+from ddpnet.check import loss, pmtu
 from ddpnet.check.context import Findings
 from ddpnet.check.pmtu import Echo, PeerMtu, analyze, probe_peer, probe_row, sizes
 from ddpnet.check.registration import Registration
@@ -195,3 +197,19 @@ def test_rank_0_unreachable_from_a_worker_is_not_probed(monkeypatch: Any) -> Non
     ctx = SimpleNamespace(store=store, sel=SimpleNamespace(interface="eth0"),
                           address="198.18.0.3")
     assert pathmtu.probe_master(ctx) is None  # type: ignore[arg-type]
+
+
+def test_echoes_reads_only_its_tags_numbers_until_the_deadline() -> None:
+    """The one reader of both probes' echoes: the path-MTU sizes after MAGIC, the loss
+    probe's sequence numbers after its own tag; a datagram of the other kind is skipped."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        rx.bind(("127.0.0.1", 0))
+        for data in (pmtu.MAGIC + b"001400", loss.TAG + b"000007", b"junk",
+                     pmtu.MAGIC + b"xx", pmtu.MAGIC + b"009000"):
+            tx.sendto(data, rx.getsockname())
+        start = time.monotonic()
+        assert list(pmtu.echoes(rx, pmtu.MAGIC, start + 0.3)) == [1400, 9000]
+        assert time.monotonic() - start >= 0.3  # waited for more until the deadline
+        tx.sendto(loss.TAG + b"000042", rx.getsockname())
+        assert list(pmtu.echoes(rx, loss.TAG, time.monotonic() + 0.2)) == [42]

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ddpnet.check.causes import Cause
-from ddpnet.check.pmtu import MAGIC
+from ddpnet.check.pmtu import MAGIC, echoes
 from ddpnet.net.sockopt import set_rcvbuf
 
 #: datagrams per peer, how long to wait for the next echo, and for all of them at most
@@ -74,17 +74,14 @@ def _send(sock: socket.socket, seq: int) -> None:
 def _collect(sock: socket.socket, echoed: set[int], count: int, until: float) -> bool:
     """Echoes into ``echoed`` until ``until``, every one, or the marker; whether the marker
     came back."""
-    while len(echoed) < count and (left := until - time.monotonic()) > 0:
-        sock.settimeout(left)
-        try:
-            data = sock.recv(64)
-        except (TimeoutError, OSError):
+    if len(echoed) >= count:
+        return False
+    for seq in echoes(sock, TAG, until):
+        if seq >= count:
+            return True
+        echoed.add(seq)
+        if len(echoed) >= count:
             return False
-        if data.startswith(TAG) and data[len(TAG):len(TAG) + 6].isdigit():
-            seq = int(data[len(TAG):len(TAG) + 6])
-            if seq >= count:
-                return True
-            echoed.add(seq)
     return False
 
 

@@ -18,7 +18,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -158,16 +158,27 @@ def _confirm(sock: socket.socket, want: Sequence[int], echoed: set[int], address
 def _collect(sock: socket.socket, echoed: set[int], until: float,
              want: Sequence[int]) -> None:
     """Record echoes until every size of ``want`` came back or ``until``."""
-    while (left := until - time.monotonic()) > 0 and not echoed >= set(want):
+    if echoed >= set(want):
+        return
+    for size in echoes(sock, MAGIC, until):
+        echoed.add(size)
+        if echoed >= set(want):
+            return
+
+
+def echoes(sock: socket.socket, tag: bytes, until: float) -> Iterator[int]:
+    """The number after ``tag`` in each echo ``sock`` receives until ``until`` (monotonic),
+    other datagrams skipped; ends early when the socket errs (refused, closed) (edge: the
+    path-MTU probe's sizes and the loss probe's sequence numbers, ``check.loss``)."""
+    start, end = len(tag), len(tag) + 6
+    while (left := until - time.monotonic()) > 0:
         sock.settimeout(left)
         try:
             data = sock.recv(64)
-        except (TimeoutError, ConnectionRefusedError):
+        except OSError:  # a timeout, a refusal (ICMP port unreachable), a closed socket
             return
-        except OSError:
-            return
-        if data.startswith(MAGIC) and data[len(MAGIC):len(MAGIC) + 6].isdigit():
-            echoed.add(int(data[len(MAGIC):len(MAGIC) + 6]))
+        if data.startswith(tag) and data[start:end].isdigit():
+            yield int(data[start:end])
 
 
 def _summary(want: Sequence[int], echoed: set[int], kernel: int | None, mtu: int) -> PeerMtu:
