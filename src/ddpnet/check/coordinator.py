@@ -49,18 +49,18 @@ def _stages(ctx: RankContext, found: Findings, plan: Plan) -> None:
     """Facts, mesh (and the networks compared beside it), process group, bandwidth, bench:
     each runs only when the one before passed (the group stays up for the bench)."""
     got = facts.compare(ctx, found)
-    peers = reachability.announce(ctx, found, got)
-    if peers is None:
+    mesh = reachability.announce(ctx, found, got)
+    if mesh is None:
         return
     offered = networks.offer(ctx, got)
-    passed = reachability.mesh_stage(ctx, found, got, peers)
+    passed = reachability.mesh_stage(ctx, found, got, mesh)
     networks.conclude(ctx, found, offered, passed)
     if not passed:
         return
     ok = allreduce.group_stage(ctx, found)
     ctx.store.set("stage/bw", {"go": ok and plan.matrix})
     if ok and plan.matrix:
-        bandwidth.matrix_stage(ctx, found, peers)
+        bandwidth.matrix_stage(ctx, found, mesh.peers)
     if plan.bench:
         sweep.sweep_stage(ctx, found, go=ok)
     t = time.monotonic()

@@ -233,19 +233,19 @@ def _blocking(found: Findings) -> bool:
 
 
 def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str, Any]],
-               peers: list[list[Any] | None]) -> bool:
+               plan: MeshPlan) -> bool:
     """Rank 0: probe, gather the rows, analyse; publish whether the process group may
     start, and return it."""
     t = time.monotonic()
     world, opts = ctx.world, ctx.opts
-    sampled = sample(ctx, peers)
+    peers, sampled = plan.peers, plan.sampled
     if sampled is None:
         ctx.progress(f"reachability: {world} x {world} connects (fan-out {opts.fanout})")
         probe(ctx, peers)
     else:
         ctx.progress(f"reachability: {sum(map(len, sampled.targets.values()))} sampled "
                      f"connects (fan-out {opts.fanout}; --full-mesh for every pair)")
-        mine = own_peers(peers, 0, sampled.targets.get(0, ()), host_ring(peers).get(0, ()))
+        mine = own_peers(peers, 0, sampled.targets.get(0, ()), plan.ring.get(0, ()))
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, sampled is not None)
@@ -371,21 +371,30 @@ def settle(found: Findings, matrix: Sequence[Sequence[str]], nat_ranks: Sequence
         found.stages["facts"] = "pass"
 
 
+class MeshPlan(NamedTuple):
+    """Rank 0's mesh as announced: every rank's listener, and for a sampled mesh the sample
+    and the MTU/loss host ring (worked out once, for the go and for rank 0's own probes)."""
+
+    peers: list[list[Any] | None]
+    sampled: Sample | None
+    ring: dict[int, list[int]]
+
+
 def announce(ctx: RankContext, found: Findings,
-             got: Mapping[int, Mapping[str, Any]]) -> list[list[Any] | None] | None:
+             got: Mapping[int, Mapping[str, Any]]) -> MeshPlan | None:
     """Rank 0: publish every rank's listener (the go for the mesh) when every rank's facts
-    came; the peers, or None when the check stops here. A sampled mesh gives each rank only
+    came; the mesh, or None when the check stops here. A sampled mesh gives each rank only
     its own peers (its key is set before the go)."""
     peers = peers_of(got, ctx.world)
     # peers advertising one address would probe themselves: nothing to learn from the mesh
     go = all(r in got for r in found.ranks) and not any(
         c.id == "duplicate-address" for c in found.causes)
-    sampled = sample(ctx, peers)
-    if go and sampled is not None:
-        ring = host_ring(peers)
+    sampled = sample(ctx, peers) if go else None
+    ring = host_ring(peers) if sampled is not None else {}
+    if sampled is not None:
         ctx.store.set_many({f"mesh/peers/{r}": own_peers(
             peers, r, sampled.targets.get(r, ()), ring.get(r, ())) for r in found.ranks if r})
         ctx.store.set("stage/mesh", {"go": go, "sampled": True})
     else:
         ctx.store.set("stage/mesh", {"go": go, "peers": peers})
-    return peers if go else None
+    return MeshPlan(peers, sampled, ring) if go else None
