@@ -177,16 +177,20 @@ def probe(ctx: RankContext, peers: Sequence[Sequence[Any] | None],
         except OSError:
             losses = {}
     # last, alone (a stream beside the probes would slow their echoes): a host's first rank
-    # streams to the next host's (every pair: the ring worked out from the peers here)
+    # streams to the next host's (every pair: the ring worked out from the peers here), unless
+    # the mesh's connect to it just failed (the mesh names that; a stream would only wait its
+    # own connect timeout: 8 s more for each rank beside a filtered host)
     nxt = (ring if ring is not None else host_ring(peers).get(ctx.rank, []))[:1]
     bw = ring_stream(peers, ctx.rank, nxt[0], ctx.opts.connect_timeout,
-                     ctx.probe_from) if nxt else {}
+                     ctx.probe_from) if nxt and row.statuses[nxt[0]] in STREAMABLE else {}
     ctx.store.publish("pmtu", ctx.rank, mtus)
     probed = [j for j, p in enumerate(peers) if p is not None and j != ctx.rank]
     ctx.store.publish("mesh", ctx.rank, {**mesh.published(row, probed if sampled else None),
                                          "paths": routes, "loss": losses, "bw": bw})
 
 
+#: a ring stream goes to a peer the mesh reached, or did not probe
+STREAMABLE = (mesh.OK, mesh.UNKNOWN)
 #: bandwidth without the matrix (off above 64 ranks: O(N) rounds): each host's first rank
 #: streams this long to the next host's; the stream's round number (the tournament's are
 #: 0..N, the second networks' negative)
