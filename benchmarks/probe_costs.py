@@ -83,16 +83,11 @@ def main() -> int:
         return 0
     from ddpnet.lab import Lab
 
-    lab = Lab(name=f"pc{os.getpid() % 10000}", nodes=1)
-    lab.up()
-    try:
-        node = lab.node(0)
+    with Lab(name=f"pc{os.getpid() % 10000}", nodes=1) as lab:
         load = os.getloadavg()[0]
         run = lab.exec(0, [sys.executable, str(Path(__file__).resolve()), "--inside",
-                           node.address, "--repeat", str(args.repeat)], timeout=600,
+                           lab.node(0).address, "--repeat", str(args.repeat)], timeout=600,
                        env={"PYTHONPATH": str(ROOT / "src")})
-    finally:
-        lab.down()
     if run.returncode != 0:
         print(f"probe_costs: the lab node's run failed ({run.returncode}): "
               f"{run.stderr.strip()[-500:]}", file=sys.stderr)

@@ -158,11 +158,12 @@ def _confirm(sock: socket.socket, want: Sequence[int], echoed: set[int], address
 def _collect(sock: socket.socket, echoed: set[int], until: float,
              want: Sequence[int]) -> None:
     """Record echoes until every size of ``want`` came back or ``until``."""
-    if echoed >= set(want):
+    wanted = set(want)
+    if echoed >= wanted:
         return
     for size in echoes(sock, MAGIC, until):
         echoed.add(size)
-        if echoed >= set(want):
+        if echoed >= wanted:
             return
 
 
