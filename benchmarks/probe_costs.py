@@ -46,7 +46,7 @@ def measure(call: Callable[[], object], repeat: int) -> dict[str, float]:
 def inside(address: str, repeat: int) -> dict[str, Any]:
     """The measurements, in the lab node (its namespace, ``address`` on its eth0)."""
     from ddpnet.check import loss, mesh, paths, pmtu, tournament
-    from ddpnet.check.stages.reachability import RING_BW_S, RING_ROUND
+    from ddpnet.check.stages.reachability import RING_BW_S, RING_MOST, RING_ROUND
     from ddpnet.doctor.base import Host
 
     listener = mesh.Listener(address)
@@ -61,10 +61,12 @@ def inside(address: str, repeat: int) -> dict[str, Any]:
         "kernel_paths": ("paths.gather for one subnet: two `ip route get`, sysctls",
                          lambda: paths.gather(address, "eth0", {"s": address}, sysctl),
                          repeat),
-        "ring_stream": (f"tournament.send_stream for {RING_BW_S:g} s (both ends)",
+        "ring_stream": (f"tournament.send_stream for {RING_BW_S:g} s or {RING_MOST >> 20} MB "
+                        "(both ends)",
                         lambda: tournament.send_stream(
                             address, listener.port, RING_ROUND, 0, seconds=RING_BW_S,
-                            chunk=1 << 16, drain=True, timeout=10.0), max(3, repeat // 3)),
+                            chunk=1 << 16, most=RING_MOST, drain=True, timeout=10.0),
+                        max(3, repeat // 3)),
     }
     out = {name: {"what": what, "calls": n, **measure(call, n)}
            for name, (what, call, n) in probes.items()}

@@ -60,8 +60,9 @@ PER_PROCESS = 128
 #: spent the rendezvous on the scheduler (every rank's first store call past 100 s)
 RAMP_S = 0.3
 #: the client processes' GIL switch interval from SWITCH_FROM ranks (CPython's default, 5 ms,
-#: below: at 256 ranks 0.1 s held echoes and accepts behind busy threads, 9 s became 16 s)
-SWITCH_S, SWITCH_FROM = 0.1, 2048
+#: below: at 256 ranks 0.1 s held echoes and accepts behind busy threads, 9 s became 16 s;
+#: at 1,024 single-rank nodes 5 ms made 12% of the CPU futex calls: 51-54 s became 43.5 s)
+SWITCH_S, SWITCH_FROM = 0.1, 1024
 SIZES = (64, 256, 1024, 4096)
 #: the sweep's faulty points stop here (4,096 healthy takes minutes on the 2-core VM)
 FAULTS_UP_TO = 1024

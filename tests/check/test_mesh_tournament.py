@@ -99,6 +99,11 @@ def test_listener_answers_probes_and_measures_a_stream() -> None:
         sent, took = tournament.send_stream("127.0.0.1", lst.port, 1, 5, seconds=0.1,
                                             timeout=5, drain=True)
         assert lst.received[(1, 5)][0] == sent and took >= lst.received[(1, 5)][1]
+        # a screening stream stops at its byte budget long before its time is up
+        sent, took = tournament.send_stream("127.0.0.1", lst.port, 2, 5, seconds=30,
+                                            timeout=5, drain=True, chunk=1 << 16,
+                                            most=1 << 20)
+        assert sent == 1 << 20 and took < 5 and lst.received[(2, 5)][0] == sent
     finally:
         lst.close()
     # nothing listens there any more

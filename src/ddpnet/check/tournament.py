@@ -72,11 +72,13 @@ def partner(rounds: Sequence[Sequence[tuple[int, int]]], rnd: int, me: int) -> i
 
 def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
                 timeout: float, drain: bool = False, chunk: int = 1 << 20,
-                source: str | None = None) -> tuple[int, float]:
-    """Stream for ``seconds`` to a peer's listener (edge), from ``source`` when given: bytes
-    sent and, with ``drain``, the seconds until the listener read the last byte and closed
-    (the rate as the sender sees it, whole: what sat in socket buffers at the end is counted
-    when it arrived)."""
+                source: str | None = None, most: int | None = None) -> tuple[int, float]:
+    """Stream for ``seconds`` to a peer's listener (edge), from ``source`` when given, and
+    stop early after ``most`` bytes when given (a screening stream: a fast link need not
+    burn both hosts' CPU for the whole time to show it is not slow): bytes sent and, with
+    ``drain``, the seconds until the listener read the last byte and closed (the rate as the
+    sender sees it, whole: what sat in socket buffers at the end is counted when it
+    arrived)."""
     payload = b"\0" * chunk
     sent = 0
     with socket.create_connection((address, port), timeout=timeout,
@@ -85,7 +87,7 @@ def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
         sock.sendall(make_header(rnd, me))
         start = time.perf_counter()
         end = start + seconds
-        while time.perf_counter() < end:
+        while time.perf_counter() < end and (most is None or sent < most):
             sock.sendall(payload)
             sent += len(payload)
         sock.shutdown(socket.SHUT_WR)

@@ -195,6 +195,12 @@ STREAMABLE = (mesh.OK, mesh.UNKNOWN)
 #: streams this long to the next host's; the stream's round number (the tournament's are
 #: 0..N, the second networks' negative)
 RING_BW_S, RING_STREAMS, RING_ROUND = 0.1, 1, 1 << 62
+#: ... or until it has sent this much: the ring screens for a node an order of magnitude
+#: slower (tournament.RING_FRACTION), and 16 MB take 1.3 ms at 100 Gb/s and 0.13 s at 1 Gb/s:
+#: a slow node still streams its whole 0.1 s, a fast one stops early instead of spending
+#: 0.1 s of both hosts' CPU (161 CPU-ms a stream over loopback, benchmarks/probe_costs.py:
+#: ~2/3 of a simulated rank's whole check before)
+RING_MOST = 16 << 20
 
 
 def ring_stream(peers: Sequence[Sequence[Any] | None], me: int, to: int,
@@ -211,7 +217,7 @@ def ring_stream(peers: Sequence[Sequence[Any] | None], me: int, to: int,
         try:
             sent, took = tournament.send_stream(
                 str(peer[0]), int(peer[1]), RING_ROUND, me, seconds=RING_BW_S, chunk=1 << 16,
-                drain=True, timeout=connect_timeout + 5.0, source=source)
+                most=RING_MOST, drain=True, timeout=connect_timeout + 5.0, source=source)
         except OSError:
             continue
         if took > 0:
@@ -339,9 +345,10 @@ def ring_note(links: Mapping[tuple[int, int], float]) -> str:
 
     values = sorted(links.values())
     return (f"bandwidth: {len(values)} ring links streamed {RING_STREAMS} x {RING_BW_S:g} s "
-            f"each (each host to the next, the fastest counts): median "
-            f"{statistics.median(values):.3f} Gb/s, slowest {values[0]:.3f}; --matrix "
-            "measures every pair")
+            f"or {RING_MOST >> 20} MB each (each host to the next, the fastest counts): median "
+            f"{statistics.median(values):.3f} Gb/s, slowest {values[0]:.3f} (a screen for a "
+            "slow node: a short stream reads a 100 Gb/s link low); --matrix measures every "
+            "pair")
 
 
 def ring_links(rows: Mapping[int, Any]) -> dict[tuple[int, int], float]:
