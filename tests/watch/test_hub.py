@@ -12,9 +12,10 @@ import pytest
 
 from ddpnet.net.ports import listen_socket
 from ddpnet.watch.heartbeat import Beacon
-from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request
+from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request, tick_every
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
+from ddpnet.watch.wire import Lines
 
 TOKEN = "127.0.0.1:1:2"
 
@@ -348,9 +349,9 @@ def test_a_rank_whose_hub_goes_quiet_judges_itself_and_exits_4(tmp_path: Path,
     b.stopped.set()
 
 
-def test_a_rank_publishes_one_state_per_period_though_the_hub_acks_each_one(
+def test_a_rank_publishes_one_state_per_period_though_the_hub_answers_states(
         tmp_path: Path) -> None:
-    """The hub answers every state at once (ack, then peers); the heartbeat still sends one
+    """The hub answers states at once (an ack, then peers); the heartbeat still sends one
     state per period. Returning on the ack made a state/ack storm (~3,000 a second on a
     loopback, 15,000 in a 300-step lab run) that backlogged the hub by ~20 s."""
     exits: list[tuple[int, int]] = []
@@ -362,3 +363,48 @@ def test_a_rank_publishes_one_state_per_period_though_the_hub_acks_each_one(
     b1.close()
     assert sent <= 2 * (1.0 / 0.2 + 2), sent  # two ranks, period 0.2 s
     assert sent >= 2 * 2, sent  # and they do keep publishing
+
+
+def test_a_ranks_states_are_acked_at_most_every_few_seconds_and_at_once_on_a_new_threshold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ack is the hub's word that it hears the rank (``watch.cutoff`` waits threshold +
+    margin without one): one per state was 4,096 sends a second at 4,096 ranks."""
+    from ddpnet.watch import hub as hub_mod
+    from ddpnet.watch.threshold import Threshold
+
+    listener = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, None, "exit", str(tmp_path), TOKEN), listener)
+    mine, theirs = socket.socketpair()
+    theirs.settimeout(0.2)
+    peer = hub_mod.Peer(mine, Lines(), rank=1)
+
+    def acks() -> list[dict[str, object]]:
+        try:
+            data = theirs.recv(1 << 16)
+        except TimeoutError:
+            return []
+        return [json.loads(line) for line in data.splitlines()]
+
+    try:
+        hub.acknowledge(peer, 1)
+        (first,) = acks()
+        assert first["t"] == "ack" and first["threshold"]["source"] == "warm-up"  # type: ignore[index]
+        hub.acknowledge(peer, 1)  # the next heartbeat, a moment later: nothing to say
+        assert acks() == []
+        hub.watchdog.threshold = Threshold(7.0, "learned", "test")
+        hub.acknowledge(peer, 1)  # a new threshold is told at once
+        (second,) = acks()
+        assert second["threshold"]["seconds"] == 7.0  # type: ignore[index]
+        monkeypatch.setattr(hub_mod, "ACK_EVERY_S", 0.1)
+        time.sleep(0.15)
+        hub.acknowledge(peer, 1)  # and the same one again once ACK_EVERY_S has passed
+        assert [a["threshold"]["seconds"] for a in acks()] == [7.0]  # type: ignore[index]
+    finally:
+        mine.close()
+        theirs.close()
+        listener.close()
+
+
+def test_the_watchdog_ticks_slower_above_1024_ranks_so_its_work_a_second_stays_flat() -> None:
+    assert tick_every(2) == tick_every(1024) == 0.1
+    assert tick_every(4096) == pytest.approx(0.4)

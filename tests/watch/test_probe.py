@@ -49,6 +49,17 @@ def test_large_groups_probe_ring_neighbours_only() -> None:
     assert probe.peers_to_probe(0, range(3), limit=2) == (1, 2)
 
 
+def test_an_ordered_group_gives_the_same_peers_without_a_sort_per_rank() -> None:
+    """The hub passes one sorted roster for every rank (a sort per rank was O(N^2 log N) at
+    the moment 4,096 ranks were introduced)."""
+    group = [3, 7, 10, 40, 41, 99]
+    for me in (*group, 5, 100):
+        assert probe.peers_to_probe(me, group, limit=2, ordered=True) == \
+            probe.peers_to_probe(me, list(reversed(group)), limit=2)
+    assert probe.peers_to_probe(4095, range(4096), ordered=True) == (0, 4094)
+    assert probe.peers_to_probe(4096, range(4096), ordered=True) == ()
+
+
 def test_ports_come_from_the_state_and_the_override_wins() -> None:
     state = peer(1, {"side": 100, "backend": "200", "sink": 0, "odd": "x"})
     assert probe.ports_of(state) == {"side": 100, "backend": 200}

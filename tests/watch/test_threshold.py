@@ -166,3 +166,14 @@ def test_warmed_up_needs_every_rank_past_its_first_collective_or_step(
 def test_a_gone_rank_does_not_hold_the_warm_up() -> None:
     states = {0: RankState(0, 2, last_seq=3), 1: None}
     assert th.warmed_up(Snapshot(2, 0.0, states, {1: "killed"}))
+
+
+def test_heartbeats_slow_down_above_2048_ranks_and_silence_is_judged_in_periods() -> None:
+    """The hub reads at most ~2,048 states a second; a rank is not answering only after
+    2.5 of its periods (3 s at least, 10 s at most from the threshold)."""
+    assert th.period_for(8) == th.period_for(2048) == 1.0
+    assert th.period_for(4096) == 2.0
+    assert th.stale_after(5.0) == 4.0 and th.stale_after(60.0) == 10.0
+    assert th.stale_after(1.0) == 3.0
+    assert th.stale_after(5.0, period=2.0) == 5.0  # 4,096 ranks: 2.5 periods
+    assert th.stale_after(60.0, period=8.0) == 20.0

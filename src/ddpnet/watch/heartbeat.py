@@ -47,11 +47,9 @@ from ddpnet.watch.probe import (
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
-from ddpnet.watch.threshold import Threshold, learn
+from ddpnet.watch.threshold import Threshold, learn, period_for
 from ddpnet.watch.wire import Lines, encode
 
-#: seconds between heartbeats
-PERIOD_S = 1.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
 #: the longest a rank's clean goodbye waits for the hub's word (hub.FAREWELL_HOLD_S + 1)
@@ -66,11 +64,12 @@ class Beacon:
     """One rank's side of the side channel."""
 
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
-                 period: float = PERIOD_S, lost_after: float = LOST_AFTER_S,
+                 period: float | None = None, lost_after: float = LOST_AFTER_S,
                  override: float | None = None,
                  exit_now: Callable[[int], None] = exit_now) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
-        self.period = period
+        #: seconds between heartbeats: the job size's (``threshold.period_for``) unless given
+        self.period = period_for(ident.world_size) if period is None else period
         self.lost_after = lost_after
         #: what this rank judges itself by when the hub goes quiet: the hub's last threshold
         self.threshold: Threshold = learn((), override=override)

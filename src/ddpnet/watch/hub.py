@@ -25,6 +25,7 @@ import selectors
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from ddpnet.watch.state import (
     RankState,
     Snapshot,
 )
+from ddpnet.watch.threshold import Threshold, period_for
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -59,10 +61,19 @@ PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
 #: probe rounds for one network slowdown while none names its node or link
 SLOWDOWN_ROUNDS = 3
 #: the watchdog's pace: a tick is O(N) (a snapshot of every rank), so at most one every
-#: TICK_S however many messages arrive (one per heartbeat was N² work a second at 4,096)
-TICK_S = 0.1
+#: TICK_S however many messages arrive (one per heartbeat was N² work a second at 4,096),
+#: and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS: the ticks' work a second
+#: stays that of TICK_RANKS ranks (at 4,096, 10 ticks a second took 0.23 of a core and the
+#: heartbeats queued behind them); a verdict comes at most that much later (0.4 s)
+TICK_S, TICK_RANKS = 0.1, 1024
 #: connections accepted at once when several wait (4,096 ranks say hello together)
 ACCEPT_BATCH = 256
+#: a rank's states are acknowledged at most this often (and at most every half threshold),
+#: and at once when the threshold changed: an ack tells a rank the hub still hears it, for a
+#: silence of threshold + ``cutoff.MARGIN_S`` (>= 7 s learned); one per heartbeat was 4,096
+#: sends a second at 4,096 ranks, ~40% of the hub's time. With 1 s heartbeats every second
+#: state is acked; with 2 s ones (4,096 ranks) each
+ACK_EVERY_S = 1.5
 #: seconds between comparisons of the ranks' collective digests (watch.desync)
 DESYNC_EVERY_S = 1.0
 #: how long a rank's clean goodbye is held before the hub lets it go while others still run
@@ -91,6 +102,9 @@ class Peer:
     sock: socket.socket
     lines: Lines
     rank: int | None = None
+    #: when this rank was last acknowledged, and the threshold it was told then
+    acked_at: float = float("-inf")
+    told: Threshold | None = None
 
 
 @dataclass
@@ -110,24 +124,34 @@ class Probing:
         return not self.waiting or now > self.deadline
 
 
+def tick_every(world_size: int) -> float:
+    """Seconds between the watchdog's ticks for ``world_size`` ranks (pure)."""
+    return TICK_S * max(1.0, world_size / TICK_RANKS)
+
+
 def probe_request(ident: int, states: dict[int, RankState], rank: int,
                   group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
     """What ``rank`` is asked to probe: only the peers it probes, each with its address and
-    published ports (pure; O(1) peers per rank above ``FULL_MESH_LIMIT``). With ``silent``
-    (ranks that stopped answering) only those, by connects: is their host still up?"""
+    published ports (pure; O(1) peers per rank above ``FULL_MESH_LIMIT``; ``group`` sorted,
+    as ``send_probes`` passes it). With ``silent`` (ranks that stopped answering) only
+    those, by connects: is their host still up?"""
     if silent:
-        group = (rank, *silent)
+        group = tuple(sorted({rank, *silent}))
     peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
-             for r in peers_to_probe(rank, group) if r in states and states[r].address}
+             for r in peers_to_probe(rank, group, ordered=True)
+             if r in states and states[r].address}
     return {"t": "probe", "id": ident, "group": list(group), "timeout": PROBE_TIMEOUT_S,
             "peers": peers, "stream": not silent}
 
 
-def side_ports(states: dict[int, RankState], rank: int) -> dict[str, Any]:
+def side_ports(states: dict[int, RankState], rank: int,
+               roster: Sequence[int] | None = None) -> dict[str, Any]:
     """The peers ``rank`` checks when it hears the hub no more: each one's address and side
-    port (pure; the ring neighbours above ``FULL_MESH_LIMIT`` ranks, as for probes)."""
+    port (pure; the ring neighbours above ``FULL_MESH_LIMIT`` ranks, as for probes;
+    ``roster``: ``states``' ranks sorted, when the caller has them)."""
     out = {}
-    for peer in peers_to_probe(rank, tuple(states)):
+    for peer in peers_to_probe(rank, roster if roster is not None else sorted(states),
+                               ordered=True):
         side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
         if states[peer].address and side:
             out[str(peer)] = {"address": states[peer].address, "ports": {SIDE: side}}
@@ -137,7 +161,8 @@ def side_ports(states: dict[int, RankState], rank: int) -> dict[str, Any]:
 class Hub:
     def __init__(self, options: HubOptions, sock: socket.socket) -> None:
         self.options = options
-        self.settings = Settings(timeout=options.timeout, action=options.action)
+        self.settings = Settings(timeout=options.timeout, action=options.action,
+                                 period=period_for(options.world_size))
         self.watchdog = Watchdog(self.settings)
         self.sock = sock
         self.selector = selectors.DefaultSelector()
@@ -167,11 +192,14 @@ class Hub:
         #: ranks whose clean goodbye waits for the hub's word, since when
         self.leaving: dict[int, float] = {}
         self.desync_named = False
+        #: the encoded ack and the threshold it carries
+        self.ack: tuple[Threshold | None, bytes] = (None, b"")
 
     # -- the loop ----------------------------------------------------------------------------
 
     def serve(self) -> None:
         next_tick = 0.0
+        pace = tick_every(self.options.world_size)
         while not self.done():
             for key, _events in self.selector.select(timeout=0.25):
                 if key.fileobj is self.sock:
@@ -180,7 +208,7 @@ class Hub:
                     self.read(self.peers[key.fileobj])  # type: ignore[index]
             now = time.monotonic()
             if now >= next_tick:
-                next_tick = now + TICK_S
+                next_tick = now + pace
                 self.tick()
 
     def done(self) -> bool:
@@ -268,13 +296,21 @@ class Hub:
                     self.leaving[rank] = time.monotonic()
 
     def acknowledge(self, peer: Peer, rank: int) -> None:
-        """Tell a rank its state arrived, with the threshold it judges itself by when the hub
-        goes quiet (``watch.cutoff``), and once every rank published, the peers it checks
-        then."""
-        self.send(peer, {"t": "ack", "threshold": self.watchdog.threshold.to_dict()})
+        """Tell a rank its state arrived (every ACK_EVERY_S), with the threshold it judges
+        itself by when the hub goes quiet (``watch.cutoff``; at once when it changed), and
+        once every rank published, the peers it checks then."""
+        threshold, now = self.watchdog.threshold, time.monotonic()
+        if threshold != peer.told or now - peer.acked_at >= min(ACK_EVERY_S,
+                                                                threshold.seconds / 2):
+            if threshold != self.ack[0]:  # the same bytes for every rank until it changes
+                self.ack = (threshold, encode({"t": "ack", "threshold": threshold.to_dict()}))
+            with contextlib.suppress(OSError):
+                peer.sock.send(self.ack[1])
+            peer.acked_at, peer.told = now, threshold
         if len(self.states) == self.options.world_size and rank not in self.introduced:
-            self.introduced.add(rank)
-            self.send(peer, {"t": "peers", "peers": side_ports(self.states, rank)})
+            self.introduced.add(rank)  # every rank has published: the roster is all of them
+            self.send(peer, {"t": "peers", "peers": side_ports(
+                self.states, rank, range(self.options.world_size))})
 
     def add_call(self, rank: int, record: CollectiveRecord) -> None:
         state = self.states.get(rank) or RankState(rank=rank, world_size=self.options.world_size)
@@ -430,9 +466,10 @@ class Hub:
         """Send one probe round's requests to every live rank; False when none was asked."""
         self.rounds += 1
         asked = set()
+        group, skip = tuple(sorted(set(group))), {*self.left, *self.finished, *silent}
         for peer in list(self.peers.values()):
             rank = peer.rank
-            if rank is not None and rank not in (*self.left, *self.finished, *silent):
+            if rank is not None and rank not in skip:
                 self.send(peer, probe_request(self.rounds, self.states, rank, group, silent))
                 asked.add(rank)
         if not asked:

@@ -37,6 +37,7 @@ import struct
 import termios
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,16 +77,18 @@ class Target:
 # ---- pure: whom and what to probe -----------------------------------------------------------
 
 
-def peers_to_probe(me: int, group: Sequence[int], *,
-                   limit: int = FULL_MESH_LIMIT) -> tuple[int, ...]:
+def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMIT,
+                   ordered: bool = False) -> tuple[int, ...]:
     """The ranks ``me`` probes (pure): every other rank of ``group`` up to ``limit`` ranks,
-    else its ring neighbours in ``group``'s order; none when ``me`` is not in it."""
-    ranks = sorted(set(group))
-    if me not in ranks:
+    else its ring neighbours in ``group``'s order; none when ``me`` is not in it.
+    ``ordered``: ``group`` is sorted without repeats already (the hub asks for every rank
+    of one group: O(log N) each, not a sort of N ranks each, ~4 s at 4,096 ranks)."""
+    ranks = group if ordered else sorted(set(group))
+    i = bisect_left(ranks, me)
+    if i == len(ranks) or ranks[i] != me:
         return ()
     if len(ranks) <= limit:
         return tuple(r for r in ranks if r != me)
-    i = ranks.index(me)
     return tuple(sorted({ranks[i - 1], ranks[(i + 1) % len(ranks)]} - {me}))
 
 

@@ -29,6 +29,8 @@ class Settings:
     timeout: float | None = None
     action: str = "exit"
     grace: float = 2.0
+    #: seconds between the ranks' heartbeats (``threshold.period_for``)
+    period: float = thresholds.PERIOD_S
 
 
 def progress_key(snapshot: Snapshot) -> tuple[object, ...]:
@@ -73,7 +75,7 @@ class Watchdog:
     def stale_after(self) -> float:
         """A live rank silent this long is not answering (below the threshold, above a few
         heartbeats)."""
-        return thresholds.stale_after(self.threshold.seconds)
+        return thresholds.stale_after(self.threshold.seconds, self.settings.period)
 
     def learn(self, snapshot: Snapshot, key: tuple[object, ...], now: float) -> None:
         """Record the gap that ``key`` ends and the long phases that ended; set the
