@@ -304,8 +304,7 @@ class Hub:
                                                                 threshold.seconds / 2):
             if threshold != self.ack[0]:  # the same bytes for every rank until it changes
                 self.ack = (threshold, encode({"t": "ack", "threshold": threshold.to_dict()}))
-            with contextlib.suppress(OSError):
-                peer.sock.send(self.ack[1])
+            self.send(peer, self.ack[1])
             peer.acked_at, peer.told = now, threshold
         if len(self.states) == self.options.world_size and rank not in self.introduced:
             self.introduced.add(rank)  # every rank has published: the roster is all of them
@@ -321,10 +320,11 @@ class Hub:
                        if r.ended is None and r.seq < record.seq else r for r in state.recent)
         self.states[rank] = replace(state, recent=(*recent, record)[-64:])
 
-    def send(self, peer: Peer, message: dict[str, Any]) -> None:
-        """Best effort, never blocking: a peer whose buffer is full misses the message."""
+    def send(self, peer: Peer, message: dict[str, Any] | bytes) -> None:
+        """Best effort, never blocking: a peer whose buffer is full misses the message
+        (``bytes``: one already encoded)."""
         with contextlib.suppress(OSError):
-            peer.sock.send(encode(message))
+            peer.sock.send(message if isinstance(message, bytes) else encode(message))
 
     # -- the watchdog ------------------------------------------------------------------------
 
