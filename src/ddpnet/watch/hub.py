@@ -145,13 +145,12 @@ def probe_request(ident: int, states: dict[int, RankState], rank: int,
 
 
 def side_ports(states: dict[int, RankState], rank: int,
-               roster: Sequence[int] | None = None) -> dict[str, Any]:
+               roster: Sequence[int]) -> dict[str, Any]:
     """The peers ``rank`` checks when it hears the hub no more: each one's address and side
     port (pure; the ring neighbours above ``FULL_MESH_LIMIT`` ranks, as for probes;
-    ``roster``: ``states``' ranks sorted, when the caller has them)."""
+    ``roster``: ``states``' ranks, sorted once for every rank)."""
     out = {}
-    for peer in peers_to_probe(rank, roster if roster is not None else sorted(states),
-                               ordered=True):
+    for peer in peers_to_probe(rank, roster, ordered=True):
         side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
         if states[peer].address and side:
             out[str(peer)] = {"address": states[peer].address, "ports": {SIDE: side}}
