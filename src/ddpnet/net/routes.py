@@ -1,14 +1,16 @@
 """The route this host would use to reach an address: interface, source address, gateway.
 
-The kernel's answer (``ip -j route get``, a routing-table lookup that sends nothing) is the
-truth gloo and NCCL will live with, so selection starts from it. ``parse_route_get`` is pure;
-``route_to`` is the edge, with a UDP ``connect`` fallback (also sends nothing) where
-iproute2 is absent. The default route comes from ``<proc>/net/route`` (``parse_default_route``
-pure, ``default_route_iface`` the edge).
+The kernel's answer (a routing-table lookup that sends nothing: ``ip route get``, asked over
+rtnetlink by ``net.netlink``) is the truth gloo and NCCL will live with, so selection starts
+from it. ``parse_route_get`` and ``from_answer`` are pure; ``route_to`` and ``lookup`` are the
+edges, asking netlink first, then iproute2 (``ip -j route get``) where netlink cannot be
+asked, then (``route_to``) a UDP ``connect`` (also sends nothing). The default route comes
+from ``<proc>/net/route`` (``parse_default_route`` pure, ``default_route_iface`` the edge).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import shutil
@@ -16,6 +18,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpnet.net.netlink import MAIN_TABLES, Answer, get_route, table_name
 from ddpnet.subproc import run_command
 
 _UNUSABLE = {"unreachable", "blackhole", "prohibit", "throw"}
@@ -53,6 +56,19 @@ def parse_route_get(text: str, dst: str) -> Route | None:
     )
 
 
+def from_answer(answer: Answer, dst: str) -> Route | None:
+    """The route in a netlink answer, as :func:`parse_route_get` reads ``ip``'s (pure but for
+    naming the interface's index); None for a refusal or an unusable route."""
+    if answer.error or answer.type in _UNUSABLE or answer.oif is None:
+        return None
+    try:
+        iface = socket.if_indextoname(answer.oif)
+    except OSError:  # the interface went away between the answer and now
+        return None
+    return Route(iface=iface, src=answer.prefsrc or "", via=answer.gateway, dst=dst,
+                 local=answer.type == "local")
+
+
 def _route_by_connect(dst: str) -> Route | None:
     """Fallback without iproute2: a connected UDP socket tells the source address."""
     from ddpnet.net.interfaces import list_interfaces
@@ -75,6 +91,9 @@ def _route_by_connect(dst: str) -> Route | None:
 def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     """The route to ``addr`` (an IP address), or None when there is none (edge)."""
     ipaddress.ip_address(addr)  # ValueError on a name: resolve first (names.resolve_host)
+    answer = get_route(addr, timeout=timeout)
+    if answer is not None:
+        return from_answer(answer, addr)
     ip = shutil.which("ip")
     if ip is None:
         return _route_by_connect(addr)
@@ -183,18 +202,35 @@ def parse_lookup(command: str, returncode: int, stdout: str, stderr: str, dst: s
     return Lookup(command, route, "", "" if table in ("main", "local") else table)
 
 
+def lookup_of(command: str, answer: Answer, dst: str) -> Lookup:
+    """A :class:`Lookup` from a netlink answer, as :func:`parse_lookup` reads ``ip``'s (pure
+    but for the names of an interface's index and of a table)."""
+    if answer.error:
+        return Lookup(command, None, answer.reason)
+    route = from_answer(answer, dst)
+    if route is None:
+        return Lookup(command, None, "no usable route (unreachable, blackhole or prohibit)")
+    table = "" if answer.table in (0, *MAIN_TABLES) else table_name(answer.table)
+    return Lookup(command, route, "", table)
+
+
 def lookup(dst: str, src: str, iif: str | None = None, timeout: float = 2.0) -> Lookup | None:
-    """``ip -j route get DST from SRC [iif IFACE]`` (edge, bounded); None without iproute2
-    or when it does not answer in ``timeout``."""
+    """What the kernel answers ``ip route get DST from SRC [iif IFACE]`` (edge, bounded):
+    over netlink, else from iproute2; None when neither answers in ``timeout``."""
+    tail = ["from", src, *(["iif", iif] if iif else [])]
+    command = " ".join(["ip", "route", "get", dst, *tail])
+    answer = get_route(dst, src, iif, timeout)
+    if answer is not None and iif and answer.error == errno.ENODEV:
+        return Lookup(command, None, f'Cannot find device "{iif}"')  # as ip says it
+    if answer is not None:
+        return lookup_of(command, answer, dst)
     ip = shutil.which("ip")
     if ip is None:
         return None
-    tail = ["from", src, *(["iif", iif] if iif else [])]
     proc = run_command([ip, "-j", "route", "get", dst, *tail], timeout)
     if proc is None:
         return None
-    return parse_lookup(" ".join(["ip", "route", "get", dst, *tail]), proc.returncode,
-                        proc.stdout, proc.stderr, dst)
+    return parse_lookup(command, proc.returncode, proc.stdout, proc.stderr, dst)
 
 
 # ---- who else answers ARP for an address (IPv4 duplicate address detection) -----------------
