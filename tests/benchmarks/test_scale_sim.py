@@ -33,8 +33,9 @@ def sim() -> ModuleType:
 @pytest.fixture(scope="module")
 def points(sim: ModuleType) -> Iterator[dict[str, dict[str, Any]]]:
     with sim.sim_lab(RANKS) as lab:
-        yield {"healthy": sim.run_in(lab, "check", RANKS, None, 90.0),
-               "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0),
+        # every rank a host of its own: 255 hosts' loss, MTU and stream probes
+        yield {"healthy": sim.run_in(lab, "check", RANKS, None, 90.0, per_node=1),
+               "filtered": sim.run_in(lab, "check", RANKS, "filtered-port", 90.0, per_node=1),
                # 8 ranks a node, as on GPU nodes: one rank a host probes and streams
                "slow": sim.run_in(lab, "check", RANKS, "slow-link", 90.0, per_node=8)}
 
