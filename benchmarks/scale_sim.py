@@ -90,6 +90,37 @@ def sim_node(rank: int) -> int:
     return 0 if rank == 0 else 1 + (rank - 1) // PER_NODE
 
 
+def node_ranks(rank: int, ranks: int) -> int:
+    """How many of ``ranks`` share ``rank``'s simulated node (its last node may be short:
+    a LOCAL_WORLD_SIZE above the world's is refused, as ``init()`` refuses it)."""
+    if rank == 0:
+        return 1
+    first = 1 + (sim_node(rank) - 1) * PER_NODE
+    return min(PER_NODE, ranks - first)
+
+
+#: simulated nodes the lab's route holds (SIM_BASE + 1 ... within SIM_ROUTE)
+MAX_NODES = ipaddress.ip_network(SIM_ROUTE).num_addresses - 1
+
+
+def bad_input(ranks: int | None, per_node: int) -> str | None:
+    """Why ``--ranks``/``--per-node`` cannot be simulated, with the fix (pure), or None."""
+    if per_node < 1:
+        return (f"--per-node {per_node}: a node has at least one rank; "
+                "hint: --per-node 8 (a GPU node) or 1 (every rank a host)")
+    if ranks is None:
+        return None
+    if ranks < 2:
+        return (f"--ranks {ranks}: rank 0 and at least one simulated rank are needed; "
+                "hint: --ranks 64 (or 256, 1024, 4096)")
+    nodes = -(-(ranks - 1) // per_node)
+    if nodes > MAX_NODES:
+        return (f"--ranks {ranks} at --per-node {per_node} needs {nodes} simulated nodes, "
+                f"and the lab's route {SIM_ROUTE} holds {MAX_NODES}; hint: at most "
+                f"{MAX_NODES * per_node + 1} ranks at this --per-node, or raise --per-node")
+    return None
+
+
 def sim_address(rank: int) -> str:
     return str(SIM_BASE + sim_node(rank))
 
@@ -193,7 +224,7 @@ class Clients:
 
     def env(self, rank: int) -> dict[str, str]:
         return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str((rank - 1) % PER_NODE),
-                "LOCAL_WORLD_SIZE": str(PER_NODE),
+                "LOCAL_WORLD_SIZE": str(node_ranks(rank, self.args.ranks)),
                 "WORLD_SIZE": str(self.args.ranks), "MASTER_ADDR": self.args.master,
                 "MASTER_PORT": str(PORT)}
 
@@ -717,9 +748,9 @@ def sim_lab(ranks: int) -> Iterator[Any]:
     with Lab(name=f"sim{os.getpid() % 100000}", nodes=2, subnet=SUBNET) as lab:
         n0, n1 = lab.node(0), lab.node(1)
         prefix = SUBNET.split("/")[1]
-        # one address per rank: enough for any --per-node
+        # one address per rank (enough for any --per-node), as many as the route holds
         ip_batch(n1.namespace, [f"addr add {SIM_BASE + r}/{prefix} dev {n1.ifname}"
-                                for r in range(1, ranks)])
+                                for r in range(1, min(ranks, MAX_NODES + 1))])
         ip_batch(n0.namespace, [f"route add {SIM_ROUTE} via {n1.address}"])
         for ns in (n0.namespace, n1.namespace):
             subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
@@ -1035,13 +1066,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="", help=argparse.SUPPRESS)
     ap.add_argument("--t0", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    why = bad_input(args.ranks, args.per_node)
+    if why is None and args.role is None and os.geteuid() != 0:
+        why = "needs root: it builds a lab of network namespaces; hint: run it as root (sudo)"
+    if why is not None:
+        print(f"scale_sim: {why}", file=sys.stderr)
+        return 2
     global PER_NODE
-    PER_NODE = max(1, args.per_node)
+    PER_NODE = args.per_node
     if args.role is not None:
         args.timeout = args.timeout or point_timeout(args.ranks)
         ROLES[(args.command, args.role)](args)
         return 0
     if args.ranks is None:
+        try:
+            sizes = [int(n) for n in args.sizes.split(",")]
+        except ValueError:
+            sizes = []
+        why = next((w for n in sizes for k in LAYOUTS if (w := bad_input(n, k))), None) \
+            if sizes else f"--sizes {args.sizes!r}: not a list of rank counts; " \
+                          "hint: --sizes 64,256,1024,4096"
+        if why is not None:
+            print(f"scale_sim: {why}", file=sys.stderr)
+            return 2
         return sweep(args)
     point = run_point(args.command, args.ranks, args.fault,
                       args.timeout or point_timeout(args.ranks), args.full_mesh, PER_NODE)
