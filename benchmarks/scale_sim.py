@@ -1067,6 +1067,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--t0", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     why = bad_input(args.ranks, args.per_node)
+    if why is None and args.fault and args.command != "check":
+        why = (f"--fault {args.fault} is a check fault (a node's ports, its link); init "
+               "simulates no gloo listeners to filter, and the watch's point has its fault "
+               "built in (one rank stops calling the collective); hint: drop --fault, or "
+               "--command check")
     if why is None and args.role is None and os.geteuid() != 0:
         why = "needs root: it builds a lab of network namespaces; hint: run it as root (sudo)"
     if why is not None:

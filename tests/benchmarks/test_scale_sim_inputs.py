@@ -30,6 +30,8 @@ def sim() -> ModuleType:
     (["--ranks", "64", "--per-node", "0"], "--per-node 0: a node has at least one rank"),
     (["--sizes", "64,x"], "not a list of rank counts"),
     (["--sizes", "64,1"], "--ranks 1:"),
+    (["--command", "init", "--ranks", "64", "--fault", "slow-link"], "is a check fault"),
+    (["--command", "watch", "--ranks", "64", "--fault", "filtered-port"], "is a check fault"),
 ])
 def test_what_cannot_be_simulated_is_one_line_with_a_hint(
         sim: ModuleType, capsys: pytest.CaptureFixture[str], argv: list[str], said: str) -> None:
