@@ -408,3 +408,35 @@ def test_a_ranks_states_are_acked_at_most_every_few_seconds_and_at_once_on_a_new
 def test_the_watchdog_ticks_slower_above_1024_ranks_so_its_work_a_second_stays_flat() -> None:
     assert tick_every(2) == tick_every(1024) == 0.1
     assert tick_every(4096) == pytest.approx(0.4)
+
+
+def test_silence_is_judged_as_of_what_the_hub_had_read_not_the_clock_after_reading(
+        tmp_path: Path) -> None:
+    """A hub short of CPU reads a round of heartbeats for seconds: a rank whose newest
+    heartbeat came just before the round began is not silent, however long the reading took
+    (session 12: thousands of live ranks named gone at 4,096 ranks on 0.6 of a core)."""
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, 30, "exit", str(tmp_path), TOKEN), sock)
+    wall, mono = time.time(), time.monotonic()
+    hub.states = {r: RankState(rank=r, world_size=2, host=f"h{r}", published=wall - 20.0)
+                  for r in range(2)}
+    hub.read_as_of = (mono - 19.5, wall - 19.5)  # the round began 19.5 s ago
+    assert hub.snapshot().taken == wall - 19.5
+    assert hub.silent(hub.snapshot()) == ()
+    hub.read_as_of = None  # judged by the clock: 20 s of silence
+    assert hub.silent(hub.snapshot()) == (0, 1)
+    sock.close()
+
+
+def test_a_serving_hub_reads_as_of_its_last_select_and_reports_how_far_behind_it_ran(
+        tmp_path: Path) -> None:
+    exits: list[tuple[int, int]] = []
+    hub, _port, _thread, b0, b1 = connected_pair(tmp_path, exits)
+    before = time.monotonic()
+    assert wait_for(lambda: hub.read_as_of is not None and hub.read_as_of[0] > before)
+    mono, wall = hub.as_of()
+    assert 0 <= time.monotonic() - mono < 5 and abs(time.time() - wall - (time.monotonic()
+                                                                         - mono)) < 1
+    assert 0 <= hub.most_behind < 5
+    b0.close()
+    b1.close()
