@@ -759,6 +759,37 @@ def sim_lab(ranks: int) -> Iterator[Any]:
         yield lab
 
 
+#: ``--hub-share``: the watch hub held to this share of a core (None: what it takes)
+HUB_SHARE: float | None = None
+#: ... from this long after the launch (the ranks have joined), in 0.5 s cycles
+HUB_SHARE_AFTER_S, HUB_CYCLE_S = 10.0, 0.5
+
+
+def throttle_hub(share: float, stop: threading.Event) -> None:
+    """Hold the watch hub to ``share`` of a core (edge): stopped for (1 - share) of every
+    cycle (SIGSTOP/SIGCONT), as a rank 0 host short of CPU would starve it."""
+    import psutil
+
+    if stop.wait(HUB_SHARE_AFTER_S):
+        return
+    hubs = [p for p in psutil.process_iter(["cmdline"])
+            if "ddpnet.watch.hub" in " ".join(p.info["cmdline"] or [])]
+    try:
+        while not stop.is_set():
+            for hub in hubs:
+                with contextlib.suppress(psutil.Error):
+                    hub.suspend()
+            stop.wait(HUB_CYCLE_S * (1 - share))
+            for hub in hubs:
+                with contextlib.suppress(psutil.Error):
+                    hub.resume()
+            stop.wait(HUB_CYCLE_S * share)
+    finally:
+        for hub in hubs:
+            with contextlib.suppress(psutil.Error):
+                hub.resume()
+
+
 def run_point(command: str, ranks: int, fault: str | None, timeout: float,
               full_mesh: bool = False, per_node: int = DEFAULT_PER_NODE) -> dict[str, Any]:
     """One point: rank 0 and the client processes in a fresh lab; one JSON object."""
@@ -790,16 +821,22 @@ def run_in(lab: Any, command: str, ranks: int, fault: str | None, timeout: float
     host = apply_fault(n1.namespace, fault, ranks) if command == "check" else None
     if command == "watch":  # the hang: one rank never calls the collective
         host = f"{sim_host(faulty_rank(ranks))} ({sim_address(faulty_rank(ranks))})"
+    stop = threading.Event()
+    if command == "watch" and HUB_SHARE is not None:
+        threading.Thread(target=throttle_hub, args=(HUB_SHARE, stop), daemon=True).start()
     try:
         t0, got0, err0, outs = _launch(lab, command, ranks, timeout, full_mesh)
         served = store_bytes(n0.namespace)
         served["listen_drops"] = listen_drops(n0.namespace) - drops0
     finally:
+        stop.set()
         clear_fault(n1.namespace)
     after = machine()
     r0 = (parse_results(got0) or [{}])[-1]
     sims = [x for out, _ in outs for x in parse_results(out)]
     point = summarize(command, ranks, fault, host, t0, r0, sims, served, before, after)
+    if command == "watch" and HUB_SHARE is not None:
+        point["hub_share"] = HUB_SHARE
     if not r0 or r0.get("cut_off"):
         point["error"] = (err0 or got0)[-2000:]
         point["rank0_progress"] = [line for line in err0.splitlines()
@@ -1060,6 +1097,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="simulated ranks per node (sharing its address, as a GPU node's do; "
                          f"default {DEFAULT_PER_NODE}; 1: every rank a host of its own)")
     ap.add_argument("--timeout", type=float, help="the point's bound (seconds)")
+    ap.add_argument("--hub-share", type=float,
+                    help="watch: hold the hub to this share of a core from 10 s after the "
+                         "launch (a rank 0 host short of CPU)")
     ap.add_argument("--role", choices=("rank0", "clients"), help=argparse.SUPPRESS)
     ap.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -1067,6 +1107,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--t0", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     why = bad_input(args.ranks, args.per_node)
+    if why is None and args.hub_share is not None and not (
+            args.command == "watch" and 0 < args.hub_share <= 1):
+        why = (f"--hub-share {args.hub_share}: a share of a core (0 < share <= 1) for the "
+               "watch's hub; hint: --command watch --hub-share 0.25")
     if why is None and args.fault and args.command != "check":
         why = (f"--fault {args.fault} is a check fault (a node's ports, its link); init "
                "simulates no gloo listeners to filter, and the watch's point has its fault "
@@ -1077,8 +1121,8 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"scale_sim: {why}", file=sys.stderr)
         return 2
-    global PER_NODE
-    PER_NODE = args.per_node
+    global PER_NODE, HUB_SHARE
+    PER_NODE, HUB_SHARE = args.per_node, args.hub_share
     if args.role is not None:
         args.timeout = args.timeout or point_timeout(args.ranks)
         ROLES[(args.command, args.role)](args)

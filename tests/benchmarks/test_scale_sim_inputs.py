@@ -31,6 +31,8 @@ def sim() -> ModuleType:
     (["--sizes", "64,x"], "not a list of rank counts"),
     (["--sizes", "64,1"], "--ranks 1:"),
     (["--command", "init", "--ranks", "64", "--fault", "slow-link"], "is a check fault"),
+    (["--command", "watch", "--ranks", "64", "--hub-share", "0"], "--hub-share 0.0:"),
+    (["--command", "check", "--ranks", "64", "--hub-share", "0.5"], "for the watch's hub"),
     (["--command", "watch", "--ranks", "64", "--fault", "filtered-port"], "is a check fault"),
 ])
 def test_what_cannot_be_simulated_is_one_line_with_a_hint(
