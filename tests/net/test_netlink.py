@@ -133,6 +133,11 @@ def test_real_kernel_agrees_with_ip_on_this_host() -> None:
     assert route is not None and route.iface == "lo" and route.local
 
 
+def test_questions_netlink_cannot_encode_are_left_to_iproute2() -> None:
+    assert netlink.get_route("198.18.0.1", "fd00::1") is None  # two families
+    assert netlink.get_route("not-an-address") is None
+
+
 def test_unknown_interface_is_said_as_ip_says_it() -> None:
     got = lookup("127.0.0.1", "127.0.0.1", "ddpnet-none0")
     assert got is not None and got.error == 'Cannot find device "ddpnet-none0"'

@@ -149,7 +149,10 @@ def get_route(dst: str, src: str | None = None, iif: str | None = None,
     except OSError:
         return Answer(error=errnos.ENODEV)
     seq = int(time.monotonic_ns() & 0x7FFFFFFF) or 1
-    request = encode_request(seq, dst, src, index)
+    try:
+        request = encode_request(seq, dst, src, index)
+    except ValueError:  # a name, or two families: iproute2 says what is wrong with it
+        return None
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
             sock.settimeout(timeout)
