@@ -37,7 +37,7 @@ from tests.lab_util import fresh_lab, requires_netns
 
 
 def _attrs(data: bytes) -> dict[int, bytes]:
-    return netlink._attrs(data)
+    return netlink.attrs(data)
 
 
 def test_request_layout() -> None:

@@ -32,6 +32,8 @@ import sys
 import time
 from types import FrameType
 
+from ddpnet.net import netlink
+
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_QUEUE = 3
 NFQNL_MSG_PACKET = 0
@@ -49,33 +51,26 @@ NFQNL_COPY_META = 1
 NFQA_CFG_F_FAIL_OPEN = 1
 NFQA_CFG_F_GSO = 4
 NF_ACCEPT = 1
-NLM_F_REQUEST = 1
+NLM_F_REQUEST, NLMSG_ERROR = netlink.NLM_F_REQUEST, netlink.NLMSG_ERROR
 NLM_F_ACK = 4
-NLMSG_ERROR = 2
 NETLINK_NO_ENOBUFS = 5
 SOL_NETLINK = 270
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
 
 
 def message(msg_type: int, queue: int, attrs: bytes, seq: int = 0, flags: int = 0) -> bytes:
     """One nfnetlink_queue message: nlmsghdr + nfgenmsg (AF_UNSPEC, v0, queue) + attributes."""
     body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
-    header = struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | msg_type,
-                         NLM_F_REQUEST | flags, seq, 0)
-    return header + body
+    return netlink.message((NFNL_SUBSYS_QUEUE << 8) | msg_type, NLM_F_REQUEST | flags, seq,
+                           body)
 
 
 def bind_messages(queue: int, maxlen: int = 100000) -> list[bytes]:
-    cmd = _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0))
-    params = _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
+    cmd = netlink.attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0))
+    params = netlink.attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
     flags = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO
-    tuning = (_attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", maxlen))
-              + _attr(NFQA_CFG_FLAGS, struct.pack("!I", flags))
-              + _attr(NFQA_CFG_MASK, struct.pack("!I", flags)))
+    tuning = (netlink.attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", maxlen))
+              + netlink.attr(NFQA_CFG_FLAGS, struct.pack("!I", flags))
+              + netlink.attr(NFQA_CFG_MASK, struct.pack("!I", flags)))
     return [message(NFQNL_MSG_CONFIG, queue, cmd, seq=1, flags=NLM_F_ACK),
             message(NFQNL_MSG_CONFIG, queue, params + tuning, seq=2, flags=NLM_F_ACK)]
 
@@ -83,33 +78,22 @@ def bind_messages(queue: int, maxlen: int = 100000) -> list[bytes]:
 def verdict_batch(queue: int, last_id: int) -> bytes:
     """Accept every queued packet with an id up to ``last_id``."""
     return message(NFQNL_MSG_VERDICT_BATCH, queue,
-                   _attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, last_id)))
+                   netlink.attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, last_id)))
 
 
 def packet_ids(data: bytes) -> tuple[list[int], list[int]]:
     """(packet ids, netlink error codes) in a buffer of netlink messages."""
     ids: list[int] = []
     errors: list[int] = []
-    off = 0
-    while off + 16 <= len(data):
-        length, msg_type = struct.unpack_from("=IH", data, off)
-        if length < 16:
-            break
+    for msg_type, _, body in netlink.messages(data):
         if msg_type == NLMSG_ERROR:
-            (code,) = struct.unpack_from("=i", data, off + 16)
+            code = netlink.error_code(body)
             if code:
-                errors.append(-code)
+                errors.append(code)
         elif msg_type == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
-            a = off + 20  # past nlmsghdr + nfgenmsg
-            while a + 4 <= off + length:
-                alen, akind = struct.unpack_from("=HH", data, a)
-                if alen < 4:
-                    break
-                if (akind & 0x7FFF) == NFQA_PACKET_HDR:
-                    ids.append(struct.unpack_from("!I", data, a + 4)[0])
-                    break
-                a += (alen + 3) & ~3
-        off += (length + 3) & ~3
+            header = netlink.attrs(body[4:]).get(NFQA_PACKET_HDR)  # past nfgenmsg
+            if header is not None and len(header) >= 4:
+                ids.append(struct.unpack_from("!I", header)[0])
     return ids, errors
 
 

@@ -9,6 +9,8 @@ one answer whose layout (``linux/rtnetlink.h``) has been stable since Linux 2.2.
 
 ``encode_request`` and ``decode_reply`` are pure; ``get_route`` is the edge (one netlink
 socket per call, bounded by a timeout, in the caller's network namespace as ``ip`` would be).
+The framing every netlink family shares (``attr``, ``message``, ``messages``, ``attrs``) is
+here too: the lab's delay line speaks nfnetlink_queue with it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 NETLINK_ROUTE = 0
@@ -59,9 +62,36 @@ class Answer:
         return os.strerror(self.error) if self.error else ""
 
 
-def _attr(kind: int, data: bytes) -> bytes:
+#: an attribute's type without its flags (NLA_F_NESTED, NLA_F_NET_BYTEORDER)
+NLA_TYPE_MASK = 0x3FFF
+
+
+def attr(kind: int, data: bytes) -> bytes:
+    """One attribute (rtattr/nlattr), padded to 4 bytes (pure)."""
     size = _ATTR.size + len(data)
     return _ATTR.pack(size, kind) + data + b"\0" * (-size % 4)
+
+
+def message(kind: int, flags: int, seq: int, payload: bytes) -> bytes:
+    """One netlink message: its header (to the kernel: port id 0) and ``payload`` (pure)."""
+    return _HEADER.pack(_HEADER.size + len(payload), kind, flags, seq, 0) + payload
+
+
+def messages(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """(type, sequence, body) of each whole message in what a netlink socket read, up to the
+    first truncated one (pure)."""
+    at = 0
+    while at + _HEADER.size <= len(data):
+        size, kind, _, seq, _ = _HEADER.unpack_from(data, at)
+        if size < _HEADER.size or at + size > len(data):
+            return
+        yield kind, seq, data[at + _HEADER.size:at + size]
+        at += size + (-size % 4)
+
+
+def error_code(body: bytes) -> int | None:
+    """The errno an ``NLMSG_ERROR`` body carries (0: an acknowledgement), None if cut short."""
+    return -struct.unpack_from("=i", body)[0] if len(body) >= 4 else None
 
 
 def encode_request(seq: int, dst: str, src: str | None = None,
@@ -71,19 +101,17 @@ def encode_request(seq: int, dst: str, src: str | None = None,
     target = ipaddress.ip_address(dst)
     family = socket.AF_INET6 if target.version == 6 else socket.AF_INET
     bits = target.max_prefixlen
-    body = _attr(RTA_DST, target.packed)
+    body = attr(RTA_DST, target.packed)
     if src is not None:
         source = ipaddress.ip_address(src)
         if source.version != target.version:
             raise ValueError(f"{src} and {dst} are of different address families")
-        body += _attr(RTA_SRC, source.packed)
+        body += attr(RTA_SRC, source.packed)
     if iif_index is not None:
-        body += _attr(RTA_IIF, struct.pack("=I", iif_index))
+        body += attr(RTA_IIF, struct.pack("=I", iif_index))
     rtmsg = _RTMSG.pack(family, bits, bits if src is not None else 0, 0, 0, 0, 0, 0,
                         RTM_F_LOOKUP_TABLE)
-    payload = rtmsg + body
-    return _HEADER.pack(_HEADER.size + len(payload), RTM_GETROUTE, NLM_F_REQUEST, seq,
-                        0) + payload
+    return message(RTM_GETROUTE, NLM_F_REQUEST, seq, rtmsg + body)
 
 
 def _address(data: bytes) -> str | None:
@@ -93,21 +121,23 @@ def _address(data: bytes) -> str | None:
         return None
 
 
-def _attrs(data: bytes) -> dict[int, bytes]:
+def attrs(data: bytes) -> dict[int, bytes]:
+    """Each attribute's data by its type (flags masked off; the first of a type), up to the
+    first truncated one (pure)."""
     out: dict[int, bytes] = {}
     at = 0
     while at + _ATTR.size <= len(data):
         size, kind = _ATTR.unpack_from(data, at)
         if size < _ATTR.size or at + size > len(data):
             break
-        out.setdefault(kind, data[at + _ATTR.size:at + size])
+        out.setdefault(kind & NLA_TYPE_MASK, data[at + _ATTR.size:at + size])
         at += size + (-size % 4)
     return out
 
 
 def _route(body: bytes) -> Answer:
     _, _, _, _, table, _, _, rtype, _ = _RTMSG.unpack_from(body)
-    got = _attrs(body[_RTMSG.size:])
+    got = attrs(body[_RTMSG.size:])
     if RTA_TABLE in got and len(got[RTA_TABLE]) >= 4:
         table = struct.unpack_from("=I", got[RTA_TABLE])[0]
     gateway = _address(got[RTA_GATEWAY]) if RTA_GATEWAY in got else None
@@ -124,18 +154,11 @@ def _route(body: bytes) -> Answer:
 def decode_reply(data: bytes, seq: int) -> Answer | None:
     """The answer to request ``seq`` in the bytes the kernel sent, or None when they hold
     none (another sequence, a truncated message) (pure)."""
-    at = 0
-    while at + _HEADER.size <= len(data):
-        size, kind, _, got_seq, _ = _HEADER.unpack_from(data, at)
-        if size < _HEADER.size or at + size > len(data):
-            return None
-        body = data[at + _HEADER.size:at + size]
-        if got_seq == seq and kind == NLMSG_ERROR and len(body) >= 4:
-            code = -struct.unpack_from("=i", body)[0]
+    for kind, got_seq, body in messages(data):
+        if got_seq == seq and kind == NLMSG_ERROR and (code := error_code(body)) is not None:
             return Answer(error=code) if code else None  # 0: an ack, not an answer
         if got_seq == seq and kind == RTM_NEWROUTE and len(body) >= _RTMSG.size:
             return _route(body)
-        at += size + (-size % 4)
     return None
 
 
