@@ -20,8 +20,13 @@ not simulated: its per-rank result is published as a pass. A client process impo
 once (torch's own store client); nothing is imported per rank.
 
     sudo .venv/bin/python benchmarks/scale_sim.py --command check --ranks 1024 \
-        [--fault filtered-port|slow-link] --json          # one point, one JSON object
+        [--per-node 1] [--fault filtered-port|slow-link] --json   # one point, one JSON object
     sudo .venv/bin/python benchmarks/scale_sim.py        # the sweep: results/scale_sim.json
+
+Exit status: 0 when the point reached a verdict, 1 when it did not (the JSON says why), 2
+for what cannot be simulated (``--ranks`` below 2 or beyond the lab's route, ``--per-node``
+below 1, ``--fault`` outside check, ``--hub-share`` outside (0, 1] or outside the watch, not
+root): one line on stderr with a hint, before any lab is built.
 """
 
 from __future__ import annotations
