@@ -70,8 +70,9 @@ def main(mode: str) -> None:
         if not (fault and mode in ("skip", "desync")):
             dist.all_reduce(_metric(mode, fault).to(device))
         time.sleep(0.02)
-        if step % 20 == 0:
-            print(f"step {step}", flush=True)
+        if step % 20 == 0:  # with the threshold this rank would judge itself by
+            print(f"step {step} {(watch_threshold() or {}).get('source', 'unwatched')}",
+                  flush=True)
     if faulty and mode == "extra":
         print(f"fault {mode} {time.time()}", flush=True)
         dist.all_reduce(_metric(mode, False).to(device))

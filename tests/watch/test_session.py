@@ -4,6 +4,8 @@ own bug does not wait (real hub, real beacons on loopback)."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -11,8 +13,11 @@ from types import TracebackType
 import pytest
 import torch.distributed as dist
 
+from ddpnet.net.ports import listen_socket
 from ddpnet.watch.session import Session, peer_failure
-from tests.watch.test_hub import connected_pair
+from ddpnet.watch.threshold import learn
+from ddpnet.watch.wire import Lines, encode
+from tests.watch.test_hub import TOKEN, beacon, connected_pair
 
 
 @pytest.mark.parametrize("kind,text,expected", [
@@ -77,6 +82,86 @@ def test_without_a_verdict_the_wait_is_bounded(tmp_path: Path) -> None:
     start = time.monotonic()
     session.excepthook(type(exc), exc, None)  # the hub's grace (2 s) outlasts the wait
     assert time.monotonic() - start < 1.5 and printed == [exc] and exits == []
+
+
+def _gone_hub(tmp_path: Path, exits: list[tuple[int, int]], *, drop: bool
+               ) -> tuple[Session, socket.socket]:
+    """Rank 0 connected to a hub that welcomed it, then went away as a hub whose node lost
+    its link looks from a rank's side: nothing acknowledged any more, the port refused
+    (``drop``: the connection closed too, as the link's timeout closes it)."""
+    listener = listen_socket("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    b0 = beacon(0, tmp_path, exits)
+    b0.peers = {}
+
+    def welcome() -> socket.socket:
+        conn, _ = listener.accept()
+        lines = Lines()
+        while not any(m.get("t") == "hello" for m in lines.feed(conn.recv(4096))):
+            pass
+        conn.sendall(encode({"t": "welcome", "token": TOKEN}))
+        return conn
+
+    accepted: list[socket.socket] = []
+    waiter = threading.Thread(target=lambda: accepted.append(welcome()))
+    waiter.start()
+    b0.connect("127.0.0.1", port, token=TOKEN)
+    waiter.join(5)
+    listener.close()
+    conn = accepted[0]
+    if drop:
+        conn.close()
+        assert wait_until(lambda: b0.sock is None)
+    session = Session(b0.recorder, b0, lambda: None, None, verdict_wait=3)
+    session.previous_hook = lambda *_args: None
+    return session, conn
+
+
+def wait_until(predicate: object, seconds: float = 5) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_rank_dying_of_a_peer_without_its_hub_connection_judges_itself_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hub's node went down and the link's timeout closed the connection; a peer that
+    judged itself first closed its gloo pair on this rank: no verdict can come, so this rank
+    names the cause itself instead of dying with a traceback that names nobody."""
+    exits: list[tuple[int, int]] = []
+    session, _conn = _gone_hub(tmp_path, exits, drop=True)
+    exc = RuntimeError("[pair.cc:553] Connection closed by peer [198.18.0.3]:9883")
+    start = time.monotonic()
+    session.excepthook(type(exc), exc, None)
+    took = time.monotonic() - start
+    assert exits == [(0, 4)] and took < 3, (exits, took)
+    err = capsys.readouterr().err
+    assert "ddpnet: watch: rank 0 exits (4): network: rank 0 (h0" in err, err
+    assert "refuses connections: the hub process is gone" in err, err
+
+
+def test_a_dying_rank_judges_by_the_hubs_silence_not_by_its_last_progress(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its connection still open but the hub silent past the threshold: the error that ends
+    the rank is no progress, so it does not wait a threshold more (past the verdict wait)."""
+    exits: list[tuple[int, int]] = []
+    session, conn = _gone_hub(tmp_path, exits, drop=False)
+    beacon0 = session.beacon
+    beacon0.threshold = learn((), override=3.0)  # judged 5 s after the last word or progress
+    beacon0.heard -= 10.0  # the hub went quiet 10 s ago ...
+    beacon0.progress, beacon0.progressed = ("just now",), time.monotonic()  # ... a step ended
+    try:
+        exc = RuntimeError("Connection reset by peer")
+        start = time.monotonic()
+        session.excepthook(type(exc), exc, None)
+        took = time.monotonic() - start
+    finally:
+        conn.close()
+    assert exits == [(0, 4)] and took < 3, (exits, took)
+    assert "the hub process is gone" in capsys.readouterr().err
 
 
 def test_a_long_phase_held_by_with_survives_the_phase_marks_inside_it() -> None:

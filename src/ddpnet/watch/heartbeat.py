@@ -19,6 +19,7 @@ Every socket operation has a timeout.
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import sys
@@ -97,6 +98,8 @@ class Beacon:
         self.obeyed = threading.Event()
         #: set when the hub answered this rank's goodbye (or cannot any more)
         self.farewell = threading.Event()
+        #: set when this rank died of a peer's failure and waits for the verdict
+        self.dying = threading.Event()
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -187,16 +190,14 @@ class Beacon:
         if key != self.progress:
             self.progress, self.progressed = key, now
         if self.judged or self.stopped.is_set() or self.obeyed.is_set() or \
-                now < self.recheck_at or \
-                not cutoff.due(now, self.heard, self.progressed, self.threshold.seconds):
+                now < self.recheck_at or not self.judge_due(now):
             return
         facts = cutoff.gather(state, self.hub, self.peers, heard_ago=now - self.heard,
                               heard_at=self.heard_at, stalled_for=now - self.progressed)
         sock = self.sock
         if sock is not None:
             self.listen(0.0, sock)  # a verdict that came meanwhile wins
-        if self.obeyed.is_set() or not cutoff.due(time.monotonic(), self.heard,
-                                                  self.progressed, self.threshold.seconds):
+        if self.obeyed.is_set() or not self.judge_due(time.monotonic()):
             return
         if cutoff.patient(facts, self.threshold.seconds):
             self.recheck_at = time.monotonic() + self.threshold.seconds
@@ -213,6 +214,17 @@ class Beacon:
                          f"  hint: {diagnosis.hint}\n")
         self.obeyed.set()
         self.exit_now(code)
+
+    def judge_due(self, now: float) -> bool:
+        """Whether to judge itself now: the hub silent and no progress for the threshold
+        (``cutoff.due``). A rank that died of a peer's failure (:meth:`await_verdict`) makes
+        no progress any more: the hub's silence alone decides, and at once when its
+        connection to the hub is gone (no verdict can come). The peer that closed on it is
+        often one whose own cut-off left first; the error it raised is no progress."""
+        if self.dying.is_set():
+            return self.sock is None or cutoff.due(now, self.heard, -math.inf,
+                                                   self.threshold.seconds)
+        return cutoff.due(now, self.heard, self.progressed, self.threshold.seconds)
 
     def expect(self, kind: str, within: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
         """The first message of ``kind`` within ``within`` seconds ({} if none)."""
@@ -332,12 +344,14 @@ class Beacon:
         hub's verdict, which names the cause and exits with the watchdog's code (``obey``);
         then close. Without a verdict the caller goes on to its own exit."""
         if not self.stopped.is_set():
+            self.dying.set()
             # the verdict may already wait in the socket even when this bye cannot be sent
             self.send({"t": "bye", "rank": self.ident.rank, "error": error, "peer": True})
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self.sock is not None and \
-                    self.thread is not None and self.thread.is_alive() and \
-                    not self.obeyed.is_set():
+            # without a connection to the hub (its node is down: the send failed, or the
+            # link's timeout closed it) the heartbeat thread judges this rank itself
+            while time.monotonic() < deadline and self.thread is not None and \
+                    self.thread.is_alive() and not self.obeyed.is_set():
                 time.sleep(0.05)
         self.close(error)
 
