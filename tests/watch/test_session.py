@@ -17,7 +17,7 @@ from ddpnet.net.ports import listen_socket
 from ddpnet.watch.session import Session, peer_failure
 from ddpnet.watch.threshold import learn
 from ddpnet.watch.wire import Lines, encode
-from tests.watch.test_hub import TOKEN, beacon, connected_pair
+from tests.watch.test_hub import TOKEN, beacon, connected_pair, wait_for
 
 
 @pytest.mark.parametrize("kind,text,expected", [
@@ -111,19 +111,10 @@ def _gone_hub(tmp_path: Path, exits: list[tuple[int, int]], *, drop: bool
     conn = accepted[0]
     if drop:
         conn.close()
-        assert wait_until(lambda: b0.sock is None)
+        assert wait_for(lambda: b0.sock is None, 5)
     session = Session(b0.recorder, b0, lambda: None, None, verdict_wait=3)
     session.previous_hook = lambda *_args: None
     return session, conn
-
-
-def wait_until(predicate: object, seconds: float = 5) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_a_rank_dying_of_a_peer_without_its_hub_connection_judges_itself_at_once(
