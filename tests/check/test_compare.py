@@ -57,6 +57,38 @@ def test_clock_skew_beyond_one_second_is_a_warning() -> None:
     assert "-3.40 s" in cause.detail and "timedatectl set-ntp true" in cause.fix
 
 
+def _host_rank(rank: int, host: int, offset: float) -> NodeFacts:
+    return _node(rank, hostname=f"n{host}", address=f"10.0.0.{host + 1}", clock_offset_s=offset)
+
+
+def test_a_rank_that_read_the_plan_late_is_not_a_skewed_clock_when_its_host_read_it_in_time(
+        ) -> None:
+    """Delivery delay only adds to a reading: one prompt rank of a host clears the host."""
+    late = [_host_rank(8 * h + i, h, 0.05 + 2.5 * i) for h in range(3) for i in range(8)]
+    assert compare_facts(late) == []
+
+
+def test_a_skewed_host_is_one_host_with_all_its_ranks_and_its_nearest_reading() -> None:
+    nodes = [_host_rank(i, 0, 0.0) for i in range(8)] + \
+        [_host_rank(8 + i, 1, -4.0 + 0.3 * i) for i in range(8)]
+    (cause,) = compare_facts(nodes)
+    assert cause.id == "clock-skew" and cause.hosts == ("n1 (10.0.0.2)",)
+    assert cause.ranks == tuple(range(8, 16))
+    assert "on 1 host(s): n1 (10.0.0.2) -4.00 s (rank(s) 8-15)" in cause.detail, cause.detail
+    assert cause.evidence == ("n1 (10.0.0.2): clock -4.00 s from rank 0's, the least of its "
+                              "rank(s) 8-15' readings over the store at the start signal",)
+
+
+def test_the_clock_skew_detail_names_the_worst_hosts_and_counts_the_rest() -> None:
+    """The detail is in every rank's line: a few hosts and a count, the evidence has all."""
+    nodes = [_host_rank(0, 0, 0.0)] + [_host_rank(h, h, 1.5 + h / 10) for h in range(1, 21)]
+    (cause,) = compare_facts(nodes)
+    assert len(cause.hosts) == 20 and len(cause.evidence) == 20
+    assert "n20 (10.0.0.21) +3.50 s (rank(s) 20)" in cause.detail
+    assert "n12 (10.0.0.13)" not in cause.detail and "and 12 more host(s);" in cause.detail
+    assert len(cause.detail) < 800, len(cause.detail)
+
+
 def test_interface_mismatch_names_the_node_in_another_network() -> None:
     nodes = [_node(0), _node(1), _node(2, interface="docker0", address="172.17.0.1",
                                       subnet="172.17.0.0/16"), _node(3)]

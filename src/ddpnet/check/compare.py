@@ -16,6 +16,7 @@ from typing import Any
 
 from ddpnet.check.causes import PLAIN_JOB_BREAKS, PLAIN_JOB_SEVERITY, Cause, host_label
 from ddpnet.net.names import is_loopback
+from ddpnet.output import rank_ranges
 
 #: a clock further off than this breaks timeouts, logs and NCCL's watchdog reasoning
 CLOCK_SKEW_LIMIT_S = 1.0
@@ -133,38 +134,71 @@ def _torchrun(nodes: Sequence[NodeFacts]) -> bool:
     return any((n.facts.get("names") or {}).get("launcher") == "torchrun" for n in nodes)
 
 
+@dataclass(frozen=True)
+class HostClock:
+    """One host's clock against rank 0's: the least of its ranks' readings. Each reading is
+    the rank's wall clock when rank 0's plan reached it minus rank 0's when it was published:
+    the true offset plus that delivery's delay, never less, so the least-delayed rank on the
+    host is the nearest (the ranks of one host share one clock)."""
+
+    label: str
+    offset: float
+    ranks: tuple[int, ...]
+
+
+def host_clocks(nodes: Sequence[NodeFacts]) -> list[HostClock]:
+    """Every host that measured its clock, ranks grouped by host (pure)."""
+    readings: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for n in nodes:
+        offset = n.facts.get("clock_offset_s")
+        if isinstance(offset, (int, float)) and not isinstance(offset, bool):
+            readings[n.label].append((float(offset), n.rank))
+    return [HostClock(label, min(o for o, _ in found), tuple(sorted(r for _, r in found)))
+            for label, found in readings.items()]
+
+
+#: hosts a clock-skew detail names (the detail is in every rank's line; the evidence has all)
+CLOCK_SHOWN = 8
+
+
+def _clock_detail(odd: Sequence[HostClock], limit_s: float, expired: bool,
+                  torchrun: bool) -> str:
+    worst = sorted(odd, key=lambda h: -abs(h.offset))
+    named = ", ".join(f"{h.label} {h.offset:+.2f} s (rank(s) {rank_ranges(h.ranks)})"
+                      for h in worst[:CLOCK_SHOWN])
+    more = f" and {len(worst) - CLOCK_SHOWN} more host(s)" if len(worst) > CLOCK_SHOWN else ""
+    return (f"clocks differ from rank 0's by more than {limit_s:g} s on {len(odd)} host(s): "
+            f"{named}{more}; gloo, NCCL and the store are not hit (each rank times out on "
+            "its own steady clock)"
+            + (f"; torchrun's c10d/etcd rendezvous is (more than {TORCHRUN_EXPIRY_S:g} s: "
+               "each node writes its keep-alive heartbeat as its own wall-clock time and the "
+               "others expire it by theirs, so nodes are dropped as dead: a group of the "
+               "wrong size, or agents that hang)"
+               + ("" if torchrun else ", if the job uses it") if expired else ""))
+
+
 def compare_clock(nodes: Sequence[NodeFacts], limit_s: float = CLOCK_SKEW_LIMIT_S) -> list[Cause]:
     """``clock-skew``: a warning past ``limit_s``; a failure past torchrun's heartbeat expiry
-    when the job runs under torchrun (the c10d rendezvous compares wall clocks across nodes)."""
-    odd = [n for n in nodes
-           if isinstance(n.facts.get("clock_offset_s"), (int, float))
-           and abs(float(n.facts["clock_offset_s"])) > limit_s]
+    when the job runs under torchrun (the c10d rendezvous compares wall clocks across nodes).
+    Judged per host (:func:`host_clocks`): a rank that read the plan late from a busy store
+    is not a skewed clock while another rank of its host read it in time."""
+    odd = [h for h in host_clocks(nodes) if abs(h.offset) > limit_s]
     if not odd:
         return []
-    expired = [n for n in odd if abs(float(n.facts["clock_offset_s"])) > TORCHRUN_EXPIRY_S]
+    expired = any(abs(h.offset) > TORCHRUN_EXPIRY_S for h in odd)
     torchrun = _torchrun(nodes)
     return [Cause(
         id="clock-skew",
         stage="facts",
         severity="fail" if expired and torchrun else "warn",
-        hosts=tuple(n.label for n in odd),
-        ranks=tuple(n.rank for n in odd),
-        detail="clocks differ from rank 0's by more than "
-               f"{limit_s:g} s: "
-               + ", ".join(f"rank {n.rank} {float(n.facts['clock_offset_s']):+.2f} s"
-                           for n in odd)
-               + "; gloo, NCCL and the store are not hit (each rank times out on its own "
-               "steady clock)"
-               + (f"; torchrun's c10d/etcd rendezvous is (more than {TORCHRUN_EXPIRY_S:g} s: "
-                  "each node writes its keep-alive heartbeat as its own wall-clock time and the "
-                  "others expire it by theirs, so nodes are dropped as dead: a group of the "
-                  "wrong size, or agents that hang)"
-                  + ("" if torchrun else ", if the job uses it") if expired else ""),
+        hosts=tuple(h.label for h in odd),
+        ranks=tuple(sorted(r for h in odd for r in h.ranks)),
+        detail=_clock_detail(odd, limit_s, expired, torchrun),
         fix="enable time sync on every node: timedatectl set-ntp true "
             "(or systemctl enable --now chronyd)",
-        evidence=tuple(f"rank {n.rank} on {n.label}: clock {float(n.facts['clock_offset_s']):+.2f}"
-                       " s from rank 0's, measured over the store at the start signal"
-                       for n in odd)
+        evidence=tuple(f"{h.label}: clock {h.offset:+.2f} s from rank 0's, the least of its "
+                       f"rank(s) {rank_ranges(h.ranks)}' readings over the store at the start "
+                       "signal" for h in odd)
                  + ((f"launched by torchrun: its rendezvous expires heartbeats after "
                      f"{TORCHRUN_EXPIRY_S:g} s",) if torchrun else ()),
         ruled_out=(CLOCK_RULED_OUT,),
