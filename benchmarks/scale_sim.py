@@ -193,7 +193,8 @@ def rank0_check(args: argparse.Namespace) -> None:
         d = report.to_dict()
         out.update(verdict=report.verdict, timings=d.get("timings"),
                    causes=[{"id": c["id"], "severity": c.get("severity"),
-                            "hosts": c["hosts"][:8], "ranks": c["ranks"][:8]}
+                            "hosts": c["hosts"][:8], "ranks": c["ranks"][:8],
+                            "hosts_named": len(c["hosts"]), "ranks_named": len(c["ranks"])}
                            for c in d.get("causes", [])],
                    report_json_bytes=len(json.dumps(d)), notes=d.get("notes"),
                    verdict_at=done - float((d.get("timings") or {}).get("acks", 0.0)))
