@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from ddpnet.lab import delayline as d
+from ddpnet.net import netlink
 
 
 def test_verdict_batch_message() -> None:
@@ -32,6 +33,6 @@ def _packet(pid: int) -> bytes:
 
 
 def test_packet_ids_and_errors_are_parsed() -> None:
-    err = struct.pack("=IHHII", 36, d.NLMSG_ERROR, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
+    err = struct.pack("=IHHII", 36, netlink.NLMSG_ERROR, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
     ids, errors = d.packet_ids(_packet(7) + _packet(8) + err)
     assert ids == [7, 8] and errors == [1]

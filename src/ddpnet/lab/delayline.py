@@ -51,7 +51,6 @@ NFQNL_COPY_META = 1
 NFQA_CFG_F_FAIL_OPEN = 1
 NFQA_CFG_F_GSO = 4
 NF_ACCEPT = 1
-NLM_F_REQUEST, NLMSG_ERROR = netlink.NLM_F_REQUEST, netlink.NLMSG_ERROR
 NLM_F_ACK = 4
 NETLINK_NO_ENOBUFS = 5
 SOL_NETLINK = 270
@@ -60,8 +59,8 @@ SOL_NETLINK = 270
 def message(msg_type: int, queue: int, attrs: bytes, seq: int = 0, flags: int = 0) -> bytes:
     """One nfnetlink_queue message: nlmsghdr + nfgenmsg (AF_UNSPEC, v0, queue) + attributes."""
     body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
-    return netlink.message((NFNL_SUBSYS_QUEUE << 8) | msg_type, NLM_F_REQUEST | flags, seq,
-                           body)
+    return netlink.message((NFNL_SUBSYS_QUEUE << 8) | msg_type, netlink.NLM_F_REQUEST | flags,
+                           seq, body)
 
 
 def bind_messages(queue: int, maxlen: int = 100000) -> list[bytes]:
@@ -86,7 +85,7 @@ def packet_ids(data: bytes) -> tuple[list[int], list[int]]:
     ids: list[int] = []
     errors: list[int] = []
     for msg_type, _, body in netlink.messages(data):
-        if msg_type == NLMSG_ERROR:
+        if msg_type == netlink.NLMSG_ERROR:
             code = netlink.error_code(body)
             if code:
                 errors.append(code)
