@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install -q -c constraints.txt
 STAMP   := $(VENV)/.ddpnet-installed
 
-.PHONY: setup system-deps bytecode demo test lint typecheck unit clean gpu-check
+.PHONY: setup system-deps bytecode demo test test-suite test-fast lint typecheck unit clean gpu-check
 
 setup: $(STAMP)
 
@@ -31,8 +31,23 @@ lint: setup
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 
-test: setup system-deps lint bytecode
-	$(VENV)/bin/pytest -q --durations=30
+test: setup system-deps lint bytecode test-suite
+
+# The whole suite in two runs (docs/testing.md): every test not marked solo on 4 xdist workers,
+# a module at a time each (a module shares its lab or cluster), the longest recorded modules
+# first (--no-loadscope-reorder keeps that order: xdist would sort by test count); then the
+# solo ones (a rate, a CPU share or a race measured) alone on the machine.
+# TESTS narrows both runs to some paths (benchmarks/loaded_suite.sh); with none of them solo,
+# the second run's "no tests ran" (pytest's exit 5) is no failure.
+PYTEST := $(VENV)/bin/pytest -q
+TESTS  ?=
+test-suite:
+	$(PYTEST) -n 4 --dist loadfile --no-loadscope-reorder -m "not solo" --durations=20 $(TESTS)
+	$(PYTEST) -m solo --durations=10 $(TESTS) || [ $$? -eq 5 ]
+
+# The inner loop, under 2 minutes: no root, namespace, daemon or slow test (tests/conftest.py).
+test-fast: setup bytecode
+	$(PYTEST) -n 2 --fast
 
 # The GPU path measured on one CUDA GPU (docs/gpu-check.md; no setup: a GPU node may have
 # its own torch and no network): one JSON summary in

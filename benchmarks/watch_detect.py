@@ -41,7 +41,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 SCENARIO = str(ROOT / "tests" / "watch" / "scenario.py")
 FAULT_RANK = 2
 #: the step rank 2 misbehaves at: the job has stepped for seconds and learned its threshold
-#: (a fault in the first second of stepping gets the warm-up's 60 s: ``watch.threshold``)
+#: (a fault before every rank has 10 gaps after its first 2 steps gets the warm-up's 60 s:
+#: ``watch.gaps``; a 25 ms loop has them by step 40)
 FAULT_STEP = 150
 #: seconds one run may take (a stall at the default 60 s threshold, plus start and exit)
 RUN_TIMEOUT_S = 240.0

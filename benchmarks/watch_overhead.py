@@ -8,15 +8,24 @@ steps excluded). Two models: the default tiny MLP (a ~3 ms step: the worst case,
 Recorder and the phase marks are a fixed cost per step) and a wider one (~20-40 ms).
 Target: < 2 % on the wider model.
 
+Attached (issue 38): two ranks of tests/watch/tutorial.py, a script with no ddpnet import,
+plain and under ``python -m ddpnet.attach`` (the watch, steps and phases inferred, the
+activity sampler), interleaved: rank 0's median step at the tutorial's own ~ms step and at a
+50 ms step, and the seconds from spawn to both ranks' group. Targets: <= 1 % of a realistic
+step, <= 0.5 s added to start-up.
+
 Fault to cause: the real-process scenarios of tests/watch (two gloo ranks, one fault at step
 5, watch_timeout 4 s): seconds from the fault to the hub writing report.json (the cause
 named). Pieces in isolation (``micro``): the Flight Recorder's cost per collective (a
 world-1 gloo all_reduce with TORCH_FR_BUFFER_SIZE 64 vs 0), the phase/step marks of one
 ``ddpnet train`` step, one heartbeat (recorder dump, state, JSON), and ``ddpnet train``'s
 timed comm hook on gloo (a tiny MLP's DDP forward+backward, one bucket: DDP's built-in
-all-reduce vs torch's allreduce_hook wrapped by ``train.comm.timed_hook``).
+all-reduce vs torch's allreduce_hook wrapped by ``train.comm.timed_hook``), and the hooks
+that infer an unmarked script's steps and phases (``watch.infer``: a tiny MLP's step from a
+DataLoader, with SGD, without and with them).
 
     .venv/bin/python benchmarks/watch_overhead.py [--rounds N] [--quick] [--out FILE]
+        [--micro-only | --attached-only]
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -109,11 +119,13 @@ if sys.argv[1] == "pieces":
                                                    beacon.state().to_dict()}), 200)
     out["records"] = len(beacon.state().recent)
     out.update(hook_cost())
+    out.update(infer_cost())
 print(json.dumps(out))
 """
 
 #: ddpnet train's timed comm hook on gloo: DDP steps of two tiny MLPs (one bucket each), the
-#: built-in all-reduce vs torch's allreduce_hook wrapped by timed_hook, interleaved blocks
+#: built-in all-reduce vs torch's allreduce_hook wrapped by timed_hook, interleaved blocks; and
+#: an unmarked step without and with watch.infer's hooks
 HOOK = r"""
 def hook_cost():
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -145,6 +157,36 @@ def hook_cost():
             best[k] = min(best[k], block(net, 300))
     return {"ddp_step_builtin_s": best["builtin"], "ddp_step_allreduce_hook_s": best["hook"],
             "ddp_step_timed_hook_s": best["timed"]}
+
+
+def infer_cost():
+    # an unmarked step (a DataLoader's batch, DDP forward + backward, SGD) without and with
+    # watch.infer's hooks (optimizer, forward, data): interleaved blocks, best of each
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+    from ddpnet.train.model import IN_FEATURES, build_model
+    from ddpnet.watch import infer
+    from ddpnet.watch.recorder import Recorder
+    data = TensorDataset(torch.randn(32 * 400, IN_FEATURES), torch.randint(0, 10, (32 * 400,)))
+    def block(n):
+        torch.manual_seed(0)
+        net = DDP(build_model("mlp", 64, 2, 10))
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        batches = iter(DataLoader(data, batch_size=32))
+        start = time.perf_counter()
+        for _ in range(n):
+            x, y = next(batches)
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        return (time.perf_counter() - start) / n
+    best = {"off": float("inf"), "on": float("inf")}
+    for _ in range(10):
+        for k in best:
+            undo = infer.install(Recorder()) if k == "on" else (lambda: None)
+            best[k] = min(best[k], block(300))
+            undo()
+    return {"ddp_step_unmarked_s": best["off"], "ddp_step_inferred_s": best["on"]}
 """
 
 
@@ -163,7 +205,8 @@ def _micro_run(size: str, tries: int = 3) -> dict[str, Any]:
 
 def micro(rounds: int) -> dict[str, Any]:
     """Per-collective cost of the Flight Recorder (FR on vs off, min over rounds), the
-    phase/step marks of one ``ddpnet train`` step, and one heartbeat (dump, state, JSON)."""
+    phase/step marks of one ``ddpnet train`` step, one heartbeat (dump, state, JSON), and the
+    inferred steps and phases of one unmarked step (``watch.infer``)."""
     fr_on, fr_off, pieces = [], [], {}
     for _ in range(rounds):
         for size, sink in (("64", fr_on), ("0", fr_off)):
@@ -180,11 +223,17 @@ def micro(rounds: int) -> dict[str, Any]:
            "ddp_step_allreduce_hook_s": pieces["ddp_step_allreduce_hook_s"],
            "ddp_step_timed_hook_s": pieces["ddp_step_timed_hook_s"],
            "timed_hook_cost_per_step_s": pieces["ddp_step_timed_hook_s"]
-           - pieces["ddp_step_builtin_s"]}
+           - pieces["ddp_step_builtin_s"],
+           "ddp_step_unmarked_s": pieces["ddp_step_unmarked_s"],
+           "ddp_step_inferred_s": pieces["ddp_step_inferred_s"],
+           "inferred_cost_per_step_s": pieces["ddp_step_inferred_s"]
+           - pieces["ddp_step_unmarked_s"]}
     print(f"FR per collective {out['fr_cost_per_collective_s'] * 1e6:.1f} us, marks per step "
           f"{out['marks_per_step_s'] * 1e6:.1f} us, heartbeat {out['heartbeat_s'] * 1e3:.2f} "
           f"ms/s; DDP step {out['ddp_step_builtin_s'] * 1e6:.0f} us built-in, "
-          f"{out['ddp_step_timed_hook_s'] * 1e6:.0f} us with the timed hook", flush=True)
+          f"{out['ddp_step_timed_hook_s'] * 1e6:.0f} us with the timed hook; unmarked step "
+          f"{out['ddp_step_unmarked_s'] * 1e6:.0f} us, +{out['inferred_cost_per_step_s'] * 1e6:.1f}"
+          f" us with steps and phases inferred", flush=True)
     return out
 
 
@@ -206,6 +255,82 @@ def fault_to_cause(watch_timeout: float) -> dict[str, Any]:
     return out
 
 
+TUTORIAL = ROOT / "tests" / "watch" / "tutorial.py"
+#: an attached script's step: the tutorial's own (a ~1-2 ms DDP step) and a realistic one
+ATTACHED_STEP_S = {"bare": 0.0, "50ms": 0.05}
+
+
+def _reader(watch: bool, start: float, seen: dict[int, float], timing: dict[int, float]
+            ) -> Any:
+    """A rank's stdout read as it prints: when its group came up (``watched``), its step."""
+    def read(rank: int, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("watched "):
+                seen[rank] = time.monotonic() - start
+                if (line.split()[1] == "True") != watch:
+                    raise RuntimeError(f"rank {rank}: {line.strip()} (watch={watch})")
+            if line.startswith("timing "):
+                timing[rank] = float(json.loads(line.split(" ", 1)[1])["step_s"])
+
+    return read
+
+
+def attached_run(watch: bool, step_s: float, steps: int) -> tuple[float, float]:
+    """Two ranks of tests/watch/tutorial.py (no ddpnet import) on loopback, plain or under
+    ``python -m ddpnet.attach``: (seconds from spawn to the slower rank's group, median step
+    seconds of rank 0)."""
+    from ddpnet.net.ports import free_port
+
+    port, start, procs = free_port(), time.monotonic(), []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "STEPS": str(steps), "STEP_S": str(step_s), "OMP_NUM_THREADS": "1",
+               "DDPNET_WATCH_DIR": tempfile.mkdtemp(prefix="watch-bench-")}
+        argv = [sys.executable, *(["-m", "ddpnet.attach"] if watch else []), str(TUTORIAL)]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
+    seen: dict[int, float] = {}
+    timing: dict[int, float] = {}
+    read = _reader(watch, start, seen, timing)
+    readers = [threading.Thread(target=read, args=(rank, proc)) for rank, proc in
+               enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    for rank, proc in enumerate(procs):
+        if proc.wait(timeout=600) != 0:
+            raise RuntimeError(f"rank {rank} exited {proc.returncode}")
+    for reader in readers:
+        reader.join(60)
+    grouped, step = max(seen.values(), default=float("nan")), timing.get(0, float("nan"))
+    return grouped, step
+
+
+def attached(rounds: int, steps: int) -> dict[str, Any]:
+    """An unchanged script with the watch attached vs plain, interleaved rounds (medians):
+    the step time at each ATTACHED_STEP_S and what attaching adds to start-up (spawn to the
+    group, both ranks)."""
+    out: dict[str, Any] = {}
+    for name, step_s in ATTACHED_STEP_S.items():
+        runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        for _ in range(rounds):
+            for watch in (False, True):
+                runs[watch].append(attached_run(watch, step_s, steps))
+        off = statistics.median(s for _, s in runs[False])
+        on = statistics.median(s for _, s in runs[True])
+        up_off = statistics.median(g for g, _ in runs[False])
+        up_on = statistics.median(g for g, _ in runs[True])
+        out[name] = {"step_s_off": off, "step_s_on": on,
+                     "overhead_pct": 100 * (on - off) / off,
+                     "startup_s_off": up_off, "startup_s_on": up_on,
+                     "startup_added_s": up_on - up_off,
+                     "runs": {"off": runs[False], "on": runs[True]}}
+        print(f"attached {name}: step {off * 1e3:.2f} -> {on * 1e3:.2f} ms "
+              f"({out[name]['overhead_pct']:+.2f} %), start-up {up_off:.2f} -> {up_on:.2f} s "
+              f"({up_on - up_off:+.2f} s)", flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -213,6 +338,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 rounds of 60 steps")
     parser.add_argument("--micro-only", action="store_true",
                         help="only the pieces in isolation (updates 'micro' in --out)")
+    parser.add_argument("--attached-only", action="store_true",
+                        help="only the attached script (updates 'attached' in --out)")
     parser.add_argument("--out", type=Path, default=RESULTS / "watch_overhead.json")
     args = parser.parse_args()
     rounds, steps = (2, 60) if args.quick else (args.rounds, args.steps)
@@ -223,12 +350,20 @@ def main() -> int:
                          "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         args.out.write_text(json.dumps(kept, indent=1) + "\n")
         return 0
+    if args.attached_only:
+        kept = json.loads(args.out.read_text()) if args.out.exists() else {}
+        kept["attached"] = {**attached(rounds, steps), "rounds": rounds, "steps": steps,
+                            "loadavg": [load_before, os.getloadavg()],
+                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        args.out.write_text(json.dumps(kept, indent=1) + "\n")
+        return 0
     result = {
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rounds": rounds, "steps": steps, "loadavg_before": load_before,
         "micro": micro(3),
         "overhead": overhead(rounds, steps),
+        "attached": attached(rounds, steps),
         "watch_timeout_s": 4.0, "fault_to_cause": fault_to_cause(4.0),
         "loadavg_after": os.getloadavg(),
     }

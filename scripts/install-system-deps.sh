@@ -8,6 +8,7 @@ PACKAGES=(
   openssh-client openssh-server
   openmpi-bin slurm-wlm slurm-client munge
   chromium tmux
+  prometheus
   netplan.io firewalld network-manager ufw
 )
 missing=()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
+
+#: ``DDPNET_TEST_PROFILE=DIR``: where each test's time goes (benchmarks/test_durations.py)
+pytest_plugins = ["tests.profiling"]
 
 #: variables that would leak a launcher from the test runner's own environment
 _LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_", "MV2_", "LSB_", "JSM_",
@@ -68,3 +74,95 @@ def assert_user_error(proc: subprocess.CompletedProcess[str], code: int, *needle
     assert "Traceback" not in proc.stderr, proc.stderr
     for needle in needles:
         assert needle in proc.stderr, (needle, proc.stderr)
+
+
+#: the recorded cost of each test module (benchmarks/test_durations.py writes it)
+_DURATIONS = Path(__file__).resolve().parent.parent / "benchmarks/results/test_durations.json"
+
+
+def recorded_costs(key: str, name: str, path: Path = _DURATIONS) -> dict[str, float]:
+    """Wall seconds by module (``"modules"``, ``"module"``) or by test (``"all"``,
+    ``"test"``) in the last recorded run; {} when there is none."""
+    try:
+        rows = json.loads(path.read_text())[key]
+        return {row[name]: float(row["wall_s"]) for row in rows}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def module_costs(items: list[pytest.Item], modules: Mapping[str, float],
+                 tests: Mapping[str, float]) -> dict[str, float]:
+    """Each module's recorded cost; one with no record yet is costed as its tests: each
+    test's own record, else the median recorded test that needs the machine as it does (a
+    new lab module of ten runs went last, and ran alone at the end of the run), else 0."""
+    heavy = [tests[it.nodeid] for it in items
+             if it.nodeid in tests and _needs_the_machine(it)]
+    guess = statistics.median(heavy) if heavy else 0.0
+    costs = dict(modules)
+    for it in items:
+        name = _module(it)
+        if name not in modules:
+            own = tests.get(it.nodeid, guess if _needs_the_machine(it) else 0.0)
+            costs[name] = costs.get(name, 0.0) + own
+    return costs
+
+
+def longest_first(items: list[pytest.Item], costs: Mapping[str, float]) -> list[pytest.Item]:
+    """Modules in falling cost (:func:`module_costs`), each module's tests in their own
+    order: xdist (``--dist loadfile``) hands a free worker the next module, so the long ones
+    start first and no long module is left to run alone at the end."""
+    module = _module
+    order: dict[str, int] = {}
+    for item in items:
+        order.setdefault(module(item), len(order))
+    return sorted(items, key=lambda it: (-costs.get(module(it), 0.0), order[module(it)]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--fast"):
+        took = recorded_costs("all", "test")
+        slow = {it.nodeid for it in items
+                if _needs_the_machine(it) or took.get(it.nodeid, 0.0) > FAST_TEST_S}
+        config.hook.pytest_deselected(items=[it for it in items if it.nodeid in slow])
+        items[:] = [it for it in items if it.nodeid not in slow]
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; all in one order
+        costs = module_costs(items, recorded_costs("modules", "module"),
+                             recorded_costs("all", "test"))
+        items[:] = longest_first(items, costs)
+
+
+#: ``--fast`` leaves out a test that took longer in the recorded run (it starts ranks: a
+#: Python with torch is ~2 s of CPU); a new test, with no record yet, stays in
+FAST_TEST_S = 1.5
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A runner started in the background (``cmd &`` without job control, nohup) inherits
+    SIGINT ignored, and so would every process a test starts: the Ctrl-C tests (check, train,
+    monitor, lab run, the store) then failed for the runner's reason, not the code's. Ctrl-C
+    is a user's to send, so the suite delivers it as a terminal would."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="make test-fast, the inner loop: only tests that need no root, "
+                          "namespace or daemon, are not marked slow or solo, and took at "
+                          f"most {FAST_TEST_S} s in benchmarks/results/test_durations.json")
+
+
+def _needs_the_machine(item: pytest.Item) -> bool:
+    """Root, a network namespace, a daemon (SLURM), or a mark saying it is slow."""
+    from tests.lab_util import requires_netns
+    from tests.slurm_util import requires_slurm
+
+    gates = (requires_netns.mark, requires_slurm.mark)
+    return (any(item.get_closest_marker(name) for name in ("root", "slow", "solo"))
+            or any(mark in gates for mark in item.iter_markers("skipif")))

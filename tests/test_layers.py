@@ -13,13 +13,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ddpnet"
 #: floor of each top-level module or package, from the ground up
 FLOORS: dict[str, int] = {
     "errors": 0, "exitcodes": 0, "config": 0, "output": 0, "subproc": 0,
-    "sysctl_profile": 0, "paths": 0, "__init__": 0,
+    "sysctl_profile": 0, "paths": 0, "address": 0, "__init__": 0,
     "env": 1,
     "net": 2,
     "process_group": 3, "local": 3, "rendezvous": 3, "watch": 3,
     "doctor": 4, "check": 4, "bench": 4, "tune": 4, "launch": 4, "train": 4, "monitor": 4,
     "lab": 4, "k8s": 4, "diagnose": 4,
-    "cli": 5, "__main__": 5,
+    "cli": 5, "__main__": 5, "attach": 5,
 }
 
 

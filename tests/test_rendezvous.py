@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from ddpnet.config import DistConfig
 from ddpnet.net.ports import free_port, store_address
 from ddpnet.rendezvous import missing_message, own_store
+from tests import zygote
 from tests.conftest import clean_environ
 from tests.net.fixtures import cfg
 
@@ -22,16 +23,16 @@ WORKER = str(Path(__file__).with_name("net") / "init_worker.py")
 ROOT = str(Path(__file__).resolve().parents[1])
 
 
-def _rank(rank: int, world: int, port: int, join: float) -> subprocess.Popen[str]:
+def _rank(rank: int, world: int, port: int, join: float) -> Any:
     env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                          "WORLD_SIZE": str(world), "RANK": str(rank),
                          "PYTHONPATH": f"{ROOT}/src:{ROOT}",
                          "NT_CONNECT_TIMEOUT": "20", "NT_JOIN_TIMEOUT": str(join)})
-    return subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return zygote.popen([WORKER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True)
 
 
-def _result(proc: subprocess.Popen[str]) -> dict[str, object]:
+def _result(proc: Any) -> dict[str, object]:
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err
     return dict(json.loads(out.strip().splitlines()[-1]))
@@ -147,3 +148,32 @@ def test_the_line_for_another_ranks_group_failure_names_it_and_not_this_rank() -
     assert group_failed_message(one, "n1", "1\nn1\nmine") is None  # its own report
     assert group_failed_message(one, "n1", "garbage") is None
     assert group_failed_message(one, "n1", "") is None
+
+
+def test_the_first_group_failure_stays_and_a_later_one_learns_it_came_second() -> None:
+    # rank 2 fails because rank 0 already left (its port refuses): rank 2's report must
+    # neither hide rank 0's cause from the ranks still waiting nor claim to be the cause
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ddpnet.rendezvous import (
+        GROUP_FAILED,
+        group_failed_message,
+        report_group_failure,
+    )
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=5))  # type: ignore[attr-defined]
+    first = report_group_failure(store, cfg(rank=1, world=3, nodes=3), "n1",
+                                 "connect: Network is unreachable")
+    assert first is None  # the first report is the cause
+    two = cfg(rank=2, world=3, nodes=3)
+    earlier = report_group_failure(store, two, "n2", "Connection refused")
+    assert earlier == "1\nn1\nconnect: Network is unreachable"
+    assert store.get(GROUP_FAILED) == b"1\nn1\nconnect: Network is unreachable"
+    line = group_failed_message(two, "n2", earlier, "Connection refused")
+    assert line == ("rank 2 on n2: the process group cannot form: rank 1 on n1 failed to "
+                    "connect to its peers first (connect: Network is unreachable); this "
+                    "rank's own failure followed from it (Connection refused)")
+    assert group_failed_message(two, "n2", "2\nn2\nmine", "x") is None
+    assert group_failed_message(two, "n2", "garbage", "x") is None

@@ -105,6 +105,13 @@ class RendezvousError(DdpnetError):
         self.detail = detail
 
 
+class AddressError(RendezvousError):
+    """A rendezvous address that cannot work as the user wrote it (a link-local MASTER_ADDR
+    without its zone): bad input (exit 2), named by its cause id like any other."""
+
+    exit_code = ExitCode.USAGE
+
+
 def from_os_error(exc: OSError, flag: str | None = None) -> DdpnetError:
     """A file-system error on a path the user named (``--root``, ``--record``...) as one line:
     permission problems are a missing requirement (exit 3), the rest bad input (exit 2).
@@ -119,3 +126,12 @@ def from_os_error(exc: OSError, flag: str | None = None) -> DdpnetError:
         return ConfigError(f"{flag}{where}: {what}", f"give {flag} an existing, readable path")
     return ConfigError(f"cannot use{where}: {what}",
                        "check the path named in the command; --debug shows where it failed")
+
+
+def short_error(kind: str, text: str, limit: int = 160) -> str:
+    """``RuntimeError: Connection reset by peer ...`` without gloo's source path (pure)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if first.startswith("[") and "] " in first:
+        first = first.split("] ", 1)[1]
+    first = first if len(first) <= limit else first[:limit - 3] + "..."
+    return f"{kind}: {first}" if first else kind

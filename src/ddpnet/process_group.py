@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.select import Selection
 from ddpnet.output import argument, lend_stdout
-
-if TYPE_CHECKING:
-    from ddpnet.watch.session import WatchConfig
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -173,7 +170,7 @@ def init_url(cfg: DistConfig) -> str:
     return f"tcp://{host}:{cfg.master_port}"
 
 
-def _set_env(values: dict[str, str]) -> None:
+def _set_env(values: Mapping[str, str]) -> None:
     for key, value in values.items():
         if key not in _saved:
             _saved[key] = os.environ.get(key)
@@ -209,7 +206,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
          connect_timeout: float = 60, *, ifname: str | None = None, device: str = "auto",
          join_timeout: float | None = None, watch: bool | None = None,
          watch_timeout: float | None = None, watch_action: str | None = None,
-         **overrides: Any) -> Handle:
+         metrics_port: int | None = None, **overrides: Any) -> Handle:
     """Bring up the default process group on the right interface, or fail fast with a cause.
 
     ``timeout`` (seconds) is torch's process-group timeout (None: torch's default);
@@ -221,6 +218,8 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     ``watch`` (default on, ``DDPNET_WATCH=0`` turns it off) names a hang mid-training:
     after ``watch_timeout`` seconds without progress (default 60) every rank exits with the
     cause, or only reports it with ``watch_action="warn"`` (docs/watch.md).
+    ``metrics_port`` (or ``DDPNET_METRICS_PORT``): rank 0 serves the job's Prometheus
+    metrics there, on the job's interface (docs/watch.md; in use: ConfigError, exit 2).
     ``overrides``: rank, world_size, local_rank, master_addr, master_port, ... as for
     ``ddpnet.resolve``. Raises ConfigError (bad input) or RendezvousError (``.cause``:
     master-unresolvable, master-no-route, master-port-filtered, master-port-refused,
@@ -241,7 +240,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         "join_timeout", join_timeout, "the seconds ranks may start apart, e.g. join_timeout=300")
     cfg = resolve(init_method=init_method, **overrides)
     check_requested(backend, device)
-    wc = session.watch_config(os.environ, watch, watch_timeout, watch_action)
+    wc = session.watch_config(os.environ, watch, watch_timeout, watch_action, metrics_port)
     _refuse_second_group(cfg)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch
@@ -251,38 +250,13 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     check_store(cfg, patience=min(connect_timeout, 10.0))
     choice = choose(backend, device)
     placed = _place(choice, cfg, selection)
-    watching = wc.enabled and cfg.world_size > 1
-    to_set = {**selection.env(), **(session.torch_environ(os.environ) if watching else {})}
-    _set_env(to_set)
+    _set_env(selection.env())
     lend_stdout()  # under --json, NCCL's debug lines go to stderr, not into the JSON
-    hub = _start_hub(cfg, wc) if watching and cfg.rank == 0 else None
-    try:
-        _init_group(choice.backend, cfg, selection, timeout, join_timeout)
-    except BaseException:
-        if hub is not None:
-            hub.kill()
-        raise
-    if watching:
-        session.start(cfg, wc, selection.address or "", selection.interface, hub,
-                      cfg.master_addr)
+    around = session.around_group(
+        cfg, wc, lambda: _init_group(choice.backend, cfg, selection, timeout, join_timeout),
+        address=selection.address or "", interface=selection.interface, set_env=_set_env)
     return Handle(cfg.rank, cfg.world_size, choice.backend, placed, selection.interface, cfg,
-                  selection, dict(to_set), choice, watching)
-
-
-def _start_hub(cfg: DistConfig, wc: WatchConfig) -> subprocess.Popen[bytes] | None:
-    """Rank 0 starts the watch's hub on MASTER_ADDR's own address (never every interface);
-    a warning and no hub when that cannot be."""
-    from ddpnet.rendezvous import bind_address
-    from ddpnet.watch.session import start_hub
-
-    bind = bind_address(cfg)
-    started = start_hub(cfg, wc, bind) if bind else \
-        f"MASTER_ADDR {cfg.master_addr} is not an address of this host"
-    if isinstance(started, str):
-        sys.stderr.write(f"ddpnet: warning: rank 0 on {socket.gethostname()}: the watch's hub "
-                         f"did not start: {started}\n")
-        return None
-    return started
+                  selection, {**selection.env(), **around.environ_set}, choice, around.watching)
 
 
 def choose(backend: str = "auto", device: str = "auto") -> BackendChoice:
@@ -332,7 +306,14 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
     keep torch's path); a failure is a RendezvousError, with the environment put back."""
     import torch.distributed as dist
 
-    from ddpnet.rendezvous import GroupGuard, open_store, own_store, report_group_failure
+    from ddpnet.rendezvous import (
+        GROUP_HINT,
+        GroupGuard,
+        group_failed_message,
+        open_store,
+        own_store,
+        report_group_failure,
+    )
 
     kwargs: dict[str, Any] = {"rank": cfg.rank, "world_size": cfg.world_size}
     if timeout is not None:
@@ -352,8 +333,11 @@ def _init_group(backend: str, cfg: DistConfig, selection: Selection,
     except Exception as exc:  # torch raises DistError / RuntimeError subclasses
         _restore_env()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if store is not None:
-            report_group_failure(store, cfg, host, first[:300])
+        earlier = None if store is None else report_group_failure(store, cfg, host, first[:300])
+        followed = group_failed_message(cfg, host, earlier, first) if earlier else None
+        if followed is not None:  # another rank failed first: its cause is the job's
+            raise RendezvousError("group-failed", followed, GROUP_HINT, host=host,
+                                  rank=cfg.rank, detail=str(exc)) from exc
         raise RendezvousError(
             "group-failed",
             f"init_process_group({backend!r}) failed on {host} (rank {cfg.rank}) after the "

@@ -227,28 +227,48 @@ def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None
 
 # -- while the group forms -------------------------------------------------------------------
 
-def report_group_failure(store: Any, cfg: DistConfig, host: str, error: str) -> None:
+def report_group_failure(store: Any, cfg: DistConfig, host: str, error: str) -> str | None:
     """This rank's init_process_group failed: tell the others (best effort), so that the
-    ranks still waiting in gloo's full mesh for it stop now. Rank 0 hosts the store: it
-    waits a moment so they can read why before the store goes."""
+    ranks still waiting in gloo's full mesh for it stop now. The first report stays (a
+    compare-and-set): a rank that failed because another had already left (its port now
+    refuses) must not hide the first cause. Returns that earlier report when another rank's
+    came first, else None. Rank 0 hosts the store: it waits a moment so they can read why
+    before the store goes."""
+    mine = f"{cfg.rank}\n{host}\n{error}"
     try:
-        store.set(GROUP_FAILED, f"{cfg.rank}\n{host}\n{error}")
+        now = store.compare_set(GROUP_FAILED, "", mine)
     except Exception:  # the store is gone too: nothing to tell
-        return
+        return None
     if cfg.rank == 0:
         time.sleep(2 * _SLICE_S + 0.5)
+    raw = now.decode(errors="replace") if isinstance(now, bytes) else str(now)
+    return None if raw == mine else raw
 
 
-def group_failed_message(cfg: DistConfig, host: str, raw: str) -> str | None:
-    """The line a waiting rank prints when another rank's group set-up failed (pure); None
-    for this rank's own report or a malformed value."""
+def _parse_failure(raw: str) -> tuple[str, str, str] | None:
+    """(rank, host, error) of a GROUP_FAILED value; None when malformed."""
     rank, _, rest = raw.partition("\n")
     peer_host, _, error = rest.partition("\n")
-    if not rank.isdigit() or int(rank) == cfg.rank:
+    return (rank, peer_host, error) if rank.isdigit() else None
+
+
+def group_failed_message(cfg: DistConfig, host: str, raw: str,
+                         own: str | None = None) -> str | None:
+    """The line of a rank that learns another rank's group set-up failed (pure): one still
+    waiting for it, or (``own``: this rank's own error) one whose own set-up failed after
+    it, a refused or reset connection to the rank that left: the first failure is the
+    cause, this one its consequence. None for this rank's own report or a malformed value."""
+    parsed = _parse_failure(raw)
+    if parsed is None or int(parsed[0]) == cfg.rank:
         return None
-    return (f"rank {cfg.rank} on {host}: the process group cannot form: rank {rank} on "
-            f"{peer_host} failed to connect to its peers ({error[:300]}), so the ranks waiting "
-            f"for it would wait for the group's whole timeout")
+    rank, peer_host, error = parsed
+    head = (f"rank {cfg.rank} on {host}: the process group cannot form: rank {rank} on "
+            f"{peer_host} failed to connect to its peers")
+    if own is None:
+        return (f"{head} ({error[:300]}), so the ranks waiting for it would wait for the "
+                f"group's whole timeout")
+    return (f"{head} first ({error[:300]}); this rank's own failure followed from it "
+            f"({own[:200]})")
 
 
 GROUP_HINT = ("the ranks reach the store but not each other's advertised addresses: a NAT, "
@@ -292,7 +312,7 @@ class GroupGuard:
             while not self.done.wait(self.poll):
                 if store.check([GROUP_FAILED]):  # one short request, never a blocking wait
                     line = group_failed_message(self.cfg, self.host,
-                                                store.get(GROUP_FAILED).decode())
+                                                store.get(GROUP_FAILED).decode(errors="replace"))
                     if line is not None and not self.done.is_set():
                         sys.stderr.write(format_error(line, GROUP_HINT) + "\n")
                         self.exit_now(1)

@@ -8,6 +8,7 @@ One place for it, so that no probe can wait forever on a tool or a prompt. Probe
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,3 +57,14 @@ def run_command(argv: Sequence[str], timeout: float) -> CommandOutput | None:
     """``argv``'s exit status and output, or None when it is absent, unrunnable or timed out."""
     out = run_tool(argv, timeout)
     return None if out.failure else out
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: signal 0 is refused)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

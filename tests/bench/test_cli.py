@@ -141,6 +141,6 @@ def test_sigterm_to_the_parent_stops_every_rank() -> None:
         _, alive = psutil.wait_procs(ranks, timeout=3)
         took = time.monotonic() - signalled
     assert not alive, alive
-    assert took < 6, took  # the ranks die of the forwarded SIGTERM at once
+    assert took < 30, took  # the forwarded SIGTERM, not rank 0's 120 s stream
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err

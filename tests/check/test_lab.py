@@ -38,6 +38,8 @@ def _diag(runs: dict[int, RankRun]) -> str:
                      for i, r in runs.items())
 
 
+# the matrix's streams share the 2 cores with the four ranks: measured alone
+@pytest.mark.solo
 def test_healthy_pass_with_matrix_at_the_shaped_rate(clean: Lab) -> None:
     runs = run_check(clean, [*FAST, "--matrix", "--bw-seconds", "1.5"])
     report = runs[0].json()
@@ -49,7 +51,13 @@ def test_healthy_pass_with_matrix_at_the_shaped_rate(clean: Lab) -> None:
                for j, s in enumerate(row) if i != j)
     bw = report["bandwidth_gbps"]
     links = [bw[i][j] for i in range(4) for j in range(4) if i != j]
-    assert all(v is not None and 0.8 <= v <= 1.2 for v in links), bw
+    assert all(v is not None for v in links), bw
+    # never above the shaped 1 Gb/s: the shaping is what is measured. Below it by the CPU
+    # the streams get (four ranks on 2 cores read 0.70-0.79 in a run alone): a bound from
+    # the same run instead of a fixed one, every link within 25% of the fastest (a healthy
+    # cluster has no slow link), and none as far off as a link at half the rate
+    assert all(0.5 <= v <= 1.2 for v in links), bw
+    assert min(links) >= 0.75 * max(links), bw
     assert report["allreduce"]["ok"] and report["allreduce"]["ranks_ok"] == 4
 
 

@@ -256,10 +256,17 @@ def test_gloo_device_list_longer_on_one_node_is_named_before_the_group_hangs(
     assert report["timings"]["total"] < 15
 
 
+#: the jumbo test's join window: a rank that waited for it instead of leaving at once would
+#: take at least this long, however loaded the machine (a fixed "< 10 s" against a 10 s
+#: window failed at 11.7 s on two loaded cores, a slow start-up, not a wait)
+JOIN_S = 30
+
+
 def test_jumbo_hosts_behind_a_1500_switch_on_every_link(clean: Lab) -> None:
     for node in range(3):
         clean.fault("mtu", node, mtu=9000)
-    runs = run_check(clean, FAST, timeout=60)
+    runs = run_check(clean, ["--join-timeout", str(JOIN_S), "--timeout", str(JOIN_S + 10),
+                             "--no-matrix"], timeout=90)
     report = runs[0].json()
     assert runs[0].returncode == 1 and report["root_cause"]["id"] == "path-mtu", _diag(runs)
     cause = report["root_cause"]
@@ -268,8 +275,8 @@ def test_jumbo_hosts_behind_a_1500_switch_on_every_link(clean: Lab) -> None:
     for node in (1, 2):  # each names its own path to rank 0, at once
         own = runs[node].json()
         assert runs[node].returncode == 1 and "path-mtu" in str(own), _diag(runs)
-        assert runs[node].seconds < 10
-    assert report["timings"]["total"] < 15
+        assert runs[node].seconds < JOIN_S, _diag(runs)
+    assert report["timings"]["total"] < JOIN_S, report["timings"]
 
 
 def test_second_nic_in_the_cluster_subnet_is_named_with_why(clean: Lab) -> None:

@@ -12,7 +12,13 @@ from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
 
-FAST = ["--join-timeout", "10", "--timeout", "20", "--no-matrix"]
+#: each stage's own timeout here: a check that waited for one instead of naming the NAT at
+#: once takes at least this long, however loaded the machine; one that did not stays well
+#: under UNWAITED_S (a fixed 15 s against a 20 s timeout failed at 15.7 s on a loaded
+#: machine: a slow start-up, not a wait)
+STAGE_S = 40
+UNWAITED_S = 30
+FAST = ["--join-timeout", "30", "--timeout", str(STAGE_S), "--no-matrix"]
 
 
 def _diag(runs: dict[int, RankRun]) -> str:
@@ -30,7 +36,7 @@ def test_workers_behind_a_nat_are_named_with_both_addresses() -> None:
     # nodes 1 and 2 behind a masquerading router, 0 (rank 0) and 3 outside: 1 and 2 reach
     # the store, advertise 198.19.1.x, which 0 and 3 have no route to
     with fresh_lab("cnat", nodes=4, behind=(1, 2)) as lab:
-        runs = run_check(lab, FAST, timeout=60)
+        runs = run_check(lab, FAST, timeout=90)
         outer = lab.plan.router.outer  # type: ignore[union-attr]
         names = [n.hostname for n in lab.nodes]
     report = runs[0].json()
@@ -46,7 +52,7 @@ def test_workers_behind_a_nat_are_named_with_both_addresses() -> None:
     assert {c["id"] for c in report["causes"]} == {"behind-nat"}, report["causes"]
     for node in (1, 2, 3):
         assert runs[node].returncode == 1 and "behind-nat" in runs[node].stdout, _diag(runs)
-    assert report["timings"]["total"] < 15
+    assert report["timings"]["total"] < UNWAITED_S, report["timings"]
 
 
 def test_rank_0_behind_a_port_forward_is_advertised_unreachable() -> None:
@@ -55,7 +61,7 @@ def test_rank_0_behind_a_port_forward_is_advertised_unreachable() -> None:
     with fresh_lab("cfwd", nodes=3, behind=(0,), forwards=((29510, 0),)) as lab:
         outer = lab.plan.router.outer  # type: ignore[union-attr]
         runs = run_check(lab, FAST, per_node={1: {"MASTER_ADDR": outer},
-                                              2: {"MASTER_ADDR": outer}}, timeout=60)
+                                              2: {"MASTER_ADDR": outer}}, timeout=90)
         inner, name0 = lab.master_addr, lab.nodes[0].hostname
     report = runs[0].json()
     assert runs[0].returncode == 1 and report["verdict"] == "fail", _diag(runs)
@@ -71,7 +77,7 @@ def test_rank_0_behind_a_port_forward_is_advertised_unreachable() -> None:
     for node in (1, 2):  # no traceback on the workers: each prints the verdict
         assert runs[node].returncode == 1 and "advertised-unreachable" in runs[node].stdout, \
             _diag(runs)
-    assert report["timings"]["total"] < 15
+    assert report["timings"]["total"] < UNWAITED_S, report["timings"]
 
 
 def test_a_worker_natted_on_rank_0s_side_is_named_from_the_outside_peers_view() -> None:
@@ -79,7 +85,7 @@ def test_a_worker_natted_on_rank_0s_side_is_named_from_the_outside_peers_view() 
     # forward: rank 1's probes reach rank 0 from its own address; only rank 2 sees the NAT
     with fresh_lab("cnat2", nodes=3, behind=(0, 1), forwards=((29510, 0),)) as lab:
         outer = lab.plan.router.outer  # type: ignore[union-attr]
-        runs = run_check(lab, FAST, per_node={2: {"MASTER_ADDR": outer}}, timeout=60)
+        runs = run_check(lab, FAST, per_node={2: {"MASTER_ADDR": outer}}, timeout=90)
         names = [n.hostname for n in lab.nodes]
     report = runs[0].json()
     assert runs[0].returncode == 1 and report["verdict"] == "fail", _diag(runs)
@@ -92,13 +98,13 @@ def test_a_worker_natted_on_rank_0s_side_is_named_from_the_outside_peers_view() 
     assert "rank(s) 2 (no-route) cannot reach 198.19.1.3" in nat["detail"]
     for node in (1, 2):
         assert runs[node].returncode == 1, _diag(runs)
-    assert report["timings"]["total"] < 15
+    assert report["timings"]["total"] < UNWAITED_S, report["timings"]
 
 
 def test_routed_two_subnet_cluster_passes() -> None:
     # the same router, forwarding only: node 2 in another subnet, routed both ways
     with fresh_lab("crtd", nodes=3, behind=(2,), router="routed") as lab:
-        runs = run_check(lab, FAST, timeout=60)
+        runs = run_check(lab, FAST, timeout=90)
     report = runs[0].json()
     assert runs[0].returncode == 0 and report["verdict"] == "pass", _diag(runs)
     assert not [c for c in report["causes"] if c["severity"] == "fail"]

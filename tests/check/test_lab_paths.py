@@ -189,6 +189,9 @@ def _steps(lab: Lab, count: int = 300) -> float:
     return max(float(r.stdout.split()[-1]) for r in results)
 
 
+# 300 all_reduces timed healthy and lossy: with tests beside it the healthy run was CPU-bound
+# and 5% loss read 1.2x slower instead of 1.5x (a rate measured): alone
+@pytest.mark.solo
 def test_a_few_percent_of_loss_on_one_node_is_named_with_the_loss_measured(
         clean: Lab) -> None:
     healthy = _steps(clean)

@@ -124,3 +124,36 @@ def test_live_job_hanging_in_its_data_loader(tmp_path: Path) -> None:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         assert leftovers(procs, port, 2) == []
+
+
+def test_a_job_dir_shows_the_recovery_history_and_the_newest_verdict(
+        tmp_path: Path, run_cli: Any) -> None:
+    """``ddpnet diagnose --job-dir``: each action of a recovering job, then the verdict of
+    its newest run that left one."""
+    from ddpnet.launch.blame import Blame
+    from ddpnet.launch.recover import append, record_path
+    from ddpnet.launch.recovery import Event
+    from ddpnet.watch.report import report_dict
+    from ddpnet.watch.state import Snapshot
+
+    cut = Blame("network", "link down: rank 1 (n1)", "n1", "ddpnet: network: link down", 45)
+    append(record_path(tmp_path), Event("verdict", 0, 1.0, "n1", verdict=cut, step=45),
+           Event("drain", 0, 2.0, "n1", cut.reason), Event("requeue", 0, 3.0),
+           Event("resumed", 1, 9.0, step=40))
+    old = Diagnosis("network", "link down: rank 1 (n1)", (1,), ("n1",))
+    new = Diagnosis("collective-mismatch", "collective mismatch at seq 9", (0, 1), ("n0", "n2"))
+    for run_dir, d in (("watch-run0", old), ("watch-run1", new)):
+        write_report(tmp_path / run_dir, report_dict(d, Snapshot(2, 1.0, {}), "t"), "")
+    p = run_cli("diagnose", "--job-dir", str(tmp_path))
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[:5] == ["recovery of job ? (--max-recoveries 2):",
+                         "  run 0: verdict n1 at step 45: network: link down: rank 1 (n1)",
+                         "  run 0: drain n1: ddpnet: network: link down", "  run 0: requeue",
+                         "  run 1: resumed at step 40"]
+    assert "ddpnet watch: collective-mismatch" in p.stdout  # the newest run's verdict
+    j = json.loads(run_cli("diagnose", "--job-dir", str(tmp_path), "--json").stdout)
+    assert [e["what"] for e in j["recovery"]["events"]] == ["verdict", "drain", "requeue",
+                                                            "resumed"]
+    empty = run_cli("diagnose", "--job-dir", str(tmp_path / "nothing"))
+    assert empty.returncode == 2 and "no recovery record and no watch verdict" in empty.stderr

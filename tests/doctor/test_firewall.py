@@ -339,3 +339,22 @@ def test_real_ipv4_only_iptables_in_a_namespace_warns_about_ipv6(
     in_ns(netns, ["ip6tables", "-A", "INPUT", "-p", "tcp", "--dport", "29500", "-j", "DROP"])
     host = Host(proc=tree.root / "proc", run=run, which=shutil.which)
     assert exposed(host).status == "pass"  # type: ignore[attr-defined]
+
+
+def test_without_nft_or_iptables_the_firewall_is_unknown_not_open(tmp_path: Path) -> None:
+    """Neither tool can be run (not installed, or not on the PATH of slurmd's empty
+    environment): the kernel may still drop every port; say unknown, and why."""
+    r = run_all(Tree(tmp_path).host(commands={}))
+    m, eph = r["firewall.manager"], r["firewall.ephemeral"]
+    assert m.status == "skip" and m.summary.startswith(  # type: ignore[attr-defined]
+        "firewall unknown: cannot read the rules of nftables, iptables (nft and "
+        "iptables-save cannot be run (not installed or not on PATH)")
+    assert eph.status == "skip" and "unknown" in eph.summary  # type: ignore[attr-defined]
+    assert "open" not in eph.summary  # type: ignore[attr-defined]
+
+
+def test_a_tool_that_fails_says_why(tmp_path: Path) -> None:
+    host = Tree(tmp_path).host(commands={NFT: CommandOutput(1, "", "Operation not permitted")})
+    m = run_all(host)["firewall.manager"]
+    assert m.status == "skip" and "nftables: nft exited 1: Operation not permitted" in \
+        m.summary  # type: ignore[attr-defined]

@@ -120,3 +120,29 @@ def test_no_fix_maps_a_name_to_loopback() -> None:
     assert hostname_address([], "127.0.0.1") == (None, "no up interface has a routable address")
     with pytest.raises(ValueError, match="fixes nothing"):
         hosts_fix("127.0.0.1 localhost vm\n", "vm", "127.0.0.1")
+
+
+def test_resolver_speed_names_a_dead_nameserver(tmp_path: Path) -> None:
+    import dataclasses
+
+    from ddpnet.doctor.names import ResolverSpeed
+    from ddpnet.net.resolver import Lookup
+
+    tree = Tree(tmp_path)
+    tree.write("etc/resolv.conf", "nameserver 198.18.0.253\noptions timeout:3 attempts:1\n")
+    asked: list[tuple[list[str], list[str]]] = []
+
+    def canned(forward: list[str], reverse: list[str]) -> list[Lookup]:
+        asked.append((list(forward), list(reverse)))
+        return [Lookup("forward", forward[0], 0.01, "198.18.0.3"),
+                Lookup("reverse", reverse[-1], 3.0, answered=False)]
+
+    host = dataclasses.replace(tree.host(), lookups=canned)
+    r = ResolverSpeed().run(host, inputs(master_addr="198.18.0.1"))
+    assert asked == [(["node1"], ["198.18.0.3", "198.18.0.1"])]
+    assert r.status == "warn" and "up to 3 s each" in r.summary
+    assert "198.18.0.253" in r.detail and "/etc/hosts" in r.fix
+    assert r.facts["resolver"]["lookups"][1]["answered"] is False
+    ok = dataclasses.replace(tree.host(), lookups=lambda f, rv: [Lookup("forward", "a", 0.0)])
+    assert ResolverSpeed().run(ok, inputs()).status == "pass"
+    assert ResolverSpeed().run(tree.host(), inputs()).status == "skip"

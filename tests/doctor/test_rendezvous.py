@@ -71,3 +71,30 @@ def test_c10d_port_only_when_used(tmp_path: Path) -> None:
     assert rendezvous.C10dPort().run(host, inputs()).status == "skip"
     r = rendezvous.C10dPort().run(host, inputs(c10d=True, master_addr="198.18.0.3"))
     assert r.status == "fail" and "29400" in r.summary
+
+
+def test_a_link_local_master_without_its_zone_fails_with_the_interface(tmp_path: Path) -> None:
+    from ddpnet.net.interfaces import Address, Interface
+
+    eth0 = Interface("eth0", True, (Address("198.18.0.1", 24, 4), Address("fe80::1", 64, 6)),
+                     1500, None, "virtual")
+    r = rendezvous.ConfigValid().run(Tree(tmp_path).host(),
+                                     inputs(master_addr="fe80::1", interfaces=(eth0,)))
+    assert r.status == "fail" and "(no-zone)" in r.summary
+    assert "MASTER_ADDR=fe80::1%eth0" in r.fix and "MASTER_ADDR=198.18.0.1" in r.fix
+    assert "eth0 has it" in r.facts["evidence"]
+    ok = rendezvous.ConfigValid().run(Tree(tmp_path).host(),
+                                      inputs(master_addr="fe80::1%eth0", interfaces=(eth0,)))
+    assert ok.status == "pass"
+
+
+def test_port_held_by_an_outgoing_connection_is_named_not_ss_ltnp(tmp_path: Path) -> None:
+    # 198.18.0.1:40000 (0x9C40) -> 198.18.0.2:5201, ESTABLISHED, uid 0: no listener on 40000
+    conn = TCP + ("   2: 010012C6:9C40 020012C6:1451 01 00000000:00000000 00:00000000 "
+                  "00000000     0        0 4\n")
+    host = tree_with(tmp_path, conn).host()
+    r = rendezvous.MasterPort().run(host, inputs(master_addr="198.18.0.3", node_rank=0,
+                                                 master_port=40000))
+    assert r.status == "fail" and "local port of 1 connection(s)" in r.summary
+    assert "ESTABLISHED 198.18.0.1:40000 -> 198.18.0.2:5201" in r.detail
+    assert "ss -tanp 'sport = :40000'" in r.fix and "ss -ltnp" not in r.fix

@@ -4,6 +4,8 @@ and ``ddpnet doctor`` run for real."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import threading
 import time
 from collections.abc import Sequence
@@ -160,3 +162,15 @@ def test_cli_table_and_bad_input(run_cli: RunCli) -> None:
     data = run_cli("doctor", "--json", env={"RANK": "3"})
     assert bad.returncode == 1 and "configuration invalid" in bad.stdout
     assert json.loads(data.stdout)["checks"][0]["status"] == "fail"
+
+
+def test_the_torch_facts_cache_has_a_home_without_one_in_the_environment() -> None:
+    """slurmd runs HealthCheckProgram with an empty environment: the cache falls back to the
+    account's home, so a health check does not import torch again every interval."""
+    assert doctor.cache_dir({"XDG_CACHE_HOME": "/x"}, "/root") == Path("/x/ddpnet")
+    assert doctor.cache_dir({"HOME": "/home/u"}, "/root") == Path("/home/u/.cache/ddpnet")
+    assert doctor.cache_dir({}, "/root") == Path("/root/.cache/ddpnet")
+    assert doctor.cache_dir({}, None) is None
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    expected = Path(home) / ".cache" / "ddpnet" if Path(home).is_dir() else None
+    assert doctor.real_host({}).cache == expected

@@ -67,7 +67,9 @@ def test_intel_mpi_with_master_ip_only() -> None:
     ("10.0.0.4", "is not ip:port"),
     (":6105", "is not ip:port"),
     ("10.0.0.4:http", "port"),
-    ("10.0.0.4:0", "below 1"),
+    ("10.0.0.4:0", "not a number in 1..65535"),
+    ("fd00::4:6105", "IPv6 address without a port"),
+    ("[fe80::4%eth/0]:6105", "not an interface name"),
 ])
 def test_bad_master_node(value: str, needle: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -78,6 +80,7 @@ def test_bad_master_node(value: str, needle: str) -> None:
 def test_parse_master_node() -> None:
     assert parse_master_node("10.0.0.4:6105") == ("10.0.0.4", 6105)
     assert parse_master_node("[fd00::4]:6105") == ("fd00::4", 6105)
+    assert parse_master_node("[fe80::4%eth0]:6105") == ("fe80::4%eth0", 6105)
 
 
 def test_env_json_names_azureml(run_cli: RunCli) -> None:

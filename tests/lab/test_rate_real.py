@@ -35,19 +35,30 @@ def iperf_mbps(lab: Lab, server: int, client: int, *args: str) -> float:
         srv.wait(timeout=10)
 
 
+def assert_shaped(lab: Lab, server: int, client: int, *args: str, low: float,
+                  high: float) -> None:
+    """A shaped link's rate is a ceiling: iperf3 on a loaded machine can fall short of it
+    (37 of 50 Mb/s at a load of 47), never go past it. So every run must stay at or under
+    ``high``, and the best of up to three must reach ``low``."""
+    runs: list[float] = []
+    while len(runs) < 3 and (not runs or max(runs) < low):
+        runs.append(iperf_mbps(lab, server, client, *args))
+    assert max(runs) <= high and max(runs) >= low, (runs, low, high)
+
+
 def test_lab_rate_200mbit_measured_within_10_percent(make_lab: object) -> None:
     lab = make_lab("lb", nodes=2, rate="200mbit")  # type: ignore[operator]
     # iperf3 reports TCP goodput: ~95% of the line rate (headers), well inside 10%
-    assert 180 <= iperf_mbps(lab, 0, 1) <= 220
-    assert 180 <= iperf_mbps(lab, 0, 1, "-R") <= 220     # both directions are shaped
+    assert_shaped(lab, 0, 1, low=180, high=220)
+    assert_shaped(lab, 0, 1, "-R", low=180, high=220)     # both directions are shaped
 
 
 def test_rate_fault_slows_one_link_and_clear_restores(make_lab: object) -> None:
     lab = make_lab("lb", nodes=3, rate="200mbit")  # type: ignore[operator]
     lab.fault("rate", 2, rate="50mbit")
-    assert 45 <= iperf_mbps(lab, 0, 2) <= 55             # node 2 sends slowly
-    assert 45 <= iperf_mbps(lab, 0, 2, "-R") <= 55       # and receives slowly
-    assert iperf_mbps(lab, 0, 1) >= 180                   # the others keep their rate
+    assert_shaped(lab, 0, 2, low=45, high=55)             # node 2 sends slowly
+    assert_shaped(lab, 0, 2, "-R", low=45, high=55)       # and receives slowly
+    assert_shaped(lab, 0, 1, low=180, high=220)           # the others keep their rate
     lab.clear(2)
     qdisc = lab.exec(2, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
     assert "rate 200Mbit" in qdisc, qdisc                 # back to the lab's rate

@@ -38,6 +38,15 @@ node3:8
     ("a slots=1 slots=2\n", "hf:1", "twice"),
     ("root@a slots=1\n", "hf:1", "--ssh-user"),
     ("-oProxyCommand=x\n", "hf:1", "not a host line"),
+    ("-node\n", "hf:1", "not a host line"),
+    ("fe80::1 slots=2\n", "hf:1", "link-local address without its zone"),
+    ("[fe80::1]:2\n", "hf:1", "link-local address without its zone"),
+    ("fe80::1%eth/0\n", "hf:1", "not an interface name"),
+    ("[fd00::1\n", "hf:1", "does not close"),
+    ("[fd00::1]x\n", "hf:1", "not :PORT"),
+    ("fd00:::1\n", "hf:1", "not an IPv6 address"),
+    ("10.0.0.256 slots=1\n", "hf:1", "not an IPv4 address"),
+    ("10.0.0.1%eth0\n", "hf:1", "only an IPv6 address takes"),
 ])
 def test_bad_hostfiles_name_file_and_line(text: str, where: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -46,6 +55,28 @@ def test_bad_hostfiles_name_file_and_line(text: str, where: str, words: str) -> 
     assert words in info.value.message
     assert info.value.hint
     assert "\n" not in info.value.message
+
+
+def test_every_address_form_a_user_types() -> None:
+    text = """fd00::1 slots=4
+[fd00::2]:2
+[fe80::3%eth0]:8
+fe80::4%eth1 slots=1
+[fd00::5]
+10.0.0.6:3
+"""
+    assert parse_hostfile(text, "hf") == (
+        Host("fd00::1", 4), Host("fd00::2", 2), Host("fe80::3%eth0", 8),
+        Host("fe80::4%eth1", 1), Host("fd00::5", 1), Host("10.0.0.6", 3))
+
+
+def test_master_addr_flag_goes_through_the_one_parser() -> None:
+    hosts = (Host("n0", 1), Host("n1", 1))
+    assert check_master(hosts, "fe80::1%eth0") == "fe80::1%eth0"
+    for bad, words in (("fe80::1", "without its zone"), ("[fd00::1]", "without brackets"),
+                       ("n0:29500", "holds a port"), ("n 0", "whitespace")):
+        with pytest.raises(ConfigError, match=words):
+            check_master(hosts, bad)
 
 
 def test_too_many_hosts_is_refused() -> None:

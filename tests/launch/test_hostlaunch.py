@@ -43,6 +43,17 @@ def test_plan_gives_each_host_its_rank_slots_and_command() -> None:
                                                                  "ddpnet.launch.remote"]
 
 
+def test_every_host_gets_the_watch_variables_over_the_users() -> None:
+    """The composed PYTHONPATH (the boot dir first) wins over the user's forwarded one."""
+    watch = {"DDPNET_WATCH_ATTACH": "1", "PYTHONPATH": "/boot:/src"}
+    launch = plan(HostfileOptions("h"), (Host("a", 1), Host("b", 1)),
+                  _settings(watch_env=watch), {"PYTHONPATH": "/src"}, "/work", "/opt/py")
+    for node in launch.nodes:
+        remote = shlex.split(node["argv"][-1])
+        assert "DDPNET_WATCH_ATTACH=1" in remote and "PYTHONPATH=/boot:/src" in remote
+        assert "PYTHONPATH=/src" not in remote
+
+
 def test_flags_override_slots_and_master() -> None:
     launch = plan(HostfileOptions("h"), (Host("a", 2), Host("b", 2)),
                   _settings(nproc=1, master_addr="10.0.0.1",

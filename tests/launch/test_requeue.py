@@ -37,12 +37,13 @@ def test_bad_signals_are_one_line_config_errors(text: str, err: str) -> None:
 
 
 def sb(**kw: object) -> SbatchConfig:
-    return SbatchConfig(target=Target("-m", ("ddpnet", "train")), nodes=1,  # type: ignore[arg-type]
-                        python="/venv/bin/python", **kw)
+    base: dict[str, object] = {"target": Target("-m", ("ddpnet", "train")), "nodes": 1,
+                               "python": "/venv/bin/python", **kw}
+    return SbatchConfig(**base)  # type: ignore[arg-type]
 
 
 def test_requeue_renders_the_warning_to_every_rank_and_the_requeue() -> None:
-    text = render(sb(requeue=True, engine="srun"))
+    text = render(sb(requeue=True, engine="srun", max_recoveries=0))
     lines = text.splitlines()
     for line in ("#SBATCH --signal=USR1@90", "#SBATCH --requeue", "#SBATCH --open-mode=append",
                  'if [ "$code" -eq 75 ] || [ "$code" -eq 138 ]; then',
@@ -52,6 +53,27 @@ def test_requeue_renders_the_warning_to_every_rank_and_the_requeue() -> None:
     assert "trap" not in text and "TORCHELASTIC" not in text  # srun engine: no torchrun
     step = next(i for i, line in enumerate(lines) if line.startswith("srun "))
     assert lines[step - 1] == "set +e" and lines[step + 1] == "code=$?"
+
+
+def test_requeue_runs_the_recovery_watcher_beside_the_step() -> None:
+    """By default a requeueing job recovers from a verdict that blames a node: each run
+    gets its own watch directory and the watcher gets the step's pid."""
+    lines = render(sb(requeue=True, engine="srun", max_recoveries=3)).splitlines()
+    step = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    assert lines[step].endswith(" &") and lines[step + 1] == "step=$!"
+    watcher = next(line for line in lines if "ddpnet.launch.recover" in line)
+    assert watcher.startswith('"$PY" -m ddpnet.launch.recover --job-dir "$DDPNET_JOB_DIR" '
+                              '--watch-dir "$DDPNET_WATCH_DIR" --max-recoveries 3 '
+                              '--step-pid "$step" --since "$run_started"') and watcher.endswith(" &")
+    assert 'export DDPNET_WATCH_DIR="$DDPNET_JOB_DIR/watch-run${SLURM_RESTART_COUNT:-0}"' \
+        in lines
+    assert lines.index('wait "$recover"; recovered=$?') < lines.index('exit "$code"')
+    assert "ddpnet.launch.recover" not in render(sb(requeue=False))
+
+
+def test_max_recoveries_out_of_range_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"--max-recoveries -1 is outside 0\.\.100"):
+        sb(requeue=True, max_recoveries=-1)
 
 
 def test_a_warning_without_requeue_checkpoints_but_does_not_requeue() -> None:
@@ -100,3 +122,34 @@ def test_the_test_cluster_can_shorten_the_requeue_wait() -> None:
     assert "AuthInfo=socket=/r/munge/munge.socket\n" in render_conf(base)
     short = ClusterSpec("c", Path("/r"), "n1", "127.0.0.1", (node,), cred_expire_s=5)
     assert "AuthInfo=socket=/r/munge/munge.socket,cred_expire=5\n" in render_conf(short)
+
+
+def test_spare_nodes_allocate_more_and_restart_the_step_inside_the_allocation() -> None:
+    lines = render(sb(nodes=3, spare_nodes=1, requeue=True, engine="srun")).splitlines()
+    assert "#SBATCH --nodes=4" in lines and "#SBATCH --no-kill" in lines
+    step = next(line.strip() for line in lines if line.strip().startswith("srun "))
+    assert step.startswith('srun --nodes=3 --nodelist="$STEP_NODES" --ntasks=3 '
+                           "--ntasks-per-node=1 --kill-on-bad-exit=1"), step
+    watcher = next(line for line in lines if "ddpnet.launch.recover " in line)
+    assert '--step-nodes "$STEP_NODES"' in watcher
+    loop = lines.index("while :; do")
+    assert lines[loop + 1] == ('  STEP_NODES=$("$PY" -m ddpnet.launch.stepnodes --job-dir '
+                               '"$DDPNET_JOB_DIR" --nodes 3) || { code=$?; break; }')
+    assert '  [ "${recovered:-0}" -eq 10 ] || break' in lines
+
+
+def test_torchrun_spares_run_one_task_on_each_step_node() -> None:
+    text = render(sb(nodes=2, spare_nodes=2, requeue=True))
+    assert "#SBATCH --nodes=4" in text
+    assert 'srun --nodes=2 --nodelist="$STEP_NODES" --ntasks-per-node=1 ' in text
+
+
+@pytest.mark.parametrize(("kw", "err"), [
+    (dict(spare_nodes=1), "without --requeue"),
+    (dict(spare_nodes=1, requeue=True, max_recoveries=0), "without --max-recoveries 1 or"),
+    (dict(spare_nodes=-1, requeue=True), "--spare-nodes -1 is outside"),
+])
+def test_spares_that_could_not_serve_are_config_errors(kw: dict[str, object], err: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        sb(**kw)
+    assert err in str(info.value) and "\n" not in str(info.value)

@@ -87,3 +87,39 @@ def test_torchrun_handles_slurms_warning_signal_unless_the_user_chose(
     mine = prepare(_opts(local=2, ifname="lo"),
                    environ={"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM"})
     assert "TORCHELASTIC_SIGNALS_TO_HANDLE" not in mine.env  # the user's value is inherited
+
+
+@pytest.mark.parametrize("via", ["torchrun", "mpirun"])
+def test_the_watch_is_attached_to_every_rank_unless_no_watch(via: str) -> None:
+    """What --dry-run shows is what the ranks get: the boot dir first on the user's
+    PYTHONPATH and the hook's variable, or with --no-watch DDPNET_WATCH=0 and no hook."""
+    from ddpnet.watch.attach import ATTACH_VAR, BOOT_DIR
+
+    environ = {"PYTHONPATH": "/mine"}
+    where: dict[str, object] = {"local": 2} if via == "torchrun" else {"hosts": "n0:2"}
+    on = prepare(_opts(**where, via=via, dry_run=True, ifname="lo"), environ=environ)
+    env, command = on.nodes[0]["env"], on.nodes[0]["command"]
+    assert env[ATTACH_VAR] == "1" and env["PYTHONPATH"] == f"{BOOT_DIR}:/mine"
+    assert f"{ATTACH_VAR}=1" in command and "DDPNET_WATCH=0" not in command
+    if via == "mpirun":
+        assert f"-x {ATTACH_VAR}" in command and "-x PYTHONPATH" in command
+    off = prepare(_opts(**where, via=via, dry_run=True, ifname="lo", watch=False),
+                  environ=environ)
+    env = off.nodes[0]["env"]
+    assert env["DDPNET_WATCH"] == "0" and ATTACH_VAR not in env and "PYTHONPATH" not in env
+
+
+@pytest.mark.parametrize("via", ["torchrun", "mpirun"])
+def test_metrics_port_reaches_every_rank_and_needs_the_watch(via: str) -> None:
+    """--metrics-port is DDPNET_METRICS_PORT in every rank's environment (rank 0's hub reads
+    it); with --no-watch there is no hub to serve it: a config error, not silence."""
+    from ddpnet.errors import ConfigError
+
+    where: dict[str, object] = {"local": 2} if via == "torchrun" else {"hosts": "n0:2"}
+    plan = prepare(_opts(**where, via=via, dry_run=True, ifname="lo", metrics_port=9464),
+                   environ={})
+    assert plan.nodes[0]["env"]["DDPNET_METRICS_PORT"] == "9464"
+    assert "DDPNET_METRICS_PORT=9464" in plan.nodes[0]["command"]
+    with pytest.raises(ConfigError, match="--metrics-port 9464 needs the watch"):
+        prepare(_opts(**where, via=via, dry_run=True, ifname="lo", watch=False,
+                      metrics_port=9464), environ={})

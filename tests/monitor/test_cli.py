@@ -32,6 +32,9 @@ def test_once_json_schema(run_cli: RunCli) -> None:
     (["--duration", "inf"], "--duration"),
     (["--json"], "--json needs"),
     (["--gpu", "--once"], "--gpu"),
+    (["--metrics-port", "9464", "--once"], "serves until stopped"),
+    (["--metrics-port", "9464", "--json", "--duration", "1"], "serves until stopped"),
+    (["--metrics-port", "0"], "--metrics-port"),
 ])
 def test_bad_input(run_cli: RunCli, args: list[str], needle: str) -> None:
     if args[0] == "--gpu" and Path("/dev/nvidiactl").exists():
@@ -61,3 +64,43 @@ def test_live_view_quits_on_ctrl_c() -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, child.before
+
+
+def test_metrics_port_serves_the_node_until_stopped_and_a_port_in_use_is_exit_2(
+        run_cli: RunCli) -> None:
+    """A long-running exporter with no terminal: scraped while it samples, SIGTERM ends it
+    (143, the documented code); a second one on the same port is one line and exit 2."""
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+
+    from ddpnet.net.ports import listen_socket
+
+    probe = listen_socket("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    proc = subprocess.Popen([sys.executable, "-m", "ddpnet", "monitor", "--iface", "lo",
+                             "--interval", "0.2", "--metrics-port", str(port)],
+                            env=clean_environ(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    text = ""
+    try:
+        deadline = time.monotonic() + 60
+        while "ddpnet_node_network_receive_bytes_per_second{" not in text \
+                and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=5) as answer:
+                    text = answer.read().decode()
+            except OSError:
+                continue
+        assert 'interface="lo"' in text, text
+        busy = run_cli("monitor", "--iface", "lo", "--metrics-port", str(port))
+        assert_user_error(busy, 2, f"127.0.0.1:{port} is already in use")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    assert out == "" and f"http://127.0.0.1:{port}/metrics" in err

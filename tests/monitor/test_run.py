@@ -60,3 +60,19 @@ def test_once_frame_only_for_once() -> None:
     render(_result(True), out)
     text = buf.getvalue()
     assert "ddpnet monitor (--iface eth0)" in text and "Ctrl-C" not in text
+
+
+def test_the_exporter_listens_on_a_monitored_interfaces_own_address() -> None:
+    from ddpnet.monitor.run import metrics_address
+    from ddpnet.net.interfaces import Address, Interface
+
+    def iface(name: str, *ips: str) -> Interface:
+        return Interface(name, True, tuple(Address(ip, 24, 6 if ":" in ip else 4) for ip in ips),
+                         1500, None, "ether")
+
+    found = [iface("eth0", "fe80::1", "10.0.0.5"), iface("lo", "127.0.0.1"), iface("eth1")]
+    assert metrics_address(["eth0"], found) == "10.0.0.5"  # IPv4 first
+    assert metrics_address(["lo", "eth0"], found) == "10.0.0.5"  # loopback only as a last resort
+    assert metrics_address(["lo"], found) == "127.0.0.1"
+    with pytest.raises(ConfigError, match="no address on eth1"):
+        metrics_address(["eth1"], found)

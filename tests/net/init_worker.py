@@ -49,7 +49,8 @@ def main() -> int:
         t0 = time.monotonic()
         try:
             h = ddpnet.init(init_method=None if method == "env" else method,
-                            connect_timeout=timeout, timeout=30,
+                            connect_timeout=timeout,
+                            timeout=float(os.environ.get("NT_GROUP_TIMEOUT", "30")),
                             join_timeout=float(join) if join else None)
         except RendezvousError as exc:
             emit({"cause": exc.cause, "message": exc.message, "hint": exc.hint,

@@ -159,7 +159,7 @@ def test_unanswered_and_failed_tools_are_unreadable() -> None:
     assert state.managers == ("ufw",)
     broken = fw.live_state({"nftables": ok("{broken")}, None, None, False)
     assert broken.unreadable == ("nftables",) and broken.managers == ()
-    assert broken.facts() == {"managers": ["none"], "unreadable": ["nftables"]}
+    assert broken.facts() == {"managers": ["none"], "unreadable": ["nftables"], "why": []}
 
 
 def test_image_state_reads_files_only() -> None:
@@ -256,3 +256,13 @@ def test_real_tools_in_a_namespace(tmp_path: Path) -> None:
         assert state.active()["nftables"]
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_no_packet_filter_tool_is_unknown_not_no_firewall() -> None:
+    state = fw.live_state({}, None, None, False)
+    assert state.unreadable == ("nftables", "iptables") and state.managers == ()
+    assert state.unknown().endswith(f"({fw.NO_TOOLS})")
+    # firewalld's own rules were read: what it filters is known without nft
+    zones = fw.live_state({"firewalld": ok("public (active)\n  target: default\n")}, None,
+                          None, True)
+    assert zones.unreadable == () and zones.unknown() == ""

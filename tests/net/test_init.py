@@ -15,6 +15,7 @@ import ddpnet
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.ports import free_port
 from ddpnet.process_group import init_url, pick_backend
+from tests import zygote
 from tests.conftest import clean_environ
 from tests.net.fixtures import cfg
 
@@ -30,7 +31,7 @@ def _run_ranks(world: int, args: list[str], extra: dict[str, str] | None = None,
         env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                              "WORLD_SIZE": str(world), "RANK": str(rank),
                              "PYTHONPATH": f"{ROOT}/src:{ROOT}", **(extra or {})})
-        procs.append(subprocess.Popen([sys.executable, WORKER, *args], env=env,
+        procs.append(zygote.popen([WORKER, *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     results = []
@@ -69,7 +70,7 @@ def test_rank0_missing_gives_refused_within_connect_timeout() -> None:
     env = clean_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                          "WORLD_SIZE": "2", "RANK": "1", "PYTHONPATH": f"{ROOT}/src:{ROOT}",
                          "NT_CONNECT_TIMEOUT": "2"})
-    proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+    proc = zygote.run([WORKER], env=env, capture_output=True, text=True,
                           timeout=60)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
@@ -223,8 +224,8 @@ def test_another_service_on_master_port_is_named_by_a_worker() -> None:
                              # this checkout's sources, not an installed ddpnet
                              "PYTHONPATH": f"{ROOT}/src:{ROOT}"})
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True,
-                              text=True, timeout=60)
+        proc = zygote.run([WORKER], env=env, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["cause"] == "master-port-foreign" and out["rank"] == 1, out
@@ -241,7 +242,7 @@ def test_single_node_config_copied_to_a_cluster_fails_at_once() -> None:
                          "LOCAL_WORLD_SIZE": "2", "NT_CONNECT_TIMEOUT": "30",
                          "PYTHONPATH": f"{ROOT}/src:{ROOT}"})
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, WORKER], env=env, capture_output=True, text=True,
+    proc = zygote.run([WORKER], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])

@@ -124,7 +124,9 @@ def test_filtered_master_port_fails_within_connect_timeout(lab: Lab) -> None:
     for code, o, _ in _each(lab, jobs):
         assert code == 1 and o["cause"] == "master-port-filtered", o
         assert f"{lab.master_addr}:{PORT}" in str(o["message"])
-        assert 2.9 <= float(o["elapsed"]) <= 3 + 2, o  # type: ignore[arg-type]
+        # the 3 s timeout, not the worker's 20 s default: init's preflight before the connect
+        # (interfaces, routes) took 2 s on a loaded CI runner, so the margin is wide
+        assert 2.9 <= float(o["elapsed"]) < 3 + 12, o  # type: ignore[arg-type]
         assert f"--dport {PORT}" in str(o["hint"])
 
 
@@ -169,6 +171,9 @@ def test_each_bad_setting_has_its_own_cause(lab: Lab) -> None:
         assert "Traceback" not in stderr and o["host"]
 
 
+GROUP_TIMEOUT_S = 90
+
+
 def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> None:
     """Node 1 behind a NAT whose inner subnet (198.19.1.0/24) sorts below the cluster's
     (198.19.200.0/24): gloo makes the higher address dial, so ranks 0 and 2 must connect to
@@ -176,17 +181,20 @@ def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> Non
     them for the group's whole timeout. Now it stops within seconds, naming who failed."""
     with fresh_lab("ntn", nodes=3, subnet="198.19.200.0/24", behind=(1,)) as nat:
         env = [{"MASTER_ADDR": nat.master_addr, "MASTER_PORT": str(PORT), "WORLD_SIZE": "3",
-                "RANK": str(r), "NNODES": "3", "NODE_RANK": str(r), "DDPNET_WATCH": "0"}
+                "RANK": str(r), "NNODES": "3", "NODE_RANK": str(r), "DDPNET_WATCH": "0",
+                "NT_GROUP_TIMEOUT": str(GROUP_TIMEOUT_S)}
                for r in range(3)]
         start = time.monotonic()
         procs = [nat.popen(r, [sys.executable, WORKER], env=env[r], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True) for r in range(3)]
-        outs = [p.communicate(timeout=60) for p in procs]
+        outs = [p.communicate(timeout=2 * GROUP_TIMEOUT_S) for p in procs]
         took = time.monotonic() - start
         runs = [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
         peers = {nat.nodes[r].hostname for r in (0, 2)}
-    # the worker's group timeout is 30 s: every rank ended well before it
-    assert took < 20, (took, runs)
+    # every rank ended in half the group's timeout: the rank that waited for its failed
+    # peers took the whole timeout (a bound against its own deadline: 20.1 s of a 30 s
+    # timeout on a loaded machine was no wait for the timeout, but failed a fixed "< 20")
+    assert took < GROUP_TIMEOUT_S / 2, (took, runs)
     failed = []
     for rank in (0, 2):  # each fails itself, or is stopped by the other's failure first
         code, out, err = runs[rank]
@@ -195,10 +203,17 @@ def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> Non
             continue
         got = _json(out + "\n" + err)
         assert got["cause"] == "group-failed", (out, err)
-        assert "unreachable" in str(got["message"]).lower()
-        assert "NAT/VIP/port forward" in str(got["hint"]) and "ddpnet check" in str(got["hint"])
-        failed.append(rank)
-    assert failed, runs
+        message, hint = str(got["message"]), str(got["hint"])
+        if "failed to connect to its peers first" in message:
+            # under load the other may find the first one's port already closed (refused):
+            # a consequence, reported as such, naming the first rank and its cause
+            assert "NAT, VIP or port forward" in hint and "ddpnet check" in hint, (out, err)
+        else:
+            assert "NAT/VIP/port forward" in hint and "ddpnet check" in hint, (out, err)
+        failed.append(message.lower())
+    # the first to fail names the unreachable private address (a rank that failed after it
+    # quotes it)
+    assert any("unreachable" in message for message in failed), runs
     code, out, err = runs[1]
     assert code == 1, (out, err)
     assert "ddpnet: error: rank 1 on " in err and "the process group cannot form: rank " in err

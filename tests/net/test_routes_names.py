@@ -50,8 +50,10 @@ def test_route_to_rejects_names() -> None:
 
 
 def test_from_addresses_marks_loopback_and_dedups() -> None:
-    res = from_addresses("n1", ["127.0.1.1", "198.18.0.3", "127.0.1.1", "fe80::1%eth0"])
-    assert res.addresses == ("127.0.1.1", "198.18.0.3", "fe80::1")
+    res = from_addresses("n1", ["127.0.1.1", "198.18.0.3", "127.0.1.1", "fe80::1%eth0",
+                                "fd00::1%eth0"])
+    # a link-local answer keeps its zone (nothing binds or dials it without); others lose it
+    assert res.addresses == ("127.0.1.1", "198.18.0.3", "fe80::1%eth0", "fd00::1")
     assert res.any_loopback and not res.only_loopback
     assert from_addresses("n1", ["127.0.1.1"]).only_loopback
     assert not from_addresses("n1", []).ok

@@ -133,8 +133,10 @@ def _hubs(token: str) -> list[int]:
 
 
 def start_job(mode: str, directory: str, *, world: int = 2, watch_timeout: float = 4,
-              extra: dict[str, str] | None = None) -> tuple[list[Any], int]:
-    """``world`` ranks of this script on loopback, each in a session of its own."""
+              extra: dict[str, str] | None = None,
+              script: str = __file__) -> tuple[list[Any], int]:
+    """``world`` ranks of this script (or ``script``, run as ``script MODE``) on loopback,
+    each in a session of its own."""
     import subprocess
 
     from ddpnet.local import local_environ
@@ -143,7 +145,9 @@ def start_job(mode: str, directory: str, *, world: int = 2, watch_timeout: float
     port = free_port()
     env = {**os.environ, "DDPNET_WATCH_DIR": directory, "WATCH_TIMEOUT": str(watch_timeout),
            **(extra or {})}
-    procs = [subprocess.Popen([sys.executable, __file__, mode], text=True,
+    from tests import zygote
+
+    procs = [zygote.popen([script, mode], text=True,
                               env=local_environ(env, r, world, port, cpus=2),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
@@ -164,14 +168,15 @@ def leftovers(procs: list[Any], port: int, world: int, patience: float = 10) -> 
 
 
 def run_job(mode: str, directory: str, *, world: int = 2, timeout: float = 120,
-            watch_timeout: float = 4, extra: dict[str, str] | None = None) -> Job:
+            watch_timeout: float = 4, extra: dict[str, str] | None = None,
+            script: str = __file__) -> Job:
     """Run ``world`` ranks of this script; a SIGSTOPped rank gets SIGCONT once rank 0 is
     gone (so it can read the verdict and exit); whatever still runs at the end is listed in
     ``left`` and killed."""
     import threading
 
     procs, port = start_job(mode, directory, world=world, watch_timeout=watch_timeout,
-                            extra=extra)
+                            extra=extra, script=script)
     outs: dict[int, tuple[str, str]] = {}
 
     def drain(rank: int) -> None:

@@ -79,6 +79,33 @@ def test_shape_mismatch_names_ranks_seq_and_sites() -> None:
     assert any("t.py:5" in e for e in d.evidence) and any("t.py:7" in e for e in d.evidence)
 
 
+def test_an_even_split_waits_live_for_the_rank_still_coming_then_names_the_one_apart() -> None:
+    # rank 2 skipped a metric all_reduce; rank 1, late on a loaded host, has not announced
+    # seq 9 yet: 1 against 1, either could be the one apart (rank 0 was named)
+    metric, bucket = rec(9, shape=(1,), ended=None), rec(9, shape=(577,), ended=None)
+    early = snap(state(0, rec(8), metric), state(1, rec(8)), state(2, rec(8), bucket))
+    assert analyze(early).kind != "collective-mismatch"
+    # a dump file has nothing more to wait for: it says what it holds
+    assert analyze(early, Options(live=False)).kind == "collective-mismatch"
+    # rank 1 gone: nobody more is coming
+    gone = snap(state(0, rec(8), metric), state(1, rec(8)), state(2, rec(8), bucket),
+                gone={1: "process exited"})
+    assert analyze(gone).kind in ("collective-mismatch", "rank-gone")
+    later = snap(state(0, rec(8), metric), state(1, rec(8), metric), state(2, rec(8), bucket))
+    d = analyze(later)
+    assert d.kind == "collective-mismatch"
+    assert "rank 2 (node2) called all_reduce float32[577]" in d.summary, d.summary
+
+
+def test_an_even_split_in_a_subgroup_is_named_at_once_its_non_members_are_not_awaited() -> None:
+    from dataclasses import replace
+
+    sub = [replace(rec(20, shape=shape, ended=None), group="pair") for shape in ((1,), (2,))]
+    d = analyze(snap(state(0, rec(8), sub[0]), state(1, rec(8), sub[1]), state(2, rec(8)),
+                     state(3, rec(8))))
+    assert d.kind == "collective-mismatch" and "seq 20" in d.summary, d
+
+
 def test_mismatch_wins_over_the_rank_it_killed() -> None:
     d = analyze(snap(state(0, rec(4), rec(5, shape=(1,), ended=None)),
                      state(1, rec(4), rec(5, ended=None)), gone={0: "process exited"}))

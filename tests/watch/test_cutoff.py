@@ -32,7 +32,8 @@ def _facts(peers: tuple[LinkProbe, ...], link: str = "DOWN", route: str = "none"
                         hub_probe=LinkProbe(1, -1, hub == CONNECTED, f"hub port 25313: {hub}",
                                             outcome=hub),
                         route=route, peers=peers, heard_ago=8.0, heard_at=1_700_000_000.0,
-                        stalled_for=9.0, doing="inside all_reduce seq 611")
+                        stalled_for=9.0, doing="inside all_reduce seq 611",
+                        judged_by="5 s (learned: floor 5 s)")
 
 
 def test_reaching_nobody_is_cut_off_with_its_interface_route_and_last_word() -> None:
@@ -43,6 +44,7 @@ def test_reaching_nobody_is_cut_off_with_its_interface_route_and_last_word() -> 
     assert "made no progress for 9 s (inside all_reduce seq 611); eth0 is DOWN" in found.summary
     assert "last heard from the job 8 s ago" in found.summary
     assert "interface eth0: DOWN" in found.evidence
+    assert "judged by its threshold 5 s (learned: floor 5 s)" in found.evidence
     assert "route to the hub's address 198.18.0.1: none" in found.evidence
     assert any(line.startswith("peer rank 2 side port 4000: timeout") for line in found.evidence)
     assert "ip -br link show eth0" in found.hint and "ip route get 198.18.0.1" in found.hint
@@ -116,3 +118,28 @@ def test_the_hub_names_its_own_node_when_its_interface_is_down() -> None:
         in found.hint
     # its link up: the ranks it cannot reach are the ones cut off, as analysed
     assert cutoff.hub_node_down(seen, snap, "eth0", "UP", "198.18.0.1") == seen
+
+
+def test_a_long_threshold_is_looked_past_at_early_s_only() -> None:
+    """The warm-up's 60 s (or a phase's allowance): look after EARLY_S; a short one: never
+    early (its own due comes first)."""
+    now = 1000.0
+    quiet = now - cutoff.EARLY_S - cutoff.MARGIN_S
+    assert cutoff.early(now, heard=quiet, progressed=quiet, threshold_s=60.0)
+    assert not cutoff.early(now, heard=quiet + 1, progressed=quiet, threshold_s=60.0)
+    assert not cutoff.early(now, heard=quiet, progressed=quiet + 1, threshold_s=60.0)
+    assert not cutoff.early(now, heard=0.0, progressed=0.0, threshold_s=5.0)
+
+
+def test_only_reaching_nothing_is_conclusive_before_the_threshold() -> None:
+    gone = (_probe(0, TIMEOUT), _probe(2, TIMEOUT))
+    assert cutoff.conclusive(_facts(gone, link="UP", route="dev eth0"))
+    assert not cutoff.conclusive(_facts((_probe(0, TIMEOUT), _probe(2, CONNECTED)), link="UP",
+                                        route="dev eth0"))
+    assert not cutoff.conclusive(_facts((_probe(0, REFUSED),), link="UP", route="dev eth0"))
+    assert not cutoff.conclusive(_facts(gone, hub=CONNECTED))
+    # no peer known yet (the hub sends them once every rank published): only its own link
+    # or route can say so
+    assert not cutoff.conclusive(_facts((), link="UP", route="dev eth0"))
+    assert cutoff.conclusive(_facts((), link="DOWN", route="dev eth0"))
+    assert cutoff.conclusive(_facts((), link="UP", route="none"))

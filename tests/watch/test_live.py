@@ -95,3 +95,21 @@ def test_ranks_that_die_of_a_killed_peer_exit_4_naming_it(tmp_path: Path) -> Non
         if rank in waited:
             assert job.codes[rank] == 4, err[-2000:]
             assert f"rank {rank} exits (4): rank-gone: rank 1 ({host}) is gone" in err, err
+
+
+def test_a_data_loader_stall_at_step_40_is_named_in_seconds_at_default_settings(
+        tmp_path: Path) -> None:
+    """The issue's case, at default settings: rank 1 stalls in its data loader at step 40 of
+    a ~25 ms loop, 1 s into stepping. Each rank learned the threshold from its own gaps
+    between progress (the 5 s floor), where the hub's one sample a second left it at the
+    60 s warm-up and the stall was named after 61 s."""
+    job = run_job("sleepdata", str(tmp_path), extra={
+        "WATCH_TIMEOUT": "", "FAULT_STEP": "40", "STEPS": "100"})
+    report = named(job, "rank-not-arriving")
+    assert "in 'data' for" in report
+    check_exits(job)
+    threshold = json.loads((tmp_path / "report.json").read_text())["threshold"]
+    assert threshold["source"] == "learned" and threshold["seconds"] <= 10, threshold
+    assert job.fault_at is not None and job.report_at is not None
+    # 5 s + a heartbeat + the verdict; the warm-up it replaces would take 60 s
+    assert job.report_at - job.fault_at < 15, threshold

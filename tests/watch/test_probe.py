@@ -93,6 +93,9 @@ def test_stream_result_tells_a_blackhole_from_a_slow_link() -> None:
     assert "path MTU 9000, MSS 8948" in stalled.detail
     slow = probe.stream_result(0, t, 10_000_000, 7_500_000, 2.0, None)
     assert slow.outcome == "streamed" and slow.rate_gbps == pytest.approx(0.01)
+    assert slow.rtt_s is None  # no TCP_INFO: no round trip
+    fast = probe.stream_result(0, t, 10_000_000, 0, 2.0, info)
+    assert fast.rtt_s == pytest.approx(100e-6)  # the kernel's smoothed RTT, for the metrics
     assert "7500000 still unacked" in slow.detail
 
 

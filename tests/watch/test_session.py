@@ -4,20 +4,26 @@ own bug does not wait (real hub, real beacons on loopback)."""
 
 from __future__ import annotations
 
+import io
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pytest
 import torch.distributed as dist
 
 from ddpnet.net.ports import listen_socket
 from ddpnet.watch.session import Session, peer_failure
-from ddpnet.watch.threshold import learn
+from ddpnet.watch.threshold import learn, learned
 from ddpnet.watch.wire import Lines, encode
 from tests.watch.test_hub import TOKEN, beacon, connected_pair, wait_for
+
+#: the verdict a dying rank would wait for: judging itself at once takes a fraction of it
+VERDICT_WAIT = 30.0
 
 
 @pytest.mark.parametrize("kind,text,expected", [
@@ -68,6 +74,41 @@ def test_a_rank_dying_of_a_peers_failure_exits_with_the_verdict(
     assert "ddpnet: watch: rank 0 exits (4): rank-gone: rank 1 (h1) is gone" in err
 
 
+def test_under_torchs_excepthook_the_traceback_and_verdict_are_printed_before_the_exit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``init_process_group`` wraps the excepthook it finds (ours, from ``ddpnet.init``) in
+    one that swaps sys.stderr for a StringIO while ours runs, and prints it once ours
+    returns (torch/distributed/distributed_c10d.py, ``_distributed_excepthook``). The
+    verdict exits first: in a lab run the stopped rank's log had neither line, exit 4."""
+    session, exits, _printed = _session(tmp_path, wait=10)
+    session.previous_hook = lambda kind, exc, tb: sys.stderr.write(f"Traceback: {exc}\n")
+    seen_at_exit: list[str] = []
+    record = session.beacon.exit_now
+
+    def exit_now(code: int) -> None:  # what the process had printed when os._exit came
+        seen_at_exit.append(capsys.readouterr().err)
+        record(code)
+
+    session.beacon.exit_now = exit_now
+
+    def torchs_hook(*args: Any) -> None:
+        old_stderr = sys.stderr
+        sys.stderr = buf = io.StringIO()
+        try:
+            session.excepthook(*args)
+        finally:
+            sys.stderr = old_stderr
+        sys.stderr.write(buf.getvalue())
+
+    exc = dist.DistBackendError("[pair.cc:534] Connection closed by peer [127.0.0.1]:4242")
+    torchs_hook(type(exc), exc, None)
+    assert exits == [(0, 4)] and len(seen_at_exit) == 1
+    assert "Traceback: [pair.cc:534] Connection closed by peer" in seen_at_exit[0]
+    assert "waiting up to 10 s for the watch to name the cause" in seen_at_exit[0]
+    assert "ddpnet: watch: rank 0 exits (4): rank-gone: rank 1 (h1) is gone" in seen_at_exit[0]
+    assert sys.stderr is not None and not isinstance(sys.stderr, io.StringIO)
+
+
 def test_a_ranks_own_error_is_its_own_traceback_at_once(tmp_path: Path) -> None:
     session, exits, printed = _session(tmp_path, wait=10)
     exc = ValueError("bad batch")
@@ -112,7 +153,7 @@ def _gone_hub(tmp_path: Path, exits: list[tuple[int, int]], *, drop: bool
     if drop:
         conn.close()
         assert wait_for(lambda: b0.sock is None, 5)
-    session = Session(b0.recorder, b0, lambda: None, None, verdict_wait=3)
+    session = Session(b0.recorder, b0, lambda: None, None, verdict_wait=VERDICT_WAIT)
     session.previous_hook = lambda *_args: None
     return session, conn
 
@@ -128,7 +169,7 @@ def test_a_rank_dying_of_a_peer_without_its_hub_connection_judges_itself_at_once
     start = time.monotonic()
     session.excepthook(type(exc), exc, None)
     took = time.monotonic() - start
-    assert exits == [(0, 4)] and took < 3, (exits, took)
+    assert exits == [(0, 4)] and took < VERDICT_WAIT / 2, (exits, took)
     err = capsys.readouterr().err
     assert "ddpnet: watch: rank 0 exits (4): network: rank 0 (h0" in err, err
     assert "refuses connections: the hub process is gone" in err, err
@@ -141,7 +182,7 @@ def test_a_dying_rank_judges_by_the_hubs_silence_not_by_its_last_progress(
     exits: list[tuple[int, int]] = []
     session, conn = _gone_hub(tmp_path, exits, drop=False)
     beacon0 = session.beacon
-    beacon0.threshold = learn((), override=3.0)  # judged 5 s after the last word or progress
+    beacon0.threshold = learn(learned({}), override=3.0)  # judged 5 s after the last word or progress
     beacon0.heard -= 10.0  # the hub went quiet 10 s ago ...
     beacon0.progress, beacon0.progressed = ("just now",), time.monotonic()  # ... a step ended
     try:
@@ -151,7 +192,7 @@ def test_a_dying_rank_judges_by_the_hubs_silence_not_by_its_last_progress(
         took = time.monotonic() - start
     finally:
         conn.close()
-    assert exits == [(0, 4)] and took < 3, (exits, took)
+    assert exits == [(0, 4)] and took < VERDICT_WAIT / 2, (exits, took)
     assert "the hub process is gone" in capsys.readouterr().err
 
 
@@ -175,3 +216,24 @@ def test_a_long_phase_held_by_with_survives_the_phase_marks_inside_it() -> None:
     phase("data")
     assert (rec.phase, rec.long_phase) == ("data", "")
     phase("")
+
+
+def test_the_metrics_settings_come_from_the_argument_else_the_environment() -> None:
+    from ddpnet.errors import ConfigError
+    from ddpnet.watch.session import watch_config
+
+    env = {"DDPNET_METRICS_PORT": "9464", "SLURM_JOB_ID": "77", "DDPNET_METRICS_PROBE_S": "30",
+           "DDPNET_METRICS_LINGER_S": "20"}
+    wc = watch_config(env)
+    assert (wc.metrics_port, wc.probe_every, wc.job_id, wc.metrics_linger) == \
+        (9464, 30.0, "77", 20.0)
+    assert watch_config({}).metrics_linger == 60.0
+    assert watch_config(env, metrics_port=9500).metrics_port == 9500
+    assert watch_config({}).metrics_port is None and watch_config({}).job_id == ""
+    assert watch_config({"TORCHELASTIC_RUN_ID": "none"}).job_id == ""  # torchrun's default
+    assert watch_config({"DDPNET_JOB_ID": "a", "SLURM_JOB_ID": "b"}).job_id == "a"
+    for bad in ({"DDPNET_METRICS_PORT": "http"}, {"DDPNET_METRICS_PORT": "70000"},
+                {"DDPNET_METRICS_PROBE_S": "-1"}, {"DDPNET_METRICS_PROBE_S": "nan"},
+                {"DDPNET_METRICS_LINGER_S": "soon"}, {"DDPNET_METRICS_LINGER_S": "7200"}):
+        with pytest.raises(ConfigError):
+            watch_config(bad)

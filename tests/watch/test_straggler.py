@@ -216,3 +216,52 @@ def test_a_few_ms_more_compute_in_a_step_spent_on_the_network_names_nobody() -> 
     compute[0] = [0.2] * 30
     found = straggler.detect(ddp(compute, comm=0.5))
     assert found is not None and found.ranks == (0,)
+
+
+def test_waits_rising_by_a_busy_hosts_noise_name_no_slow_network() -> None:
+    """Seen in CI on a loaded 2-core host: a healthy 100 ms step whose collectives took 4 ms
+    then 6 ms (1.5x, past MIN_WAIT_S) was called a slow network; 2 ms of 100 ms is noise.
+    The same 1.5x on 40 ms of a 100 ms step is named."""
+    def rising(before: float, after: float) -> Snapshot:
+        compute = even(2, 20, base=0.1)
+        waits = [before if k < 10 else after for k in range(20)]
+        return Snapshot(2, 0.0, {r: state(r, compute[r], waits, 2) for r in range(2)})
+
+    assert straggler.detect(rising(0.004, 0.006)) is None
+    found = straggler.detect(rising(0.04, 0.06))
+    assert found is not None and found.summary.startswith("slow network: collectives take 1.5x")
+
+
+def test_a_few_ms_more_compute_beside_waits_ten_times_longer_is_still_a_slow_network() -> None:
+    """Seen on the lab (3 nodes, one link 200 -> 20 Mbit/s): waits 0.07 -> 0.7 s a step,
+    compute 5.4 -> 7.8 ms (1.4x, but 2.4 ms of a 0.7 s step): the slowdown went unnamed for
+    15 s, and a probe round that named the node was thrown away. Compute counts as changed
+    only when it rose by the ratio and by the step's cost floor too."""
+    def slowed(before_c: float, after_c: float) -> Snapshot:
+        waits = [0.07 if k < 25 else 0.7 for k in range(50)]
+        compute = [before_c] * 25 + [after_c] * 25
+        return Snapshot(3, 0.0, {r: state(r, compute, waits, 3) for r in range(3)})
+
+    found = straggler.detect(slowed(0.0054, 0.0078))
+    assert found is not None and found.summary.startswith("slow network: collectives take")
+    assert found.ranks == (0, 1, 2) and straggler.wants_probes(slowed(0.0054, 0.0078))
+    # every rank computing 0.25 s more a step as its waits rose: not the network alone
+    assert straggler.detect(slowed(0.2, 0.45)) is None
+
+
+def test_two_ranks_waiting_a_little_longer_name_no_link() -> None:
+    compute = even(world=6)
+    waits = {r: [0.004] * 20 for r in range(6)}
+    waits[1] = waits[4] = [0.008] * 20  # 2x, but 4 ms of a 200 ms step
+    states = {r: state(r, compute[r], waits[r], 6) for r in range(6)}
+    assert straggler.detect(Snapshot(6, 0.0, states)) is None
+
+
+def test_scores_put_the_slow_rank_above_one_and_the_others_near_it() -> None:
+    states = {r: RankState(rank=r, world_size=3, step_times=(0.5,) * 10,
+                           wait_times=(0.3 if r != 2 else 0.0,) * 10) for r in range(3)}
+    scores = straggler.scores(Snapshot(3, 0.0, states))
+    assert scores[2] == pytest.approx(2.5) and scores[0] == pytest.approx(0.2 / 0.35)
+    few = {r: RankState(rank=r, world_size=2, step_times=(0.5,), wait_times=(0.1,))
+           for r in range(2)}
+    assert straggler.scores(Snapshot(2, 0.0, few)) == {}  # too few steps to score

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ddpnet.errors import ConfigError
+from ddpnet.watch.activity import KEY, Activity
+from ddpnet.watch.gaps import KEY as GAPS_KEY
 from ddpnet.watch.session import short_error, torch_environ, watch_config
 from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
-from ddpnet.watch.watchdog import Settings, Watchdog
+from ddpnet.watch.watchdog import WORKING_MAX_S, Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
 
@@ -96,3 +98,137 @@ def test_a_restarted_round_gets_its_own_hub_port() -> None:
     assert derived_port("10.0.0.1", 29500, wc, {"TORCHELASTIC_RESTART_COUNT": "1"}) != first
     assert derived_port("10.0.0.1", 29500, watch_config({"DDPNET_WATCH_PORT": "29777"}),
                         {}) == 29777
+
+
+# -- a working rank holds the verdict ---------------------------------------------------------
+
+def learned_dog(timeout: float | None = None) -> Watchdog:
+    """A watchdog for :func:`held`'s ranks, which publish a fast loop's gaps (learned: the 5 s
+    floor)."""
+    return Watchdog(Settings(timeout=timeout))
+
+
+#: a fast loop's gap summary (``watch.gaps``): the 5 s floor
+FAST_GAPS = {GAPS_KEY: {"n": 20, "p99": 0.1, "max": 0.1}}
+
+
+def held(t: float, moved: float, *, seq: int = 3, published: float | None = None,
+         everyone_waits: bool = False, world: int = 2, idle: tuple[int, ...] = ()) -> Snapshot:
+    """At ``t``: rank 0 (host h0) has not reached the all_reduce seq ``seq`` the others wait
+    in; it last moved at ``moved`` (writing a checkpoint: 100 MB a second); the ranks in
+    ``idle`` are behind too and have stood still since 0."""
+    flight = CollectiveRecord(seq=seq, op="all_reduce", dtype="float32", shape=(1,), started=0.0)
+
+    def lagging(rank: int, last: float) -> RankState:
+        found = Activity(at=t, cpu=1.0, written=int(100e6 * last), share=0.1,
+                         stack=("serialization.py:650 in _save",),
+                         call="torch/serialization.py:965 in save", user="train.py:88 in main",
+                         cpu_at=0.0, io_at=last, stack_at=0.0)
+        return RankState(rank=rank, world_size=world, host=f"h{rank}", last_seq=seq - 1,
+                         published=t if published is None else published,
+                         extra={KEY: found.to_dict(), **FAST_GAPS})
+
+    states: dict[int, RankState | None] = {
+        r: RankState(rank=r, world_size=world, host=f"h{r}", last_seq=seq - 1, recent=(flight,),
+                     published=t, extra=FAST_GAPS) for r in range(world)}
+    if not everyone_waits:
+        states[0] = lagging(0, moved)
+    for rank in idle:
+        states[rank] = lagging(rank, 0.0)
+    return Snapshot(world, t, states)
+
+
+def test_a_working_rank_holds_the_verdict_warns_once_and_is_named_once_it_stops() -> None:
+    dog = learned_dog()
+    assert dog.due(held(0.0, 0.0), 0.0) is None
+    assert dog.due(held(6.0, 6.0), 6.0) is None  # past the 5 s threshold, but it works
+    warning = dog.warning
+    assert warning is not None and warning.kind == "working" and warning.ranks == (0,)
+    assert warning.summary.startswith("rank 0 (h0) keeps 1 rank(s) waiting in all_reduce "
+                                      "float32[1] seq 3 for 6 s, working")
+    assert "called at train.py:88 in main" in warning.evidence[0]
+    assert "wrote 600.0 MB since" in warning.evidence[0]  # since the stall began
+    dog.warning = None  # the hub took it
+    assert dog.due(held(20.0, 20.0), 20.0) is None and dog.warning is None  # once a stall
+    # it stops working at 20: named at the threshold measured from then
+    assert dog.due(held(24.0, 20.0), 24.0) is None
+    fired = dog.due(held(25.5, 20.0), 25.5)
+    assert fired is not None and fired.startswith("no progress for 26 s; rank(s) 0 worked "
+                                                  "until ")
+    # while it held, the threshold told to every rank said so (their gaps over it teach
+    # nothing: watch.gaps); progress again: learned
+    dog.fired = False
+    assert dog.due(held(20.0, 20.0), 20.0) is None
+    assert dog.threshold.source == "working" and dog.threshold.seconds == 5.0, dog.threshold
+    assert "rank(s) 0 work while the others wait" in dog.threshold.reason
+    dog.due(held(30.0, 30.0, seq=4), 30.0)
+    assert dog.threshold.source == "learned", dog.threshold
+
+
+def test_a_rank_that_does_not_work_is_named_at_the_threshold() -> None:
+    dog = learned_dog()
+    dog.due(held(0.0, -1.0), 0.0)
+    assert dog.due(held(4.9, -1.0), 4.9) is None
+    assert dog.due(held(5.0, -1.0), 5.0) == "no progress for 5 s" and dog.warning is None
+
+
+def test_a_stopped_rank_no_heartbeat_is_not_working_whatever_it_did_last() -> None:
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0), 0.0)
+    # its last heartbeat (at 1 s) said it worked; nothing since
+    assert dog.due(held(6.0, 1.0, published=1.0), 6.0) == "no progress for 6 s"
+
+
+def test_one_working_rank_does_not_cover_another_that_stands_still() -> None:
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0, world=3, idle=(1,)), 0.0)
+    assert dog.due(held(5.0, 5.0, world=3, idle=(1,)), 5.0) == "no progress for 5 s"
+
+
+def test_every_rank_inside_the_collective_is_a_stall_as_before() -> None:
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0, everyone_waits=True), 0.0)
+    assert dog.due(held(5.0, 5.0, everyone_waits=True), 5.0) == "no progress for 5 s"
+
+
+def test_the_users_timeout_is_not_held() -> None:
+    dog = learned_dog(timeout=5)
+    dog.due(held(0.0, 0.0), 0.0)
+    assert dog.due(held(5.0, 5.0), 5.0) == "no progress for 5 s"
+
+
+def test_a_rank_working_past_the_bound_is_named() -> None:
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0), 0.0)
+    assert dog.due(held(WORKING_MAX_S - 1, WORKING_MAX_S - 1), WORKING_MAX_S - 1) is None
+    fired = dog.due(held(WORKING_MAX_S, WORKING_MAX_S), WORKING_MAX_S)
+    assert fired is not None and "1800 s" in fired
+
+
+def test_without_activity_a_laggard_is_named_as_before() -> None:
+    from dataclasses import replace
+
+    dog = learned_dog()
+    found = snap(3, True)
+    found = replace(found, states={r: replace(s, extra=FAST_GAPS)
+                                   for r, s in found.states.items() if s is not None})
+    assert dog.due(found, 0.0) is None
+    assert dog.due(found, 5.0) == "no progress for 5 s"
+
+
+def test_a_silent_rank_while_others_wait_fires_at_stale_after_in_the_warm_up() -> None:
+    """Not the warm-up's 60 s: a rank the hub stopped hearing (frozen, cut off) while the
+    others wait is a stall at ``stale_after``."""
+    dog = Watchdog(Settings())
+    assert dog.threshold.source == "warm-up" and dog.stale_after == 10.0
+    assert dog.due(snap(3, True), 0.0, silent=(1,)) is None
+    assert dog.due(snap(3, True), 9.9, silent=(1,)) is None
+    assert dog.due(snap(3, True), 10.0, silent=(1,)) == "no progress for 10 s; rank(s) 1 silent"
+    # nobody waits: no stall, silent or not
+    quiet = Watchdog(Settings())
+    quiet.due(snap(3, False), 0.0, silent=(1,))
+    assert quiet.due(snap(3, False), 30.0, silent=(1,)) is None
+    # heard from again: the warm-up's threshold
+    again = Watchdog(Settings())
+    again.due(snap(3, True), 0.0)
+    assert again.due(snap(3, True), 30.0) is None

@@ -15,6 +15,8 @@ CAUSE_ORDER: tuple[str, ...] = (
     "master-loopback",
     # MASTER_ADDR is a bridge address every node has: a worker would connect to itself
     "master-address-local",
+    # a link-local MASTER_ADDR without its zone: nothing can bind or dial it as written
+    "master-link-local",
     "master-unresolvable",
     "master-no-route",
     "master-port-filtered",
@@ -29,6 +31,9 @@ CAUSE_ORDER: tuple[str, ...] = (
     "name-mismatch",
     "family-mismatch",
     "hostname-loopback",
+    # a nameserver that does not answer a node's lookups: a failure when a name the job
+    # needs gets no answer, else the seconds it adds to init
+    "slow-resolver",
     # one bridge address (docker0's 172.17.0.1) advertised by several hosts
     "duplicate-address",
     # a *_SOCKET_IFNAME that cannot work on a node (net.select): what the others' interface
@@ -156,11 +161,13 @@ SEE_JOIN: dict[str, str] = {
     "master-unresolvable": "getent ahosts $MASTER_ADDR",
     "master-loopback": "getent ahosts $MASTER_ADDR; echo $WORLD_SIZE $LOCAL_WORLD_SIZE",
     "master-address-local": "ip -br addr | grep -w $MASTER_ADDR",
+    "master-link-local": "ip -6 -br addr show scope link; ip -6 route get $MASTER_ADDR",
     "master-no-route": "ip route get $MASTER_ADDR; ip neigh show $MASTER_ADDR",
     "master-port-filtered": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
     "master-port-refused": "nc -zv -w 3 $MASTER_ADDR $MASTER_PORT",
     "master-port-foreign": "ss -ltnp sport = :$MASTER_PORT  # on rank 0's host",
-    "port-in-use": "ss -ltnp sport = :$MASTER_PORT",
+    # every state, not only listeners: an outgoing connection's source port holds it too
+    "port-in-use": "ss -tanp sport = :$MASTER_PORT; sysctl net.ipv4.ip_local_port_range",
 }
 
 

@@ -478,6 +478,8 @@ JUDGED_BY_CHECK: dict[str, tuple[str, ...]] = {
                             "hostname-loopback", "interface-mismatch"),
     "environment.ifname": ("ifname-syntax", "ifname-missing", "ifname-down",
                            "ifname-no-address", "hostname-loopback", "ifname-mismatch"),
+    # timed on every node, rank 0's own lookups of its peers added (check.resolvers)
+    "names.resolver": ("slow-resolver",),
 }
 
 

@@ -5,12 +5,13 @@ of."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ddpnet.check.causes import Cause, host_label
 from ddpnet.check.mesh import Listener
@@ -145,3 +146,21 @@ class Findings:
         return CheckReport(world_size=self.world, master=self.master,
                            causes=tuple(self.causes), nodes=tuple(self.nodes),
                            timings=dict(timings), stages=dict(self.stages), **self.extra)
+
+
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[], T]) -> Future[T]:
+    """``work()`` in a daemon thread; its result (or exception) in the future (the facts
+    gathered while a rank joins, the lookups rank 0 times while it gathers)."""
+    future: Future[T] = Future()
+
+    def collect() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever reads the future
+            future.set_exception(exc)
+
+    threading.Thread(target=collect, name="ddpnet-check-work", daemon=True).start()
+    return future

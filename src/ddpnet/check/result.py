@@ -63,6 +63,8 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
+        if self.failure is not None:  # its own code: a bad address is bad input (2)
+            return int(self.failure.exit_code)
         return int(ExitCode.OK if self.passed else ExitCode.CHECK_FAILED)
 
     def to_dict(self) -> dict[str, Any]:

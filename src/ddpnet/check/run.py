@@ -23,7 +23,7 @@ from typing import Any
 
 from ddpnet.check import mesh
 from ddpnet.check.causes import Cause
-from ddpnet.check.context import Progress, RankContext, RankOutcome
+from ddpnet.check.context import Progress, RankContext, RankOutcome, in_thread
 from ddpnet.check.coordinator import coordinate
 from ddpnet.check.options import CheckOptions
 from ddpnet.check.result import CheckResult, WorkerLine
@@ -36,6 +36,7 @@ from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError, Terminated, raise_terminated
 from ddpnet.net.probe import refuse_master_on_bridge
 from ddpnet.net.select import VARIABLES, Selection
+from ddpnet.net.zones import refuse_unusable_zone
 from ddpnet.output import exit_now
 from ddpnet.paths import file_writable
 
@@ -159,10 +160,11 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     """Run every stage on this rank. Raises RendezvousError when this rank cannot even join."""
     host = socket.gethostname()
     started = time.monotonic()
+    refuse_unusable_zone(cfg, host)  # every rank, before anything binds or dials MASTER_ADDR
     sel = tools.select(cfg, environ)
     _refuse_master_loopback(sel, host, cfg.rank)
     refuse_master_on_bridge(cfg, sel, host)
-    facts = _in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
+    facts = in_thread(lambda: tools.facts(cfg, sel, environ))  # 1-4 s, while we join
     # plain sockets before torch's (slow) import: an unreachable master is named at once,
     # and rank 0 listens on MASTER_PORT at once (the store takes the socket over)
     if cfg.rank == 0:
@@ -186,7 +188,7 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
     """Import torch, open (or join) the store and run this rank's stages."""
     # is what answers on MASTER_PORT a TCPStore? asked while torch imports (rank 0's store
     # answers once it imported torch too); as patient as a rank waits for rank 0
-    probe = None if cfg.rank == 0 else _in_thread(
+    probe = None if cfg.rank == 0 else in_thread(
         lambda: _probe_store(tools, cfg, environ, opts.join_timeout + opts.stage_timeout))
     import_torch()
     if probe is not None:
@@ -205,20 +207,6 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
                 store.close()
     finally:
         listener.close()
-
-
-def _in_thread(work: Any) -> Future[dict[str, Any]]:
-    """``work()`` in a daemon thread; its result (or exception) in the future."""
-    future: Future[dict[str, Any]] = Future()
-
-    def collect() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as exc:  # reported as this rank's facts error
-            future.set_exception(exc)
-
-    threading.Thread(target=collect, name="ddpnet-check-facts", daemon=True).start()
-    return future
 
 
 def _probe_store(tools: Tools, cfg: DistConfig, environ: Mapping[str, str],

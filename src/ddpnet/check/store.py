@@ -25,6 +25,7 @@ from ddpnet.check.options import CheckOptions
 from ddpnet.config import DistConfig
 from ddpnet.errors import RendezvousError
 from ddpnet.net.ports import listen_socket
+from ddpnet.net.probe import classify_bind
 from ddpnet.net.relay import Relay
 from ddpnet.rendezvous import wait_slice
 
@@ -212,14 +213,11 @@ class Store:
 
 # ----------------------------------------------------------------------------- opening it
 
-def bind_error(cfg: DistConfig, host: str) -> RendezvousError:
-    return RendezvousError(
-        "port-in-use",
-        f"rank 0 cannot listen on MASTER_PORT {cfg.master_port} on {host}: "
-        "the port is already in use (another job or a stale rank 0)",
-        f"pick a free port (export MASTER_PORT=...) on every node or stop the process "
-        f"holding it: ss -ltnp 'sport = :{cfg.master_port}'",
-        host=host, rank=0)
+def bind_error(cfg: DistConfig, host: str, detail: str = "") -> RendezvousError:
+    """``port-in-use``, explained by what holds MASTER_PORT (a listener or a connection)."""
+    from ddpnet.net.probe import who_holds
+
+    return who_holds(cfg, host, detail or "EADDRINUSE")
 
 
 @dataclass
@@ -252,8 +250,10 @@ def listen_early(cfg: DistConfig, host: str) -> EarlyListen:
             return EarlyListen(_listen_everywhere(cfg))
         sock = listen_socket(own, cfg.master_port)
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise bind_error(cfg, host) from None
+        if exc.errno == errno.EADDRINUSE:
+            raise bind_error(cfg, host, str(exc)) from None
+        if exc.errno == errno.EACCES:
+            raise classify_bind(exc, cfg.master_port, host=host, rank=0) from None
         raise
     return EarlyListen(int(sock.detach()), _relays(own, cfg.master_port))
 
@@ -322,7 +322,7 @@ def host_store(cfg: DistConfig, opts: CheckOptions, host: str,
     except Exception as exc:
         text = str(exc)
         if "in use" in text or "EADDRINUSE" in text or "errno: 98" in text:
-            raise bind_error(cfg, host) from None
+            raise bind_error(cfg, host, _first_line(exc)) from None
         raise RendezvousError(
             "master-no-route",
             f"rank 0 cannot host the store on {cfg.master_addr}:{cfg.master_port}: "

@@ -84,8 +84,10 @@ def send_stream(address: str, port: int, rnd: int, me: int, *, seconds: float,
     with socket.create_connection((address, port), timeout=timeout,
                                   source_address=(source, 0) if source else None) as sock:
         sock.settimeout(timeout)
-        sock.sendall(make_header(rnd, me))
+        # timed from before the header: the listener starts its clock once it has read the
+        # header, so a sender descheduled right after sending it can never time less
         start = time.perf_counter()
+        sock.sendall(make_header(rnd, me))
         end = start + seconds
         while time.perf_counter() < end and (most is None or sent < most):
             sock.sendall(payload)

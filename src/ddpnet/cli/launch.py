@@ -36,6 +36,12 @@ from ddpnet.cli.sshflags import hostfile_options, ssh_flags
               "(default: selected toward MASTER_ADDR).")
 @click.option("--allow-run-as-root", is_flag=True, help="Passed to mpirun.")
 @click.option("--oversubscribe", is_flag=True, help="Passed to mpirun.")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="Attach the hang watch to the script's own init_process_group "
+              "(docs/watch.md); --no-watch: no watch, ddpnet.init()'s too.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Rank 0's watch serves the job's Prometheus metrics on this port, on the "
+              "job's interface (docs/watch.md; sets DDPNET_METRICS_PORT for the ranks).")
 @click.option("--dry-run", is_flag=True, help="Print the command and environment per node.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: one JSON object.")
 @ssh_flags
@@ -43,7 +49,8 @@ from ddpnet.cli.sshflags import hostfile_options, ssh_flags
 def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | None,
             master_addr: str | None, master_port: str | None, rdzv: str | None,
             max_restarts: int, local: int | None, via: str, hosts: str | None,
-            ifname: str | None, allow_run_as_root: bool, oversubscribe: bool, dry_run: bool,
+            ifname: str | None, allow_run_as_root: bool, oversubscribe: bool, watch: bool,
+            metrics_port: int | None, dry_run: bool,
             as_json: bool, program: tuple[str, ...], **ssh: Any) -> int:
     """Run SCRIPT (or -m MODULE) on every rank of this node with torchrun, or on all ranks
     with mpirun, with MASTER_ADDR, ranks and interface variables filled in.
@@ -64,7 +71,8 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
         program=program, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port, rdzv=rdzv,
         max_restarts=max_restarts, local=local, via=via, hosts=hosts, ifname=ifname,
-        allow_run_as_root=allow_run_as_root, oversubscribe=oversubscribe, dry_run=dry_run,
+        allow_run_as_root=allow_run_as_root, oversubscribe=oversubscribe, watch=watch,
+        metrics_port=metrics_port, dry_run=dry_run,
         as_json=as_json, hostfile=hostfile_options(**ssh)))
     print_warnings(plan.warnings)
     return finish(run(plan), as_json, render)

@@ -22,9 +22,12 @@ import click
               default=None, help="Draw the recorded series to a PNG at the end.")
 @click.option("--once", is_flag=True, help="Measure one interval, print, exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve the measurements to Prometheus on this port of the monitored "
+                   "interface's address, until stopped (no live view; docs/monitor.md).")
 def command(iface: str, interval: float, duration: float | None, gpu: bool | None,
             peers: bool, record_path: Path | None, plot_path: Path | None, once: bool,
-            as_json: bool) -> int:
+            as_json: bool, metrics_port: int | None) -> int:
     """Watch rx/tx per interface against the link speed, TCP retransmits, per-peer traffic
     and GPUs in one view (the guides' nload + iftop + nvidia-smi)."""
     from ddpnet.monitor.render import render
@@ -33,5 +36,5 @@ def command(iface: str, interval: float, duration: float | None, gpu: bool | Non
 
     options = MonitorOptions(iface=iface, interval=interval, duration=duration, gpu=gpu,
                              peers=peers, record=record_path, plot=plot_path, once=once,
-                             as_json=as_json)
+                             as_json=as_json, metrics_port=metrics_port)
     return finish(run(options), as_json, render)

@@ -30,6 +30,14 @@ import click
 @click.option("--requeue/--no-requeue", default=False, show_default=True,
               help="#SBATCH --requeue; requeue the job when its step exits 75 (checkpoint "
               "saved on the --preempt-signal warning).")
+@click.option("--max-recoveries", type=int, default=2, show_default=True,
+              help="With --requeue: when the watch blames a node (link down, unreachable, "
+              "a rank on it dead or frozen), drain it (or exclude it) and requeue, resuming "
+              "from the newest checkpoint, at most this many times (0: never).")
+@click.option("--spare-nodes", type=int, default=0, show_default=True,
+              help="With --requeue: allocate this many nodes more than --nodes (#SBATCH "
+              "--no-kill); when the watch blames a node, drain it and start the step again "
+              "on the others inside the allocation from the newest checkpoint, no requeue.")
 @click.option("--preempt-signal", default=None,
               help="[B:]SIG@SECONDS warning before the time limit [default with --requeue: "
               "USR1@90, to every rank; B: signals only the script, which forwards it].")
@@ -42,7 +50,8 @@ import click
 def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
             gpus_per_node: int | None, cpus_per_task: int | None, partition: str | None,
             time: str | None, output: str, job_name: str, engine: str, max_restarts: int,
-            ifname: str | None, preflight: bool, requeue: bool, preempt_signal: str | None,
+            ifname: str | None, preflight: bool, requeue: bool, max_recoveries: int,
+            spare_nodes: int, preempt_signal: str | None,
             script_path: str | None, submit: bool, as_json: bool,
             program: tuple[str, ...]) -> int:
     """Render a batch script that runs SCRIPT (or -m MODULE) on every rank.
@@ -62,7 +71,7 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
         ntasks=ntasks, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
         partition=partition, time=time, output=output, job_name=job_name, engine=engine,
         preflight=preflight, requeue=requeue, preempt_signal=preempt_signal, ifname=ifname,
-        max_restarts=max_restarts,
+        max_restarts=max_restarts, max_recoveries=max_recoveries, spare_nodes=spare_nodes,
         python=sys.executable,
     )
     result = run(SbatchOptions(cfg, script_path=script_path, submit=submit))

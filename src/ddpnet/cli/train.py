@@ -78,6 +78,10 @@ from ddpnet.train.defaults import SIZE_FIELDS, SIZES_HELP
                    "adds each rank's summary to the training summary.")
 @click.option("--monitor-interval", type=float, default=1.0, show_default=True,
               help="Seconds per telemetry sample with --monitor.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              envvar="DDPNET_METRICS_PORT",
+              help="Rank 0 serves the job's Prometheus metrics on this port, on the job's "
+                   "interface (docs/watch.md; also DDPNET_METRICS_PORT).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def command(local: int | None, as_json: bool, monitor: bool, monitor_interval: float,
             **flags: Any) -> int:

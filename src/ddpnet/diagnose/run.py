@@ -10,6 +10,7 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.exitcodes import ExitCode
+from ddpnet.launch.recovery import Record
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.report import render_text
 from ddpnet.watch.state import Diagnosis, Snapshot
@@ -24,6 +25,8 @@ class DiagnoseOptions:
     #: the hub's port (default: DDPNET_WATCH_PORT, else derived from the master)
     port: int | None = None
     timeout: float = 5.0
+    #: a ``ddpnet sbatch --requeue`` job's directory: its recovery history and newest verdict
+    job_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -31,23 +34,36 @@ class DiagnoseResult:
     diagnosis: Diagnosis
     snapshot: Snapshot
     source: str
+    #: the job's recovery record (``ddpnet.launch.recovery``), when read from a job dir
+    recovery: Record | None = None
 
     @property
     def exit_code(self) -> int:
         return int(ExitCode.OK if self.diagnosis.kind == "ok" else ExitCode.CHECK_FAILED)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.diagnosis.kind, "source": self.source,
-                "diagnosis": self.diagnosis.to_dict(), "snapshot": self.snapshot.to_dict()}
+        out = {"kind": self.diagnosis.kind, "source": self.source,
+               "diagnosis": self.diagnosis.to_dict(), "snapshot": self.snapshot.to_dict()}
+        if self.recovery is not None:
+            out["recovery"] = self.recovery.to_dict()
+        return out
 
 
 def render(result: DiagnoseResult, console: Any) -> None:
-    """The watchdog's one-screen report (brackets are text, not markup)."""
+    """The recovery history, if any, then the watchdog's one-screen report (brackets are
+    text, not markup)."""
+    if result.recovery is not None:
+        lines = [f"recovery of job {result.recovery.job or '?'} (--max-recoveries "
+                 f"{result.recovery.max_recoveries}):"]
+        lines += [f"  {e.line()}" for e in result.recovery.events] or ["  nothing recorded"]
+        console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     console.print(render_text(result.diagnosis, result.snapshot, result.source), markup=False,
                   highlight=False, soft_wrap=True)
 
 
 def run(options: DiagnoseOptions) -> DiagnoseResult:
+    if options.job_dir is not None:
+        return from_job_dir(options.job_dir)
     if options.dumps is not None:
         return from_dumps(options.dumps)
     return live(options)
@@ -84,6 +100,31 @@ def from_dumps(directory: Path, note: str = "") -> DiagnoseResult:
     return DiagnoseResult(analyze(snapshot, Options(live=False)), snapshot, source)
 
 
+def from_job_dir(job_dir: Path) -> DiagnoseResult:
+    """A recovering job's history (``recovery.json``) and the verdict of its newest run that
+    left one (``watch-runN``)."""
+    from ddpnet.launch.recover import read_record, record_path
+
+    path = record_path(job_dir)
+    try:
+        record = read_record(path)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}",
+                          "recovery.json is written by the job's batch script; give --job-dir "
+                          "the job's DDPNET_JOB_DIR") from None
+    runs = sorted((d for d in job_dir.glob("watch-run*") if d.name[9:].isdigit()),
+                  key=lambda d: int(d.name[9:]), reverse=True)
+    for directory in runs:
+        if (directory / "report.json").exists() or any(directory.glob("rank-*.json")):
+            return replace(from_dumps(directory), recovery=record)
+    if not path.exists():
+        raise ConfigError(f"no recovery record and no watch verdict in {job_dir}",
+                          "give --job-dir the directory `ddpnet sbatch --requeue` jobs keep "
+                          "(DDPNET_JOB_DIR, default ./ddpnet-job-<job id>)")
+    return DiagnoseResult(Diagnosis("ok", "no run of this job left a watch verdict"),
+                          Snapshot(0, 0.0, {}), f"job directory {job_dir}", record)
+
+
 def _report_snapshot(directory: Path) -> Snapshot:
     import json
 
@@ -96,11 +137,16 @@ def _report_snapshot(directory: Path) -> Snapshot:
 
 def _master(options: DiagnoseOptions) -> tuple[str, int]:
     if options.master is not None:
-        host, _, port = options.master.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError(f"--master {options.master!r} is not HOST:PORT",
-                              "the job's MASTER_ADDR:MASTER_PORT, e.g. --master node0:29500")
-        return host.strip("[]"), int(port)
+        from ddpnet.address import REQUIRED_PORT, parse_address
+
+        try:
+            addr = parse_address(options.master, "--master", port=REQUIRED_PORT)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (--master is HOST:PORT)",
+                              "the job's MASTER_ADDR:MASTER_PORT, e.g. --master node0:29500 "
+                              "(IPv6 as --master [fd00::1]:29500)") from None
+        assert addr.port is not None  # REQUIRED_PORT
+        return addr.dial, addr.port
     from ddpnet.env.resolve import resolve
 
     cfg = resolve()

@@ -130,6 +130,9 @@ class Host:
     run: Runner = run_command
     #: name -> addresses (strings); raises OSError when the name does not resolve
     resolve: Callable[[str], Sequence[str]] = lambda name: ()
+    #: time forward (names) and reverse (addresses) lookups through this node's resolver
+    #: (``net.resolver.time_lookups``); tests pass canned ones, the default makes none
+    lookups: Callable[[Sequence[str], Sequence[str]], Sequence[Any]] = lambda f, r: ()
     #: is there a program of that name on PATH
     which: Callable[[str], str | None] = lambda name: None
     #: where per-install facts are cached (the torch probe); None = never cache

@@ -108,8 +108,9 @@ class Manager(Check):
         state = state_of(host)
         facts = {"firewall": state.facts()}
         if state.unreadable and not state.managers:
-            return self.skip(f"cannot read the rules of {', '.join(state.unreadable)}",
-                             "run ddpnet doctor as root to inspect the firewall", **facts)
+            return self.skip(f"firewall unknown: {state.unknown()}",
+                             "run ddpnet doctor as root with nft or iptables installed and on "
+                             "PATH to inspect the firewall", **facts)
         if not state.managers:
             net = cluster_net(inputs)
             src = str(net) if net else "<cluster subnet>"
@@ -148,7 +149,7 @@ class PortAccepted(Check):
         state = state_of(host)
         if not state.managers:
             return self.ok(f"{spec}/tcp open (no firewall)") if not state.unreadable else \
-                self.skip(f"cannot read the rules of {', '.join(state.unreadable)}")
+                self.skip(f"{spec}/tcp unknown: {state.unknown()}")
         net = cluster_net(inputs)
         src = peer_in(net, inputs.selected.address)
         blocked: list[tuple[str, fr.Decision, int]] = []

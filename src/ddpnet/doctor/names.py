@@ -8,9 +8,12 @@ answer is what counts, not whether a cluster address follows it.
 
 from __future__ import annotations
 
-from ddpnet.doctor.base import Check, CheckResult, Host, Inputs
+import ipaddress
+
+from ddpnet.doctor.base import Check, CheckResult, Host, Inputs, Status
 from ddpnet.net import names
 from ddpnet.net.names import hostname_address, hosts_fix, is_loopback
+from ddpnet.net.resolver import Lookup, judge_lookups, parse_resolv_conf
 
 
 def hosts_lines(host: Host, name: str) -> list[str]:
@@ -121,4 +124,47 @@ class MasterResolves(Check):
         return self.ok(detail, master_addresses=addrs)
 
 
-CHECKS: tuple[Check, ...] = (HostnameResolves(), MasterResolves())
+class ResolverSpeed(Check):
+    """Time the lookups a job makes on this node through its own resolver (forward: the
+    hostname gloo binds, a MASTER_ADDR name; reverse: MASTER_ADDR's address and this node's
+    own, which torch's store looks up per connection) and name a slow or dead nameserver
+    with what it costs init (``net.resolver``)."""
+
+    id = "names.resolver"
+    family = "names"
+    title = "name lookups are fast"
+
+    def run(self, host: Host, inputs: Inputs) -> CheckResult:
+        forward = [host.hostname]
+        reverse = [a for a in (inputs.selected.address,) if a]
+        if _is_ip(inputs.master_addr):
+            reverse.append(inputs.master_addr)
+        else:
+            forward.append(inputs.master_addr)
+            reverse += resolve(host, inputs.master_addr)[0][:1]
+        lookups = [lk for lk in host.lookups(forward, reverse) if isinstance(lk, Lookup)]
+        if not lookups:
+            return self.skip("no lookups timed")
+        conf = parse_resolv_conf(host.read(host.etc / "resolv.conf") or "",
+                                 str(host.etc / "resolv.conf"))
+        facts = {"resolver": {**conf.to_dict(), "lookups": [lk.to_dict() for lk in lookups]}}
+        found = judge_lookups(lookups, conf)
+        if found is None:
+            slowest = max(lookups, key=lambda lk: lk.seconds)
+            return self.ok(f"{len(lookups)} lookups, slowest {slowest.seconds:.2f} s",
+                           conf.describe(), **facts)
+        summary = (f"name lookups {'fail' if found.severity == 'fail' else 'are slow'}: "
+                   f"up to {found.per_lookup_s:.0f} s each")
+        status: Status = "fail" if found.severity == "fail" else "warn"
+        return self.result(status, summary, found.why(), found.fix(), facts)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.partition("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
+CHECKS: tuple[Check, ...] = (HostnameResolves(), MasterResolves(), ResolverSpeed())

@@ -5,25 +5,34 @@ from __future__ import annotations
 
 import ipaddress
 
+from ddpnet.address import parse_address
 from ddpnet.doctor.base import Check, CheckResult, Host, Inputs, Status
 from ddpnet.env.jobport import C10D_PORT, parse_port_range
+from ddpnet.errors import ConfigError
+from ddpnet.net.interfaces import Address, Interface
+from ddpnet.net.ports import TcpSocket, parse_proc_tcp
+from ddpnet.net.zones import ZoneVerdict, judge_zone
 
-_LISTEN = "0A"
+
+def port_sockets(host: Host) -> list[TcpSocket]:
+    """Every TCP socket of this node, from ``/proc/net/tcp`` and ``tcp6`` (no sockets
+    opened; the one parser, ``net.ports.parse_proc_tcp``)."""
+    out: list[TcpSocket] = []
+    for name in ("tcp", "tcp6"):
+        out += parse_proc_tcp(host.read(host.proc / "net" / name) or "")
+    return out
 
 
 def listening_ports(host: Host) -> set[int]:
-    """TCP ports in LISTEN state, from ``/proc/net/tcp`` and ``tcp6`` (no sockets opened)."""
-    ports: set[int] = set()
-    for name in ("tcp", "tcp6"):
-        text = host.read(host.proc / "net" / name) or ""
-        for line in text.splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == _LISTEN:
-                try:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-                except (IndexError, ValueError):
-                    continue
-    return ports
+    """TCP ports in LISTEN state."""
+    return {s.local_port for s in port_sockets(host) if s.state == "LISTEN"}
+
+
+def connection_holders(host: Host, port: int) -> list[TcpSocket]:
+    """Connections whose local port is ``port`` and that keep a listener off it (TIME_WAIT
+    does not: TCPStore binds with SO_REUSEADDR)."""
+    return [s for s in port_sockets(host) if s.local_port == port
+            and s.state not in ("LISTEN", "TIME_WAIT")]
 
 
 def parse_reserved(text: str) -> set[int]:
@@ -70,7 +79,26 @@ class ConfigValid(Check):
         if inputs.config_error is not None:
             message, hint = inputs.config_error
             return self.fail(f"configuration invalid: {message}", "", hint)
+        verdict = zone_verdict(inputs)
+        if verdict is not None:  # check's and init()'s master-link-local, on this node
+            return self.fail(f"MASTER_ADDR {verdict.address.text} cannot be used as written "
+                             f"here ({verdict.problem})", verdict.why(), verdict.fix(),
+                             evidence=verdict.evidence())
         return self.ok(inputs.config_summary or "configuration valid")
+
+
+def zone_verdict(inputs: Inputs) -> ZoneVerdict | None:
+    """A link-local MASTER_ADDR judged against this node's interfaces (pure)."""
+    try:
+        address = parse_address(inputs.master_addr, "MASTER_ADDR")
+    except ConfigError:
+        return None  # rendezvous.config names a bad value
+    if not address.link_local:
+        return None
+    interfaces = [Interface(i.name, i.up, tuple(Address(a.ip, a.prefix, a.family)
+                                                for a in i.addresses),
+                            i.mtu, i.speed_mbps, i.kind) for i in inputs.interfaces]
+    return judge_zone(address, interfaces)
 
 
 class PortCheck(Check):
@@ -100,6 +128,9 @@ class PortCheck(Check):
                 f"find it with: ss -ltnp 'sport = :{port}' ; stop it or pick another port "
                 "(export MASTER_PORT=<free port> on every node)",
             ))
+        held = _outgoing(host, port, (low, high), why) if master else None
+        if held is not None:
+            problems.append(held)
         if low <= port <= high and port not in reserved:
             problems.append((
                 "warn", f"port {port} is inside the ephemeral range {low}-{high}",
@@ -119,6 +150,28 @@ class PortCheck(Check):
             worst, "; ".join(p[1] for p in problems), "; ".join(p[2] for p in problems),
             " ; ".join(p[3] for p in problems), facts,
         )
+
+
+def _outgoing(host: Host, port: int, ephemeral: tuple[int, int], why: str
+              ) -> tuple[str, str, str, str] | None:
+    """The problem when an outgoing connection holds ``port`` with no listener on it: the
+    kernel gave it (inside the ephemeral range) to a connection to a service port (outside
+    it), which keeps TCPStore's listener off it. An accepted connection (its peer's port
+    ephemeral) of a listener that is gone does not (SO_REUSEADDR, like TCPStore's)."""
+    low, high = ephemeral
+    if not low <= port <= high or port in listening_ports(host):
+        return None
+    held = [s for s in connection_holders(host, port) if not low <= s.remote_port <= high]
+    if not held:
+        return None
+    shown = ", ".join(f"{s.state} {s.local}:{port} -> {s.remote}:{s.remote_port} (uid {s.uid})"
+                      for s in held)
+    return ("fail", f"port {port} is the local port of {len(held)} connection(s) on this "
+            "rank-0 host",
+            f"{why}; not a listener: {shown}; the kernel gave it from the ephemeral range "
+            f"{low}-{high}",
+            f"export MASTER_PORT=<a free port outside {low}-{high}> on every node; "
+            f"`ss -tanp 'sport = :{port}'` shows the process")
 
 
 def _add_reserved(host: Host, port: int) -> str:

@@ -168,16 +168,36 @@ def resolve_name(name: str, timeout: float = RESOLVE_TIMEOUT) -> list[str]:
     return list(dict.fromkeys(box["addrs"]))
 
 
-def cache_dir(environ: Mapping[str, str]) -> Path | None:
-    base = environ.get("XDG_CACHE_HOME") or (
-        str(Path(environ["HOME"]) / ".cache") if environ.get("HOME") else "")
+def cache_dir(environ: Mapping[str, str], account_home: str | None = None) -> Path | None:
+    """Where per-install facts are cached: ``$XDG_CACHE_HOME``, ``$HOME/.cache``, else the
+    account's own home (``account_home``, from the password database): slurmd runs
+    HealthCheckProgram with an empty environment, and without a cache every health check
+    imported torch in a child again (1-4 s of CPU per node per interval)."""
+    home = environ.get("HOME") or account_home
+    base = environ.get("XDG_CACHE_HOME") or (str(Path(home) / ".cache") if home else "")
     return Path(base) / "ddpnet" if base else None
+
+
+def account_home() -> str | None:
+    """This user's home directory from the password database (edge), or None where it has
+    none that exists (``nobody``'s ``/nonexistent``)."""
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return None
+    return home if home not in ("", "/") and Path(home).is_dir() else None
 
 
 def real_host(environ: Mapping[str, str] | None = None) -> Host:
     env = dict(os.environ if environ is None else environ)
+    from ddpnet.net.resolver import time_lookups
+
     return Host(environ=env, hostname=socket.gethostname(), resolve=resolve_name,
-                which=shutil.which, cache=cache_dir(env), native=software.native_facts)
+                lookups=time_lookups,
+                which=shutil.which, cache=cache_dir(env, account_home()),
+                native=software.native_facts)
 
 
 def _interfaces() -> tuple[InterfaceLike, ...]:
@@ -289,10 +309,10 @@ class DoctorOptions:
     def __post_init__(self) -> None:
         # a bad flag is the user's typing (exit 2); a bad launcher variable is a finding (a
         # failed row, exit 1), because the environment is what doctor examines
-        if self.master_addr is not None and not self.master_addr.strip():
-            raise ConfigError("--master-addr is empty",
-                              "give the master's address or name, e.g. --master-addr "
-                              "10.0.0.1, or leave the flag out to use ddpnet env's")
+        if self.master_addr is not None:
+            from ddpnet.address import parse_address
+
+            parse_address(self.master_addr, "--master-addr")  # every form, the one parser
 
 
 def run(options: DoctorOptions, environ: Mapping[str, str] | None = None) -> DoctorReport:

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from ddpnet.env.base import Launcher, ReadContext, Sourced, first_int, parse_int, put
+from ddpnet.address import REQUIRED_PORT, parse_address
+from ddpnet.env.base import Launcher, ReadContext, Sourced, first_int, put
 from ddpnet.env.manual import ManualLauncher
 from ddpnet.env.mpi import MpichLauncher, OpenMpiLauncher
 from ddpnet.errors import ConfigError
@@ -33,15 +34,16 @@ _MASTER_VARS = ("AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE",
 
 def parse_master_node(text: str, source: str = "AZ_BATCH_MASTER_NODE") -> tuple[str, int]:
     """``ip:port`` -> (ip, port); a one-line ConfigError without a port."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or any(c.isspace() for c in host):
+    try:
+        addr = parse_address(text.strip(), source, port=REQUIRED_PORT)
+    except ConfigError as exc:
         raise ConfigError(
-            f"{source}={text[:60]!r} is not ip:port",
+            f"{source}={text[:60]!r} is not ip:port ({str(exc).removeprefix(source + ' ')})",
             f"AzureML sets {source} as the master's address and port, e.g. 10.0.0.4:6105; "
             "do not overwrite it (or export MASTER_ADDR and MASTER_PORT instead)",
-        )
-    number = parse_int(port, f"{source} port", minimum=1)
-    return host.strip("[]"), number
+        ) from None
+    assert addr.port is not None  # REQUIRED_PORT
+    return addr.dial, addr.port
 
 
 def _ranks(environ: Mapping[str, str], ctx: ReadContext) -> dict[str, Sourced]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
+from ddpnet.address import REQUIRED_PORT, parse_address
 from ddpnet.errors import ConfigError
 
 _HINT = "use env://, tcp://HOST:PORT (IPv6 as tcp://[fd00::1]:23456) or file:///shared/dir/file"
@@ -33,28 +34,34 @@ def parse_init_method(url: str, source: str = "init_method") -> InitMethod:
     if text in ("env://", "env:"):
         return InitMethod("env")
     where = f"{source}={url!r}"
+    scheme, sep, after = text.partition("://")
+    if scheme == "tcp" and sep:
+        netloc, slash, path = after.partition("/")
+        netloc, query, tail = netloc.partition("?")
+        return _tcp_method(netloc, slash + path + query + tail, where)
     try:
         parts = urlsplit(text)
-        port = parts.port if parts.scheme == "tcp" else None
     except ValueError as exc:
         raise ConfigError(f"{where} is malformed ({exc})", _HINT) from None
-    if parts.scheme == "tcp":
-        return _tcp_method(parts, port, where)
     if parts.scheme == "file":
         return _file_method(parts, where)
     raise ConfigError(f"{where}: unknown scheme {parts.scheme!r}", _HINT)
 
 
-def _tcp_method(parts: SplitResult, port: int | None, where: str) -> InitMethod:
-    if not parts.hostname:
+def _tcp_method(netloc: str, rest: str, where: str) -> InitMethod:
+    """``tcp://HOST:PORT`` through the one address parser (IPv6 in brackets, a link-local
+    zone as ``%eth0`` or ``%25eth0``)."""
+    if not netloc or netloc.startswith(":"):
         raise ConfigError(f"{where} has no host", _HINT)
-    if port is None:
-        raise ConfigError(f"{where} has no port", _HINT)
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"{where}: port {port} is outside 1..65535", _HINT)
-    if parts.path not in ("", "/") or parts.query:
+    if rest not in ("", "/"):
         raise ConfigError(f"{where} has a path or query after the port", _HINT)
-    return InitMethod("tcp", host=parts.hostname, port=port)
+    try:
+        addr = parse_address(netloc, "the host of", port=REQUIRED_PORT, url=True)
+    except ConfigError as exc:
+        if "has no port" in str(exc):
+            raise ConfigError(f"{where} has no port", _HINT) from None
+        raise ConfigError(f"{where}: {exc}", exc.hint) from None
+    return InitMethod("tcp", host=addr.dial, port=addr.port)
 
 
 def _file_method(parts: SplitResult, where: str) -> InitMethod:

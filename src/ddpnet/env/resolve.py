@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ddpnet.address import parse_address
 from ddpnet.config import DistConfig
 from ddpnet.env.base import Launcher, ReadContext, Sourced, parse_int
 from ddpnet.env.detect import ambiguities, detect_all, detect_launcher, marked_by, nested
@@ -405,12 +406,9 @@ def _validate(cfg: DistConfig) -> None:
             f"MASTER_PORT {cfg.master_port} ({src['master_port']}) is outside 1..65535",
             "pick a free port such as 29500 and use the same one on every node",
         )
-    addr = cfg.master_addr
-    if not addr.strip() or any(c.isspace() for c in addr) or "/" in addr:
-        raise ConfigError(
-            f"MASTER_ADDR {addr!r} ({src['master_addr']}) is not a host name or address",
-            "set MASTER_ADDR to the rank-0 host's address, e.g. 10.0.0.1 or node01",
-        )
+    where = src["master_addr"]
+    parse_address(cfg.master_addr, "MASTER_ADDR" if where == "MASTER_ADDR" else
+                  f"MASTER_ADDR ({where})")
     if cfg.hosts and cfg.num_nodes != len(cfg.hosts) and src["num_nodes"] != "derived":
         raise ConfigError(
             f"the node list has {len(cfg.hosts)} hosts but the node count is {cfg.num_nodes} "

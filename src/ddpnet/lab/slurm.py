@@ -56,8 +56,11 @@ def enter_argv(root: Path, namespace: str, hostname: str) -> tuple[str, ...]:
             hostname)
 
 
-def spec_for(lab: Lab, cpus: int = 2) -> ClusterSpec:
-    """The cluster of this lab: node i is SLURM node ``<hostname>`` at the node's address."""
+def spec_for(lab: Lab, cpus: int = 2, cred_expire_s: int | None = None,
+             extra: tuple[str, ...] = ()) -> ClusterSpec:
+    """The cluster of this lab: node i is SLURM node ``<hostname>`` at the node's address;
+    ``cred_expire_s`` shortens how long a requeued job waits to start again (120 s);
+    ``extra``: more slurm.conf lines (a HealthCheckProgram)."""
     root = root_dir(lab.name)
     nodes = tuple(
         SlurmNode(name=n.hostname, address=n.address, hostname=n.hostname, cpus=cpus,
@@ -69,6 +72,7 @@ def spec_for(lab: Lab, cpus: int = 2) -> ClusterSpec:
         controller_host=first.hostname, controller_addr=first.address,
         nodes=nodes, ctld_port=CTLD_PORT, slurmd_port=SLURMD_PORT, partition="lab",
         controller_wrap=enter_argv(root, first.namespace, first.hostname),
+        cred_expire_s=cred_expire_s, extra=extra,
     )
 
 
@@ -77,11 +81,12 @@ def client_env(lab: Lab) -> dict[str, str]:
     return {"SLURM_CONF": str(root_dir(lab.name) / "slurm.conf")}
 
 
-def start(lab: Lab, cpus: int = 2, timeout: float = 60) -> SlurmCluster:
+def start(lab: Lab, cpus: int = 2, timeout: float = 60,
+          cred_expire_s: int | None = None, extra: tuple[str, ...] = ()) -> SlurmCluster:
     """Start munged, slurmctld (node 0) and one slurmd per node; wait until all are idle.
     Writes ``<root>/slurm``: a wrapper that runs a SLURM client in node 0."""
     stop(lab.name)
-    spec = spec_for(lab, cpus)
+    spec = spec_for(lab, cpus, cred_expire_s, extra)
     cluster = _LabCluster(spec)
     cluster.start(timeout=timeout)
     write_client_wrapper(spec)

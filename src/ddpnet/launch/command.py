@@ -131,6 +131,8 @@ class LaunchConfig:
     iface_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     notes: tuple[str, ...] = ()
+    #: what turns the watch on (or off) in every rank (``ddpnet.watch.attach.ranks_env``)
+    watch_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -190,7 +192,7 @@ def build_torchrun(cfg: LaunchConfig, module: str = "torch.distributed.run"
                  f"{_bracket(cfg.master_addr)}:{cfg.master_port}", "--rdzv-id", cfg.run_id]
     argv += ["--max-restarts", str(cfg.max_restarts)]
     argv += cfg.target.torchrun_args()
-    env = dict(cfg.iface_env)
+    env = {**cfg.iface_env, **cfg.watch_env}
     if cfg.rdzv == "c10d" and cfg.max_restarts > 0:
         # the workers' store is then created per rendezvous round, not shared with the agent:
         # a shared store mixes keys of different attempts after a restart (pytorch#135712)
@@ -213,18 +215,52 @@ class Host:
     slots: int
 
 
+def split_slots(token: str) -> tuple[str, str | None]:
+    """``HOST[:N]`` -> (host, N or None) for every host form (pure): ``node1:4``,
+    ``[fd00::1]:4``, a bare IPv6 ``fd00::1`` (no count: its colons are the address's)."""
+    if token.startswith("[") and "]:" in token:
+        host, _, count = token[1:].partition("]:")
+        return host, count
+    if token.startswith("[") and token.endswith("]"):
+        return token[1:-1], None
+    if token.count(":") >= 2:
+        return token, None
+    host, sep, count = token.partition(":")
+    return host, count if sep else None
+
+
+def host_name(text: str, where: str) -> str:
+    """A launch host as ssh, torchrun and MASTER_ADDR take it (IPv6 unbracketed, with its
+    zone), through the one address parser; a link-local address without its zone is refused
+    here: ssh and every rank's connect to it fail with EINVAL (pure)."""
+    from ddpnet.address import parse_address
+
+    addr = parse_address(text, where)
+    if addr.needs_zone:
+        raise ConfigError(
+            f"{where} {text!r} is an IPv6 link-local address without its zone: ssh and "
+            "every connection to it fail (EINVAL), as it exists on every link",
+            f"add the interface it is reached by on every node ({text}%eth0; `ip -6 route "
+            f"get {text}` names it), or use that host's global address or name instead")
+    return addr.dial
+
+
 def parse_hosts(text: str, source: str = "--hosts") -> tuple[Host, ...]:
     """``h1:4,h2:4`` (``h1`` alone means one slot) -> hosts with slot counts."""
     hosts: list[Host] = []
     seen: set[str] = set()
     for part in text.split(","):
         part = part.strip()
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,9}))?", part)
-        if not m:
+        host, count = split_slots(part)
+        try:
+            if count is not None and not re.fullmatch(r"\d{1,9}", count):
+                raise ConfigError(f"{count!r} is not a slot count")
+            name, slots = host_name(host, "its host"), int(count or 1)
+        except ConfigError as exc:
             raise ConfigError(
-                f"{source} {text!r}: {part!r} is not HOST or HOST:SLOTS",
-                f"write {source} as a comma list of host:slots, e.g. {source} node1:4,node2:4")
-        name, slots = m.group(1), int(m.group(2)) if m.group(2) else 1
+                f"{source} {text!r}: {part!r} is not HOST or HOST:SLOTS ({exc})",
+                f"write {source} as a comma list of host:slots, e.g. {source} node1:4,node2:4 "
+                "([fd00::1]:4 for IPv6)") from None
         if not 1 <= slots <= MAX_PROCS_PER_NODE:
             raise ConfigError(f"{source}: host {name} has {slots} slots",
                               f"every host needs 1 to {MAX_PROCS_PER_NODE} slots, e.g. node1:1")
@@ -251,6 +287,8 @@ class MpirunConfig:
     extra_forward: tuple[str, ...] = ()
     allow_run_as_root: bool = False
     oversubscribe: bool = False
+    #: what turns the watch on (or off) in every rank, forwarded with ``-x``
+    watch_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         most = MAX_PROCS_PER_NODE * max(1, len(self.hosts))
@@ -272,7 +310,7 @@ def build_mpirun(cfg: MpirunConfig, environ: Mapping[str, str] | None = None
     cores (the training script's threads need them all); every rank runs the ``ddpnet exec``
     wrapper, which turns OMPI_COMM_WORLD_* into RANK/WORLD_SIZE/LOCAL_RANK and exports them.
     """
-    env = dict(cfg.iface_env)
+    env = {**cfg.iface_env, **cfg.watch_env}
     env["MASTER_ADDR"] = cfg.master_addr
     env["MASTER_PORT"] = str(cfg.master_port)
     env["DDPNET_LAUNCH_ENGINE"] = "mpirun"
@@ -288,7 +326,8 @@ def build_mpirun(cfg: MpirunConfig, environ: Mapping[str, str] | None = None
         argv += ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", cfg.interface,
                  "--mca", "oob_tcp_if_include", cfg.interface]
     present = set(env) | set(environ or ())
-    forward = [v for v in (*FORWARDED_VARS, *cfg.extra_forward, "DDPNET_LAUNCH_ENGINE")
+    forward = [v for v in (*FORWARDED_VARS, *cfg.extra_forward, *cfg.watch_env,
+                           "DDPNET_LAUNCH_ENGINE")
                if v in present]
     for var in dict.fromkeys(forward):
         argv += ["-x", var]

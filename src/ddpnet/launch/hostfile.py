@@ -18,14 +18,12 @@ import re
 from pathlib import Path
 
 from ddpnet.errors import ConfigError, from_os_error
-from ddpnet.launch.command import MAX_PROCS_PER_NODE, Host
+from ddpnet.launch.command import MAX_PROCS_PER_NODE, Host, host_name, split_slots
 
 #: hosts one SSH launch may span: the launcher holds one ssh client (a process and three
 #: pipes) per host for the whole job (docs/launch.md, "Hostfile")
 MAX_HOSTS = 1024
 
-_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
-_LINE = re.compile(rf"(?P<name>{_NAME})(?::(?P<colon>\S+))?(?P<rest>(?:\s+\S+)*)")
 _FORMATS = "write 'host slots=N' (DeepSpeed, Open MPI), 'host:N' (MPICH) or just 'host'"
 
 
@@ -58,16 +56,23 @@ def parse_line(line: str, where: str) -> Host | None:
     text = line.split("#", 1)[0].strip()
     if not text:
         return None
-    m = _LINE.fullmatch(text)
-    if m is None:
-        user = " (ssh users go in --ssh-user)" if "@" in text else ""
-        raise ConfigError(f"{where}: {text!r} is not a host line{user}", _FORMATS)
-    if m.group("colon") is not None and m.group("rest"):
+    first, *others = text.split(None, 1)
+    rest = others[0] if others else ""
+    if "@" in first:
+        raise ConfigError(f"{where}: {text!r} is not a host line (ssh users go in "
+                          "--ssh-user)", _FORMATS)
+    spec, colon = split_slots(first)
+    try:
+        name = host_name(spec, "its host")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {text!r} is not a host line: {exc}",
+                          f"{exc.hint}; {_FORMATS}") from None
+    if colon is not None and rest:
         raise ConfigError(f"{where}: {text!r} mixes host:N and slots=N", _FORMATS)
-    if m.group("colon") is not None:
-        return Host(m.group("name"), _slots(m.group("colon"), where))
-    slots = _keywords(m.group("rest"), where)
-    return Host(m.group("name"), 1 if slots is None else slots)
+    if colon is not None:
+        return Host(name, _slots(colon, where))
+    slots = _keywords(rest, where)
+    return Host(name, 1 if slots is None else slots)
 
 
 def parse_hostfile(text: str, path: str) -> tuple[Host, ...]:
@@ -108,7 +113,7 @@ def check_master(hosts: tuple[Host, ...], master_addr: str | None = None) -> str
     the other hosts would reach themselves through it (pure)."""
     from ddpnet.net.names import is_loopback
 
-    master = master_addr or hosts[0].name
+    master = host_name(master_addr, "--master-addr") if master_addr else hosts[0].name
     if len(hosts) > 1 and (master == "localhost" or is_loopback(master)):
         where = "--master-addr" if master_addr else "the first host of the hostfile"
         raise ConfigError(

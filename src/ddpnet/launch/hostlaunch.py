@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -46,6 +46,8 @@ class HostSettings:
     rdzv: str
     max_restarts: int
     iface_env: Mapping[str, str]
+    #: what turns the watch on (or off) in every rank
+    watch_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def node_config(hosts: tuple[Host, ...], index: int, s: HostSettings,
@@ -57,6 +59,7 @@ def node_config(hosts: tuple[Host, ...], index: int, s: HostSettings,
         node_rank=index, master_addr=s.master_addr or hosts[0].name,
         master_port=s.master_port, rdzv=s.rdzv, max_restarts=s.max_restarts, python=python,
         run_id=f"ddpnet-{s.master_port}", iface_env=MappingProxyType(dict(s.iface_env)),
+        watch_env=MappingProxyType(dict(s.watch_env)),
         sources=MappingProxyType({"node_rank": "--hostfile line order",
                                   "master_addr": "--master-addr" if s.master_addr
                                   else "--hostfile first host"}))

@@ -51,7 +51,8 @@ PER_PROCESS_LAUNCHERS = ("slurm", "openmpi", "mpich", "mvapich", "lsf", "azureml
 
 def make_config(dist: DistConfig, *, target: Target, nproc: tuple[int, str],
                 nnodes: NNodes, rdzv: str, max_restarts: int, python: str,
-                iface_env: Mapping[str, str], notes: Iterable[str] = ()) -> LaunchConfig:
+                iface_env: Mapping[str, str], notes: Iterable[str] = (),
+                watch_env: Mapping[str, str] | None = None) -> LaunchConfig:
     """The node's launch from the resolved environment (flags already folded into ``dist``)."""
     if dist.launcher in PER_PROCESS_LAUNCHERS and dist.local_world_size > 1:
         raise ConfigError(
@@ -72,7 +73,7 @@ def make_config(dist: DistConfig, *, target: Target, nproc: tuple[int, str],
         master_addr=dist.master_addr, master_port=dist.master_port, rdzv=rdzv,
         max_restarts=max_restarts, python=python, run_id=dist.job_id or "ddpnet",
         iface_env=MappingProxyType(dict(iface_env)), sources=MappingProxyType(sources),
-        notes=(*dist.notes, *notes),
+        notes=(*dist.notes, *notes), watch_env=MappingProxyType(dict(watch_env or {})),
     )
 
 

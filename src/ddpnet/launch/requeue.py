@@ -93,9 +93,13 @@ def directives(sig: PreemptSignal | None, requeue: bool) -> list[str]:
     return lines
 
 
-def step_lines(step: str, sig: PreemptSignal | None, requeue: bool) -> list[str]:
+def step_lines(step: str, sig: PreemptSignal | None, requeue: bool, recover: str = "",
+               spare: Spare | None = None) -> list[str]:
     """Run ``step`` (an srun line) so that its ranks get the warning, then requeue the job
-    when the step says it was preempted."""
+    when the step says it was preempted. ``recover``: the command that watches for the
+    watch's verdict beside the step (:func:`recover_lines`), "" for none; ``spare``: the
+    step runs on fewer nodes than the allocation holds and starts again inside it when
+    the watcher took a node out (:func:`spare_loop`)."""
     if sig is None:
         return [step]
     code = int(ExitCode.PREEMPTED)
@@ -104,10 +108,17 @@ def step_lines(step: str, sig: PreemptSignal | None, requeue: bool) -> list[str]
         "`ddpnet train --checkpoint-dir DIR`",
         f"# stops with every other rank after one step, checkpoints and exits {code}.",
         'echo "ddpnet: job $SLURM_JOB_ID run ${SLURM_RESTART_COUNT:-0} (restarts so far)"',
-        "set +e",
-        *(_forwarded(step, sig) if sig.batch_only else [step, "code=$?"]),
-        "set -e",
+        *(recover_lines() if recover else []),
     ]
+    run = ["set +e"]
+    if sig.batch_only:
+        run += _forwarded(step, sig, recover)
+    elif recover:
+        run += _beside(step, recover)
+    else:
+        run += [step, "code=$?"]
+    run.append("set -e")
+    lines += spare_loop(run, spare) if spare is not None and recover else run
     if requeue:
         lines += [
             f"# {code}: checkpoint saved; {128 + sig.number}: the step died of SIG{sig.name} "
@@ -120,7 +131,93 @@ def step_lines(step: str, sig: PreemptSignal | None, requeue: bool) -> list[str]
     return [*lines, 'exit "$code"']
 
 
-def _forwarded(step: str, sig: PreemptSignal) -> list[str]:
+def recover_lines() -> list[str]:
+    """The job's directory (the recovery record) and this run's own watch directory (a
+    verdict of an earlier run is never read as this one's)."""
+    return [
+        "# Recovery: the job's record (recovery.json) and each run's watch directory.",
+        'export DDPNET_JOB_DIR="${DDPNET_JOB_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/ddpnet-job-'
+        '$SLURM_JOB_ID}"',
+        'export DDPNET_WATCH_DIR="$DDPNET_JOB_DIR/watch-run${SLURM_RESTART_COUNT:-0}"',
+        'mkdir -p "$DDPNET_WATCH_DIR"',
+        "# a report older than this run (or step) is another's (a DDPNET_JOB_DIR used again)",
+        "run_started=$(date +%s.%N)",
+    ]
+
+
+def recover_command(python: str, max_recoveries: int, spare: bool = False) -> str:
+    """``python -m ddpnet.launch.recover ...`` for the script (``$step``: the step's pid);
+    ``spare``: it is told the step's nodes (``$STEP_NODES``) and may restart the step."""
+    nodes = ' --step-nodes "$STEP_NODES"' if spare else ""
+    return (f'{python} -m ddpnet.launch.recover --job-dir "$DDPNET_JOB_DIR" --watch-dir '
+            f'"$DDPNET_WATCH_DIR" --max-recoveries {max_recoveries} --step-pid "$step" '
+            f'--since "$run_started"{nodes}')
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A step of ``nodes`` nodes in an allocation that holds spares; ``python`` runs ddpnet."""
+
+    nodes: int
+    python: str = '"$PY"'
+
+
+#: the watcher's status that asks for the step again (ddpnet.launch.recover.RESTART_STEP)
+RESTART_STEP = 10
+
+
+def spare_loop(run: list[str], spare: Spare) -> list[str]:
+    """``run`` (the step and its watcher) in a loop: each pass picks the step's nodes (the
+    allocation's first ones not taken out), makes the first one MASTER_ADDR with a port of
+    its own (the last pass's may linger), and passes again while the watcher says it took
+    a node out and a spare is left (exit RESTART_STEP); the newest checkpoint resumes it."""
+    py = spare.python
+    setup = [
+        f'STEP_NODES=$({py} -m ddpnet.launch.stepnodes --job-dir "$DDPNET_JOB_DIR" '
+        f"--nodes {spare.nodes}) || {{ code=$?; break; }}",
+        'MASTER_ADDR="${STEP_NODES%%,*}"',
+        'if [ "$step_restart" -gt 0 ]; then',
+        f'  MASTER_PORT=$({py} -m ddpnet.launch.port "$SLURM_JOB_ID:step$step_restart")',
+        '  DDPNET_WATCH_DIR="$DDPNET_JOB_DIR/watch-run${SLURM_RESTART_COUNT:-0}-step'
+        '$step_restart"',
+        '  mkdir -p "$DDPNET_WATCH_DIR"',
+        "  run_started=$(date +%s.%N)",
+        "fi",
+        "export MASTER_ADDR MASTER_PORT DDPNET_WATCH_DIR DDPNET_STEP_RESTART=$step_restart",
+        'echo "ddpnet: step $step_restart on $STEP_NODES, MASTER_ADDR=$MASTER_ADDR '
+        'MASTER_PORT=$MASTER_PORT"',
+    ]
+    return [
+        f"# Spare nodes: the step runs on {spare.nodes} of the allocation's nodes; when the "
+        "watcher took one out",
+        f"# (it exits {RESTART_STEP}), the step starts again on the others from the newest "
+        "checkpoint: no requeue.",
+        "step_restart=0",
+        "while :; do",
+        *(f"  {line}" for line in [*setup, *run]),
+        f'  [ "${{recovered:-0}}" -eq {RESTART_STEP} ] || break',
+        "  step_restart=$((step_restart + 1))",
+        "done",
+    ]
+
+
+def _watcher(recover: str) -> list[str]:
+    if not recover:
+        return []
+    return ["# When the watch names a node (its verdict in $DDPNET_WATCH_DIR/report.json), "
+            "drain it (or",
+            "# exclude it) and requeue: without waiting for SLURM to declare it dead.",
+            f"{recover} &", "recover=$!"]
+
+
+def _beside(step: str, recover: str) -> list[str]:
+    """The step in the background with the verdict's watcher beside it."""
+    return [f"{step} &", "step=$!", *_watcher(recover),
+            'while :; do wait "$step"; code=$?; kill -0 "$step" 2>/dev/null || break; done',
+            'wait "$recover"; recovered=$?']
+
+
+def _forwarded(step: str, sig: PreemptSignal, recover: str = "") -> list[str]:
     """``B:``: only this shell gets the signal; run the step in the background so the trap
     runs at once, pass the signal on to srun (which forwards it to every task), and wait
     again until the step itself has ended (``wait`` returns early when a trap runs)."""
@@ -130,7 +227,10 @@ def _forwarded(step: str, sig: PreemptSignal) -> list[str]:
         f"trap forward {sig.name}",
         f"{step} &",
         "step=$!",
+        *_watcher(recover),
         'while :; do wait "$step"; code=$?; kill -0 "$step" 2>/dev/null || break; done',
+        *(['while :; do wait "$recover"; recovered=$?; kill -0 "$recover" 2>/dev/null || '
+           "break; done"] if recover else []),
     ]
 
 

@@ -43,6 +43,10 @@ class LaunchOptions:
     as_json: bool = False
     #: ``--hostfile`` and the SSH flags: every host's torchrun started over SSH
     hostfile: HostfileOptions | None = None
+    #: the hang watch in every rank (``--no-watch``: off, ``ddpnet.init()`` scripts' too)
+    watch: bool = True
+    #: ``--metrics-port``: rank 0's watch serves the job's metrics there
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,17 @@ def _fold_local(options: LaunchOptions, environ: dict[str, str]
                    master_addr=options.master_addr or "127.0.0.1")
     # a launch on one machine ignores the scheduler's view of the job
     return opts, {k: v for k, v in environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+
+
+def _watch_env(opts: LaunchOptions, environ: Mapping[str, str]) -> dict[str, str]:
+    """The ranks' variables that attach the watch to the script (or, ``--no-watch``, keep it
+    off): ``ddpnet.watch.attach``."""
+    from ddpnet.watch.attach import ranks_env
+
+    if opts.metrics_port and not opts.watch:
+        raise ConfigError(f"--metrics-port {opts.metrics_port} needs the watch: its hub serves "
+                          "the metrics", "drop --no-watch, or drop --metrics-port")
+    return ranks_env(environ, opts.watch, opts.metrics_port)
 
 
 def _refuse_for_mpirun(opts: LaunchOptions) -> None:
@@ -228,7 +243,8 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     cfg = make_config(dist, target=target, nproc=nproc, nnodes=nn or NNodes(dist.num_nodes,
                       dist.num_nodes), rdzv=rdzv, max_restarts=opts.max_restarts,
                       python=sys.executable, iface_env=choice.env,
-                      notes=[*rdzv_note, f"interface: {choice.reason}"])
+                      notes=[*rdzv_note, f"interface: {choice.reason}"],
+                      watch_env=_watch_env(opts, environ))
     all_nodes = opts.dry_run and dist.launcher in ("local", "manual") and opts.node_rank is None
     # a dry run that shows every node's command is not about this host: no placement warning
     warnings = () if all_nodes else tuple(rank0_warnings(
@@ -315,7 +331,7 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
     cfg = MpirunConfig(target=target, np=np, master_addr=master, master_port=port,
                        hosts=hosts, interface=choice.name, python=sys.executable,
                        iface_env=choice.env, allow_run_as_root=opts.allow_run_as_root,
-                       oversubscribe=opts.oversubscribe)
+                       oversubscribe=opts.oversubscribe, watch_env=_watch_env(opts, environ))
     warnings = []
     if hosts and opts.master_addr and opts.master_addr != hosts[0].name:
         warnings.append(f"--master-addr {opts.master_addr} is not the first host of --hosts "
@@ -346,7 +362,7 @@ def _ssh_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
         nproc = parse_nproc(opts.nproc_per_node, environ, [])[0]
     settings = hostlaunch.HostSettings(target, nproc, opts.master_addr,
                                        _mpirun_port(opts, environ), rdzv, opts.max_restarts,
-                                       iface_env)
+                                       iface_env, _watch_env(opts, environ))
     launch = hostlaunch.plan(opts.hostfile, hosts, settings, environ, os.getcwd(),
                              opts.hostfile.python or sys.executable)
     return LaunchPlan("ssh", opts.dry_run, nodes=launch.nodes if opts.dry_run else (),

@@ -20,11 +20,14 @@ from dataclasses import dataclass
 
 from ddpnet.errors import ConfigError
 from ddpnet.launch.command import MAX_NODES, MAX_PROCS_PER_NODE, Target
+from ddpnet.launch.recovery import DEFAULT_MAX_RECOVERIES, MAX_RECOVERIES
 from ddpnet.launch.requeue import (
     DEFAULT_SIGNAL,
     PreemptSignal,
+    Spare,
     directives,
     parse_signal,
+    recover_command,
     step_lines,
     torchrun_lines,
 )
@@ -54,6 +57,12 @@ class SbatchConfig:
     preempt_signal: str | None = None
     ifname: str | None = None
     max_restarts: int = 0
+    #: with ``requeue``: how many times the job may take a node the watch blamed out and
+    #: requeue itself (``ddpnet.launch.recover``); 0: never
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    #: nodes allocated beyond ``nodes`` (``#SBATCH --no-kill``): a blamed node is drained and
+    #: the step starts again inside the allocation on the others, no requeue
+    spare_nodes: int = 0
     #: the Python that has ddpnet, on every node (the submitting host's, by default)
     python: str = "python3"
 
@@ -90,6 +99,11 @@ def validate(cfg: SbatchConfig) -> None:
                           "give the ranks per node (GPUs per node), e.g. --ntasks-per-node 4")
     _check_ntasks(cfg)
     _check_gpus(cfg)
+    if not 0 <= cfg.max_recoveries <= MAX_RECOVERIES:
+        raise ConfigError(f"--max-recoveries {cfg.max_recoveries} is outside 0..{MAX_RECOVERIES}",
+                          "give how many times the job may drain a blamed node and requeue "
+                          "itself, e.g. --max-recoveries 2 (0: never)")
+    _check_spares(cfg)
     if cfg.time is not None and not _TIME.fullmatch(cfg.time):
         raise ConfigError(f"--time {cfg.time!r} is not a SLURM time",
                           "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. --time 02:00:00")
@@ -98,6 +112,23 @@ def validate(cfg: SbatchConfig) -> None:
         if value is not None and (not value or "\n" in value):
             raise ConfigError(f"{flag} {value!r} is empty or spans lines",
                               f"give {flag} a single-line value")
+
+
+def _check_spares(cfg: SbatchConfig) -> None:
+    """Spares serve the recovery: they need --requeue (its watcher and checkpoint signal)
+    and a restart budget, and fit in the node limit with the job's own nodes."""
+    if cfg.spare_nodes == 0:
+        return
+    if not 0 < cfg.spare_nodes <= MAX_NODES - cfg.nodes:
+        raise ConfigError(f"--spare-nodes {cfg.spare_nodes} is outside 0..{MAX_NODES - cfg.nodes}"
+                          f" (--nodes {cfg.nodes} + spares at most {MAX_NODES})",
+                          "give how many nodes to hold in reserve, e.g. --spare-nodes 1")
+    missing = "--requeue" if not cfg.requeue else "--max-recoveries 1 or more" \
+        if not cfg.max_recoveries else ""
+    if missing:
+        raise ConfigError(f"--spare-nodes {cfg.spare_nodes} without {missing}: nothing would "
+                          "restart the step on a spare",
+                          f"add {missing} (the recovery comes with it), or drop --spare-nodes")
 
 
 def _check_ntasks(cfg: SbatchConfig) -> None:
@@ -151,9 +182,9 @@ def _directives(cfg: SbatchConfig) -> list[str]:
     lines = [
         "#!/bin/bash",
         f"# Rendered by `ddpnet sbatch`: {cfg.nodes} node(s) x {tpn} rank(s), engine "
-        f"{cfg.engine}.",
+        f"{cfg.engine}{_spares_said(cfg)}.",
         f"#SBATCH --job-name={cfg.job_name}",
-        f"#SBATCH --nodes={cfg.nodes}",
+        f"#SBATCH --nodes={cfg.nodes + cfg.spare_nodes}",
         f"#SBATCH --ntasks-per-node={1 if cfg.engine == 'torchrun' else tpn}",
     ]
     for key, value in (("cpus-per-task", cfg.cpus_per_task),
@@ -162,7 +193,15 @@ def _directives(cfg: SbatchConfig) -> list[str]:
         if value:
             lines.append(f"#SBATCH --{key}={value}")
     lines.append(f"#SBATCH --output={cfg.output}")
+    if cfg.spare_nodes:
+        # a node set DOWN ends the step's part there, not the allocation (sbatch(1) --no-kill)
+        lines.append("#SBATCH --no-kill")
     return [*lines, *directives(cfg.warning, cfg.requeue)]
+
+
+def _spares_said(cfg: SbatchConfig) -> str:
+    return f", {cfg.spare_nodes} spare node(s) more in the allocation" if cfg.spare_nodes \
+        else ""
 
 
 def _environment(cfg: SbatchConfig) -> list[str]:
@@ -198,19 +237,30 @@ def _step(cfg: SbatchConfig) -> list[str]:
     # srun >= 22.05 does not inherit --cpus-per-task from the allocation: pass it on
     cpus = f" --cpus-per-task={cfg.cpus_per_task}" if cfg.cpus_per_task else ""
     lines = []
+    where = _step_nodes(cfg)
     if cfg.engine == "torchrun":
         if not cfg.cpus_per_task:
             lines += [f"# One srun task per node starts {tpn} rank(s): with CPU binding "
                       "(task/affinity, cgroups)",
                       "# give it the node's cores with --cpus-per-task, or they share one."]
-        step = (f'srun --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet launch '
-                f"--nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
+        step = (f'srun{where} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet '
+                f"launch --nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
     else:
-        step = f'srun{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
+        tasks = f" --ntasks={cfg.nodes * tpn} --ntasks-per-node={tpn}" if where else ""
+        step = f'srun{where}{tasks}{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
     if cfg.warning is None:
         lines += ["# To checkpoint and requeue near the time limit, render with --requeue",
                   f"# (#SBATCH --signal={DEFAULT_SIGNAL} to every rank, requeue when the "
                   "step exits 75)."]
     elif cfg.engine == "torchrun":
         lines += torchrun_lines(cfg.warning)
-    return [*lines, *step_lines(step, cfg.warning, cfg.requeue)]
+    recover = recover_command('"$PY"', cfg.max_recoveries, bool(where)) \
+        if cfg.requeue and cfg.max_recoveries else ""
+    spare = Spare(cfg.nodes) if where else None
+    return [*lines, *step_lines(step, cfg.warning, cfg.requeue, recover, spare)]
+
+
+def _step_nodes(cfg: SbatchConfig) -> str:
+    """With spares: the step's own node count and nodes (chosen before each start), since
+    the allocation holds more; else "" (the step takes the whole allocation)."""
+    return f' --nodes={cfg.nodes} --nodelist="$STEP_NODES"' if cfg.spare_nodes else ""

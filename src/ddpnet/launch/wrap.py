@@ -50,6 +50,8 @@ class ExecOptions:
 
     program: tuple[str, ...]
     ifname: str | None = None
+    #: the hang watch attached to the program (``--no-watch``: off)
+    watch: bool = True
 
 
 def run(options: ExecOptions) -> None:
@@ -58,8 +60,9 @@ def run(options: ExecOptions) -> None:
     from ddpnet.env.jobport import read_port_range
     from ddpnet.env.resolve import resolve_config
     from ddpnet.launch import iface
+    from ddpnet.watch.attach import ranks_env
 
     target = Target.parse(options.program)
     cfg = resolve_config(os.environ, {}, port_range=read_port_range())
     choice = iface.choose(cfg, os.environ, options.ifname)
-    exec_target(target, torch_env(cfg, choice.env))
+    exec_target(target, {**torch_env(cfg, choice.env), **ranks_env(os.environ, options.watch)})

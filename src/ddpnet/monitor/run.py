@@ -1,5 +1,7 @@
 """``ddpnet monitor``: its options, the sampling run (shown live while it lasts, recorded to
-CSV, plotted at the end) and the result ``--json`` prints."""
+CSV, plotted at the end) and the result ``--json`` prints. With ``--metrics-port`` it is a
+long-running exporter instead: no view, nothing kept, the last sample served to Prometheus
+(:mod:`ddpnet.monitor.metrics`) on the monitored interface's address."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class MonitorOptions:
     plot: Path | None = None
     once: bool = False
     as_json: bool = False
+    #: serve the node's metrics on this port (a long-running exporter; None: the live view)
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.interval <= 3600:
@@ -43,6 +47,10 @@ class MonitorOptions:
         if self.duration is not None and not 0 <= self.duration <= MAX_DURATION:
             raise ConfigError(f"--duration {self.duration} is not a number of seconds in "
                               f"0..{MAX_DURATION:g} (a week)", "use e.g. --duration 30")
+        if self.metrics_port is not None and (self.once or self.as_json or self.plot):
+            raise ConfigError(f"--metrics-port {self.metrics_port} serves until stopped: it "
+                              "takes no --once, --json or --plot",
+                              "drop those flags (--record and --duration still apply)")
         if self.as_json and not self.once and self.duration is None:
             raise ConfigError("--json needs --once or --duration (it prints one object at the "
                               "end)", "use: ddpnet monitor --once --json")
@@ -59,6 +67,9 @@ def run(options: MonitorOptions) -> MonitorResult:
     chosen = choose(options.iface, sources.snapshot(False, False).interfaces)
     result = MonitorResult((), chosen.names, chosen.source, chosen.reason, use_gpu,
                            options.once)
+    if options.metrics_port is not None:
+        _export(options, options.metrics_port, sources, result)
+        return result
     taken = _sample(options, sources, result)
     if options.plot is not None:
         _plot(options.plot, options.record, chosen.names, taken)
@@ -106,6 +117,62 @@ def _sample(options: MonitorOptions, sources: Any, shown: MonitorResult) -> list
         stop.set()
         display.close()
     return taken
+
+
+def metrics_address(names: Sequence[str], interfaces: Sequence[Any]) -> str:
+    """Where the exporter listens (pure): the first address of the first monitored interface
+    that has one (IPv4 first; loopback only when nothing else is monitored), never every
+    interface; ConfigError when none has."""
+    by_name = {i.name: i for i in interfaces}
+    found = [a for name in names for a in sorted(getattr(by_name.get(name), "addresses", ()),
+                                                 key=lambda a: a.family)]
+    ordered = sorted(found, key=lambda a: a.is_loopback)  # stable: the order kept
+    if ordered:
+        return str(ordered[0].ip)
+    raise ConfigError(f"--metrics-port: no address on {', '.join(names) or 'any interface'} "
+                      "to serve the metrics on", "pick an interface with --iface NAME")
+
+
+def _export(options: MonitorOptions, port: int, sources: Any, shown: MonitorResult) -> None:
+    """Sample until ``--duration`` or a signal, serving each sample's metrics (edge)."""
+    import socket
+    import sys
+
+    from prometheus_client import CollectorRegistry
+
+    from ddpnet import __version__
+    from ddpnet.monitor.metrics import NodeCollector, NodeState
+    from ddpnet.monitor.record import CsvRecorder
+    from ddpnet.monitor.sampler import samples
+    from ddpnet.net.exposition import Server, bind
+    from ddpnet.net.interfaces import list_interfaces
+
+    address = metrics_address(shown.names, list_interfaces())
+    state = NodeState(socket.gethostname(), __version__)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(state))
+    server = Server(bind(address, port, "--metrics-port"), registry)
+    shown_at = f"[{address}]" if ":" in address else address
+    sys.stderr.write(f"ddpnet monitor: serving {', '.join(shown.names)} on "
+                     f"http://{shown_at}:{server.port}/metrics ({shown.reason})\n")
+    sys.stderr.flush()
+    recorder = CsvRecorder(options.record, shown.names, 0) if options.record else None
+    stop = threading.Event()
+    if options.duration is not None:
+        timer = threading.Timer(options.duration + options.interval / 2, stop.set)
+        timer.daemon = True
+        timer.start()
+    try:
+        for sample in samples(sources, shown.names, options.interval, peers=True,
+                              gpus=shown.gpu, stop=stop):
+            state.add(sample)
+            if recorder:
+                recorder.append(sample)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        server.close()
 
 
 def _plot(out: Path, record: Path | None, names: Sequence[str],

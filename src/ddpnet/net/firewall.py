@@ -215,10 +215,21 @@ class FirewallState:
     where: str = "live"
     #: ``ip6tables-save``: IPv6 has its own tables (None: not read, or not installed)
     ip6tables: str | None = None
+    #: why each unreadable one is (``nftables: nft exited 1: Operation not permitted``)
+    why_unreadable: tuple[str, ...] = ()
 
     def facts(self) -> dict[str, object]:
         return {"managers": list(self.managers) or ["none"],
-                "unreadable": list(self.unreadable)}
+                "unreadable": list(self.unreadable), "why": list(self.why_unreadable)}
+
+    def unknown(self) -> str:
+        """``cannot read the rules of X (why)``: the firewall is unknown, not open; "" when
+        every manager was read."""
+        if not self.unreadable:
+            return ""
+        why = "; ".join(self.why_unreadable)
+        return f"cannot read the rules of {', '.join(self.unreadable)}" + \
+            (f" ({why})" if why else "")
 
     def active(self) -> dict[str, bool]:
         """Each manager: switched on (not counting ddpnet's own rules)?"""
@@ -259,16 +270,31 @@ def commands_for(firewalld_running: bool, ufw_on: bool,
 
 
 def _dump(outs: Mapping[str, CommandOutput | None], name: str, unreadable: list[str],
-          needle: str = "") -> str | None:
+          needle: str = "", why: list[str] | None = None) -> str | None:
     """A manager's output if it was asked and answered (with ``needle``), else None; a
-    failed or missing answer is recorded as unreadable."""
+    failed or missing answer is recorded as unreadable, and in ``why`` what the tool said."""
     if name not in outs:
         return None
     out = outs[name]
     if out is None or out.returncode != 0:
         unreadable.append(name)
+        if why is not None:
+            why.append(f"{name}: {_failure(COMMANDS[name][0], out)}")
         return None
     return out.stdout if needle in out.stdout else None
+
+
+def _failure(tool: str, out: CommandOutput | None) -> str:
+    """What a tool that did not answer said, one line (pure)."""
+    if out is None:
+        return f"{tool} gave no answer (timed out or could not start)"
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return f"{tool} exited {out.returncode}" + (f": {lines[-1].strip()}" if lines else "")
+
+
+#: neither packet filter tool ran: the kernel's rules are unknown, not absent
+NO_TOOLS = ("nft and iptables-save cannot be run (not installed or not on PATH): the kernel's "
+            "packet filter rules are unknown")
 
 
 def _nft_state(nft: str | None, iptables_read: bool, firewalld: bool,
@@ -291,10 +317,14 @@ def live_state(outs: Mapping[str, CommandOutput | None], ufw_conf: str | None,
     """Compose the state from the tools' answers (pure). ``outs`` holds an entry (None = no
     answer) for every manager that was asked, keyed as in :data:`COMMANDS`."""
     unreadable: list[str] = []
-    firewalld = _dump(outs, "firewalld", unreadable)
-    ufw_status = _dump(outs, "ufw", unreadable, "Status: active")
-    ipt = _dump(outs, "iptables", unreadable)
-    nft = _dump(outs, "nftables", unreadable)
+    why: list[str] = []
+    firewalld = _dump(outs, "firewalld", unreadable, why=why)
+    ufw_status = _dump(outs, "ufw", unreadable, "Status: active", why=why)
+    ipt = _dump(outs, "iptables", unreadable, why=why)
+    nft = _dump(outs, "nftables", unreadable, why=why)
+    if "iptables" not in outs and "nftables" not in outs and not (firewalld or ufw_status):
+        unreadable += ["nftables", "iptables"]
+        why.append(NO_TOOLS)
     ipt_rules = parse_iptables_save(ipt) if ipt is not None else None
     nft_filters, nft_theirs = _nft_state(nft, ipt is not None, bool(firewalld), unreadable)
     filtering = {"firewalld": bool(firewalld), "ufw": bool(ufw_status),
@@ -306,7 +336,7 @@ def live_state(outs: Mapping[str, CommandOutput | None], ufw_conf: str | None,
         tuple(n for n in ("firewalld", "ufw", "iptables", "nftables") if filtering[n]),
         nft, ipt, firewalld, ufw_status, ufw_input_policy(ufw_defaults), tuple(unreadable),
         tuple(n for n in MANAGERS if switched_on[n]),
-        ip6tables=_dump(outs, "ip6tables", []))
+        ip6tables=_dump(outs, "ip6tables", []), why_unreadable=tuple(why))
 
 
 # --------------------------------------------------------------------------- the edge

@@ -44,10 +44,13 @@ class HostResolution:
 
 
 def from_addresses(name: str, addresses: list[str], error: str = "") -> HostResolution:
-    """Pure: de-duplicate in resolver order and mark loopback."""
+    """Pure: de-duplicate in resolver order and mark loopback. A link-local answer keeps
+    its zone (``fe80::1%eth0``): without it nothing can bind or dial it; any other loses a
+    zone it does not need."""
     seen: list[str] = []
     for a in addresses:
-        a = a.split("%")[0]
+        ip, _, zone = a.partition("%")
+        a = a if zone and ipaddress.ip_address(ip).is_link_local else ip
         if a not in seen:
             seen.append(a)
     loop = [ipaddress.ip_address(a).is_loopback for a in seen]

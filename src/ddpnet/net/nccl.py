@@ -5,10 +5,11 @@ a leading ``=`` (after any ``^``) makes them exact names. ``^docker,lo`` / ``=et
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from ddpnet.address import ip_in
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]+$")  # what Linux accepts in an interface name
 
@@ -62,11 +63,8 @@ def match(spec: NcclIfname, names: Iterable[str]) -> tuple[str, ...]:
 
 
 def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text.split("/")[0])
-    except ValueError:
-        return False
-    return True
+    """An address in any form a user writes one (a CIDR's too), through the one parser."""
+    return ip_in(text.split("/")[0]) is not None
 
 
 # --------------------------------------------------------------------------- NCCL's settings

@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.config import DistConfig
+from ddpnet.env.jobport import DEFAULT_EPHEMERAL, TORCH_DEFAULT_PORT
 from ddpnet.errors import RendezvousError
 from ddpnet.net.names import hosts_lines, hosts_names, read_hosts
-from ddpnet.net.ports import Holder
+from ddpnet.net.ports import Holder, sockaddr
 from ddpnet.net.routes import NEIGH_DEAD, Route
 from ddpnet.net.select import Selection
 
@@ -221,10 +222,10 @@ Connector = Callable[[str, int, float], None]
 
 
 def _tcp_connect(addr: str, port: int, timeout: float) -> None:
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    family, where = sockaddr(addr, port)
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
-        s.connect((addr, port))
+        s.connect(where)
 
 
 def connect_loop(addr: str, port: int, connect_timeout: float, *,
@@ -276,8 +277,11 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
     no port; rank 0 (the TCPStore host, unless torchrun's agent is) checks MASTER_PORT is
     free and that MASTER_ADDR is its own; every other rank connects to it.
     """
+    from ddpnet.net.zones import refuse_unusable_zone
+
     env = os.environ if environ is None else environ
     me = socket.gethostname() if host is None else host
+    refuse_unusable_zone(cfg, me)  # before anything binds or dials a zone-less fe80::
     if selection is not None:
         problem = selection.error(host=me, rank=cfg.rank, backend=backend)
         if problem is not None:
@@ -429,7 +433,7 @@ def _bind_or_raise(cfg: DistConfig, me: str) -> None:
     except OSError as exc:
         error = classify_bind(exc, cfg.master_port, host=me, rank=cfg.rank)
         if exc.errno == errno.EADDRINUSE:
-            error = _who_holds(cfg, me, str(exc))
+            error = who_holds(cfg, me, str(exc))
         raise error from None
 
 
@@ -458,16 +462,21 @@ class StoreProbe:
     error: str = ""
 
 
-def _who_holds(cfg: DistConfig, me: str, detail: str) -> RendezvousError:
-    """Rank 0 could not bind MASTER_PORT: name the holder (edge, about a second)."""
+def who_holds(cfg: DistConfig, me: str, detail: str) -> RendezvousError:
+    """Rank 0 could not bind MASTER_PORT: ``port-in-use`` naming what holds it, a listener
+    or a connection (edge, about a second)."""
+    from ddpnet.env.jobport import read_port_range
     from ddpnet.net.ports import port_holders
 
-    here = "::1" if ":" in cfg.master_addr else "127.0.0.1"
-    probe = probe_store(here, cfg.master_port, 1.0)
-    if probe.kind == NO_ANSWER:  # bound to another address only: try MASTER_ADDR's
-        probe = probe_store(cfg.master_addr, cfg.master_port, 1.0)
-    return port_in_use_error(cfg.master_port, port_holders(cfg.master_port), probe,
-                             host=me, rank=cfg.rank, detail=detail)
+    holders = port_holders(cfg.master_port)
+    probe = StoreProbe(NO_ANSWER)
+    if not holders or any(h.listener for h in holders):
+        here = "::1" if ":" in cfg.master_addr else "127.0.0.1"
+        probe = probe_store(here, cfg.master_port, 1.0)
+        if probe.kind == NO_ANSWER:  # bound to another address only: try MASTER_ADDR's
+            probe = probe_store(cfg.master_addr, cfg.master_port, 1.0)
+    return port_in_use_error(cfg.master_port, holders, probe, host=me, rank=cfg.rank,
+                             detail=detail, ephemeral=read_port_range())
 
 
 def store_hello(nonce: int) -> bytes:
@@ -492,13 +501,13 @@ def judge_store_reply(reply: bytes, closed: bool, nonce: int) -> StoreProbe:
 def probe_store(addr: str, port: int, timeout: float = STORE_PROBE_TIMEOUT) -> StoreProbe:
     """Connect, send the hello, read up to 4 bytes within ``timeout`` (edge, bounded)."""
     nonce = LINE_NONCE
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     deadline = time.monotonic() + timeout
     reply, closed = b"", False
     try:
+        family, where = sockaddr(addr, port)
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect((addr, port))
+            s.connect(where)
             s.sendall(store_hello(nonce))
             while len(reply) < 4 and (left := deadline - time.monotonic()) > 0:
                 s.settimeout(left)
@@ -608,17 +617,47 @@ def probe_until_answer(addr: str, port: int, patience: float,
 
 
 def port_in_use_error(port: int, holders: tuple[Holder, ...], probe: StoreProbe, *,
-                      host: str = "", rank: int | None = None, detail: str = ""
-                      ) -> RendezvousError:
-    """``port-in-use`` on rank 0 with who holds the port (pure): the PID and command when
-    visible, and whether it is a TCPStore (a stale store of an earlier job) or not."""
+                      host: str = "", rank: int | None = None, detail: str = "",
+                      ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL) -> RendezvousError:
+    """``port-in-use`` on rank 0 explained by what holds the port (pure): a listener (its
+    PID and command when visible, and whether it is a TCPStore, a stale store of an earlier
+    job, or not), else the connections whose local port it is (an outgoing connection the
+    kernel gave it from ``ephemeral``, ip_local_port_range), each with its process and user."""
+    listeners = tuple(h for h in holders if h.listener)
+    if listeners or not holders:
+        return _held_by_listener(port, listeners, probe, host=host, rank=rank, detail=detail)
+    low, high = ephemeral
+    inside = low <= port <= high
+    how = (f"the kernel hands out ports {low}-{high} (net.ipv4.ip_local_port_range) as the "
+           f"source port of outgoing connections, and {port} is one of them" if inside else
+           f"{port} is outside the ephemeral range {low}-{high}, so the process bound it "
+           "itself")
+    shown = "; ".join(h.describe() for h in holders)
+    other = next(p for p in (TORCH_DEFAULT_PORT, low - 1, high + 1)
+                 if p != port and not low <= p <= high and 1024 < p < 65536)
+    reserve = (f"; or keep the kernel from handing {port} out: `ddpnet tune --master-port "
+               f"{port}` reserves it (net.ipv4.ip_local_reserved_ports), or narrow the range "
+               f"with `ddpnet tune --port-range LO-HI`; either takes effect for new "
+               "connections") if inside else ""
+    return RendezvousError(
+        "port-in-use",
+        f"MASTER_PORT {port} is already in use on the rank-0 host{_where(host, rank)}: not by "
+        f"a listener but as the local port of {len(holders)} connection(s) ({shown}): {how}",
+        f"export MASTER_PORT={other} (outside {low}-{high}) on every node{reserve}; "
+        f"`ss -tanp 'sport = :{port}'` shows the connection(s)",
+        host=host, rank=rank, detail=detail)
+
+
+def _held_by_listener(port: int, holders: tuple[Holder, ...], probe: StoreProbe, *,
+                      host: str, rank: int | None, detail: str) -> RendezvousError:
     what = {TCPSTORE: "a TCPStore (an earlier job's rank 0 or torchrun agent still running?)",
             FOREIGN: f"another service (it replied {_shown(probe.reply)} to a TCPStore hello)",
             SILENT: "another service (it did not answer a TCPStore hello)",
             }.get(probe.kind, "a listener")
     who = ", ".join(h.describe() for h in holders) or "a process this user cannot see"
-    see = f"`ss -ltnp 'sport = :{port}'`" + ("" if holders else " (as root)")
-    kill = f"kill {' '.join(str(h.pid) for h in holders)}" if holders else "stop it"
+    pids = [str(h.pid) for h in holders if h.pid is not None]
+    see = f"`ss -ltnp 'sport = :{port}'`" + ("" if pids else " (as root)")
+    kill = f"kill {' '.join(pids)}" if pids else "stop it"
     return RendezvousError(
         "port-in-use",
         f"MASTER_PORT {port} is already in use on the rank-0 host{_where(host, rank)}: "

@@ -69,6 +69,27 @@ def from_answer(answer: Answer, dst: str) -> Route | None:
                  local=answer.type == "local")
 
 
+def _zoned_route(dst: str) -> Route | None:
+    """A link-local address with its zone (``fe80::1%eth0``) is reached on that interface
+    and no other (neither netlink's request nor ``ip route get`` takes a zone); None when no
+    interface here has that name (edge: lists the interfaces)."""
+    from ddpnet.net.interfaces import list_interfaces
+
+    ip, _, zone = dst.partition("%")
+    iface = next((i for i in list_interfaces() if zone in (i.name, _index(i.name))), None)
+    if iface is None:
+        return None
+    src = next((a.ip for a in iface.addresses if a.family == 6 and a.is_link_local), "")
+    return Route(iface=iface.name, src=src, via=None, dst=dst, local=iface.owns(ip))
+
+
+def _index(name: str) -> str:
+    try:
+        return str(socket.if_nametoindex(name))
+    except OSError:
+        return ""
+
+
 def _route_by_connect(dst: str) -> Route | None:
     """Fallback without iproute2: a connected UDP socket tells the source address."""
     from ddpnet.net.interfaces import list_interfaces
@@ -91,6 +112,8 @@ def _route_by_connect(dst: str) -> Route | None:
 def route_to(addr: str, timeout: float = 5.0) -> Route | None:
     """The route to ``addr`` (an IP address), or None when there is none (edge)."""
     ipaddress.ip_address(addr)  # ValueError on a name: resolve first (names.resolve_host)
+    if "%" in addr:
+        return _zoned_route(addr)
     answer = get_route(addr, timeout=timeout)
     if answer is not None:
         return from_answer(answer, addr)

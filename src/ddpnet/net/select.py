@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddpnet.address import ip_in
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, RendezvousError
 from ddpnet.net.interfaces import Interface
@@ -155,8 +156,8 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
         owner = next((i for i in by_name.values() if i.owns(dst) and i.kind != "loopback"),
                      None)
         if owner is not None:
-            return _Auto(owner, dst, f"MASTER_ADDR {shown} is this host's address on "
-                         f"{owner.name}")
+            return _Auto(owner, _carrier(owner, dst), f"MASTER_ADDR {shown} is this host's "
+                         f"address on {owner.name}")
         return _Auto(None, dst, f"MASTER_ADDR {shown} is local but on no non-loopback "
                      f"interface")
     iface = by_name.get(route.iface)
@@ -169,7 +170,21 @@ def _auto(cfg: DistConfig, by_name: Mapping[str, Interface], route: Route | None
              _same_subnet(i, route.src, family)]
     if twins:
         reason += f" (also on that subnet: {', '.join(twins)}; the kernel prefers {iface.name})"
-    return _Auto(iface, route.src or None, reason)
+    return _Auto(iface, _carrier(iface, route.src) or None, reason)
+
+
+def _carrier(iface: Interface, address: str) -> str:
+    """The address this rank's own traffic uses on ``iface``: ``address``, unless it is
+    link-local (a MASTER_ADDR of ``fe80::...%eth0``): then the interface's first routable
+    address, which peers dial without a zone of their own, else the zoned link-local one."""
+    ip = address.partition("%")[0]
+    try:
+        link_local = ipaddress.ip_address(ip).is_link_local
+    except ValueError:
+        return address
+    if not link_local:
+        return address
+    return _address(iface) or f"{ip}%{iface.name}"
 
 
 _LO = Interface("lo", True, (), 0, None, "loopback")
@@ -265,8 +280,10 @@ def _plain_syntax(var: str, value: str, source: str, names: Sequence[str], lib: 
             return Choice(value, source, f"{var}={value!r} uses NCCL syntax ('^' / '='); "
                           f"{lib} takes plain interface names", "ifname-syntax",
                           f"{fix}; exclusions like ^lo belong in {NCCL} only")
-        if _family(name) is not None:
-            owner = next((i.name for i in by_name.values() if i.owns(name)), None)
+        address = ip_in(name)
+        if address is not None:
+            owner = next((i.name for i in by_name.values() if i.owns(address.host)),
+                         address.zone if address.zone in by_name else None)
             hint = f"export {var}={owner}" if owner else fix
             return Choice(value, source, f"{var}={value!r} is an IP address; {lib} takes an "
                           f"interface name", "ifname-syntax", hint)

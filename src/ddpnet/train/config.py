@@ -58,6 +58,9 @@ class TrainConfig:
     #: ``--monitor``: sample network telemetry every this many seconds on every rank
     #: (0 = off); rank 0 adds each rank's summary to the training summary
     monitor_interval_s: float = 0.0
+    #: ``--metrics-port``: rank 0's watch hub serves the job's Prometheus metrics there
+    #: (None: not served; ``DDPNET_METRICS_PORT`` too)
+    metrics_port: int | None = None
     #: after a preemption checkpoint (SIGUSR1/SIGTERM), rank 0 runs ``scontrol requeue
     #: $SLURM_JOB_ID`` (docs/train.md "Preemption"); needs ``checkpoint_dir``
     requeue_on_signal: bool = False

@@ -40,14 +40,16 @@ def lone_overrides(cfg: DistConfig, port: Callable[[], int] = free_port) -> dict
     return {"master_addr": "127.0.0.1", "master_port": port()}
 
 
-def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> Dist:
+def init_distributed(device: str = "auto", timeout_s: float = 300.0,
+                     metrics_port: int | None = None) -> Dist:
     """Join the process group described by the launcher's environment (torchrun, srun,
     mpirun, the lab, ``ddpnet train --local``; a lone process is a group of one) with tensors
     on ``device`` ("auto", "cpu" or "cuda")."""
     from ddpnet.env.resolve import resolve
     from ddpnet.process_group import init
 
-    handle = init(device=device, timeout=timeout_s, **lone_overrides(resolve()))
+    handle = init(device=device, timeout=timeout_s, metrics_port=metrics_port,
+                  **lone_overrides(resolve()))
     via = "ddpnet.init"
     if handle.choice is not None:
         via += (f" ({handle.backend}: {handle.choice.reason}; {handle.device}: "

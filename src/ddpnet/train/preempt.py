@@ -34,10 +34,6 @@ SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 #: (SLURM signals every process of a step, and a launcher forwards the signal again).
 ESCALATE_AFTER_S = 5.0
 
-#: ``scontrol requeue`` is a short RPC to slurmctld; bounded like every tool we run
-REQUEUE_TIMEOUT_S = 30.0
-
-
 class StopRequest:
     """Records the first stop signal (and when); a later SIGTERM, ``ESCALATE_AFTER_S`` after
     the first, raises :class:`ddpnet.errors.Terminated` as the CLI's own handler would."""
@@ -125,12 +121,16 @@ class StopChecks:
         return signum
 
 
-def keep_preempted_exit() -> None:
+def keep_preempted_exit(finish: bool = False) -> None:
     """Once the checkpoint is on disk, this rank's exit is 75 whatever ends it now: srun's
     ``--kill-on-bad-exit`` SIGTERMs a step's other tasks as soon as one rank exits 75, and
     the 143 a slower rank then returned (still printing its summary on a loaded host) made
-    the batch script see a failure instead of a preemption: no requeue. Repeats of the
-    warning are ignored. Main thread only (elsewhere nothing is installed)."""
+    the batch script see a failure instead of a preemption: no requeue. ``finish`` (rank 0,
+    which still requeues the job and prints where it stopped): SIGTERM is ignored instead,
+    so that line is not lost when another rank exits first (it was, once in two CI runs);
+    rank 0 exits 75 by itself a moment later (srun's SIGKILL after KillWait still ends a
+    rank stuck there). Repeats of the warning are ignored. Main thread only (elsewhere
+    nothing is installed)."""
     if threading.current_thread() is not threading.main_thread():
         return
 
@@ -138,7 +138,7 @@ def keep_preempted_exit() -> None:
         raise SystemExit(int(ExitCode.PREEMPTED))
 
     for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, leave)
+        signal.signal(s, signal.SIG_IGN if finish else leave)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
@@ -185,14 +185,10 @@ def requeue(job_id: str) -> Requeue:
     """``scontrol requeue JOB``: the job goes back to pending and starts again from the top
     of its batch script (it must allow it: ``#SBATCH --requeue``); SLURM ends what still runs
     of this run (SIGTERM, SIGKILL after KillWait), so call it once the checkpoint is safe."""
-    from ddpnet.subproc import run_tool
+    from ddpnet.launch import scontrol
 
-    out = run_tool(["scontrol", "requeue", job_id], REQUEUE_TIMEOUT_S)
-    lines = (out.stderr or out.stdout).strip().splitlines()
-    detail = lines[-1] if lines else ""
-    if out.returncode == 0:
-        return Requeue(job_id, True, detail or f"job {job_id} requeued")
-    return Requeue(job_id, False, detail or f"scontrol exited {out.returncode}")
+    answer = scontrol.requeue(job_id)
+    return Requeue(job_id, answer.ok, answer.detail)
 
 
 def requeue_if_asked(asked: bool, environ: Mapping[str, str] | None = None) -> Requeue | None:

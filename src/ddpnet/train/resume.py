@@ -31,6 +31,10 @@ def restore(cfg: TrainConfig, d: Dist, model: torch.nn.Module,
             notes.append(f"restart {restart_count(os.environ)} found no checkpoint in "
                          f"{cfg.checkpoint_dir}: training starts at step 0")
         return None
+    if d.rank == 0:  # a job that recovers by itself keeps a record: where it resumed
+        from ddpnet.launch.recover import note_resumed
+
+        note_resumed(os.environ, step)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])

@@ -133,7 +133,7 @@ def run_rank(cfg: TrainConfig, *, as_json: bool,
     from ddpnet.train.preempt import Preempted
 
     validate(cfg, cuda_available=torch.cuda.is_available())
-    d = init_distributed(cfg.device, timeout_s=cfg.pg_timeout_s)
+    d = init_distributed(cfg.device, timeout_s=cfg.pg_timeout_s, metrics_port=cfg.metrics_port)
     human = sys.stderr if as_json else sys.stdout
     reporter = Reporter(human) if d.rank == 0 else None
 
@@ -161,32 +161,40 @@ def _train_rank(cfg: TrainConfig, d: Dist, callbacks: Sequence[StepCallback],
     (SIGUSR1/SIGTERM stop every rank at one step: ``Preempted``); leave the group."""
     from ddpnet.train.dist import shutdown
     from ddpnet.train.loop import train
-    from ddpnet.train.preempt import StopRequest
+    from ddpnet.train.preempt import Preempted, StopRequest, keep_preempted_exit
 
     recorder = start_telemetry(cfg, d)
     telemetry: list[dict[str, Any]] | None = None
     stop = StopRequest().install() if cfg.checkpoint_dir else None
+    preempted = False
     try:
         summary = train(cfg, d, callbacks=callbacks, note=note, stop=stop)
         if recorder is not None:
             telemetry = gather_telemetry(d, recorder.stop())
+    except Preempted:
+        preempted = True
+        raise
     finally:
         if recorder is not None:
             recorder.stop()
-        shutdown()  # together; after a preemption the checkpoint is already on disk
         if stop is not None:
             stop.restore()
+        if preempted:  # before leaving the group: the first rank out exits 75, and srun's
+            # --kill-on-bad-exit SIGTERMs the others at once (rank 0, still to say where it
+            # stopped and to requeue, lost that line when the signal came in between)
+            keep_preempted_exit(finish=d.rank == 0)
+        shutdown()  # together; after a preemption the checkpoint is already on disk
     return summary, telemetry
 
 
 def preempted_result(cfg: TrainConfig, rank: int, stopped: Preempted) -> TrainResult:
     """Exit 75 on every rank; rank 0 says where it stopped and requeues the job if asked
-    (after ``shutdown``: every rank has left the group and the checkpoint is on disk)."""
+    (after ``shutdown``: every rank has left the group and the checkpoint is on disk; the
+    exit was kept against srun's SIGTERM before that, in :func:`_train_rank`)."""
     import signal
 
-    from ddpnet.train.preempt import keep_preempted_exit, restart_count
+    from ddpnet.train.preempt import restart_count
 
-    keep_preempted_exit()
     if rank != 0:
         return TrainResult(int(ExitCode.PREEMPTED), rank)
     outcome = _requeue_and_say(cfg.requeue_on_signal)

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ddpnet.errors import CheckFailed, ConfigError
-from ddpnet.subproc import run_tool
+from ddpnet.subproc import pid_alive, run_tool
 from ddpnet.tune.model import Command, FileChange, Part, Plan
 
 JOURNAL_DIR = "/var/lib/ddpnet"
@@ -135,18 +135,8 @@ def _remove_stale_temps(path: Path) -> None:
     """``.NAME.ddpnet-PID`` files beside ``path`` whose writer is gone (a kill -9)."""
     for tmp in path.parent.glob(f".{path.name}{_TMP_TAG}*"):
         pid = tmp.name.rsplit(_TMP_TAG, 1)[1]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or not pid_alive(int(pid))):
             tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _strings(value: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ddpnet.watch import desync, network, signals, straggler
+from ddpnet.watch import activity, desync, network, signals, straggler
 from ddpnet.watch.state import (
     KINDS,
     CollectiveRecord,
@@ -59,7 +59,7 @@ def detector(kind: str, options: Options = Options()) -> Detector:
         return lambda snap: rank_gone(snap, options)
     silent = options.stale_after if options.live else network.FRESH_S
     found: dict[str, Detector] = {
-        "collective-mismatch": mismatch_or_desync,
+        "collective-mismatch": lambda snap: mismatch_or_desync(snap, options.live),
         "rank-not-arriving": lambda snap: rank_not_arriving(snap, options),
         "network": lambda snap: network.detect(snap, silent), "straggler": straggler.detect}
     return found[kind]
@@ -180,28 +180,47 @@ def _differs(records: Mapping[int, CollectiveRecord]) -> bool:
     return len(sites) > 1
 
 
-def _first_mismatch(snapshot: Snapshot) -> tuple[int, dict[int, CollectiveRecord]] | None:
+def _first_mismatch(snapshot: Snapshot
+                    ) -> tuple[str, int, dict[int, CollectiveRecord]] | None:
     table = _by_seq(snapshot)
-    for (_group, seq) in sorted(table, key=lambda key: key[1]):
-        records = table[(_group, seq)]
+    for (group, seq) in sorted(table, key=lambda key: key[1]):
+        records = table[(group, seq)]
         if len(records) > 1 and _differs(records):
-            return seq, records
+            return group, seq, records
     return None
 
 
-def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
-    found = _first_mismatch(snapshot)
-    if found is None:
-        return None
-    seq, records = found
+def _still_coming(snapshot: Snapshot, group: str, seq: int,
+                  records: Mapping[int, CollectiveRecord]) -> bool:
+    """A rank of ``group`` (it called earlier collectives of it) that has not reached ``seq``
+    yet and is not gone: its call will come (on a loaded host, a second later)."""
+    for rank, state in snapshot.states.items():
+        if rank in records or state is None or rank in snapshot.gone:
+            continue
+        mine = [r.seq for r in state.recent if r.group == group]
+        if mine and max(mine) < seq:
+            return True
+    return False
+
+
+def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
+                        records: Mapping[int, CollectiveRecord],
+                        live: bool = False) -> Diagnosis | None:
+    """Ranks at one seq (``_first_mismatch``) calling different collectives. Live, an even
+    split waits for the ranks still coming to that seq (None): with 2 of 3 ranks there,
+    either could be the one apart (rank 2 skipped a metric all_reduce; rank 1, late, had not
+    announced it yet: rank 0 was named)."""
     groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
     for rank, record in sorted(records.items()):
         groups.setdefault((*_signature(record), record.site), []).append(rank)
+    sides = sorted(groups.values(), key=len)
+    if live and len(sides) > 1 and len(sides[-1]) == len(sides[-2]) \
+            and _still_coming(snapshot, group, seq, records):
+        return None
     evidence = [f"rank(s) {_names(ranks)} called {describe(records[ranks[0]])}"
                 for ranks in groups.values()]
     ranks = tuple(sorted(records))
     hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
-    sides = sorted(groups.values(), key=len)
     other = sides[1] if len(sides) > 1 else sides[0]
     odd = (network.name(snapshot.states, sides[0][0]) if len(sides[0]) == 1
            else f"rank(s) {_names(sides[0])}")  # one rank apart: with its host
@@ -214,10 +233,14 @@ def collective_mismatch(snapshot: Snapshot) -> Diagnosis | None:
                      "per rank (DistributedSampler drop_last, torch's Join)")
 
 
-def mismatch_or_desync(snapshot: Snapshot) -> Diagnosis | None:
-    """Ranks at one seq calling different collectives; else collectives that parted without
-    a hang, or a loop's end apart (:mod:`ddpnet.watch.desync`)."""
-    return collective_mismatch(snapshot) or desync.detect(snapshot)
+def mismatch_or_desync(snapshot: Snapshot, live: bool = False) -> Diagnosis | None:
+    """Ranks at one seq calling different collectives (or, live, an even split still waiting:
+    None); else collectives that parted without a hang, or a loop's end apart
+    (:mod:`ddpnet.watch.desync`)."""
+    found = _first_mismatch(snapshot)
+    if found is not None:
+        return collective_mismatch(snapshot, *found, live=live)
+    return desync.detect(snapshot)
 
 
 # -- rank-not-arriving -------------------------------------------------------------------------
@@ -226,17 +249,16 @@ def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagn
     """Ranks behind the collective the others wait in. Steps aside when the first of them is
     cut off (silent and no peer reaches it): that is a link down, which the network detector
     names, not a rank busy in compute."""
-    waiting = {r: s.in_flight() for r, s in snapshot.states.items() if s is not None}
-    flights = {r: f for r, f in waiting.items() if f is not None}
-    if not flights:
+    found = behind(snapshot)
+    if found is None:
         return None
-    target = max(flights.values(), key=lambda f: f.seq)
-    late = sorted(r for r, s in snapshot.states.items()
-                  if s is not None and r not in flights and s.last_seq < target.seq)
-    if not late or (options.live and network.cut_off(snapshot, late[0], options.stale_after)):
+    target, flights, late = found
+    if options.live and network.cut_off(snapshot, late[0], options.stale_after):
         return None
     states = snapshot.states
-    evidence = [_late_line(r, states[r], snapshot.taken) for r in late[:_NAMED]]
+    evidence = [line for r in late[:_NAMED]
+                for line in (_late_line(r, states[r], snapshot.taken),
+                             _idle_line(r, states[r], snapshot.taken)) if line]
     evidence += _waiting_lines(snapshot, exclude=set(late))
     first = states[late[0]]
     assert first is not None
@@ -246,6 +268,33 @@ def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagn
                f"for it in {describe(target)}")
     return Diagnosis("rank-not-arriving", summary, ranks, hosts, tuple(evidence),
                      _late_hint(first.phase))
+
+
+def behind(snapshot: Snapshot) -> tuple[CollectiveRecord, tuple[int, ...],
+                                        tuple[int, ...]] | None:
+    """The latest collective some ranks wait in, those ranks, and the ranks behind it (not
+    inside any collective, that collective not done); None when nobody waits or nobody is
+    behind."""
+    waiting = {r: s.in_flight() for r, s in snapshot.states.items() if s is not None}
+    flights = {r: f for r, f in waiting.items() if f is not None}
+    if not flights:
+        return None
+    target = max(flights.values(), key=lambda f: f.seq)
+    late = tuple(sorted(r for r, s in snapshot.states.items()
+                        if s is not None and r not in flights and s.last_seq < target.seq))
+    return (target, tuple(sorted(flights)), late) if late else None
+
+
+def _idle_line(rank: int, state: RankState | None, now: float) -> str:
+    """What a late rank's main thread is in and how long it stood still
+    (:mod:`ddpnet.watch.activity`), "" when it published no activity."""
+    found, idle = activity.of(state), activity.idle_for(state, now)
+    if found is None or idle is None:
+        return ""
+    if idle < activity.STILL_S:
+        return f"{_where(rank, state)} is working: {activity.doing(found)}"
+    return (f"{_where(rank, state)} has not worked for {idle:.0f} s (no CPU, no I/O, the "
+            f"same stack): {activity.doing(found)}")
 
 
 def _late_line(rank: int, state: RankState | None, now: float) -> str:

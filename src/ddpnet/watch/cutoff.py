@@ -1,8 +1,10 @@
 """A rank that hears the job no more judges itself (issue 27, "every rank leaves").
 
-The hub acknowledges every heartbeat (with its current threshold, ``watch.threshold``). A rank
-that heard nothing from the hub for that threshold (plus :data:`MARGIN_S`) while it made no
-progress of its own either cannot be told the verdict: the hub cannot reach it, or the hub's
+The hub acknowledges every heartbeat (with its current threshold and its learned base,
+``watch.threshold``). A rank that heard nothing from the hub for its threshold
+(``threshold.self_judged``: the learned base, raised only by its own long phase while it is
+not inside a collective) plus :data:`MARGIN_S`, while it made no progress of its own either,
+cannot be told the verdict: the hub cannot reach it, or the hub's
 node is gone. It then checks for itself, in its heartbeat thread (its main thread may sit in a
 C call: a gloo wait, ``torch.cuda.synchronize()``), and exits 4 naming what it found:
 
@@ -44,6 +46,31 @@ def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool
     return now - heard >= limit and now - progressed >= limit
 
 
+#: a rank that heard nothing and made no progress this long looks before its threshold is
+#: over (the warm-up's 60 s, a long phase's allowance), and leaves at once when what it finds
+#: is conclusive (:func:`conclusive`): a link cut in the first seconds of a job
+EARLY_S = 10.0
+
+
+def early(now: float, heard: float, progressed: float, threshold_s: float) -> bool:
+    """Whether to look before the threshold: ``due`` at :data:`EARLY_S` when the threshold
+    is longer."""
+    return threshold_s > EARLY_S and due(now, heard, progressed, EARLY_S)
+
+
+def conclusive(facts: Facts) -> bool:
+    """Whether what a rank found leaves no doubt that it is cut off, whatever its threshold
+    (pure): the hub's host does not answer, and neither does any peer it knows, or its link is
+    not UP, or it has no route at all. (Peers answering, or the hub's host: the cause may
+    lie elsewhere, and the threshold decides.)"""
+    hub = facts.hub_probe
+    if hub is not None and answered(hub):
+        return False
+    if any(answered(p) for p in facts.peers):
+        return False
+    return bool(facts.peers) or facts.link not in ("UP", "") or facts.route == "none"
+
+
 def patient(facts: Facts, threshold_s: float) -> bool:
     """Whether to wait longer before leaving: the hub still accepts connections (its host
     and process are up, perhaps only busy), so give it ``PATIENCE`` x the usual silence."""
@@ -69,6 +96,8 @@ class Facts:
     heard_at: float                 # time.time() of that
     stalled_for: float              # seconds without progress of its own
     doing: str                      # "inside all_reduce seq 611", "in phase 'step' at step 593"
+    #: what it judged itself by: "5 s (learned: floor 5 s: ...)" ("" unknown)
+    judged_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -96,7 +125,8 @@ def verdict(f: Facts) -> Diagnosis:
                 f"the watch hub {f.hub}: {f.hub_probe.detail if f.hub_probe else hub}",
                 *(f"peer rank {p.dst_rank} {p.detail}" for p in f.peers[:6]),
                 f"last heard from the job {f.heard_ago:.0f} s ago ({heard}); no progress of "
-                f"its own for {f.stalled_for:.0f} s ({f.doing})")
+                f"its own for {f.stalled_for:.0f} s ({f.doing})",
+                *((f"judged by its threshold {f.judged_by}",) if f.judged_by else ()))
     stalled = f"made no progress for {f.stalled_for:.0f} s ({f.doing})"
     restart = "then restart the job from the last checkpoint"
     if f.hub_probe is not None and answered(f.hub_probe):
@@ -199,7 +229,7 @@ def _hub_probe(me: int, address: str, port: int) -> LinkProbe:
 
 
 def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
-           heard_ago: float, heard_at: float, stalled_for: float) -> Facts:
+           heard_ago: float, heard_at: float, stalled_for: float, judged_by: str = "") -> Facts:
     """Read this rank's interface and route, connect to the hub and to each peer (edge;
     bounded: ~2 connect timeouts)."""
     from ddpnet.watch.probe import probe_pairs
@@ -213,4 +243,5 @@ def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState
     return Facts(rank=state.rank, host=state.host, interface=state.interface,
                  address=state.address, link=link, hub=f"{hub[0]}:{hub[1]}",
                  hub_probe=hub_probe, route=route, peers=found, heard_ago=heard_ago,
-                 heard_at=heard_at, stalled_for=stalled_for, doing=doing(state))
+                 heard_at=heard_at, stalled_for=stalled_for, doing=doing(state),
+                 judged_by=judged_by)

@@ -3,22 +3,30 @@ every ``period`` seconds over its own TCP connection (not the process group it w
 obeys the hub's verdict: write this rank's dump, say why on stderr, exit with the watchdog's
 code. The training thread may be stuck inside a C++ collective, so exiting is ``os._exit``.
 
-Each state carries the last steps' wall and collective seconds (a ``StragglerWindow`` fed
+Each state carries what the rank's process does (``extra["activity"]``: CPU, I/O bytes, its
+main thread's stack: ``watch.activity``, so that a rank that works is told from a stuck one),
+the last steps' wall and collective seconds (a ``StragglerWindow`` fed
 from the recorder's finished steps, its ring and the spans a comm hook timed) and
 ``extra["ports"]``: the listeners its peers probe when the hub asks (a ``probe`` message:
 ``probe_pairs`` runs in a daemon thread, bounded, and its LinkProbes go back as ``probes``).
 
-The hub acknowledges every state (``ack``, with its current threshold) and, once every rank
-published, names the peers this rank checks when the hub goes quiet (``peers``). The thread
-outlives a lost connection: a rank that heard nothing from the hub for the threshold while it
-made no progress either judges itself (``watch.cutoff``: its interface, route, the hub and
-its peers) and exits 4 by itself, since the verdict cannot reach it.
+Each state also carries ``extra["gaps"]``: the summary of this rank's own gaps between
+progress (``watch.gaps``), folded from its Flight Recorder ring and its marks every beat,
+what the hub learns the threshold from.
+
+The hub acknowledges every state (``ack``, with its current threshold and the learned base
+under it) and, once every rank published, names the peers this rank checks when the hub goes
+quiet (``peers``). The thread outlives a lost connection: a rank that heard nothing from the
+hub for its threshold (``threshold.self_judged``: the learned base, not another rank's phase)
+while it made no progress either judges itself (``watch.cutoff``: its interface, route, the
+hub and its peers) and exits 4 by itself, since the verdict cannot reach it.
 
 Every socket operation has a timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import select
 import socket
@@ -28,11 +36,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ddpnet.exitcodes import ExitCode
 from ddpnet.output import exit_now
-from ddpnet.watch import cutoff
+from ddpnet.watch import activity, cutoff, gaps
 from ddpnet.watch.desync import KEY as DESYNC_KEY
 from ddpnet.watch.dump import write_state
 from ddpnet.watch.probe import (
@@ -45,10 +53,10 @@ from ddpnet.watch.probe import (
     listening_ports,
     probe_pairs,
 )
-from ddpnet.watch.recorder import Recorder
+from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
-from ddpnet.watch.threshold import Threshold, learn, period_for
+from ddpnet.watch.threshold import Threshold, learn, learned, period_for, self_judged
 from ddpnet.watch.wire import Lines, encode
 
 #: bound on each send and on connecting
@@ -67,13 +75,27 @@ class Beacon:
     def __init__(self, recorder: Recorder, ident: RankState, directory: Path, *,
                  period: float | None = None, lost_after: float = LOST_AFTER_S,
                  override: float | None = None,
-                 exit_now: Callable[[int], None] = exit_now) -> None:
+                 exit_now: Callable[[int], None] = exit_now,
+                 stream: TextIO | None = None) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
+        #: where the verdict's line goes: stderr as the watch started (torch's excepthook
+        #: swaps sys.stderr for a StringIO while ours waits for the verdict, and the exit
+        #: that follows would leave the line in it, unprinted)
+        self.stream = stream if stream is not None else sys.stderr
         #: seconds between heartbeats: the job size's (``threshold.period_for``) unless given
         self.period = period_for(ident.world_size) if period is None else period
         self.lost_after = lost_after
-        #: what this rank judges itself by when the hub goes quiet: the hub's last threshold
-        self.threshold: Threshold = learn((), override=override)
+        #: the hub's last threshold (raised by any rank's long phase), and its learned base
+        self.threshold: Threshold = learn(learned({}), override=override)
+        self.base: Threshold | None = None
+        #: what this rank judges itself by when the hub goes quiet (``threshold.self_judged``)
+        self.judge_by: Threshold = self.threshold
+        #: this rank's own gaps between progress (``watch.gaps``), and the spans (wall time)
+        #: a long phase was on, its own or one the hub reported: gaps over them teach nothing
+        #: (:meth:`note_long`)
+        self.gaps = gaps.GapLog()
+        self.long_seen: tuple[tuple[float, float], ...] = ()
+        self.long_open = False
         self.hub: tuple[str, int] = ("", 0)
         #: the peers (address and side port) to check then, as the hub sent them
         self.peers: dict[int, RankState] = {}
@@ -93,6 +115,8 @@ class Beacon:
         self.thread: threading.Thread | None = None
         self.window = StragglerWindow()
         self.window_lock = threading.Lock()
+        #: whether this rank works when it keeps the others waiting (``watch.activity``)
+        self.activity = activity.shared()
         self.listeners: list[ProbeSink] = []
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
         self.obeyed = threading.Event()
@@ -100,6 +124,11 @@ class Beacon:
         self.farewell = threading.Event()
         #: set when this rank died of a peer's failure and waits for the verdict
         self.dying = threading.Event()
+        #: held by the handshake (:meth:`connect`, in its own thread) and by :meth:`close`:
+        #: a rank that ends while it connects says goodbye once, on the new connection
+        self.life = threading.Lock()
+        #: the error this rank ended with (:meth:`close`)
+        self.error = ""
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -110,17 +139,53 @@ class Beacon:
             if steps:
                 timed = rec.take_waits(steps[0][0], steps[-1][1])
                 spans = [(r.started, r.ended) for r in records if r.ended is not None]
+                # a full ring holds only the last RING collectives: without a comm hook's
+                # timed spans, a step that began before its oldest would read as no wait (a
+                # fast unmarked loop's first steps each beat: a false "slow network, 7e6x")
+                covered = records[0].started if len(records) >= RING and not timed \
+                    else -math.inf
                 for (start, end), wait in zip(steps, waits_per_step(steps, spans + timed),
                                               strict=True):
-                    self.window = self.window.add(end - start, wait)
+                    if start >= covered:
+                        self.window = self.window.add(end - start, wait)
             window = self.window
-        extra = {**self.ident.extra, DESYNC_KEY: rec.digest()}
+            summary = self.learn_gaps(records, max(done, default=0))
+        extra = {**self.ident.extra, DESYNC_KEY: rec.digest(), gaps.KEY: summary.to_dict(),
+                 activity.KEY: self.activity.sample(activity.FRESH_S).to_dict()}
         with rec.lock:
             return replace(self.ident, step=rec.step, phase=rec.phase, extra=extra,
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
                            recent=records, step_times=window.step_times,
                            wait_times=window.wait_times, published=time.time(),
                            long_phase=rec.long_phase, long_since=rec.long_since)
+
+    def learn_gaps(self, records: tuple[CollectiveRecord, ...], finished: int) -> gaps.Summary:
+        """Fold this rank's progress events since the last heartbeat into its gap log (under
+        the window lock); the summary it publishes."""
+        rec, now = self.recorder, time.time()
+        marks, complete = rec.take_marks()
+        self.note_long(rec.long_phase, rec.long_since, now)
+        self.gaps = gaps.observe(self.gaps, records, marks, marks_complete=complete, ring=RING,
+                                 now=now, finished=finished, skip=self.long_seen)
+        return self.gaps.summary()
+
+    def note_long(self, own: str, since: float, now: float) -> None:
+        """Note what teaches nothing: this rank's own long phase, from its start to the beat
+        that sees it over (the phase's end mark falls in between); and another rank's, as a
+        point now while the hub's threshold comes from one, or from ranks working while the others
+wait (its word lags: a gap that waited
+        on that phase spans the point, a step's gap seldom does)."""
+        spans = list(self.long_seen)
+        if own and spans and spans[-1][0] == since:
+            spans[-1] = (since, now)
+        elif own:
+            spans.append((since, now))
+        elif self.long_open and spans:  # it ended since the last beat
+            spans[-1] = (spans[-1][0], now)
+        self.long_open = bool(own)
+        if self.threshold.source in ("phase", "working"):  # a long phase, or a working hold
+            spans.append((now, now))
+        self.long_seen = tuple(spans[-8:])
 
     def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
         """Listen for peers' probes on this rank's address and publish the ports: ``side``
@@ -144,26 +209,36 @@ class Beacon:
         self.hub = (address, port)
         while True:
             try:
-                self.sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
+                sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
                 if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
-                    self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                                         int(self.lost_after * 1000))
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                    int(self.lost_after * 1000))
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        self.send({"t": "hello", "rank": self.ident.rank, "token": token})
-        # a hub welcoming thousands of ranks at once may take longer than one socket timeout
-        welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()))
-        if welcome.get("token") != token:
-            self.sock = None
-            raise OSError(f"what listens at {address}:{port} is not this job's hub "
-                          f"({welcome.get('token') or 'no answer'})")
-        self.heard, self.heard_at = time.monotonic(), time.time()
-        self.thread = threading.Thread(target=self.run, name="ddpnet-watch-heartbeat",
-                                       daemon=True)
-        self.thread.start()
+        with self.life:  # close() waits for the handshake; one after it is told here
+            self.sock = sock
+            self.send({"t": "hello", "rank": self.ident.rank, "token": token})
+            # a hub welcoming thousands of ranks at once may take longer than a socket timeout
+            welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()))
+            if welcome.get("token") != token:
+                self.sock = None
+                sock.close()
+                raise OSError(f"what listens at {address}:{port} is not this job's hub "
+                              f"({welcome.get('token') or 'no answer'})")
+            self.heard, self.heard_at = time.monotonic(), time.time()
+            if self.stopped.is_set():  # the rank ended while this connected: its goodbye
+                self.send({"t": "state", "rank": self.ident.rank,
+                           "state": self.state().to_dict()})
+                self.send({"t": "bye", "rank": self.ident.rank, "error": self.error})
+                self.sock = None
+                sock.close()
+                return
+            self.thread = threading.Thread(target=self.run, name="ddpnet-watch-heartbeat",
+                                           daemon=True)
+            self.thread.start()
 
     def send(self, message: dict[str, Any]) -> bool:
         """False once a send failed: the connection stays open for :meth:`listen` to read
@@ -186,34 +261,63 @@ class Beacon:
         peers (``watch.cutoff``), then write its dump, print the verdict and exit 4."""
         key = (state.step, state.phase, state.phase_since, state.long_phase, state.last_seq,
                getattr(state.in_flight(), "seq", None))
+        own = learned({self.ident.rank: gaps.Summary.from_dict(state.extra.get(gaps.KEY))})
+        self.judge_by = self_judged(self.threshold, self.base, own, state)
         now = time.monotonic()
         if key != self.progress:
             self.progress, self.progressed = key, now
         if self.judged or self.stopped.is_set() or self.obeyed.is_set() or \
-                now < self.recheck_at or not self.judge_due(now):
+                now < self.recheck_at:
             return
-        facts = cutoff.gather(state, self.hub, self.peers, heard_ago=now - self.heard,
-                              heard_at=self.heard_at, stalled_for=now - self.progressed)
+        early = not self.judge_due(now)
+        if early and (self.dying.is_set() or not cutoff.early(
+                now, self.heard, self.progressed, self.judge_by.seconds)):
+            return
+        facts = self.gather(state, now)
         sock = self.sock
         if sock is not None:
             self.listen(0.0, sock)  # a verdict that came meanwhile wins
-        if self.obeyed.is_set() or not self.judge_due(time.monotonic()):
+        if self.obeyed.is_set():
             return
-        if cutoff.patient(facts, self.threshold.seconds):
-            self.recheck_at = time.monotonic() + self.threshold.seconds
+        if early and not cutoff.conclusive(facts):  # the threshold decides
+            self.recheck_at = time.monotonic() + cutoff.EARLY_S / 2
             return
+        if not early and not self.judge_due(time.monotonic()):
+            return
+        if cutoff.patient(facts, self.judge_by.seconds):
+            self.recheck_at = time.monotonic() + self.judge_by.seconds
+            return
+        self.leave(facts)
+
+    def leave(self, facts: cutoff.Facts) -> None:
+        """This rank's own verdict: its dump, the verdict on stderr, exit 4."""
         self.judged = True
         diagnosis = cutoff.verdict(facts)
         path = write_state(self.directory, self.state(), f"{diagnosis.kind}: "
                            f"{diagnosis.summary}", verdict=diagnosis)
-        dump = f"; dump {path}" if path else ""
-        code = int(ExitCode.WATCHDOG)
         lines = "".join(f"  - {line}\n" for line in diagnosis.evidence)
-        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits ({code}): "
-                         f"{diagnosis.kind}: {diagnosis.summary}{dump}\n{lines}"
-                         f"  hint: {diagnosis.hint}\n")
+        self.exit_saying(int(ExitCode.WATCHDOG), diagnosis, path,
+                         f"{lines}  hint: {diagnosis.hint}\n")
+
+    def exit_saying(self, code: int, diagnosis: Diagnosis, dump: Path | None,
+                    details: str = "") -> None:
+        """The verdict's line (then ``details``) on :attr:`stream`, flushed, and the exit:
+        ``os._exit``, as the training thread may sit inside a C++ collective."""
+        where = f"; dump {dump}" if dump else ""
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            self.stream.write(f"ddpnet: watch: rank {self.ident.rank} exits ({code}): "
+                              f"{diagnosis.kind}: {diagnosis.summary}{where}\n{details}")
+            self.stream.flush()
         self.obeyed.set()
         self.exit_now(code)
+
+    def gather(self, state: RankState, now: float) -> cutoff.Facts:
+        """What this rank finds about itself (``cutoff.gather``: bounded connects)."""
+        judged = self.judge_by
+        return cutoff.gather(state, self.hub, self.peers, heard_ago=now - self.heard,
+                             heard_at=self.heard_at, stalled_for=now - self.progressed,
+                             judged_by=f"{judged.seconds:g} s ({judged.source}: "
+                                       f"{judged.reason})")
 
     def judge_due(self, now: float) -> bool:
         """Whether to judge itself now: the hub silent and no progress for the threshold
@@ -223,8 +327,8 @@ class Beacon:
         often one whose own cut-off left first; the error it raised is no progress."""
         if self.dying.is_set():
             return self.sock is None or cutoff.due(now, self.heard, -math.inf,
-                                                   self.threshold.seconds)
-        return cutoff.due(now, self.heard, self.progressed, self.threshold.seconds)
+                                                   self.judge_by.seconds)
+        return cutoff.due(now, self.heard, self.progressed, self.judge_by.seconds)
 
     def expect(self, kind: str, within: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
         """The first message of ``kind`` within ``within`` seconds ({} if none)."""
@@ -301,6 +405,8 @@ class Beacon:
             self.farewell.set()
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
             self.threshold = Threshold.from_dict(message["threshold"])
+            base = message.get("base")
+            self.base = Threshold.from_dict(base) if isinstance(base, dict) else None
         elif kind == "peers":
             self.peers = {int(r): RankState(rank=int(r), world_size=self.ident.world_size,
                                             address=str(p.get("address", "")),
@@ -324,6 +430,7 @@ class Beacon:
                                 stream_bytes=STREAM_BYTES if request.get("stream", True) else 0)
         except (OSError, ValueError, TypeError, RuntimeError):
             found = ()
+        self.activity.note_watch()  # the probes' CPU is the watch's, not this rank's work
         self.send({"t": "probes", "rank": me, "id": request.get("id"),
                    "probes": [p.to_dict() for p in found]})
 
@@ -332,11 +439,15 @@ class Beacon:
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
         code = int(verdict.get("code", 1))
         path = write_state(self.directory, self.state(), f"watchdog: {diagnosis.summary}")
-        dump = f"; dump {path}" if path else ""
-        sys.stderr.write(f"ddpnet: watch: rank {self.ident.rank} exits ({code}): "
-                         f"{diagnosis.kind}: {diagnosis.summary}{dump}\n")
-        self.obeyed.set()
-        self.exit_now(code)
+        self.exit_saying(code, diagnosis, path)
+
+    def verdict_within(self, wait: float) -> None:
+        """Give the hub up to ``wait`` s to send a verdict, which exits the process from the
+        heartbeat thread (``obey``); sends nothing (a SIGTERM may be the user's own intent)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self.stopped.is_set():
+            if self.obeyed.wait(0.05):
+                return
 
     def await_verdict(self, error: str, wait: float) -> None:
         """This rank dies of ``error``, a peer's failure seen from here (gloo's "Connection
@@ -360,8 +471,13 @@ class Beacon:
         waits up to FAREWELL_WAIT_S for the hub's word: at once when every rank finished, or
         the verdict when another rank issued a collective this one never will (an extra
         collective at the end: ``watch.desync``), so this rank exits 4 with the others."""
+        with self.life:
+            self.farewell_to_hub(error)
+
+    def farewell_to_hub(self, error: str) -> None:
         if self.stopped.is_set():
             return
+        self.error = error
         if error:
             self.stopped.set()
             write_state(self.directory, self.state(), f"exited with an error: {error}")

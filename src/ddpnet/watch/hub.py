@@ -5,12 +5,21 @@ watchdog, prints the report on rank 0's stderr, writes it under the watch direct
 the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
 
 While the job is healthy it runs the straggler analysis every :data:`STRAGGLER_EVERY_S`
-seconds and warns once per distinct straggler (one line, no exit); when collectives slowed
+seconds and warns once per distinct straggler (one line, no exit), and once per stall that a
+working rank holds back (``watchdog.Watchdog.hold``: it is busy, not stuck); when collectives slowed
 down on most ranks (``straggler.wants_probes``) it first runs one probe round, so that the
 warning names the slow node or link. When the watchdog fires
 and every rank is inside the same collective (``network.wants_probes``), it first asks every
 live rank to probe its peers and waits at most :data:`PROBE_WAIT_S` for the answers: the
 verdict is analysed with the probes of this stall that arrived.
+
+With metrics on (``DDPNET_METRICS_PORT``) it also serves the job's metrics
+(:mod:`ddpnet.watch.metrics`, rendered when scraped) on the socket rank 0 bound for it, runs a
+link probe round every ``HubOptions.probe_every`` seconds so that each host pair's bandwidth is
+there to graph, and before it leaves after a verdict (exit, or warn then every rank gone) it
+waits for one scrape to have rendered it, so that an alert can fire: only while something
+scrapes (none ever did: it leaves at once; none came for twice the scraper's own interval: it
+stopped) and at most ``HubOptions.metrics_linger`` seconds (``DDPNET_METRICS_LINGER_S``).
 
 It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
 ``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
@@ -34,7 +43,8 @@ from ddpnet.exitcodes import ExitCode
 from ddpnet.watch import cutoff, desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
-from ddpnet.watch.probe import PORTS_KEY, SIDE, peers_to_probe
+from ddpnet.watch.metrics import JobView, Probed, StepHistory
+from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
     FINISHED,
@@ -45,7 +55,7 @@ from ddpnet.watch.state import (
     RankState,
     Snapshot,
 )
-from ddpnet.watch.threshold import Threshold, period_for
+from ddpnet.watch.threshold import period_for
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -53,6 +63,9 @@ from ddpnet.watch.wire import Lines, encode
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
+#: seconds the hub stays after every rank it heard from said goodbye while others never
+#: connected (their watch was off): the job ended without them, nothing is left to watch
+AFTER_LAST_BYE_S = 10.0
 #: seconds between straggler analyses of a healthy job
 STRAGGLER_EVERY_S = 5.0
 #: each link probe's bound, and how long the hub waits for every rank's probes
@@ -79,6 +92,11 @@ DESYNC_EVERY_S = 1.0
 #: how long a rank's clean goodbye is held before the hub lets it go while others still run
 #: (time for a later collective of theirs to show: an extra one at the end is a verdict)
 FAREWELL_HOLD_S = 2.5
+#: with metrics on, the longest the hub stays after a verdict for a scrape to see it (the
+#: default of ``HubOptions.metrics_linger``: 4 of Prometheus's default 15 s intervals)
+METRICS_LINGER_S = 60.0
+#: a probe round's trigger when it only measures the links for the metrics
+LINKS = "links"
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,14 @@ class HubOptions:
     directory: str
     #: the job's rendezvous: a rank of another job (or a stray client) is told it is wrong
     token: str = ""
+    #: the metrics socket rank 0 bound and passed down (-1: metrics off), the job's id
+    #: there, seconds between link probe rounds for them (0: none), ddpnet's version
+    metrics_fd: int = -1
+    job_id: str = ""
+    probe_every: float = 300.0
+    version: str = ""
+    #: with metrics on, the longest it stays after a verdict for a scrape to render it
+    metrics_linger: float = METRICS_LINGER_S
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -102,9 +128,10 @@ class Peer:
     sock: socket.socket
     lines: Lines
     rank: int | None = None
-    #: when this rank was last acknowledged, and the threshold it was told then
+    #: when this rank was last acknowledged, and the thresholds it was told then (the
+    #: watchdog's and its learned base: a cut-off rank judges itself by the base)
     acked_at: float = float("-inf")
-    told: Threshold | None = None
+    told: tuple[float, str, float, str] | None = None
 
 
 @dataclass
@@ -119,6 +146,8 @@ class Probing:
     waiting: set[int]
     found: list[LinkProbe]
     straggler: Diagnosis | None = None
+    #: a straggler round's snapshot (what showed the slowdown): its probes are judged on it
+    seen: Snapshot | None = None
 
     def over(self, now: float) -> bool:
         return not self.waiting or now > self.deadline
@@ -170,6 +199,7 @@ class Hub:
         self.states: dict[int, RankState] = {}
         self.left: dict[int, str] = {}
         self.finished: set[int] = set()
+        self.last_bye = 0.0
         self.started = time.monotonic()
         self.verdict_at: float | None = None
         self.probing: Probing | None = None
@@ -191,14 +221,26 @@ class Hub:
         #: ranks whose clean goodbye waits for the hub's word, since when
         self.leaving: dict[int, float] = {}
         self.desync_named = False
-        #: the encoded ack and the threshold it carries
-        self.ack: tuple[Threshold | None, bytes] = (None, b"")
+        #: the encoded ack and the thresholds it carries (the watchdog's, its learned base)
+        self.ack: tuple[tuple[float, str, float, str] | None, bytes] = (None, b"")
         #: (monotonic, wall) time as of which every message that had come was read: when
         #: the last select returned, once what it returned is handled (``serve``); the
         #: watchdog judges silence and stalls as of it. None: now (a hub not serving)
         self.read_as_of: tuple[float, float] | None = None
+        #: when each rank was last heard (this hub's monotonic clock: a rank's own clock may
+        #: be off by minutes), what says a rank went silent
+        self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
+        #: metrics (``serve_metrics``): the steps folded from states, the verdicts given,
+        #: each rank pair's last stream probe, when the next link round is due, the server
+        self.history: StepHistory | None = None
+        self.verdicts: list[Diagnosis] = []
+        #: when the last verdict was given (monotonic; either action), None: none yet
+        self.judged_at: float | None = None
+        self.link_probes: dict[tuple[int, int], Probed] = {}
+        self.next_links: float | None = None
+        self.metrics: Any = None
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -226,6 +268,10 @@ class Hub:
 
     def done(self) -> bool:
         now = time.monotonic()
+        return self.job_over(now) and self.verdict_seen(now)
+
+    def job_over(self, now: float) -> bool:
+        """Whether the job is over for the hub (a verdict sent, every rank gone, none came)."""
         if self.verdict_at is not None:
             return not self.peers or now - self.verdict_at > AFTER_VERDICT_S
         if self.left and not self.watchdog.fired:
@@ -233,7 +279,17 @@ class Hub:
         away = len(self.finished | set(self.left))
         if away >= self.options.world_size and not self.peers:
             return True
+        if not self.peers and self.states and set(self.states) <= self.finished:
+            return now - self.last_bye > AFTER_LAST_BYE_S
         return not self.states and now - self.started > FIRST_RANK_S
+
+    def verdict_seen(self, now: float) -> bool:
+        """Whether the last verdict was scraped, or waiting for a scrape is pointless
+        (``exposition.seen_by_scrape``: nothing scrapes, the scraper stopped, or
+        ``metrics_linger`` passed); always without metrics or verdicts."""
+        if self.metrics is None or self.judged_at is None:
+            return True
+        return bool(self.metrics.seen(self.judged_at, now, self.options.metrics_linger))
 
     def accept(self) -> None:
         """Every connection waiting (up to ACCEPT_BATCH; one on a blocking socket)."""
@@ -289,9 +345,12 @@ class Hub:
                 self.acknowledge(peer, rank)
 
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
+        self.heard[rank] = time.monotonic()
         if kind == "state":
-            self.states[rank] = RankState.from_dict(message["state"])
+            self.states[rank] = state = RankState.from_dict(message["state"])
             self.published += 1
+            if self.history is not None:
+                self.history.fold(state)
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
             self.published += 1
@@ -305,6 +364,7 @@ class Hub:
                 self.left[rank] = f"exited with an error: {error}"
             else:
                 self.finished.add(rank)
+                self.last_bye = time.monotonic()
                 if message.get("wait"):
                     self.leaving[rank] = time.monotonic()
 
@@ -312,13 +372,15 @@ class Hub:
         """Tell a rank its state arrived (every ACK_EVERY_S), with the threshold it judges
         itself by when the hub goes quiet (``watch.cutoff``; at once when it changed), and
         once every rank published, the peers it checks then."""
-        threshold, now = self.watchdog.threshold, time.monotonic()
-        if threshold != peer.told or now - peer.acked_at >= min(ACK_EVERY_S,
-                                                                threshold.seconds / 2):
-            if threshold != self.ack[0]:  # the same bytes for every rank until it changes
-                self.ack = (threshold, encode({"t": "ack", "threshold": threshold.to_dict()}))
+        dog, now = self.watchdog, time.monotonic()
+        # a change of seconds or source is told at once (not each new count in a reason)
+        told = (dog.threshold.seconds, dog.threshold.source, dog.base.seconds, dog.base.source)
+        if told != peer.told or now - peer.acked_at >= min(ACK_EVERY_S, told[0] / 2):
+            if told != self.ack[0]:  # the same bytes for every rank until it changes
+                self.ack = (told, encode({"t": "ack", "threshold": dog.threshold.to_dict(),
+                                          "base": dog.base.to_dict()}))
             self.send(peer, self.ack[1])
-            peer.acked_at, peer.told = now, threshold
+            peer.acked_at, peer.told = now, told
         if len(self.states) == self.options.world_size and rank not in self.introduced:
             self.introduced.add(rank)  # every rank has published: the roster is all of them
             self.send(peer, {"t": "peers", "peers": side_ports(
@@ -358,14 +420,20 @@ class Hub:
         if self.verdict_at is not None or not self.states:
             return
         now = self.as_of()[0]
+        if self.probing is not None and self.probing.trigger == LINKS and \
+                self.probing.over(now):
+            self.probing = None
         probing = self.probing
-        if probing is not None and probing.straggler is None:  # the verdict waits for it
+        if probing is not None and probing.straggler is None and probing.trigger != LINKS:
+            # a stall's round: the verdict waits for it
             if probing.over(now):
                 self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
-        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now) or \
-            self.desync_due(now)
+        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now,
+                                    silent=self.quiet(now)) or self.desync_due(now)
+        working, self.watchdog.warning = self.watchdog.warning, None
+        self.warn(working)  # working ranks hold a stall's verdict: said once per stall
         if trigger is not None:
             self.probing = None  # a stall outranks a straggler's probes
             if not self.ask_probes(trigger, now):
@@ -374,7 +442,8 @@ class Hub:
         self.release(now)
         if probing is None:
             self.check_stragglers(now)
-        elif probing.over(now):
+            self.probe_links(now)
+        elif probing.trigger != LINKS and probing.over(now):
             self.probing = None
             self.warn_probed(probing)
 
@@ -436,13 +505,16 @@ class Hub:
             self.probed_wait, self.slowdown_rounds = wait, 0
         self.straggler_probes = ()
         return self.send_probes(tuple(range(self.options.world_size)), (), now,
-                                trigger="straggler", slowdown=found)
+                                trigger="straggler", slowdown=found, seen=snapshot)
 
     def warn_probed(self, probing: Probing) -> None:
         """A straggler's probe round is over: the warning, named by the probes when they
-        found the slow node or link (kept for the later checks of this slowdown)."""
+        found the slow node or link (kept for the later checks of this slowdown). They are
+        judged with the steps that showed the slowdown: the window moves on in the round's
+        seconds, and a slowdown read again at its end can fall short of the bar by noise."""
         probes = tuple(probing.found)
-        found = straggler.detect(replace(self.snapshot(leavers_only=True), probes=probes))
+        seen = probing.seen or self.snapshot(leavers_only=True)
+        found = straggler.detect(replace(seen, probes=probes))
         if found is not None and found.hosts:
             self.straggler_probes = probes
             self.warn(found, probes)
@@ -452,8 +524,9 @@ class Hub:
 
     def warn(self, found: Diagnosis | None, probes: tuple[LinkProbe, ...] = ()) -> None:
         """One line on stderr and an entry in warnings.json (with the round's probes) per
-        distinct straggler."""
-        if found is None or any(w.ranks == found.ranks for w in self.warnings):
+        distinct straggler, and per stall that working ranks hold (``watchdog.hold``)."""
+        if found is None or (found.kind != "working" and
+                             any(w.ranks == found.ranks for w in self.warnings)):
             return
         self.warnings.append(found)
         self.warned.append({"at": time.time(), **found.to_dict(),
@@ -479,7 +552,8 @@ class Hub:
         return self.send_probes(group, silent, now, trigger=trigger)
 
     def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
-                    trigger: str, slowdown: Diagnosis | None = None) -> bool:
+                    trigger: str, slowdown: Diagnosis | None = None,
+                    seen: Snapshot | None = None) -> bool:
         """Send one probe round's requests to every live rank; False when none was asked."""
         self.rounds += 1
         asked = set()
@@ -491,8 +565,16 @@ class Hub:
                 asked.add(rank)
         if not asked:
             return False
-        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown)
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown,
+                               seen)
         return True
+
+    def quiet(self, now: float) -> tuple[int, ...]:
+        """Ranks heard from before but not for ``stale_after`` s by this hub's clock (whose
+        goodbye did not come): frozen, or cut off."""
+        stale = self.watchdog.stale_after
+        return tuple(r for r, at in sorted(self.heard.items())
+                     if now - at > stale and r not in self.left and r not in self.finished)
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
         """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
@@ -501,19 +583,40 @@ class Hub:
                      if r not in self.left and r not in self.finished
                      and snapshot.taken - s.published > stale)[:8]
 
+    def probe_links(self, now: float) -> None:
+        """With metrics on, a probe round every ``probe_every`` s, the first that long after
+        every rank published (not in the warm-up; a short job gets none), never while a rank
+        left or a verdict stands: each host pair's bandwidth and RTT."""
+        every = self.options.probe_every
+        if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
+                len(self.states) < self.options.world_size:
+            return
+        if self.next_links is None:
+            self.next_links = now + every
+        if now < self.next_links:
+            return
+        self.next_links = now + every
+        self.send_probes(tuple(range(self.options.world_size)), (), now, trigger=LINKS)
+
     def add_probes(self, rank: int, message: dict[str, Any]) -> None:
         probing = self.probing
         if probing is None or message.get("id") != probing.ident or rank not in probing.waiting:
             return  # late, or from an earlier stall
         probing.waiting.discard(rank)
-        probing.found += [LinkProbe.from_dict(p) for p in message.get("probes", ())
-                          if isinstance(p, dict)]
+        found = [LinkProbe.from_dict(p) for p in message.get("probes", ()) if isinstance(p, dict)]
+        probing.found += found
+        at = time.time()
+        for probe in found:
+            if probe.what == STREAM:
+                self.link_probes[(probe.src_rank, probe.dst_rank)] = Probed(probe, at)
 
     # -- the verdict -------------------------------------------------------------------------
 
     def act(self, trigger: str, probes: tuple[LinkProbe, ...] = ()) -> None:
         snapshot = replace(self.snapshot(), probes=probes)
         diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
+        if self.watchdog.note:  # working ranks held it: until when
+            diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, self.watchdog.note))
         if diagnosis.kind == "network" and diagnosis.summary.startswith("link down"):
             # every other rank cut off may be this node's own link: read it (once a verdict)
             iface, link = cutoff.link_state(address=self.options.bind)
@@ -527,6 +630,8 @@ class Hub:
         sys.stderr.write(render_text(diagnosis, snapshot, trigger) + where + "\n")
         sys.stderr.flush()
         self.watchdog.fired = True
+        self.verdicts.append(diagnosis)
+        self.judged_at = time.monotonic()  # a scrape that begins after this renders it
         if self.settings.action != "exit":
             return
         verdict = {"t": "verdict", "diagnosis": diagnosis.to_dict(),
@@ -535,6 +640,43 @@ class Hub:
             if peer.rank is not None:
                 self.send(peer, verdict)
         self.verdict_at = time.monotonic()
+
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def serve_metrics(self, sock: socket.socket) -> None:
+        """Serve the job's metrics on ``sock`` (bound by rank 0) from a thread of its own."""
+        from prometheus_client import CollectorRegistry
+
+        from ddpnet.net.exposition import Server
+        from ddpnet.watch.metrics import JobCollector
+
+        self.history = StepHistory()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(JobCollector(self.metrics_view, self.history))
+        # a verdict (or the job moving again) shows in the very next scrape, never a render
+        # from before it (net.exposition serves a costly render again for a while)
+        self.metrics = Server(sock, registry,
+                              lambda: (len(self.verdicts), self.watchdog.fired))
+
+    def metrics_view(self) -> JobView:
+        """What a scrape renders (the server's thread: copies, each one atomic under the
+        GIL, of what the hub's thread changes)."""
+        now = time.monotonic()
+        states = dict(self.states)
+        verdicts = list(self.verdicts)
+        threshold = self.watchdog.threshold
+        snapshot = Snapshot(self.options.world_size, time.time(), dict(states))
+        return JobView(
+            job_id=self.options.job_id, world_size=self.options.world_size,
+            started=time.time() - (now - self.started), states=states,
+            heard_ago={r: now - at for r, at in dict(self.heard).items()},
+            threshold_s=threshold.seconds, threshold_source=threshold.source,
+            warnings=tuple(w.kind for w in list(self.warnings)),
+            verdicts=tuple(v.kind for v in verdicts),
+            standing=verdicts[-1] if verdicts and self.watchdog.fired else None,
+            probes=dict(self.link_probes), straggler_scores=straggler.scores(snapshot),
+            version=self.options.version)
 
 
 def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
@@ -568,10 +710,13 @@ def main(argv: list[str]) -> int:
         print(f"error {options.bind}:{options.port}: {exc.strerror or exc}", flush=True)
         return 1
     sock.setblocking(False)
+    hub = Hub(options, sock)
+    if options.metrics_fd >= 0:
+        hub.serve_metrics(socket.socket(fileno=options.metrics_fd))
     print(f"ready {sock.getsockname()[1]}", flush=True)
     sys.stdout.close()
     try:
-        Hub(options, sock).serve()
+        hub.serve()
     except KeyboardInterrupt:
         return 130
     return 0

@@ -167,7 +167,8 @@ def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: flo
     return LinkProbe(me, target.rank, True,
                      f"stream: {acked} bytes acked in {seconds:.3f} s = {shown}{part}{path}",
                      rate_gbps=None if rate is None else round(rate, 4), what=STREAM,
-                     port=port, purpose=SINK, outcome=STREAMED)
+                     port=port, purpose=SINK, outcome=STREAMED,
+                     rtt_s=info.rtt_us / 1e6 if info and info.rtt_us else None)
 
 
 # ---- edge -----------------------------------------------------------------------------------

@@ -35,6 +35,9 @@ STEP_WINDOW = 256
 #: timed collective spans (a comm hook's bucket all-reduces) kept until the steps they fall in
 #: are taken; a few per step, bounded
 WAIT_SPANS = 4096
+#: phase and step marks kept until the heartbeat takes them (their times: ``watch.gaps``);
+#: ~8 marks a step, a second of a 4 ms loop
+MARKS = 2048
 #: the Python collectives announced before they run (default group only)
 WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
@@ -106,6 +109,10 @@ class Recorder:
         #: blocks hold it (inner phase marks keep a held one; a plain mark ends an unheld one)
         self.long_phase, self.long_since, self.long_held = "", 0.0, 0
         self.step, self.step_started = -1, 0.0
+        #: (time, is a step) of each phase or step change, until the heartbeat takes them;
+        #: whether some were dropped since (the ring was full)
+        self.marks: deque[tuple[float, bool]] = deque(maxlen=MARKS)
+        self.marks_dropped = False
         #: (start, end) of each finished step, until the heartbeat takes them
         self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
@@ -119,16 +126,28 @@ class Recorder:
         #: sets it) and each step's digest of them (``watch.desync``)
         self.issued: Callable[[], int] = lambda: 0
         self.steps = StepLog()
+        #: whether the user marks steps / phases (``ddpnet.step()``, ``ddpnet.phase()`` of a
+        #: phase that is not long): from then on inferred ones (``watch.infer``) are ignored
+        self.marked_steps = False
+        self.marked_phases = False
 
-    def set_phase(self, phase: str) -> None:
+    def set_phase(self, phase: str, inferred: bool = False) -> None:
+        if inferred and self.marked_phases:
+            return
         if phase not in PHASES:
             from ddpnet.errors import ConfigError
 
             raise ConfigError(f"phase {phase!r} is not one of {', '.join(p for p in PHASES if p)}",
                               "use ddpnet.phase('data'|'forward'|'backward'|'step'|...)")
+        if not inferred and phase not in LONG_PHASES:
+            # a long phase alone (``with ddpnet.phase("checkpoint")``, the documented mark
+            # for an otherwise unmarked script) leaves the inferred phases on: inside the
+            # block they change the phase and keep the long one (it is held)
+            self.marked_phases = True
         with self.lock:
             if phase != self.phase:
                 self.phase, self.phase_since = phase, self.clock()
+                self._mark(self.phase_since, False)
             if phase in LONG_PHASES:
                 if phase != self.long_phase:
                     self.long_phase, self.long_since = phase, self.phase_since
@@ -146,10 +165,14 @@ class Recorder:
         with self.lock:
             if phase != self.phase:
                 self.phase, self.phase_since = phase, self.clock()
+                self._mark(self.phase_since, False)
             self.long_phase, self.long_since = long_phase, long_since
             self.long_held = max(0, self.long_held - held)
 
-    def set_step(self, step: int) -> None:
+    def set_step(self, step: int, inferred: bool = False) -> None:
+        if inferred and self.marked_steps:
+            return
+        self.marked_steps = self.marked_steps or not inferred
         now = self.clock()
         issued = self.issued()
         with self.lock:
@@ -157,7 +180,23 @@ class Recorder:
                 self.spans.append((self.step_started, now))
             if step != self.step:
                 self.steps.begin(step, issued)
+                self._mark(now, True)
             self.step, self.step_started = step, now
+
+    def _mark(self, when: float, step: bool) -> None:
+        """A phase or step change at ``when`` (under the lock)."""
+        if len(self.marks) == MARKS:
+            self.marks_dropped = True
+        self.marks.append((when, step))
+
+    def take_marks(self) -> tuple[tuple[tuple[float, bool], ...], bool]:
+        """The marks since the last call, oldest first, and whether they are all of them
+        (the heartbeat's: ``watch.gaps``)."""
+        with self.lock:
+            marks, complete = tuple(self.marks), not self.marks_dropped
+            self.marks.clear()
+            self.marks_dropped = False
+        return marks, complete
 
     def digest(self) -> dict[str, Any]:
         """The last steps' collective digests (``watch.desync``), for the heartbeat."""

@@ -7,24 +7,36 @@ Knobs: ``init(watch=..., watch_timeout=..., watch_action=...)`` or the environme
 ``DDPNET_WATCH_ACTION`` (``exit`` or ``warn``), ``DDPNET_WATCH_DIR`` (dumps and report,
 default ``./ddpnet-watch``), ``DDPNET_WATCH_PORT`` (the hub's port; default derived from
 MASTER_ADDR:MASTER_PORT). An argument wins over the environment.
+
+Metrics: ``init(metrics_port=N)`` or ``DDPNET_METRICS_PORT=N`` has rank 0 bind that port on
+the job's interface (its own address, chosen by ``net.select``) before the group comes up (in
+use: a ConfigError, exit 2) and hand it to the hub, which serves the job's metrics there
+(``watch.metrics``, docs/watch.md). ``DDPNET_METRICS_PROBE_S`` sets the seconds between its
+link probe rounds (default 300, 0: none), ``DDPNET_METRICS_LINGER_S`` the longest the hub stays
+after a verdict for a scrape to render it (default 60; it leaves at once when nothing
+scrapes); ``DDPNET_JOB_ID`` (else ``SLURM_JOB_ID``, else
+torchrun's run id, else a random one) is the ``job_id`` label.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from ddpnet.config import DistConfig
-from ddpnet.errors import ConfigError
+from ddpnet.errors import ConfigError, short_error
+from ddpnet.watch import exitnote, termguard
 from ddpnet.watch.dump import watch_dir
 from ddpnet.watch.heartbeat import Beacon
 from ddpnet.watch.recorder import FR_ENTRIES, Recorder
@@ -42,10 +54,17 @@ class WatchConfig:
     action: str = "exit"
     directory: Path = Path("ddpnet-watch")
     port: int | None = None
+    #: where rank 0's hub serves the job's metrics (None: not served), its link probes'
+    #: period, and the job's id there
+    metrics_port: int | None = None
+    probe_every: float = 300.0
+    job_id: str = ""
+    metrics_linger: float = 60.0
 
 
 def watch_config(environ: Mapping[str, str], watch: bool | None = None,
-                 timeout: float | None = None, action: str | None = None) -> WatchConfig:
+                 timeout: float | None = None, action: str | None = None,
+                 metrics_port: int | None = None) -> WatchConfig:
     """The watch settings from the arguments, else the environment, else the defaults (pure);
     ConfigError on a bad value."""
     enabled = watch if watch is not None else \
@@ -61,7 +80,43 @@ def watch_config(environ: Mapping[str, str], watch: bool | None = None,
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise ConfigError(f"DDPNET_WATCH_PORT={port!r} is not a TCP port", "e.g. 29600")
     return WatchConfig(enabled, seconds, chosen, watch_dir(environ),
-                       int(port) if port else None)
+                       int(port) if port else None, *_metrics(environ, metrics_port))
+
+
+#: torchrun's run id when none was given (not one job's)
+_NO_RUN_ID = ("", "none")
+
+
+def _metrics(environ: Mapping[str, str], port: int | None
+             ) -> tuple[int | None, float, str, float]:
+    """(metrics port, link probe period, job id, linger after a verdict) from the argument,
+    else the environment (pure); ConfigError on a bad value."""
+    raw = str(port) if port is not None else environ.get("DDPNET_METRICS_PORT", "").strip()
+    if raw and not (raw.isdigit() and 0 < int(raw) < 65536):
+        raise ConfigError(f"metrics port {raw!r} (metrics_port / DDPNET_METRICS_PORT) is not "
+                          "a TCP port", "use a port in 1..65535, e.g. DDPNET_METRICS_PORT=9464")
+    probe_every = _env_seconds(environ, "DDPNET_METRICS_PROBE_S", 300, 86400,
+                               "0: no link probes")
+    linger = _env_seconds(environ, "DDPNET_METRICS_LINGER_S", 60, 3600,
+                          "0: leave at once after a verdict")
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "")
+    job = environ.get("DDPNET_JOB_ID") or environ.get("SLURM_JOB_ID") or \
+        ("" if run_id in _NO_RUN_ID else run_id)
+    return (int(raw) if raw else None), probe_every, job, linger
+
+
+def _env_seconds(environ: Mapping[str, str], name: str, default: int, most: int,
+                 zero: str) -> float:
+    """``environ[name]`` as seconds in 0..most (pure); ConfigError otherwise."""
+    given = environ.get(name, "").strip() or str(default)
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds <= most:
+        raise ConfigError(f"{name}={given!r} is not a number of seconds in 0..{most}",
+                          f"e.g. {name}={default} ({zero})")
+    return seconds
 
 
 def _seconds(raw: object) -> float:
@@ -113,20 +168,48 @@ def job_token(cfg: DistConfig) -> str:
 
 # -- the hub (rank 0) --------------------------------------------------------------------------
 
-def start_hub(cfg: DistConfig, wc: WatchConfig, bind: str) -> subprocess.Popen[bytes] | str:
-    """Start the hub process listening on ``bind``; the Popen, or why it could not start."""
+#: the longest rank 0 waits for its hub to say it listens
+HUB_START_S = 15.0
+
+
+def spawn_hub(cfg: DistConfig, wc: WatchConfig, bind: str,
+              metrics: socket.socket | None = None) -> subprocess.Popen[bytes]:
+    """Start the hub process listening on ``bind``, without waiting for it: it imports and
+    binds while the process group comes up (:func:`hub_ready` collects it after), so the
+    watch adds its ~0.4 s of start-up to neither. ``metrics``: the socket it serves the
+    job's metrics on (this process's copy is closed once passed)."""
+    import secrets
+
+    from ddpnet import __version__
     from ddpnet.watch.hub import HubOptions
 
+    fd = metrics.fileno() if metrics is not None else -1
     options = HubOptions(bind=bind, port=hub_port(cfg, wc), world_size=cfg.world_size,
                          timeout=wc.timeout, action=wc.action, directory=str(wc.directory),
-                         token=job_token(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "ddpnet.watch.hub", options.to_json()],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    line = _first_line(proc, 15.0)
+                         token=job_token(cfg), metrics_fd=fd,
+                         job_id=wc.job_id or secrets.token_hex(4),
+                         probe_every=wc.probe_every, version=__version__,
+                         metrics_linger=wc.metrics_linger)
+    # a session of its own: torchrun ends a failed job with killpg(SIGTERM) on every worker's
+    # group within 0.1 s of one dying, which took the hub with rank 0 before it named who died
+    # (it ends by itself once every rank is gone: Hub.done)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "ddpnet.watch.hub", options.to_json()],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                start_new_session=True, pass_fds=(fd,) if fd >= 0 else ())
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def hub_ready(proc: subprocess.Popen[bytes], timeout: float = HUB_START_S
+              ) -> subprocess.Popen[bytes] | str:
+    """The spawned hub once it listens, or why it does not (then it is killed)."""
+    line = _first_line(proc, timeout)
     if not line.startswith("ready"):
         proc.kill()
         proc.wait(5)
-        return line or "the hub did not start within 15 s"
+        return line or f"the hub did not start within {timeout:g} s"
     return proc
 
 
@@ -163,16 +246,132 @@ def peer_failure(kind: type[BaseException], text: str) -> bool:
     return "RuntimeError" in names and any(w in low for w in _PEER_WORDS)
 
 
-def short_error(kind: str, text: str, limit: int = 160) -> str:
-    """``RuntimeError: Connection reset by peer ...`` without gloo's source path (pure)."""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    if first.startswith("[") and "] " in first:
-        first = first.split("] ", 1)[1]
-    first = first if len(first) <= limit else first[:limit - 3] + "..."
-    return f"{kind}: {first}" if first else kind
+
+def spawn_hub_here(cfg: DistConfig, wc: WatchConfig, metrics: socket.socket | None = None
+                   ) -> subprocess.Popen[bytes] | str:
+    """Rank 0 spawns the watch's hub on MASTER_ADDR's own address (never every interface);
+    why not when that cannot be."""
+    from ddpnet.rendezvous import bind_address
+
+    bind = bind_address(cfg)
+    if not bind:
+        if metrics is not None:
+            metrics.close()
+        return f"MASTER_ADDR {cfg.master_addr} is not an address of this host"
+    return spawn_hub(cfg, wc, bind, metrics)
+
+
+def metrics_socket(wc: WatchConfig, address: str) -> socket.socket | None:
+    """Rank 0's metrics socket on the job's interface (``address``, net.select's), bound now
+    so that a port in use stops the job at once: ConfigError (exit 2)."""
+    from ddpnet.net.exposition import bind
+
+    if wc.metrics_port is None:
+        return None
+    if not address:
+        raise ConfigError(f"metrics port {wc.metrics_port}: no address of the job's interface "
+                          f"on {socket.gethostname()} to serve it on",
+                          "set MASTER_ADDR to an address of this host's interface, or "
+                          "--ifname")
+    return bind(address, wc.metrics_port, "metrics port")
+
+
+def hub_ready_here(spawned: subprocess.Popen[bytes] | str | None
+                   ) -> subprocess.Popen[bytes] | None:
+    """The hub rank 0 spawned, once it listens; a warning and no hub when it does not."""
+    started = spawned if spawned is None or isinstance(spawned, str) else hub_ready(spawned)
+    if isinstance(started, str):
+        sys.stderr.write(f"ddpnet: warning: rank 0 on {socket.gethostname()}: the watch's hub "
+                         f"did not start: {started}\n")
+        return None
+    return started
+
+
+# -- around the process group ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Around:
+    """What :func:`around_group` did: whether this rank is watched, and what it set."""
+
+    watching: bool
+    environ_set: Mapping[str, str]
+
+
+#: how many :func:`around_group` calls are bringing a group up now: the attached
+#: ``init_process_group`` (``watch.attach``) called inside one is the group it is already
+#: watching, not a second one
+_bringing_up = 0
+
+
+def bringing_up() -> bool:
+    return _bringing_up > 0
+
+
+def around_group(cfg: DistConfig, wc: WatchConfig, init_group: Callable[[], None], *,
+                 address: str, interface: str | None,
+                 set_env: Callable[[Mapping[str, str]], None]) -> Around:
+    """THE one way the watch starts around a process group, for ``ddpnet.init()`` and for a
+    script's own ``init_process_group`` (``watch.attach``): before the group, size torch's
+    Flight Recorder (through ``set_env``, unless the user did) and on rank 0 start the hub;
+    then ``init_group()``; then connect this rank's heartbeat. A world of one, or the watch
+    turned off, only runs ``init_group()``. The watch's own set-up never fails the group: a
+    warning on stderr and no watch."""
+    global _bringing_up
+    watching = wc.enabled and cfg.world_size > 1
+    to_set = torch_environ(os.environ) if watching else {}
+    set_env(to_set)
+    # the hub starts while the group comes up (its imports overlap the rendezvous); a
+    # metrics port in use is the user's to fix, not a warning (bound here, not guarded)
+    metrics = metrics_socket(wc, address) if watching and cfg.rank == 0 else None
+    if wc.metrics_port is not None and not watching and cfg.rank == 0:
+        sys.stderr.write(f"ddpnet: warning: metrics port {wc.metrics_port} not served: the "
+                         "watch's hub serves it, and it is off (DDPNET_WATCH=0, or one rank)\n")
+    spawned = _guarded(cfg, lambda: spawn_hub_here(cfg, wc, metrics)) \
+        if watching and cfg.rank == 0 else None
+    _bringing_up += 1
+    try:
+        init_group()
+    except BaseException:
+        if isinstance(spawned, subprocess.Popen):
+            spawned.kill()
+        raise
+    finally:
+        _bringing_up -= 1
+    if watching:
+        _guarded(cfg, lambda: start(cfg, wc, address, interface, spawned, cfg.master_addr))
+    elif isinstance(spawned, subprocess.Popen):
+        spawned.kill()
+    return Around(watching, dict(to_set))
+
+
+def _guarded(cfg: DistConfig, step: Callable[[], Any]) -> Any:
+    """``step()``, or None and one warning line when the watch's own set-up fails."""
+    try:
+        return step()
+    except Exception as exc:  # the watch must never be why a job does not start
+        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {socket.gethostname()}: the "
+                         f"watch is off: {short_error(type(exc).__name__, str(exc))}\n")
+        return None
 
 
 # -- this process ------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def uncaptured(stream: TextIO) -> Iterator[None]:
+    """sys.stderr as the watch started while a rank waits for its verdict. torch's excepthook
+    (set by ``init_process_group`` over ours) runs ours with sys.stderr swapped for a
+    StringIO and prints it once ours returns; the verdict exits the process first, and the
+    traceback and the verdict's line were lost (a stopped rank's exit 4 with an empty log)."""
+    captured = sys.stderr
+    if not isinstance(captured, io.StringIO) or captured is stream:
+        yield
+        return
+    sys.stderr = stream
+    try:
+        yield
+    finally:
+        sys.stderr = captured
+
 
 class Session:
     def __init__(self, recorder: Recorder, beacon: Beacon, undo: Callable[[], None],
@@ -181,6 +380,12 @@ class Session:
         self.previous_hook = sys.excepthook
         #: seconds a rank dying of a peer's failure waits for the verdict (0: never)
         self.verdict_wait = verdict_wait
+        #: the thread connecting the heartbeat to the hub (:func:`start`)
+        self.connecting: threading.Thread | None = None
+        #: undoes the SIGTERM guard (``watch.termguard``)
+        self.unguard: Callable[[], None] = lambda: None
+        #: the error of a failing ``sys.exit`` (``watch.exitnote``): the goodbye carries it
+        self.exit_error = ""
 
     def excepthook(self, kind: type[BaseException], exc: BaseException,
                    tb: TracebackType | None) -> None:
@@ -193,18 +398,26 @@ class Session:
         error = short_error(kind.__name__, str(exc))
         if self.verdict_wait > 0 and peer_failure(kind, str(exc)):
             # the traceback first (the user's own context), then the verdict's one line and
-            # its exit code, from the heartbeat thread, when the hub names the cause
-            self.previous_hook(kind, exc, tb)
-            sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting up "
-                             f"to {self.verdict_wait:.0f} s for the watch to name the cause\n")
-            sys.stderr.flush()
-            self.beacon.await_verdict(error, self.verdict_wait)
+            # its exit code, from the heartbeat thread, when the hub names the cause; SIGTERM
+            # held from the first moment (torchrun sends it within 0.1 s of a peer dying)
+            with termguard.holding(), uncaptured(self.beacon.stream):
+                self.previous_hook(kind, exc, tb)
+                sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting "
+                                 f"up to {self.verdict_wait:.0f} s for the watch to name the "
+                                 "cause\n")
+                sys.stderr.flush()
+                self.beacon.await_verdict(error, self.verdict_wait)
             return
         self.beacon.close(error)
         self.previous_hook(kind, exc, tb)
 
     def stop(self) -> None:
-        self.beacon.close()
+        # a job that ends while its rank still connects says goodbye once connected: else
+        # the hub, never told, waits FIRST_RANK_S for ranks that are gone
+        if self.connecting is not None:
+            self.connecting.join(GOODBYE_WAIT_S)
+        self.unguard()
+        self.beacon.close(self.exit_error)
         self.undo()
         self.recorder.announce = lambda _record: None
         self.recorder.issued = lambda: 0
@@ -220,10 +433,18 @@ def recorder() -> Recorder:
     return _recorder
 
 
+#: the longest a rank tries to reach the hub (in the background: nothing waits for it)
+CONNECT_PATIENCE_S = HUB_START_S + 5.0
+#: the longest a rank that ends waits for its connect to finish, to say goodbye
+GOODBYE_WAIT_S = 10.0
+
+
 def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
-          hub: subprocess.Popen[bytes] | None, hub_address: str) -> None:
-    """Connect this rank's heartbeat to the hub and announce Python collectives; a warning on
-    stderr (and no watch) when the hub cannot be reached."""
+          spawned: subprocess.Popen[bytes] | str | None, hub_address: str) -> None:
+    """Announce Python collectives and infer steps and phases (``watch.infer``) at once, then
+    connect this rank's heartbeat to the hub in a thread of its own: the script goes on
+    training while rank 0's hub (``spawned`` there) finishes starting. A warning on stderr
+    (and no watch) when the hub cannot be reached."""
     import torch.distributed as dist
 
     global _session
@@ -235,24 +456,56 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     beacon = Beacon(_recorder, ident, wc.directory, override=wc.timeout)
     try:
         beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
-        # rank 0 started the hub before the group existed: no need to wait long for it
-        beacon.connect(hub_address, hub_port(cfg, wc), token=job_token(cfg), patience=3.0)
     except OSError as exc:
         beacon.close()
-        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {host}: the watch is off: no "
-                         f"hub at {hub_address}:{hub_port(cfg, wc)} ({exc})\n")
+        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {host}: the watch is off: "
+                         f"{exc}\n")
         return
+    from ddpnet.watch import infer
+
     group = dist.distributed_c10d._get_default_group()
-    undo = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
+    unwrap = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
+    uninfer = infer.install(_recorder)  # steps and phases where the script marks none
+
+    def note(error: str) -> None:
+        session.exit_error = error
+
+    unexit = exitnote.note_exits(note)
+
+    def undo() -> None:
+        unwrap()
+        uninfer()
+        unexit()
+
     _recorder.issued = lambda: max(0, _next_seq(group) - 1)
     _recorder.backend = str(dist.get_backend())
     _recorder.announce = beacon.announce
-    _session = Session(_recorder, beacon, undo, hub,
-                       verdict_wait=min(wc.timeout or VERDICT_WAIT_S, VERDICT_WAIT_S)
-                       if wc.action == "exit"
-                       else 0.0)
-    sys.excepthook = _session.excepthook
+    session = _session = Session(_recorder, beacon, undo, None,
+                                 verdict_wait=min(wc.timeout or VERDICT_WAIT_S, VERDICT_WAIT_S)
+                                 if wc.action == "exit"
+                                 else 0.0)
+    sys.excepthook = session.excepthook
+    if session.verdict_wait > 0:
+        session.unguard = termguard.install(beacon.verdict_within)
     atexit.register(stop)
+    session.connecting = threading.Thread(target=_connect, name="ddpnet-watch-connect",
+                                          args=(session, cfg, wc, spawned, hub_address),
+                                          daemon=True)
+    session.connecting.start()
+
+
+def _connect(session: Session, cfg: DistConfig, wc: WatchConfig,
+             spawned: subprocess.Popen[bytes] | str | None, hub_address: str) -> None:
+    """The background half of :func:`start`: rank 0 collects its hub, every rank connects."""
+    session.hub = hub_ready_here(spawned)
+    port = hub_port(cfg, wc)
+    try:
+        session.beacon.connect(hub_address, port, token=job_token(cfg),
+                               patience=CONNECT_PATIENCE_S)
+    except OSError as exc:
+        session.beacon.close()
+        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {socket.gethostname()}: the "
+                         f"watch is off: no hub at {hub_address}:{port} ({exc})\n")
 
 
 def _next_seq(group: Any) -> int:

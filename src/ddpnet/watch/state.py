@@ -31,7 +31,7 @@ KINDS = (
 )
 
 
-def _fields(obj: Any) -> dict[str, Any]:
+def flat_fields(obj: Any) -> dict[str, Any]:
     """A flat dataclass's fields as a dict, without ``dataclasses.asdict``'s deep copy (each
     rank's heartbeat encodes its state every second: asdict took 115 us of a state's 160, and
     4,096 simulated ranks on 2 cores fell seconds behind); the callers convert what nests."""
@@ -54,7 +54,7 @@ class CollectiveRecord:
     site: str = ""                 # "train.py:42 in step" when known
 
     def to_dict(self) -> dict[str, Any]:
-        out = _fields(self)
+        out = flat_fields(self)
         out["shape"] = list(self.shape)
         return out
 
@@ -92,7 +92,7 @@ class RankState:
         return next((c for c in self.recent if c.ended is None), None)
 
     def to_dict(self) -> dict[str, Any]:
-        out = _fields(self)
+        out = flat_fields(self)
         out["recent"] = [c.to_dict() for c in self.recent]
         out["step_times"] = list(self.step_times)
         out["wait_times"] = list(self.wait_times)
@@ -123,9 +123,10 @@ class LinkProbe:
     purpose: str = ""              # which listener: "side", "backend", "sink" (watch.probe)
     outcome: str = ""              # net.probe's outcome ("connected", "refused", "timeout",
                                    # "unreachable", ...), or "stalled" for a stream
+    rtt_s: float | None = None     # a stream's smoothed round trip (the kernel's TCP_INFO)
 
     def to_dict(self) -> dict[str, Any]:
-        return _fields(self)
+        return flat_fields(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LinkProbe:
@@ -186,7 +187,8 @@ class Snapshot:
 class Diagnosis:
     """The named cause: what, where (ranks and hosts), the evidence, and the fix."""
 
-    kind: str                      # one of KINDS, or "ok" / "stalled" when nothing matched
+    kind: str                      # one of KINDS, or "ok" / "stalled" when nothing matched,
+                                   # or "working" (a warning: watchdog.working_warning)
     summary: str                   # one line: "rank 3 (node3) stopped in 'data' for 42 s"
     ranks: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
@@ -197,7 +199,7 @@ class Diagnosis:
     contradicts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        out = _fields(self)
+        out = flat_fields(self)
         for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
             out[key] = list(getattr(self, key))
         return out

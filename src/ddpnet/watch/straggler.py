@@ -182,6 +182,32 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
             for i in range(len(values))]
 
 
+def cost_floor(ratio: float, step_s: float) -> float:
+    """The fewest extra seconds a step must cost (compute on a slow rank, waits on a slow
+    link or network) to be named: over :data:`MIN_WAIT_S` and (ratio - 1) x
+    :data:`MIN_SHARE` of the step."""
+    return max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * step_s)
+
+
+def exceeds(value: float, base: float, ratio: float, floor: float) -> bool:
+    """``value`` is over ``ratio`` x ``base`` and more than ``floor`` above it (pure): the one
+    test of "slower" for compute, waits and links, so a relative rise of a few milliseconds
+    names nothing."""
+    return value > ratio * base and value - base > floor
+
+
+def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
+    """Each rank's straggler score (pure): its median compute per step over the window,
+    over the median of the other ranks' (1.0 is even; :func:`detect` names a rank
+    consistently above ``ratio``). Empty with fewer than two ranks of ``min_steps`` steps."""
+    t = aligned(snapshot.states, p)
+    if t is None:
+        return {}
+    medians = [_median(t.compute(r)) for r in t.ranks]
+    return {r: own / others for r, own, others
+            in zip(t.ranks, medians, medians_without_self(medians), strict=True) if others > 0}
+
+
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
     """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
     more by over :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step (1 ms
@@ -190,9 +216,9 @@ def slow_counts(t: Times, ratio: float) -> dict[int, int]:
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
-        floor = max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * _median(t.step[r][k] for r in t.ranks))
+        floor = cost_floor(ratio, _median(t.step[r][k] for r in t.ranks))
         for r, c, others in zip(t.ranks, column, medians_without_self(column), strict=True):
-            if c > ratio * others and c - others > floor:
+            if exceeds(c, others, ratio, floor):
                 counts[r] += 1
     return counts
 
@@ -279,7 +305,8 @@ def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
     """Compute is even but exactly two ranks wait longer: the link between them."""
     waits = {r: _median(t.wait[r]) for r in t.ranks}
     overall = _median(waits.values())
-    high = [r for r in t.ranks if waits[r] > p.ratio * overall and waits[r] > MIN_WAIT_S]
+    floor = cost_floor(p.ratio, _median(_median(t.step[r]) for r in t.ranks))
+    high = [r for r in t.ranks if exceeds(waits[r], overall, p.ratio, floor)]
     if len(high) != 2 or len(t.ranks) < 4:
         return None
     a, b = high
@@ -312,13 +339,17 @@ def _halves(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
-    """Waits rose on most ranks while compute stayed: the network got slower."""
+    """Waits rose on most ranks while compute stayed: the network got slower (by more than
+    the cost floor: 2 ms more of a 100 ms step is a busy host's noise, seen in CI). Compute
+    "stayed" unless it rose by the ratio and the floor too: 5 -> 8 ms of compute beside
+    waits of 70 -> 700 ms is noise, not a slower rank (a lab run missed its slowdown so)."""
     if t.steps < 2 * p.min_steps:
         return None
     rose = []
     for r in t.ranks:
         (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.compute(r))
-        if w1 > p.ratio * w0 and w1 > MIN_WAIT_S and c1 <= p.ratio * max(c0, 1e-9):
+        floor = cost_floor(p.ratio, _halves(t.step[r])[1])
+        if exceeds(w1, w0, p.ratio, floor) and not exceeds(c1, c0, p.ratio, floor):
             rose.append((r, w0, w1))
     if len(rose) * 2 <= len(t.ranks):
         return None

@@ -1,37 +1,43 @@
 """How long the job may go without progress before the watchdog names a hang (pure).
 
-Learned from the job itself rather than a fixed minute: the hub records every gap between two
-changes of the job's progress (``watchdog.progress_key``: a collective, a step, a phase mark on
-any rank), the very quantity the watchdog compares, and the threshold is
-``max(FLOOR_S, FACTOR x p99 of those gaps)``. A job whose ranks step every 20 ms stalls for
-5 s before it is named; one whose forward alone takes 4 s, for 12 s.
+Learned from the job itself rather than a fixed minute: each rank measures its own gaps
+between progress events (every collective it issues and finishes, every step and phase mark:
+``watch.gaps``) and publishes their time-weighted p99 in its heartbeat; the hub takes the
+largest among the ranks, and the threshold is ``max(FLOOR_S, FACTOR x that p99)``. A job whose
+ranks step every 25 ms is named 5 s into a stall, 40 steps after its start; one whose forward
+alone takes 4 s, 12 s into it.
 
 Legitimately long phases get their own allowance instead of inflating the threshold: while any
-rank is inside ``ddpnet.phase("checkpoint" | "eval" | "warmup")`` (``ddpnet train`` marks its
-own) the threshold is at least that phase's allowance, ``max(ALLOWANCE_S[phase], PHASE_FACTOR
-x the longest such phase seen)``, and gaps that overlap such a phase teach nothing. Until
-``MIN_GAPS`` gaps are seen (the first seconds of the job) the threshold is ``WARMUP_S``; and
-gaps that began before every rank had finished a collective or a step (:func:`warmed_up`: the
-backend's connections, DDP's broadcast, the first collective's lazy set-up) are the warm-up's
-and teach nothing either. Learned from, one 4 s start-up gap among 30 gaps of 0.1 s set the
-threshold of a 20 ms loop to 12 s instead of 5 s (p99 of so few gaps is their largest).
+rank does the work of ``ddpnet.phase("checkpoint" | "eval" | "warmup")`` (``ddpnet train``
+marks its own; a rank inside a collective or silent does not) the threshold is at least that
+phase's allowance, ``max(ALLOWANCE_S[phase], PHASE_FACTOR
+x the longest such phase seen)``, and gaps that overlap such a phase teach nothing. Until every
+live rank has ``MIN_GAPS`` gaps, counted only once it finished its first steps (start-up,
+DDP's broadcast, the first compile: ``gaps.WARM_STEPS``), the threshold is ``WARMUP_S``.
+
+A rank that hears neither the hub nor its peers judges itself (``watch.cutoff``) by
+:func:`self_judged`: the hub's learned base (the ack carries it apart from the phase-raised
+one), else its own, raised only by its own long phase while it does that phase's work:
+another rank's phase, or the warm-up once learned, must not keep it waiting minutes.
 ``watch_timeout`` / ``DDPNET_WATCH_TIMEOUT`` overrides all of it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ddpnet.watch.state import LONG_PHASES, Snapshot
+from ddpnet.watch.gaps import KEY, WARM_STEPS, Summary
+from ddpnet.watch.state import LONG_PHASES, RankState, Snapshot
 
 #: no threshold is shorter: a heartbeat (1 s), its transit and a scheduling hiccup fit in it
 FLOOR_S = 5.0
-#: the threshold is this many times the job's 99th-percentile gap between progress
+#: the threshold is this many times the ranks' largest 99th-percentile gap between progress
 FACTOR = 3.0
-#: gaps needed before the threshold is learned; before that, the warm-up allowance
+#: gaps each live rank needs (after its first steps) before the threshold is learned;
+#: before that, the warm-up allowance
 MIN_GAPS = 10
 #: the threshold while too little is known (imports, the first steps, compilation)
 WARMUP_S = 60.0
@@ -39,10 +45,8 @@ WARMUP_S = 60.0
 ALLOWANCE_S: Mapping[str, float] = {"warmup": 60.0, "checkpoint": 120.0, "eval": 120.0}
 #: a long phase may take this many times the longest one of its kind seen so far
 PHASE_FACTOR = 3.0
-#: gaps kept (the most recent)
-KEEP = 512
 #: where a threshold came from
-SOURCES = ("override", "learned", "warm-up", "phase")
+SOURCES = ("override", "learned", "warm-up", "phase", "working")
 
 
 @dataclass(frozen=True)
@@ -60,13 +64,6 @@ class Threshold:
     def from_dict(cls, data: Mapping[str, Any]) -> Threshold:
         return cls(float(data.get("seconds", WARMUP_S)), str(data.get("source", "warm-up")),
                    str(data.get("reason", "")))
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q``-th percentile (0 < q <= 100) of a non-empty sequence."""
-    ordered = sorted(values)
-    index = max(0, math.ceil(q / 100 * len(ordered)) - 1)
-    return ordered[min(index, len(ordered) - 1)]
 
 
 #: seconds between a rank's heartbeats, up to PERIOD_RANKS ranks; above, the period grows
@@ -89,18 +86,18 @@ def stale_after(seconds: float, period: float = PERIOD_S) -> float:
     return max(3.0, STALE_PERIODS * period, min(10.0, 0.8 * seconds))
 
 
-def warmed_up(snapshot: Snapshot) -> bool:
-    """Whether every live rank has published and finished a collective or a step: gaps from
-    before that (connections, DDP's broadcast, the first collective's set-up) teach nothing."""
-    live = [s for r, s in snapshot.states.items() if r not in snapshot.gone]
-    return bool(live) and all(s is not None and (s.last_seq > 0 or s.step > 0) for s in live)
-
-
-def long_phases(snapshot: Snapshot) -> dict[str, tuple[int, ...]]:
-    """Each long phase some live rank is inside, with those ranks."""
+def long_phases(snapshot: Snapshot, silent_after: float = math.inf
+                ) -> dict[str, tuple[int, ...]]:
+    """Each long phase some live rank does the work of, with those ranks. Not a rank inside
+    a collective: it waits for the others, the phase's work is done or not its own (cut off
+    in 'eval', the others sat in eval's all_reduce for its 120 s). Nor a rank silent for
+    ``silent_after`` seconds: one doing the work still publishes (its heartbeat is a thread
+    of its own); one cut off or stopped in it would hold every rank for minutes."""
     out: dict[str, list[int]] = {}
     for rank, state in sorted(snapshot.states.items()):
-        if state is not None and state.long_phase in LONG_PHASES and rank not in snapshot.gone:
+        if state is not None and state.long_phase in LONG_PHASES and \
+                rank not in snapshot.gone and snapshot.taken - state.published <= silent_after \
+                and state.in_flight() is None:
             out.setdefault(state.long_phase, []).append(rank)
     return {phase: tuple(ranks) for phase, ranks in out.items()}
 
@@ -110,29 +107,41 @@ def allowance(phase: str, longest: Mapping[str, float]) -> float:
     return max(ALLOWANCE_S.get(phase, WARMUP_S), PHASE_FACTOR * longest.get(phase, 0.0))
 
 
-def learned(gaps: Sequence[float]) -> Threshold:
-    """From the job's gaps between progress alone (no phase, no override)."""
-    if len(gaps) < MIN_GAPS:
-        return Threshold(WARMUP_S, "warm-up", f"only {len(gaps)} gap(s) between progress seen "
-                         f"yet (learning needs {MIN_GAPS}): the first steps' allowance")
-    p99 = percentile(gaps, 99)
-    seconds = max(FLOOR_S, FACTOR * p99)
+def summaries(snapshot: Snapshot) -> dict[int, Summary | None]:
+    """Each live rank's published gap summary (None: not published, or an older rank)."""
+    return {rank: None if state is None else Summary.from_dict(state.extra.get(KEY))
+            for rank, state in snapshot.states.items() if rank not in snapshot.gone}
+
+
+def learned(found: Mapping[int, Summary | None]) -> Threshold:
+    """From the ranks' gap summaries alone (no phase, no override): the warm-up's allowance
+    until every rank has MIN_GAPS gaps, then ``max(FLOOR_S, FACTOR x the largest p99)``."""
+    waiting = sorted(r for r, s in found.items() if s is None or s.count < MIN_GAPS)
+    if not found or waiting:
+        shown = ", ".join(str(r) for r in waiting[:8]) + (", ..." if len(waiting) > 8 else "")
+        return Threshold(WARMUP_S, "warm-up",
+                         f"rank(s) {shown or 'none'} have fewer than {MIN_GAPS} gaps between "
+                         f"progress after their first {WARM_STEPS} steps yet: the start-up's "
+                         f"allowance")
+    rank, top = max(found.items(), key=lambda item: (item[1].p99 if item[1] else 0.0, -item[0]))
+    assert top is not None
+    seconds = max(FLOOR_S, FACTOR * top.p99)
     rule = f"max({FLOOR_S:g} s, {FACTOR:g} x p99)" if seconds > FLOOR_S else f"floor {FLOOR_S:g} s"
     return Threshold(round(seconds, 1), "learned",
-                     f"{rule}: p99 of the last {len(gaps)} gaps between progress is "
-                     f"{p99:.2f} s")
+                     f"{rule}: the largest p99 gap between progress is rank {rank}'s, "
+                     f"{top.p99:.2f} s (time-weighted, of its last {top.count} gaps; "
+                     f"{len(found)} rank(s))")
 
 
-def learn(gaps: Sequence[float], snapshot: Snapshot | None = None, *,
+def learn(base: Threshold, snapshot: Snapshot | None = None, *,
           override: float | None = None, longest: Mapping[str, float] | None = None,
-          base: Threshold | None = None) -> Threshold:
-    """The threshold now: the override, else the learned one (``base``, when the caller
-    kept ``learned(gaps)``) raised to the allowance of any long phase a live rank is in."""
+          silent_after: float = math.inf) -> Threshold:
+    """The threshold now: the override, else the learned ``base`` (:func:`learned`) raised
+    to the allowance of any long phase a live rank that still publishes is in."""
     if override is not None:
         return Threshold(float(override), "override",
                          f"watch_timeout / DDPNET_WATCH_TIMEOUT = {override:g} s")
-    base = base if base is not None else learned(gaps)
-    active = long_phases(snapshot) if snapshot is not None else {}
+    active = long_phases(snapshot, silent_after) if snapshot is not None else {}
     best = base
     for phase, ranks in sorted(active.items()):
         seconds = allowance(phase, longest or {})
@@ -143,6 +152,35 @@ def learn(gaps: Sequence[float], snapshot: Snapshot | None = None, *,
     return best
 
 
-def add_gap(gaps: Iterable[float], gap: float) -> tuple[float, ...]:
-    """``gaps`` with one more, the oldest dropped beyond :data:`KEEP`."""
-    return (*gaps, gap)[-KEEP:]
+def held(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
+    """The threshold while working ranks hold a stall's verdict (``watchdog``): its seconds,
+    source ``working``. The hub's ack tells every rank, and a gap that spans it teaches
+    nothing (a rank that waited 25 s for an unmarked checkpoint would otherwise learn a 75 s
+    threshold for the next minutes), as with another rank's long phase."""
+    shown = ", ".join(str(r) for r in ranks[:8])
+    return Threshold(threshold.seconds, "working", f"rank(s) {shown} work while the others "
+                     f"wait: held past {threshold.seconds:g} s ({threshold.source}: "
+                     f"{threshold.reason})")
+
+
+def self_judged(told: Threshold, base: Threshold | None, own: Threshold,
+                state: RankState) -> Threshold:
+    """What a rank that hears nothing judges itself by (``watch.cutoff``): the override when
+    the hub told one, else the hub's learned ``base`` (the last ack's; without one, ``told``
+    when learned), else its ``own``
+    (:func:`learned` from its own gaps), raised only by its own long phase while it does that
+    phase's work. Not the hub's ``told`` threshold: another rank's phase raised it (an eval
+    every log step: a cut-off rank waited 123 s), nor the warm-up once either has learned.
+    Inside a collective its phase is no excuse: it waits for the others, it does not work."""
+    if told.source == "override":
+        return told
+    hub = base if base is not None else told  # an ack without a base: the hub's own word
+    found = hub if hub.source == "learned" else own
+    phase = state.long_phase
+    if phase in LONG_PHASES and state.in_flight() is None:
+        seconds = allowance(phase, {})
+        if seconds > found.seconds:
+            return Threshold(seconds, "phase", f"this rank is in phase {phase!r} (not inside "
+                             f"a collective): its allowance {seconds:g} s (learned: "
+                             f"{found.seconds:g} s)")
+    return found

@@ -3,22 +3,38 @@ whether the job has stalled or lost a rank, and so whether to analyze and act no
 
 A stall is: at least one rank inside a collective (someone waits) and no rank's progress
 (its last collective, step, phase, in-flight collective) changed for the threshold: learned
-from the job's own gaps between progress and raised while a rank is in a long phase
+from the ranks' own gaps between progress and raised while a rank is in a long phase
 (:mod:`ddpnet.watch.threshold`), or the user's ``watch_timeout``. A rank that left without
 saying goodbye (killed, crashed, an exception) triggers after ``grace`` seconds, time for the
 survivors' last heartbeats to arrive.
+
+A rank that keeps the others waiting while it *works* (:mod:`ddpnet.watch.activity`: its CPU
+time or I/O bytes move, or its stack changes: an unmarked checkpoint or evaluation) is no
+hang: past the threshold the watchdog warns once per stall (:attr:`Watchdog.warning`) and
+holds the verdict while every rank behind the collective works. It comes once one of them
+stood still for the threshold (measured from when it stopped), or after
+:data:`WORKING_MAX_S`; the user's ``watch_timeout`` is not held. A rank that does not work
+(sleeping, blocked on a lock, a socket or storage; stopped: no heartbeat) is named at the
+threshold as before, and so is a stall with nobody behind (every rank in one collective).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+from ddpnet.watch import activity
 from ddpnet.watch import threshold as thresholds
-from ddpnet.watch.state import Snapshot
+from ddpnet.watch.analyze import behind, describe
+from ddpnet.watch.network import name
+from ddpnet.watch.state import Diagnosis, Snapshot
 
 #: seconds without progress before the watchdog acts while nothing is learned yet (torch:
 #: gloo 1800, NCCL 600); after that, ``threshold.learn``
 TIMEOUT_S = thresholds.WARMUP_S
+#: the longest a working rank may keep the others waiting before it is named anyway (torch's
+#: own gloo timeout; NCCL's, 10 min by default, ends such a wait sooner with its own error)
+WORKING_MAX_S = 1800.0
 #: what the watchdog does with a verdict
 ACTIONS = ("exit", "warn")
 
@@ -49,6 +65,49 @@ def someone_waits(snapshot: Snapshot) -> bool:
     return any(s is not None and s.in_flight() is not None for s in snapshot.states.values())
 
 
+def working_laggards(snapshot: Snapshot, threshold: float,
+                     stale_after: float) -> tuple[int, ...]:
+    """The ranks behind the collective the others wait in, when every one of them works:
+    moved within ``threshold`` by its activity and heartbeats within ``stale_after`` (pure).
+    Empty when nobody is behind or one of them does not work (or published no activity)."""
+    found = behind(snapshot)
+    if found is None:
+        return ()
+    for rank in found[2]:
+        state = snapshot.states.get(rank)
+        idle = activity.idle_for(state, snapshot.taken)
+        if state is None or idle is None or idle >= threshold or \
+                snapshot.taken - state.published > stale_after:
+            return ()
+    return found[2]
+
+
+def working_warning(snapshot: Snapshot, ranks: tuple[int, ...], began: Snapshot | None,
+                    waited: float) -> Diagnosis:
+    """The warning for working ranks that keep the others waiting (pure): who, where, what
+    each does (its stack, CPU, bytes since the stall began), and when the verdict comes."""
+    found = behind(snapshot)
+    target = f" in {describe(found[0])}" if found is not None else ""
+    waiting = len(found[1]) if found is not None else 0
+    lines = []
+    for rank in ranks:
+        now = activity.of(snapshot.states.get(rank))
+        then = activity.of(began.states.get(rank)) if began is not None else None
+        lines.append(f"{name(snapshot.states, rank)} works: "
+                     f"{activity.doing(now, then) if now else '?'}")
+    first = ranks[0]
+    state = snapshot.states.get(first)
+    hosts = tuple(dict.fromkeys(s.host for r in ranks if (s := snapshot.states.get(r))))
+    summary = (f"{name(snapshot.states, first)}{' and others' if ranks[1:] else ''} "
+               f"{'keeps' if not ranks[1:] else 'keep'} {waiting} rank(s) waiting{target} "
+               f"for {waited:.0f} s, working (no verdict while it works, at most "
+               f"{WORKING_MAX_S:.0f} s)")
+    phase = f" (phase {state.phase!r})" if state is not None and state.phase else ""
+    return Diagnosis("working", summary + phase, ranks, hosts, tuple(lines),
+                     "expected (a checkpoint, an evaluation on one rank)? mark it: with "
+                     "ddpnet.phase('checkpoint' | 'eval'): ...; else see what it does")
+
+
 @dataclass
 class Watchdog:
     """Tracks progress across ticks; :meth:`due` says why to act now, or None."""
@@ -58,18 +117,22 @@ class Watchdog:
     since: float | None = None
     gone_since: dict[int, float] = field(default_factory=dict)
     fired: bool = False
-    #: the job's gaps between progress (outside long phases), what the threshold learns from
-    gaps: tuple[float, ...] = ()
-    #: while the current gap overlapped a long phase (it teaches nothing then)
-    in_long: bool = False
-    #: whether the current gap began after the warm-up (``threshold.warmed_up``)
-    warm: bool = False
     #: the longest long phase of each kind seen to end, and each rank's current one
     longest: dict[str, float] = field(default_factory=dict)
     long_of: dict[int, tuple[str, float]] = field(default_factory=dict)
-    threshold: thresholds.Threshold = field(default_factory=lambda: thresholds.learn(()))
-    #: ``threshold.learned(gaps)``, kept between ticks (its p99 sorts the gaps)
-    base: thresholds.Threshold = field(default_factory=lambda: thresholds.learned(()))
+    #: ``threshold.learned`` from the ranks' gap summaries (each rank measures its own gaps
+    #: between progress: ``watch.gaps``), before any long phase raises it
+    base: thresholds.Threshold = field(default_factory=lambda: thresholds.learned({}))
+    threshold: thresholds.Threshold = field(
+        default_factory=lambda: thresholds.learn(thresholds.learned({})))
+    #: the snapshot when the current gap began (what working ranks had done by then)
+    began: Snapshot | None = None
+    #: the working ranks holding this stall's verdict and when each last moved (their
+    #: clock); the warning for it, once per stall, until the hub takes it
+    held: dict[int, float] = field(default_factory=dict)
+    warning: Diagnosis | None = None
+    #: the verdict's word on them: until when they worked ("" when none held it)
+    note: str = ""
 
     @property
     def stale_after(self) -> float:
@@ -77,17 +140,10 @@ class Watchdog:
         heartbeats)."""
         return thresholds.stale_after(self.threshold.seconds, self.settings.period)
 
-    def learn(self, snapshot: Snapshot, key: tuple[object, ...], now: float) -> None:
-        """Record the gap that ``key`` ends and the long phases that ended; set the
-        threshold."""
-        active = thresholds.long_phases(snapshot)
-        if key != self.key and self.since is not None and self.warm and \
-                not (self.in_long or active):
-            self.gaps = thresholds.add_gap(self.gaps, now - self.since)
-            self.base = thresholds.learned(self.gaps)
-        if key != self.key:  # the next gap begins now
-            self.warm = self.warm or thresholds.warmed_up(snapshot)
-        self.in_long = bool(active) if key != self.key else self.in_long or bool(active)
+    def learn(self, snapshot: Snapshot) -> None:
+        """Combine the ranks' gap summaries, note the long phases that ended; set the
+        threshold. O(N) floats a tick."""
+        self.base = thresholds.learned(thresholds.summaries(snapshot))
         for rank, state in snapshot.states.items():
             if state is None:
                 continue
@@ -99,15 +155,19 @@ class Watchdog:
                 self.long_of[rank] = (state.long_phase, state.long_since)
             else:
                 self.long_of.pop(rank, None)
-        self.threshold = thresholds.learn(self.gaps, snapshot, override=self.settings.timeout,
-                                          longest=self.longest, base=self.base)
+        self.threshold = thresholds.learn(self.base, snapshot, override=self.settings.timeout,
+                                          longest=self.longest, silent_after=self.stale_after)
 
-    def due(self, snapshot: Snapshot, now: float) -> str | None:
+    def due(self, snapshot: Snapshot, now: float, silent: tuple[int, ...] = ()) -> str | None:
+        """Why to act now, or None. ``silent``: ranks the hub has not heard from for
+        ``stale_after`` s (its own clock): while others wait that is a stall at once, whatever
+        the threshold (a frozen rank or a cut link in the warm-up's first minute)."""
         key = progress_key(snapshot)
-        self.learn(snapshot, key, now)
+        self.learn(snapshot)
         if key != self.key or self.since is None:
-            self.key, self.since = key, now
+            self.key, self.since, self.began = key, now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
+            self.held, self.warning, self.note = {}, None, ""
         for rank in snapshot.gone:
             self.gone_since.setdefault(rank, now)
         if self.fired:
@@ -115,6 +175,39 @@ class Watchdog:
         if self.gone_since and now - min(self.gone_since.values()) >= self.settings.grace:
             return "a rank left"
         waited = now - self.since
+        if silent and someone_waits(snapshot) and waited >= self.stale_after:
+            shown = ", ".join(str(r) for r in silent[:8])
+            return f"no progress for {waited:.0f} s; rank(s) {shown} silent"
         if someone_waits(snapshot) and waited >= self.threshold.seconds:
-            return f"no progress for {waited:.0f} s"
+            if self.hold(snapshot, waited):
+                return None
+            self.note = self.worked(waited)
+            return f"no progress for {waited:.0f} s" + (f"; {self.note}" if self.note else "")
         return None
+
+    def hold(self, snapshot: Snapshot, waited: float) -> bool:
+        """Whether working ranks hold this stall's verdict (:func:`working_laggards`; not
+        past WORKING_MAX_S, not under the user's timeout); the warning the first time."""
+        if self.settings.timeout is not None or waited >= WORKING_MAX_S:
+            return False
+        ranks = working_laggards(snapshot, self.threshold.seconds, self.stale_after)
+        if not ranks:
+            return False
+        # told to every rank: a gap a working rank held teaches the threshold nothing
+        self.threshold = thresholds.held(self.threshold, ranks)
+        if not self.held:
+            self.warning = working_warning(snapshot, ranks, self.began, waited)
+        for rank in ranks:
+            found = activity.of(snapshot.states.get(rank))
+            self.held[rank] = found.active_at if found is not None else 0.0
+        return True
+
+    def worked(self, waited: float) -> str:
+        """For the verdict of a stall working ranks held: until when they worked."""
+        if not self.held:
+            return ""
+        ranks = ", ".join(str(r) for r in sorted(self.held))
+        if waited >= WORKING_MAX_S:
+            return f"rank(s) {ranks} worked past the bound ({WORKING_MAX_S:.0f} s)"
+        until = time.strftime("%H:%M:%S", time.localtime(max(self.held.values())))
+        return f"rank(s) {ranks} worked until {until}"

@@ -13,16 +13,18 @@ from typing import Any
 from ddpnet.check.causes import Cause
 from ddpnet.check.compare import NodeFacts, compare_facts, doctor_as_judged
 from ddpnet.check.containers import compare_addresses, netns_id
-from ddpnet.check.context import Findings, RankContext
+from ddpnet.check.context import Findings, RankContext, in_thread
 from ddpnet.check.gpu import compare_gpus, gpu_facts
 from ddpnet.check.hostaddr import compare_hostname_addresses, plain_job
 from ddpnet.check.ifvars import compare_picks
 from ddpnet.check.nics import compare_nics, nic_facts
+from ddpnet.check.resolvers import compare_resolvers, peer_addresses
 from ddpnet.check.stages.pathmtu import master_paths
 from ddpnet.check.store import StageTimeout
 from ddpnet.config import DistConfig
 from ddpnet.doctor.base import CheckResult, worst
 from ddpnet.net.interfaces import Interface
+from ddpnet.net.resolver import time_lookups
 from ddpnet.net.select import GLOO, TP, Selection
 
 #: facts of each rank that the node table shows
@@ -221,9 +223,15 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     """Rank 0: gather every rank's facts (bounded), compare them, fill the node table."""
     t = time.monotonic()
     ctx.progress("facts: collecting versions, interfaces, MTU, clocks")
-    ctx.store.publish("facts", 0, record(ctx, clock_offset=0.0))
+    # rank 0's store looks up every rank that connects: time those lookups while gathering
+    peers = in_thread(lambda: time_lookups(reverse=peer_addresses(
+        [(r.rank, r.address) for r in found.roster])))
+    own = record(ctx, clock_offset=0.0)
+    ctx.store.publish("facts", 0, own)
     got: dict[int, dict[str, Any]] = ctx.store.gather("facts", found.ranks,
                                                       ctx.opts.stage_timeout)
+    if isinstance(got.get(0, {}).get("resolver"), dict):
+        got[0]["resolver"]["peer_lookups"] = [lk.to_dict() for lk in peers.result()]
     lost = [r for r in found.ranks if r not in got]
     if lost:
         found.causes.append(found.timeout_cause("facts", lost))
@@ -233,6 +241,7 @@ def compare(ctx: RankContext, found: Findings) -> dict[int, dict[str, Any]]:
     found.causes.extend(compare_nics(nodes))
     found.causes.extend(compare_addresses(nodes))
     found.causes.extend(compare_hostname_addresses(nodes))
+    found.causes.extend(compare_resolvers(nodes))
     found.causes.extend(compare_gpus(nodes, _backend(ctx.opts.backend)))
     for node in found.nodes:
         f = got.get(int(str(node["rank"])), {})

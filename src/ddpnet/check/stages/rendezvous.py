@@ -78,7 +78,8 @@ def admit(ctx: RankContext, found: Findings) -> Plan:
     t = time.monotonic()
     own = ctx.registration()
     ctx.store.set("host0", ctx.host)  # the name peers resolve in the facts stage
-    ctx.progress(f"rendezvous: waiting for {ctx.world} ranks on {cfg.master_addr}:"
+    where = f"[{cfg.master_addr}]" if ":" in cfg.master_addr else cfg.master_addr
+    ctx.progress(f"rendezvous: waiting for {ctx.world} ranks on {where}:"
                  f"{cfg.master_port} (up to {opts.join_timeout:g} s)")
     _register(ctx.store, own)
     arrivals = _arrivals(ctx.store, ctx.world, t + opts.join_timeout)

@@ -1,0 +1,49 @@
+"""Run by the interpreter at start-up when this directory is on PYTHONPATH: with
+``DDPNET_WATCH_ATTACH=1``, attach the watch to the script's own ``init_process_group``
+(``ddpnet.watch.attach``; imports no torch), then run the ``sitecustomize`` this one shadows
+(the user's, the venv's or the system's), as ``ddtrace-run`` and ``opentelemetry-instrument``
+do. A failure here is one warning line, never a failed start."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _attach() -> None:
+    if "DDPNET_WATCH_ATTACH" not in os.environ:  # not asked: not even ddpnet is imported
+        return
+    from ddpnet.watch import attach
+
+    if attach.enabled(os.environ):
+        attach.install()
+
+
+def later_paths(sys_path: list[str], boot: str) -> list[str]:
+    """Where the shadowed ``sitecustomize`` is looked for: ``sys.path`` but this directory
+    (pure; needs no ddpnet, so that the chain holds where ddpnet does not import)."""
+    real = os.path.realpath(boot)
+    return [p for p in sys_path if os.path.realpath(p or os.curdir) != real]
+
+
+def _chain() -> None:
+    """Load the next ``sitecustomize`` on sys.path as ``sitecustomize``; its errors are the
+    interpreter's to report, as without us."""
+    from importlib.machinery import PathFinder
+    from importlib.util import module_from_spec
+
+    spec = PathFinder.find_spec("sitecustomize",
+                                later_paths(sys.path, os.path.dirname(os.path.abspath(__file__))))
+    if spec is None or spec.loader is None:
+        return
+    module = module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "sitecustomize":  # the interpreter's start-up, not a test reading the above
+    try:
+        _attach()
+    except Exception as exc:  # no ddpnet in this interpreter, or a broken one: start anyway
+        sys.stderr.write(f"ddpnet: warning: the watch is off: {type(exc).__name__}: {exc}\n")
+    _chain()

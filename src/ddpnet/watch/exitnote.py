@@ -1,0 +1,48 @@
+"""A rank that calls ``sys.exit(3)`` mid-training is not one that finished.
+
+``SystemExit`` never reaches ``sys.excepthook``, and the goodbye at exit cannot read the exit
+code, so without this a rank that gave up (``sys.exit(1)`` on a NaN loss, ``sys.exit(main())``
+returning 2) said a clean goodbye: the hub took it for finished and blamed the ranks still
+in the next collective ("an extra collective at the end", the code's bug). ``sys.exit`` is
+wrapped while the watch runs: a code that is not 0 (or None) from the main thread is noted,
+and the goodbye carries it, so the hub names that rank as gone with its code. A bare
+``raise SystemExit(3)`` is not seen (nothing in Python reports it before exit)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def describe(code: object) -> str:
+    """The error a goodbye carries for ``sys.exit(code)``; "" for a success."""
+    if code is None or code == 0:
+        return ""
+    if isinstance(code, int):
+        return f"SystemExit: sys.exit({code})"
+    return f"SystemExit: sys.exit({str(code)!r}) (exit code 1)"
+
+
+def note_exits(on_exit: Callable[[str], None]) -> Callable[[], None]:
+    """Wrap ``sys.exit`` to tell ``on_exit`` the error of a failing exit from the main
+    thread (a thread's SystemExit ends only that thread); returns the undo."""
+    original = sys.exit
+
+    @functools.wraps(original)
+    def exit_noted(code: Any = None) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            error = describe(code)
+            if error:
+                on_exit(error)
+        return original(code)
+
+    sys.exit = exit_noted
+
+    def undo() -> None:
+        if sys.exit is exit_noted:
+            sys.exit = original
+
+    return undo

@@ -1,0 +1,210 @@
+"""Each rank's own gaps between progress, and the summary it publishes (pure).
+
+The stall threshold (``watch.threshold``) is learned from how long the job goes without
+progress. The hub sees progress once a heartbeat (1 s): a 25 ms loop gave it one sample a
+second, and after 40 steps the job was still in the 60 s warm-up. Each rank sees every one
+of its own progress events instead: the collectives it issues and finishes (the Flight
+Recorder's entries and the announced Python calls: their start, and their end where known;
+gloo records none for DDP's bucket all-reduces) and its step and phase marks. Its heartbeat
+folds the events since the last beat into a :class:`GapLog` and publishes a
+:class:`Summary` of three numbers (``RankState.extra["gaps"]``); the hub takes the largest
+p99 among the ranks, O(N) floats a tick whatever the step rate.
+
+The percentile is weighted by time: the gap below which 99% of the rank's time went, not
+99% of its gaps. A 25 ms loop with a 2 s pause every 10 s has 99.9% of its gaps at 25 ms but
+spends 20% of its time in pauses, and the pause is what must not be called a hang (the
+hub's one sample a second weighted by time too, by accident). Gaps go into a log-spaced
+histogram of seconds per bucket, in two epochs of :data:`EPOCH_S`: what a rank knows covers
+its last 5-10 minutes, so a job that slowed down is learned anew.
+
+What teaches nothing: gaps that began before the rank finished :data:`WARM_STEPS` steps
+(without step marks, :data:`WARM_COLLECTIVES` collectives): start-up, DDP's broadcast and the
+first compile (``torch.compile`` compiles in the first steps) keep the warm-up's allowance;
+gaps overlapping a long phase (``skip``: this rank's own, or one the hub reported); and a
+bridge across events the rings dropped (a heartbeat sees the last ``recorder.RING``
+collectives).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ddpnet.watch.state import CollectiveRecord
+
+#: histogram buckets: bucket i holds gaps in [LOW_S x RATIO^i, LOW_S x RATIO^(i+1)) (the
+#: first also everything shorter, the last everything longer: ~2.6 h)
+LOW_S, RATIO, BUCKETS = 0.001, 1.25, 72
+#: seconds of one epoch: a rank's summary covers the current and the previous one
+EPOCH_S = 300.0
+#: steps a rank finishes before its gaps teach (the first builds DDP's buckets and compiles,
+#: the second rebuilds them in gradient order)
+WARM_STEPS = 2
+#: without step marks, collectives it finishes first
+WARM_COLLECTIVES = 16
+#: the time-weighted quantile published
+QUANTILE = 0.99
+#: where a rank's summary goes in ``RankState.extra``
+KEY = "gaps"
+
+#: one progress event: (time.time(), whether it is a step mark)
+Event = tuple[float, bool]
+
+
+def bucket(gap: float) -> int:
+    """The histogram bucket of a gap of ``gap`` seconds."""
+    if gap <= LOW_S:
+        return 0
+    return min(BUCKETS - 1, int(math.log(gap / LOW_S) / math.log(RATIO)))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Seconds spent in gaps per bucket, how many gaps and the longest."""
+
+    seconds: tuple[float, ...] = (0.0,) * BUCKETS
+    count: int = 0
+    longest: float = 0.0
+
+    def add(self, gaps: Sequence[float]) -> Histogram:
+        if not gaps:
+            return self
+        seconds = list(self.seconds)
+        for gap in gaps:
+            seconds[bucket(gap)] += gap
+        return Histogram(tuple(seconds), self.count + len(gaps), max(self.longest, *gaps))
+
+    def merge(self, other: Histogram) -> Histogram:
+        return Histogram(tuple(a + b for a, b in zip(self.seconds, other.seconds, strict=True)),
+                         self.count + other.count, max(self.longest, other.longest))
+
+    def quantile(self, q: float = QUANTILE) -> float:
+        """The gap below which ``q`` of the time in gaps went (a bucket's upper bound, never
+        above the longest gap): 0 when empty."""
+        total = sum(self.seconds)
+        acc = 0.0
+        for index, seconds in enumerate(self.seconds):
+            acc += seconds
+            if seconds and acc >= q * total:
+                return min(LOW_S * RATIO ** (index + 1), self.longest)
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a rank publishes: gaps learned from, their time-weighted p99 and the longest."""
+
+    count: int
+    p99: float
+    longest: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.count, "p99": round(self.p99, 4), "max": round(self.longest, 4)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Summary | None:
+        """None for anything that is not a summary (an older rank, a fixture without one)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return cls(int(data["n"]), float(data["p99"]), float(data["max"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class GapLog:
+    """One rank's gaps so far (immutable: :func:`fold` returns the next log)."""
+
+    current: Histogram = field(default_factory=Histogram)
+    previous: Histogram = field(default_factory=Histogram)
+    #: when the current epoch began (None: nothing folded yet)
+    epoch: float | None = None
+    #: the newest event folded, and the newest collective (group, seq) seen
+    last: float | None = None
+    seen: tuple[str, int] | None = None
+    #: step marks seen, and when the rank was warm (gaps that begin before teach nothing)
+    steps: int = 0
+    warm_at: float | None = None
+
+    def summary(self) -> Summary:
+        both = self.current.merge(self.previous)
+        return Summary(both.count, both.quantile(), both.longest)
+
+
+def rotate(log: GapLog, now: float) -> GapLog:
+    """A new epoch every EPOCH_S: the previous one is dropped."""
+    if log.epoch is None:
+        return replace(log, epoch=now)
+    if now - log.epoch < EPOCH_S:
+        return log
+    previous = log.current if now - log.epoch < 2 * EPOCH_S else Histogram()
+    return replace(log, current=Histogram(), previous=previous, epoch=now)
+
+
+def overlaps(start: float, end: float, skip: Iterable[tuple[float, float]]) -> bool:
+    return any(start <= to and end >= since for since, to in skip)
+
+
+def fold(log: GapLog, events: Iterable[Event], *, now: float, complete_from: float = -math.inf,
+         finished: int = 0, skip: Iterable[tuple[float, float]] = ()) -> GapLog:
+    """``log`` with the gaps between ``events`` newer than its last (each rank's heartbeat,
+    once a period). Events before ``complete_from`` may have gaps between them (a ring
+    overflowed): they count as steps but bound no gap. ``finished``: collectives this rank
+    finished so far (its warm-up when it marks no steps)."""
+    log, skip = rotate(log, now), tuple(skip)
+    new = sorted(e for e in events if log.last is None or e[0] > log.last)
+    prev = log.last if log.last is not None and log.last >= complete_from else None
+    steps, warm_at, gaps = log.steps, log.warm_at, []
+    for time, step in new:
+        steps += step
+        if time < complete_from:
+            continue
+        if prev is not None and warm_at is not None and prev >= warm_at and \
+                not overlaps(prev, time, skip):
+            gaps.append(time - prev)
+        prev = time
+        if warm_at is None and steps > WARM_STEPS:
+            warm_at = time
+    last = new[-1][0] if new else log.last
+    if warm_at is None and steps == 0 and finished >= WARM_COLLECTIVES and last is not None:
+        warm_at = last
+    return replace(log, current=log.current.add(gaps), last=last, steps=steps, warm_at=warm_at)
+
+
+def events(records: Sequence[CollectiveRecord], marks: Iterable[Event]) -> list[Event]:
+    """A rank's progress events: each collective's start, its end where known (gloo's Flight
+    Recorder retires DDP's bucket all-reduces without one: ``ended == started``), each mark."""
+    out = list(marks)
+    for record in records:
+        out.append((record.started, False))
+        if record.ended is not None and record.ended > record.started:
+            out.append((record.ended, False))
+    return out
+
+
+def complete_from(records: Sequence[CollectiveRecord], seen: tuple[str, int] | None, ring: int,
+                  marks: Sequence[Event], marks_complete: bool) -> float:
+    """Since when ``records`` and ``marks`` hold every event: a full ring that no longer holds
+    the newest collective folded last time dropped some, as did a mark ring that overflowed."""
+    since = -math.inf
+    keys = {(r.group, r.seq) for r in records}
+    if len(records) >= ring and seen is not None and seen not in keys:
+        since = min(r.started for r in records)
+    if not marks_complete and marks:
+        since = max(since, min(t for t, _ in marks))
+    return since
+
+
+def observe(log: GapLog, records: Sequence[CollectiveRecord], marks: Sequence[Event], *,
+            marks_complete: bool, ring: int, now: float, finished: int,
+            skip: Iterable[tuple[float, float]] = ()) -> GapLog:
+    """One heartbeat's fold: the ring of collectives read now and the marks taken since the
+    last one."""
+    since = complete_from(records, log.seen, ring, marks, marks_complete)
+    newest = max(records, key=lambda r: (r.started, r.seq), default=None)
+    out = fold(log, events(records, marks), now=now, complete_from=since, finished=finished,
+               skip=skip)
+    return out if newest is None else replace(out, seen=(newest.group, newest.seq))

@@ -1,0 +1,303 @@
+"""Steps and phases for a script that marks none, inferred from torch's own hooks.
+
+Without ``ddpnet.step()`` the watch knows no steps: no per-step desync digests
+(``watch.desync``), no step times for the straggler window or the learned threshold; without
+``ddpnet.phase()`` it cannot say what a rank that does not arrive was doing. torch tells:
+
+- the optimizers' global step hooks: phase ``step`` while one steps. A new step begins when
+  the next iteration's work starts after an optimizer stepped: its fetch from the training
+  data (the dataset whose batch fed the step's first forward with grad) where there is one,
+  else its forward with grad enabled, else an optimizer that already stepped in this step
+  stepping again (a loop with no wrapped module: its steps begin at the optimizer). So two
+  optimizers in one iteration (param groups split, ZeRO's inner one, a GAN fed by a
+  DataLoader) and gradient accumulation count one step per iteration; a GAN without a
+  DataLoader counts two. An evaluation (fetched under no_grad or for no forward with grad,
+  forwards without grad), which one rank may make alone, begins none; one that a rank alone
+  makes after every step, fetching with grad on for a module that is not wrapped, in a loop
+  that feeds no DataLoader, would (and look like a desync).
+- forward pre/post hooks on each DDP- (and FSDP-) wrapped module, registered as it is built
+  (its ``__init__`` patched; both need the process group, so none exists before the watch
+  starts), and around FSDP2's own forward hooks for each ``fully_shard``-ed module (its
+  ``FSDPState._pre_forward``/``_post_forward``, private: where torch renames them, FSDP2
+  gets steps from its optimizer and no forward/backward phases): ``forward`` while it runs,
+  ``backward`` once it returned with grad enabled (the loss and its backward follow; under
+  ``no_grad``, an evaluation, it stays ``forward``).
+- the DataLoader iterator's ``__next__``: ``data`` while the next batch is awaited (until the
+  forward begins).
+
+Every rank sees these at the same point of its collective sequence, so the step digests
+compare across ranks. Only the training thread counts (the first that runs a wrapped forward
+or an optimizer step): a prefetch thread's fetches would place step boundaries anywhere.
+Marks win: the recorder ignores inferred steps once the user marks one, inferred phases once
+the user marks one that is not long (``Recorder.set_step/set_phase(inferred=True)``); once
+both are marked the hooks stop working.
+
+Cost: ~2 us per hook call, five a step (``infer_cost`` in benchmarks/watch_overhead.py). A
+hook that fails turns inference off with one warning line and never raises into the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ddpnet.watch.recorder import Recorder
+
+#: the FSDP module, patched only when the script imported it (importing it costs ~2 s)
+FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+#: FSDP2's (``fully_shard``) per-module state, whose forward hooks it registers bound to
+#: itself: patched, where the script imported it, before the script shards its modules
+FSDP2_STATE = "torch.distributed.fsdp._fully_shard._fsdp_state"
+
+
+class Inferrer:
+    """The step count and phase a training thread's hooks imply, written to a recorder."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        import torch
+        from torch.compiler import is_compiling
+
+        self.rec = recorder
+        #: bound once: an import in a hook costs more than the hook
+        self.compiling: Callable[[], bool] = is_compiling
+        self.grad_enabled: Callable[[], bool] = torch.is_grad_enabled
+        self.on = True
+        self.step = -1
+        #: an optimizer stepped since the step began; which ones (by id)
+        self.pending = False
+        self.stepped: set[int] = set()
+        #: fetches lead the steps (this one began at a fetch, or the training thread fetched
+        #: before its first step): the next fetch, not a forward, begins the next one
+        self.data_led = False
+        #: wrapped forwards running (FSDP nests them)
+        self.depth = 0
+        #: the training thread once known; the threads that fetched data before that
+        self.thread: int | None = None
+        self.fetchers: set[int] = set()
+        #: the dataset (by id) fetched last, until a wrapped forward with grad takes it; the
+        #: one that fed this step's first such forward (its training data). Only a fetch of
+        #: the training data begins a step, not an evaluation's, which one rank alone may
+        #: make between two steps (under no_grad, or fetched for no forward with grad)
+        self.fetched: int | None = None
+        self.fed: int | None = None
+        self.handles: list[Any] = []
+
+    # -- the events -----------------------------------------------------------------------
+
+    def fetching(self, dataset: int, grad: bool) -> None:
+        ident = threading.get_ident()
+        if self.thread is None:
+            self.fetchers.add(ident)
+        elif ident != self.thread:
+            return
+        if grad:
+            # pending implies the training thread is known (and is this one)
+            if self.pending and dataset == self.fed:
+                self.begin(data_led=True)
+            self.fetched = dataset
+        self.depth = 0
+        self.rec.set_phase("data", inferred=True)
+
+    def forward_pre(self, grad: bool) -> None:
+        if not self.training_thread():
+            return
+        # a forward without grad (an evaluation, maybe on one rank only) begins no step
+        if self.depth == 0:
+            if grad:
+                if self.step < 0 or (self.pending and not self.data_led):
+                    self.begin(data_led=self.data_led and self.step < 0)
+                if self.fed is None:
+                    self.fed = self.fetched
+                self.fetched = None
+            self.rec.set_phase("forward", inferred=True)
+        self.depth += 1
+
+    def forward_post(self, grad: bool) -> None:
+        if not self.training_thread():
+            return
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and grad:
+            self.rec.set_phase("backward", inferred=True)
+
+    def optimizer_pre(self, optimizer: object) -> None:
+        if self.rec.marked_steps and self.rec.marked_phases:
+            self.on = False  # the user marks both (``ddpnet train`` does): nothing to infer
+            return
+        if not self.training_thread():
+            return
+        if self.step < 0 or id(optimizer) in self.stepped:
+            self.begin(data_led=self.data_led and self.step < 0)
+        self.rec.set_phase("step", inferred=True)
+
+    def optimizer_post(self, optimizer: object) -> None:
+        if not self.training_thread():
+            return
+        self.stepped.add(id(optimizer))
+        self.pending = True
+
+    def training_thread(self) -> bool:
+        """Whether this is the training thread (the first to run a forward or an optimizer
+        step); where it fetched data before that, fetches lead its steps."""
+        ident = threading.get_ident()
+        if self.thread is None:
+            self.thread, self.data_led = ident, ident in self.fetchers
+            self.fetchers.clear()
+        return ident == self.thread
+
+    def begin(self, data_led: bool) -> None:
+        self.step += 1
+        self.pending, self.data_led, self.fed = False, data_led, None
+        self.stepped.clear()
+        self.rec.set_step(self.step, inferred=True)
+
+    # -- torch's hooks (never raise) ------------------------------------------------------
+
+    def fail(self, exc: BaseException) -> None:
+        from ddpnet.errors import short_error
+
+        if not self.on:
+            return
+        self.on = False
+        sys.stderr.write(f"ddpnet: warning: watch: steps and phases are no longer inferred "
+                         f"({short_error(type(exc).__name__, str(exc))}); hint: mark them "
+                         f"with ddpnet.step(n) and ddpnet.phase(name)\n")
+
+    def on_optimizer_pre(self, optimizer: object, _args: object, _kwargs: object) -> None:
+        if self.on:
+            try:
+                self.optimizer_pre(optimizer)
+            except Exception as exc:
+                self.fail(exc)
+
+    def on_optimizer_post(self, optimizer: object, _args: object, _kwargs: object) -> None:
+        if self.on:
+            try:
+                self.optimizer_post(optimizer)
+            except Exception as exc:
+                self.fail(exc)
+
+    def on_forward_pre(self, _module: object, _args: object) -> None:
+        if self.on and not self.compiling():  # traced by torch.compile: nothing to trace
+            try:
+                self.forward_pre(self.grad_enabled())
+            except Exception as exc:
+                self.fail(exc)
+
+    def on_forward(self, _module: object, _args: object, _out: object) -> None:
+        if self.on and not self.compiling():
+            try:
+                self.forward_post(self.grad_enabled())
+            except Exception as exc:
+                self.fail(exc)
+
+    def on_fetch(self, iterator: object) -> None:
+        if self.on:
+            try:
+                self.fetching(id(getattr(iterator, "_dataset", iterator)),
+                              self.grad_enabled())
+            except Exception as exc:
+                self.fail(exc)
+
+    def watch(self, module: Any) -> None:
+        """A DDP/FSDP module just built: its forwards are phases."""
+        if self.on:
+            try:
+                self.handles.append(module.register_forward_pre_hook(self.on_forward_pre))
+                self.handles.append(module.register_forward_hook(self.on_forward,
+                                                                 always_call=True))
+            except Exception as exc:
+                self.fail(exc)
+
+    def unwatch(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+
+def install(recorder: Recorder) -> Callable[[], None]:
+    """Infer ``recorder``'s steps and phases from now on (cheap: patches and global hooks);
+    returns the undo."""
+    import torch.optim.optimizer as optim
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    inferrer = Inferrer(recorder)
+    undos: list[Callable[[], None]] = [
+        optim.register_optimizer_step_pre_hook(inferrer.on_optimizer_pre).remove,
+        optim.register_optimizer_step_post_hook(inferrer.on_optimizer_post).remove,
+        _patch_next(_BaseDataLoaderIter, inferrer)]
+    undos += [_patch_init(cls, inferrer) for cls in wrapper_classes()]
+    undos.append(_patch_fsdp2(inferrer))
+
+    def undo() -> None:
+        inferrer.on = False
+        for step in reversed(undos):
+            step()
+        inferrer.unwatch()
+
+    return undo
+
+
+def wrapper_classes() -> list[type]:
+    """DDP, and FSDP where the script imported it."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    out: list[type] = [DistributedDataParallel]
+    fsdp = sys.modules.get(FSDP_MODULE)
+    if fsdp is not None and isinstance(getattr(fsdp, "FullyShardedDataParallel", None), type):
+        out.append(fsdp.FullyShardedDataParallel)
+    return out
+
+
+def _patch_init(cls: type, inferrer: Inferrer) -> Callable[[], None]:
+    original = getattr(cls, "__init__")  # noqa: B009 (mypy: no __init__ of an instance)
+
+    @functools.wraps(original)
+    def init(module: Any, *args: Any, **kwargs: Any) -> None:
+        original(module, *args, **kwargs)
+        inferrer.watch(module)
+
+    setattr(cls, "__init__", init)  # noqa: B010 (mypy: no assignment to a method)
+    return lambda: setattr(cls, "__init__", original)
+
+
+def _patch_fsdp2(inferrer: Inferrer) -> Callable[[], None]:
+    """Our forward hooks around FSDP2's (ours first: its pre-forward all-gathers, a
+    collective of the ``forward`` phase); a no-op where FSDP2 is not imported or its state
+    class has changed shape."""
+    state = getattr(sys.modules.get(FSDP2_STATE), "FSDPState", None)
+    pre, post = (getattr(state, name, None) for name in ("_pre_forward", "_post_forward"))
+    if state is None or not callable(pre) or not callable(post):
+        return lambda: None
+
+    @functools.wraps(pre)
+    def pre_forward(self: Any, module: Any, args: Any, kwargs: Any) -> Any:
+        inferrer.on_forward_pre(module, args)
+        return pre(self, module, args, kwargs)
+
+    @functools.wraps(post)
+    def post_forward(self: Any, module: Any, args: Any, output: Any) -> Any:
+        output = post(self, module, args, output)
+        inferrer.on_forward(module, args, output)
+        return output
+
+    state._pre_forward, state._post_forward = pre_forward, post_forward
+
+    def undo() -> None:
+        state._pre_forward, state._post_forward = pre, post
+
+    return undo
+
+
+def _patch_next(cls: type, inferrer: Inferrer) -> Callable[[], None]:
+    original = cls.__next__  # type: ignore[attr-defined]
+
+    @functools.wraps(original)
+    def next_batch(iterator: Any) -> Any:
+        inferrer.on_fetch(iterator)
+        return original(iterator)
+
+    setattr(cls, "__next__", next_batch)  # noqa: B010
+    return lambda: setattr(cls, "__next__", original)

@@ -1,0 +1,158 @@
+"""A SIGTERM gives the watch a few seconds to name a peer's death before it ends this rank.
+
+torchrun (like srun and mpirun) SIGTERMs every surviving rank within 0.1 s of one dying;
+the hub names the dead rank (who, where, its last step) about 0.5 s later. Without a guard
+the survivors die by SIGTERM first and nobody prints the cause. Python runs signal handlers
+only in the main thread and only between bytecodes, and a rank blocked in a collective is
+in C there, so the signal is learnt through Python's wakeup fd by a thread of ours: it waits
+up to ``GRACE_S`` for the verdict (the heartbeat thread exits with the verdict's code), and
+otherwise ends the process by SIGTERM as if nothing had caught it. A SIGTERM that is the
+user's intent (scancel, kill) therefore takes up to ``GRACE_S`` longer.
+
+Installed only where nobody else handles SIGTERM or uses the wakeup fd (a script's own
+handler, ``ddpnet train``'s preemption, asyncio keep theirs), only in the main thread, and
+undone in forked children (DataLoader workers die at once, as before)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+#: the longest a SIGTERM'd rank waits for the hub's verdict on a peer's failure (as long as
+#: a rank that saw the failure itself: session.VERDICT_WAIT_S; under load the hub took over 5 s)
+GRACE_S = 10.0
+#: the main thread's handler waits this much longer for the guard thread's decision
+_MAIN_SLACK_S = 2.0
+
+#: waits up to the given seconds for the verdict (which exits the process)
+VerdictWait = Callable[[float], None]
+
+
+class _Guard:
+    def __init__(self, wait_verdict: VerdictWait, reader: socket.socket,
+                 writer: socket.socket) -> None:
+        self.wait_verdict, self.reader, self.writer = wait_verdict, reader, writer
+        self.owner = os.getpid()
+        self.decided = threading.Event()
+        self.thread = threading.Thread(target=self.watch, name="ddpnet-watch-term",
+                                       daemon=True)
+
+    def on_term(self, signum: int, frame: FrameType | None) -> None:
+        """The main thread's handler: the guard thread decides (a verdict exits the process
+        from the heartbeat thread); this one only waits, then dies as SIGTERM would."""
+        if os.getpid() == self.owner:
+            self.decided.wait(GRACE_S + _MAIN_SLACK_S)
+        die()
+
+    def watch(self) -> None:
+        while True:
+            try:
+                data = self.reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) == self.on_term:
+                self.wait_verdict(GRACE_S)
+                self.decided.set()
+                die()
+
+
+_guard: _Guard | None = None
+
+
+def install(wait_verdict: VerdictWait) -> Callable[[], None]:
+    """Guard SIGTERM for this rank; returns the undo. A no-op (and a no-op undo) outside the
+    main thread or where SIGTERM or the wakeup fd is someone else's already."""
+    global _guard
+    if (_guard is not None or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL):
+        return lambda: None
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    if previous != -1:  # asyncio or the script's own: theirs
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
+        return lambda: None
+    guard = _guard = _Guard(wait_verdict, reader, writer)
+    signal.signal(signal.SIGTERM, guard.on_term)
+    guard.thread.start()
+    return lambda: _uninstall(guard)
+
+
+def _uninstall(guard: _Guard) -> None:
+    global _guard
+    if _guard is not guard or threading.current_thread() is not threading.main_thread():
+        return
+    _guard = None
+    if signal.getsignal(signal.SIGTERM) == guard.on_term:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    current = signal.set_wakeup_fd(-1)
+    if current != guard.writer.fileno():  # someone set theirs after ours: keep it
+        signal.set_wakeup_fd(current)
+    guard.writer.close()
+    guard.reader.shutdown(socket.SHUT_RDWR)
+    guard.reader.close()
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) has no guard thread: SIGTERM kills it at once, and
+    its signals must not wake the parent's guard through the shared socket."""
+    global _guard
+    guard, _guard = _guard, None
+    if guard is None:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) == guard.on_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        guard.writer.close()
+        guard.reader.close()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@contextlib.contextmanager
+def holding() -> Iterator[None]:
+    """Hold SIGTERM while a rank that saw a peer fail waits for the verdict (in the main
+    thread, from the excepthook). A SIGTERM held ends the rank when the wait ends without a
+    verdict (a verdict exits first, with its own code)."""
+    held: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum))
+    except ValueError:  # not the main thread: nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if held:
+            die()
+
+
+def die() -> None:
+    """End this process by SIGTERM as if no handler were installed (its exit status says
+    SIGTERM to the launcher), from any thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    else:  # Python lets only the main thread set a disposition; libc does not mind
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal(signal.SIGTERM, None)  # SIG_DFL
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1.0)
+    os._exit(128 + signal.SIGTERM)

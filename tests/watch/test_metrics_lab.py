@@ -1,0 +1,243 @@
+"""The job's and the nodes' metrics in a real Prometheus (issue 41), one lab for the module.
+
+Three lab nodes run ``ddpnet train --metrics-port`` (rank 0's hub serves the job) and
+``ddpnet monitor --metrics-port`` each (the nodes); Debian's ``prometheus``, started here in
+node 0's namespace (the one place that reaches every lab address) with the shipped
+``prometheus/alerts.yml``, scrapes them every second. Its HTTP API then has every rank's step
+time with its ``rank`` and ``host`` labels, each host pair's probed bandwidth, each node's
+traffic, and once a rank is frozen (SIGSTOP, with ``watch_action=warn`` so the job and its hub
+stay up) the DdpnetHang alert fires naming that rank and host. ``promtool check metrics`` is
+clean on both endpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ddpnet.lab import Lab
+from ddpnet.lab.lab import LabNode
+from tests.lab_util import fresh_lab, requires_netns
+
+pytestmark = [requires_netns, pytest.mark.skipif(
+    shutil.which("prometheus") is None or shutil.which("promtool") is None,
+    reason="needs Debian's prometheus package (scripts/install-system-deps.sh)")]
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = str(ROOT / "src")
+JOB_PORT, NODE_PORT, PROM = 9464, 9465, "127.0.0.1:9090"
+MASTER_PORT = 29741
+#: how long a condition may take to show in Prometheus on a loaded 2-core machine
+PATIENCE_S = 120.0
+
+#: run inside node 0 (stdlib only): GET a URL, print the body
+GET = ("import sys, urllib.request\n"
+       "with urllib.request.urlopen(sys.argv[1], timeout=10) as r:\n"
+       "    sys.stdout.write(r.read().decode())\n")
+
+
+@dataclass
+class Cluster:
+    lab: Lab
+    directory: Path
+    job: threading.Thread | None = None
+    results: list[Any] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def get(self, url: str) -> str:
+        out = self.lab.exec(0, [sys.executable, "-c", GET, url], timeout=30)
+        return out.stdout if out.returncode == 0 else ""
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Prometheus's instant vector for ``expr`` (its HTTP API)."""
+        import urllib.parse
+
+        text = self.get(f"http://{PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        data = json.loads(text) if text else {}
+        result: list[dict[str, Any]] = data.get("data", {}).get("result", [])
+        return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        text = self.get(f"http://{PROM}/api/v1/alerts")
+        found: list[dict[str, Any]] = json.loads(text)["data"]["alerts"] if text else []
+        return found
+
+    def on_line(self, node: LabNode, stream: str, line: str) -> None:
+        self.lines.append(f"{node.index} {stream} {line}")
+
+    def rank_process(self, rank: int) -> psutil.Process:
+        """The ``ddpnet train`` process of ``rank`` in this job (by its environment)."""
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                cmd = proc.info["cmdline"] or []
+                env = proc.environ()
+                if "train" in cmd and env.get("RANK") == str(rank) and \
+                        env.get("MASTER_PORT") == str(MASTER_PORT):
+                    return proc
+        raise LookupError(f"rank {rank}'s process is not running: {self.lines[-20:]}")
+
+
+def until(what: str, check: Callable[[], Any], cluster: Cluster) -> Any:
+    """``check()``'s first truthy answer, polled once a second for PATIENCE_S."""
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(1.0)
+    raise AssertionError(f"{what}: not in Prometheus after {PATIENCE_S:g} s; "
+                         f"{cluster.lines[-30:]}")
+
+
+def prometheus_config(lab: Lab) -> str:
+    job = lab.nodes[0].address
+    nodes = ", ".join(f"'{n.address}:{NODE_PORT}'" for n in lab.nodes)
+    return (f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
+            f"rule_files: ['{ROOT / 'prometheus' / 'alerts.yml'}']\n"
+            f"scrape_configs:\n"
+            f"  - job_name: ddpnet-job\n"
+            f"    static_configs: [{{targets: ['{job}:{JOB_PORT}']}}]\n"
+            f"  - job_name: ddpnet-node\n"
+            f"    static_configs: [{{targets: [{nodes}]}}]\n")
+
+
+def start(cluster: Cluster) -> None:
+    lab, directory = cluster.lab, cluster.directory
+    env = {"PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    (directory / "prometheus.yml").write_text(prometheus_config(lab))
+    lab.popen(0, ["prometheus", f"--config.file={directory / 'prometheus.yml'}",
+                  f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address={PROM}",
+                  "--log.level=warn"],
+              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+              stderr=(directory / "prometheus.log").open("w"))
+    for node in lab.nodes:
+        lab.popen(node.index, [sys.executable, "-m", "ddpnet", "monitor", "--iface",
+                               node.ifname, "--interval", "1", "--metrics-port",
+                               str(NODE_PORT)],
+                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                  stderr=(directory / f"monitor{node.index}.log").open("w"))
+    train = [sys.executable, "-m", "ddpnet", "train", "--width", "64", "--depth", "2",
+             "--batch-size", "16", "--samples", "4096", "--epochs", "100000", "--max-steps",
+             "1000000", "--log-every", "1000000", "--step-sleep", "0.05", "--metrics-port",
+             str(JOB_PORT)]
+    job_env = {**env, "DDPNET_WATCH_DIR": str(directory / "watch"),
+               "DDPNET_WATCH_ACTION": "warn", "DDPNET_METRICS_PROBE_S": "3",
+               "DDPNET_JOB_ID": "lab41"}
+
+    def run() -> None:
+        cluster.results = lab.run(train, env=job_env, timeout=600, master_port=MASTER_PORT,
+                                  on_line=cluster.on_line)
+
+    cluster.job = threading.Thread(target=run, daemon=True)
+    cluster.job.start()
+
+
+def stop(cluster: Cluster) -> None:
+    """Kill every rank (SIGKILL: a SIGTERM stops each rank at its own point, and the hung
+    job's ranks then part at mismatched collectives until gloo's 30-minute timeout), then wait
+    for the job: its hub leaves by itself once every rank is gone and Prometheus scraped its
+    last verdict (``Hub.verdict_seen``)."""
+    for rank in range(len(cluster.lab.nodes)):
+        with contextlib.suppress(LookupError, psutil.Error):
+            cluster.rank_process(rank).kill()
+    if cluster.job is not None:
+        cluster.job.join(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("metrics-lab")
+    with fresh_lab("wpm", nodes=3) as lab:
+        running = Cluster(lab, directory)
+        try:
+            start(running)
+            yield running
+        finally:
+            stop(running)
+
+
+def hosts(cluster: Cluster) -> set[str]:
+    return {n.hostname for n in cluster.lab.nodes}
+
+
+def test_every_ranks_step_time_is_in_prometheus_with_its_rank_and_host(
+        cluster: Cluster) -> None:
+    expected = {(str(n.index), n.hostname) for n in cluster.lab.nodes}
+
+    def step_times() -> set[tuple[str, str]] | None:
+        found = cluster.query('ddpnet_step_seconds_count{job_id="lab41"} > 0')
+        got = {(r["metric"]["rank"], r["metric"]["host"]) for r in found}
+        return got if got == expected else None
+
+    assert until("every rank's step time", step_times, cluster) == expected
+    # the histogram answers quantiles per rank, and the job says who it is
+    p50 = cluster.query("histogram_quantile(0.5, sum by (le, rank) "
+                        "(rate(ddpnet_step_seconds_bucket[30s])))")
+    assert {r["metric"]["rank"] for r in p50} == {"0", "1", "2"}
+    [info] = cluster.query("ddpnet_job_info")
+    assert info["metric"]["world_size"] == "3" and info["metric"]["job_id"] == "lab41"
+
+
+def test_each_host_pairs_probed_bandwidth_is_in_prometheus(cluster: Cluster) -> None:
+    names = hosts(cluster)
+    expected = {(a, b) for a in names for b in names if a != b}
+
+    def pairs() -> set[tuple[str, str]] | None:
+        found = cluster.query("ddpnet_probe_bandwidth_bytes_per_second > 0")
+        got = {(r["metric"]["host"], r["metric"]["peer_host"]) for r in found}
+        return got if got == expected else None
+
+    assert until("every host pair's bandwidth", pairs, cluster) == expected
+    rtts = cluster.query("ddpnet_probe_rtt_seconds > 0")
+    assert {(r["metric"]["host"], r["metric"]["peer_host"]) for r in rtts} == expected
+
+
+def test_each_nodes_traffic_is_in_prometheus_and_both_endpoints_pass_promtool(
+        cluster: Cluster) -> None:
+    names = hosts(cluster)
+
+    def nodes() -> set[str] | None:
+        found = cluster.query("ddpnet_node_network_receive_bytes_per_second > 0")
+        got = {r["metric"]["host"] for r in found}
+        return got if got == names else None
+
+    assert until("every node's traffic", nodes, cluster) == names
+    for node in cluster.lab.nodes:
+        ports = (JOB_PORT, NODE_PORT) if node.index == 0 else (NODE_PORT,)
+        for port in ports:
+            text = cluster.get(f"http://{node.address}:{port}/metrics")
+            assert "ddpnet_" in text, (node.hostname, port)
+            out = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                                 capture_output=True, timeout=60)
+            assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), \
+                (node.hostname, port, out)
+    # nothing secret: no job token (MASTER_ADDR:MASTER_PORT), no environment
+    job = cluster.get(f"http://{cluster.lab.nodes[0].address}:{JOB_PORT}/metrics")
+    assert f":{MASTER_PORT}" not in job and "PYTHONPATH" not in job
+
+
+def test_a_frozen_rank_fires_the_hang_alert_naming_it(cluster: Cluster) -> None:
+    """Last in the module: it leaves the job hung (resumed and ended by the fixture)."""
+    frozen = cluster.lab.nodes[2]
+    cluster.rank_process(2).send_signal(signal.SIGSTOP)
+
+    def firing() -> list[dict[str, Any]]:
+        return [a for a in cluster.alerts()
+                if a["labels"].get("alertname") == "DdpnetHang" and a["state"] == "firing"]
+
+    alerts = until("the DdpnetHang alert", firing, cluster)
+    assert [(a["labels"]["rank"], a["labels"]["host"]) for a in alerts] == \
+        [("2", frozen.hostname)], alerts
+    assert f"rank 2 on {frozen.hostname}" in alerts[0]["annotations"]["summary"], alerts
