@@ -149,3 +149,39 @@ def test_the_reason_is_one_line_within_slurms_limit_and_cuts_no_word() -> None:
 def test_blame_round_trips() -> None:
     b = Blame("network", "link down", "n1", "ddpnet: network: link down", step=40)
     assert Blame.from_dict(json.loads(json.dumps(b.to_dict()))) == b
+
+
+def heard(full: dict[str, Any]) -> dict[str, Any]:
+    """What every rank hears with the verdict (the hub's ``Snapshot.around``), through JSON."""
+    snap = Snapshot.from_dict(full["snapshot"])
+    small = snap.around(Diagnosis.from_dict(full["diagnosis"]))
+    return dict(json.loads(json.dumps({"diagnosis": full["diagnosis"],
+                                       "snapshot": small.to_dict()})))
+
+
+@pytest.mark.parametrize("full", [
+    report(state(0, rec(6, ended=None)), state(1, rec(5), published=NOW - 40),
+           state(2, rec(6, ended=None))),
+    report(state(0, rec(5)), state(1, rec(5)), state(2, rec(5)),
+           state(3, rec(5), rec(6, ended=None), step=9),
+           gone={0: PEER_FAILED + "Connection closed by peer", 2: "its process exited or "
+                 "was killed (side channel closed without a goodbye)"}),
+    report(state(0, rec(5), rec(6, ended=None)), state(1, rec(5)), state(2, rec(6, ended=None)),
+           gone={1: "exited with an error: ValueError: bad batch"}),
+    report(state(0, rec(5), rec(6, ended=None)), state(1, rec(5), phase="data"),
+           state(2, rec(5), rec(6, ended=None))),
+    report(state(0, rec(9, shape=(3,), ended=None)), state(1, rec(9, shape=(4,), ended=None))),
+], ids=["frozen", "killed", "raised", "data", "mismatch"])
+def test_what_the_ranks_hear_with_the_verdict_blames_as_the_whole_report(
+        full: dict[str, Any]) -> None:
+    assert blame(heard(full)) == blame(full)
+
+
+def test_what_the_ranks_hear_stays_small_in_a_large_world() -> None:
+    states = [state(r, rec(5), step=r % 7) for r in range(4096)]
+    gone = {r: "its process exited or was killed" for r in range(0, 4096, 2)}
+    snap = Snapshot(4096, NOW, {s.rank: s for s in states}, gone)
+    d = Diagnosis("rank-gone", "many ranks gone", tuple(range(0, 4096, 2)), ())
+    small = snap.around(d)
+    assert len(small.states) <= 2 * 64 + 1 and len(small.gone) <= 2 * 64
+    assert max(s.step for s in small.states.values() if s is not None) == 6

@@ -97,6 +97,24 @@ def test_an_even_split_waits_live_for_the_rank_still_coming_then_names_the_one_a
     assert "rank 2 (node2) called all_reduce float32[577]" in d.summary, d.summary
 
 
+def test_an_even_split_nobody_will_settle_names_the_side_that_broke_the_steps_pattern() -> None:
+    # each step: a gradient bucket (577) then the metric (1); rank 2 skipped the metric at
+    # seq 9 and is in the next bucket; rank 1 died of it before it announced seq 9
+    def step_calls(last: int) -> list[CollectiveRecord]:
+        return [rec(s, shape=(577,) if s % 2 == 0 else (1,)) for s in range(1, last + 1)]
+
+    metric, bucket = rec(9, shape=(1,), ended=None), rec(9, shape=(577,), ended=None)
+    for gone in ({1: "process exited"}, {1: PEER_FAILED + "Connection closed by peer"}):
+        d = analyze(snap(state(0, *step_calls(8), metric), state(1, *step_calls(8)),
+                         state(2, *step_calls(8), bucket), gone=gone))
+        assert d.kind == "collective-mismatch", d
+        assert d.summary.startswith("collective mismatch at seq 9: rank 2 (node2) called "
+                                    "all_reduce float32[577]"), d.summary
+    # with no pattern before it (one call), the split is said as it is, both sides named
+    d = analyze(snap(state(0, rec(1), metric), state(2, rec(1), bucket)))
+    assert d.kind == "collective-mismatch" and "[577]" in d.summary and "float32[1]" in d.summary
+
+
 def test_an_even_split_in_a_subgroup_is_named_at_once_its_non_members_are_not_awaited() -> None:
     from dataclasses import replace
 

@@ -6,7 +6,8 @@ attaching (``ddpnet.watch.attach``).
 Environment: ``BACKEND`` (gloo), ``INIT_METHOD`` (unset: env://; ``tcp://H:P`` passes
 RANK/WORLD_SIZE as arguments), ``STEPS`` (20), ``STEP_S`` (seconds of work per step, 0.02),
 ``FAULT`` (none, stop, kill, sleepdata, skipmetric, checkpoint, eval; several comma-separated),
-``FAULT_RANK`` (1; checkpoint and eval are rank 0's), ``FAULT_STEP`` (5), ``EVAL_STEP`` (eval's
+``FAULT_RANK`` (1; checkpoint and eval are rank 0's), ``FAULT_HOST`` (when set, the rank on
+that host is the faulty one, whatever its rank: c10d numbers nodes as they come), ``FAULT_STEP`` (5), ``EVAL_STEP`` (eval's
 step, default FAULT_STEP), ``SLEEP_S`` (sleepdata, 3600), ``KILL_AFTER_S`` (kill, 0),
 ``CHECKPOINT_S`` (25), ``EVAL_S`` (20). The dataset holds at most 200 steps' batches (a long
 run goes round its epochs).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -36,6 +38,7 @@ from torch.utils.data.distributed import DistributedSampler
 FAULTS = frozenset(os.environ.get("FAULT", "none").split(","))
 FAULT_RANK = int(os.environ.get("FAULT_RANK",
                                 "0" if {"checkpoint", "eval"} >= FAULTS else "1"))
+FAULT_HOST = os.environ.get("FAULT_HOST", "")
 FAULT_STEP = int(os.environ.get("FAULT_STEP", "5"))
 EVAL_STEP = int(os.environ.get("EVAL_STEP", str(FAULT_STEP)))
 STEPS = int(os.environ.get("STEPS", "20"))
@@ -98,7 +101,8 @@ def evaluate(model: nn.Module) -> float:
 
 def fault_at(step: int, rank: int, model: nn.Module) -> bool:
     """Inject this step's fault; True when the step's metric all_reduce is to be skipped."""
-    if rank != FAULT_RANK:
+    faulty = socket.gethostname() == FAULT_HOST if FAULT_HOST else rank == FAULT_RANK
+    if not faulty:
         return False
     if step == EVAL_STEP and "eval" in FAULTS:
         evaluate(model)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ddpnet.exitcodes import ExitCode
 from ddpnet.output import relay_line
 
 #: torchrun's header for a rank's line, parsed back by JoinedLines (unit separators: no
@@ -115,16 +116,33 @@ def _failures(failures: Mapping[int, Any]) -> list[Failure]:
             for rank, f in failures.items()]
 
 
+def _stopped(exc: Any) -> tuple[int, str]:
+    """A signal torchrun stopped on (128+N), or this node leaving the job (the watch blamed
+    it: ``launch.elastic_agent``, exit 4 with the verdict's line)."""
+    gate = getattr(exc, "gate", None)
+    if gate is not None:
+        code = int(ExitCode.WATCHDOG)
+        return code, f"ddpnet: launch exits {code}: this node left the job (the verdict above)"
+    code = 128 + int(exc.sigval)
+    return code, f"ddpnet: torchrun stopped on {exc.sigval.name}; exit {code}"
+
+
 def main(argv: Sequence[str]) -> int:
     """Run torchrun with ``argv`` (edge); return the job's exit code."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
     from torch.distributed.run import parse_args, run
 
     os.environ["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # the ranks write to files: lines now
     with tempfile.TemporaryDirectory(prefix="ddpnet-launch-") as logs:
         args = parse_args(["--tee", "3", "--log-dir", logs, *argv])  # type: ignore[no-untyped-call]
+        if int(args.max_restarts) > 0 and args.rdzv_backend == "c10d":
+            from ddpnet.launch import elastic_agent
+            from ddpnet.watch.dump import watch_dir
+
+            elastic_agent.install(watch_dir(os.environ), str(args.rdzv_endpoint))
         out, err = JoinedLines(sys.stdout, False), JoinedLines(sys.stderr, True)
         sys.stdout, sys.stderr = out, err
         try:
@@ -135,8 +153,11 @@ def main(argv: Sequence[str]) -> int:
             code = worst(failures).code
             message = summary(failures)
         except SignalException as exc:
-            code = 128 + int(exc.sigval)
-            message = f"ddpnet: torchrun stopped on {exc.sigval.name}; exit {code}"
+            code, message = _stopped(exc)
+        except RendezvousClosedError:
+            code = int(ExitCode.WATCHDOG)
+            message = ("ddpnet: another node stopped the job (it closed the rendezvous): "
+                       "its log says why; this node exits too")
         finally:
             out.close()
             err.close()

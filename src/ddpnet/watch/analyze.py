@@ -203,20 +203,49 @@ def _still_coming(snapshot: Snapshot, group: str, seq: int,
     return False
 
 
+def _expected(snapshot: Snapshot, group: str, seq: int
+              ) -> tuple[str, str, tuple[int, ...], str] | None:
+    """What the job's own pattern says ``seq`` should be: the collectives just before it
+    (where the ranks agreed) repeat with a period p (a step's calls: a gradient bucket, a
+    metric); the call p back. None when the last calls show no period twice over."""
+    calls: dict[int, tuple[str, str, tuple[int, ...], str]] = {}
+    for state in snapshot.states.values():
+        for r in state.recent if state is not None else ():
+            if r.group == group and r.seq < seq:
+                calls.setdefault(r.seq, (*_signature(r), r.site))
+    run: list[tuple[str, str, tuple[int, ...], str]] = []
+    for s in range(seq - 1, 0, -1):  # the unbroken history just before seq, oldest first
+        if s not in calls:
+            break
+        run.insert(0, calls[s])
+    for period in range(1, len(run) // 2 + 1):  # the shortest that the last 2p calls repeat
+        if all(run[-i] == run[-i - period] for i in range(1, period + 1)):
+            return run[-period]
+    return None
+
+
 def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
                         records: Mapping[int, CollectiveRecord],
                         live: bool = False) -> Diagnosis | None:
     """Ranks at one seq (``_first_mismatch``) calling different collectives. Live, an even
     split waits for the ranks still coming to that seq (None): with 2 of 3 ranks there,
     either could be the one apart (rank 2 skipped a metric all_reduce; rank 1, late, had not
-    announced it yet: rank 0 was named)."""
+    announced it yet: rank 0 was named). An even split nobody else will settle (the late
+    rank died of it) names the side that broke the pattern of the calls before
+    (:func:`_expected`)."""
     groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
     for rank, record in sorted(records.items()):
         groups.setdefault((*_signature(record), record.site), []).append(rank)
     sides = sorted(groups.values(), key=len)
-    if live and len(sides) > 1 and len(sides[-1]) == len(sides[-2]) \
-            and _still_coming(snapshot, group, seq, records):
+    tied = len(sides) > 1 and len(sides[-1]) == len(sides[-2])
+    if live and tied and _still_coming(snapshot, group, seq, records):
         return None
+    if tied:  # the side that broke the job's own pattern is the one apart
+        expected = _expected(snapshot, group, seq)
+        keyed = {tuple(ranks): key for key, ranks in groups.items()}
+        apart = [ranks for ranks in sides if keyed[tuple(ranks)] != expected]
+        if expected is not None and len(apart) == 1:
+            sides = [apart[0], *[r for r in sides if r is not apart[0]]]
     evidence = [f"rank(s) {_names(ranks)} called {describe(records[ranks[0]])}"
                 for ranks in groups.values()]
     ranks = tuple(sorted(records))

@@ -30,14 +30,18 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_state(directory: Path, state: RankState, reason: str,
-                verdict: Diagnosis | None = None) -> Path | None:
-    """``rank-N.json``, with the rank's own verdict when it judged itself (cut off); None
-    when the directory cannot be written (a dump must never be what takes a failing rank
-    down)."""
+                verdict: Diagnosis | None = None,
+                heard: Mapping[str, Any] | None = None) -> Path | None:
+    """``rank-N.json``, with the rank's own verdict when it judged itself (cut off), or the
+    hub's verdict it obeyed (``heard``: report-shaped, the diagnosis and the states it names);
+    None when the directory cannot be written (a dump must never be what takes a failing
+    rank down)."""
     path = directory / f"rank-{state.rank}.json"
     data: dict[str, Any] = {"reason": reason, "state": state.to_dict()}
     if verdict is not None:
         data["verdict"] = verdict.to_dict()
+    if heard is not None:
+        data["heard"] = dict(heard)
     try:
         _write(path, json.dumps(data))
     except OSError:
@@ -97,3 +101,40 @@ def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, .
         except (OSError, ValueError, TypeError):
             continue
     return hub, tuple(own)
+
+
+def verdict_of(dump: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The verdict a rank's dump holds, shaped as the hub's report (``diagnosis`` and
+    ``snapshot``: what ``launch.blame`` reads), or None (pure). The hub's, which the rank
+    obeyed, comes first; else the rank's own (it judged itself cut off), with its own state
+    as the snapshot."""
+    heard = dump.get("heard")
+    if isinstance(heard, Mapping) and isinstance(heard.get("diagnosis"), Mapping):
+        return dict(heard)
+    own, state = dump.get("verdict"), dump.get("state")
+    if isinstance(own, Mapping) and isinstance(state, Mapping) and "rank" in state:
+        world = int(state.get("world_size", 0) or 0)
+        return {"diagnosis": dict(own), "snapshot": {
+            "world_size": world, "states": {str(state["rank"]): dict(state)}}}
+    return None
+
+
+def heard_verdicts(directory: Path, ranks: Sequence[int], since: float
+                   ) -> list[dict[str, Any]]:
+    """The verdicts in ``ranks``' dumps written at or after ``since`` (epoch seconds), the
+    hub's first: what a node's launcher learns from its own ranks once they exited. An
+    unreadable or older dump counts as absent (another attempt's)."""
+    hub: list[dict[str, Any]] = []
+    own: list[dict[str, Any]] = []
+    for rank in ranks:
+        path = directory / f"rank-{rank}.json"
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            dump = json.loads(path.read_text())
+            report = verdict_of(dump)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        if report is not None:
+            (hub if isinstance(dump.get("heard"), Mapping) else own).append(report)
+    return hub + own

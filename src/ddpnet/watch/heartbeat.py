@@ -438,7 +438,11 @@ wait (its word lags: a gap that waited
         self.farewell.set()
         diagnosis = Diagnosis.from_dict(verdict.get("diagnosis", {}))
         code = int(verdict.get("code", 1))
-        path = write_state(self.directory, self.state(), f"watchdog: {diagnosis.summary}")
+        context = verdict.get("context")
+        heard = {"diagnosis": diagnosis.to_dict(), "snapshot": context} \
+            if isinstance(context, dict) else None
+        path = write_state(self.directory, self.state(), f"watchdog: {diagnosis.summary}",
+                           heard=heard)
         self.exit_saying(code, diagnosis, path)
 
     def verdict_within(self, wait: float) -> None:

@@ -634,8 +634,10 @@ class Hub:
         self.judged_at = time.monotonic()  # a scrape that begins after this renders it
         if self.settings.action != "exit":
             return
+        # with the states it needs to say which node is at fault (each launcher's recovery)
         verdict = {"t": "verdict", "diagnosis": diagnosis.to_dict(),
-                   "code": int(ExitCode.WATCHDOG), "report": str(written or "")}
+                   "code": int(ExitCode.WATCHDOG), "report": str(written or ""),
+                   "context": snapshot.around(diagnosis).to_dict()}
         for peer in list(self.peers.values()):
             if peer.rank is not None:
                 self.send(peer, verdict)

@@ -136,6 +136,8 @@ class LinkProbe:
 #: how a rank that died of a peer's failure (gloo's "Connection closed by peer") is said to
 #: have left: a victim, named after the ranks that caused it
 PEER_FAILED = "stopped by a peer's failure: "
+#: ranks of each list :meth:`Snapshot.around` keeps (the ranks a verdict names; those gone)
+AROUND_LIMIT = 64
 
 
 def victim(why: str) -> bool:
@@ -181,6 +183,20 @@ class Snapshot:
                    states=states,
                    gone={int(r): str(w) for r, w in dict(data.get("gone", {})).items()},
                    probes=tuple(LinkProbe.from_dict(p) for p in data.get("probes", ())))
+
+    def around(self, diagnosis: Diagnosis, limit: int = AROUND_LIMIT) -> Snapshot:
+        """What a verdict needs to say which node it blames (``launch.blame``), sent to every
+        rank with it: the states of the ranks it names, of the first ``limit`` ranks that
+        left (not a peer's victims) and of the rank furthest on (the step reached), and those
+        ranks' reasons for leaving; no probes. Bounded whatever the world size: N ranks each
+        get it, so a whole snapshot would be N^2 bytes."""
+        first = [r for r, why in self.gone.items() if not victim(why)][:limit]
+        ahead = max((s for s in self.states.values() if s is not None),
+                    key=lambda s: s.step, default=None)
+        keep = {*diagnosis.ranks[:limit], *first, *([ahead.rank] if ahead else [])}
+        return Snapshot(self.world_size, self.taken,
+                        {r: self.states[r] for r in sorted(keep) if r in self.states},
+                        {r: why for r, why in self.gone.items() if r in keep})
 
 
 @dataclass(frozen=True)
