@@ -34,12 +34,13 @@ def lab() -> Iterator[Lab]:
         yield lab
 
 
+@pytest.mark.timeout(420)  # the run's own bound (240 s) says more than pytest's
 def test_a_frozen_ranks_node_leaves_and_the_others_finish_without_it(lab: Lab,
                                                                       tmp_path: Path) -> None:
     blamed = lab.nodes[2].hostname
     argv = [sys.executable, "-m", "ddpnet", "launch", "--nnodes", "2:3", "--nproc-per-node",
             "1", "--max-restarts", "1", "--", TUTORIAL]
-    results = lab.run(argv, timeout=300, master_port=29841,
+    results = lab.run(argv, timeout=240, master_port=29841,
                       env={"PYTHONPATH": SRC, "FAULT": "stop", "FAULT_HOST": blamed,
                            "FAULT_STEP": "40", "STEPS": "120", "OMP_NUM_THREADS": "1",
                            "DDPNET_WATCH_DIR": str(tmp_path)})
