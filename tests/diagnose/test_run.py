@@ -157,3 +157,26 @@ def test_a_job_dir_shows_the_recovery_history_and_the_newest_verdict(
                                                             "resumed"]
     empty = run_cli("diagnose", "--job-dir", str(tmp_path / "nothing"))
     assert empty.returncode == 2 and "no recovery record and no watch verdict" in empty.stderr
+
+
+def test_dumps_show_what_each_node_of_a_launch_did_about_the_verdict(tmp_path: Path,
+                                                                    run_cli: Any) -> None:
+    """``ddpnet launch --max-restarts``: each node's ``recovery-<host>.json`` (written by the
+    agent's gate) is shown above the verdict, in time order."""
+    from ddpnet.launch.blame import Blame
+    from ddpnet.launch.elastic import choose
+    from ddpnet.launch.elastic_agent import Watching
+
+    stopped = Blame("rank-gone", "rank 2 (n2) is gone: process stopped", "n2", "r", step=40)
+    for me in ("n0", "n1"):
+        Watching(tmp_path, me=me).write(choose(stopped, me, {}, 3, 2, False))
+    Watching(tmp_path, me="n2").write(choose(stopped, "n2", {}, 3, 2, False))
+    write_report(tmp_path, {"kind": "rank-gone", "diagnosis": Diagnosis(
+        "rank-gone", stopped.summary, (2,), ("n2",)).to_dict()}, "")
+    p = run_cli("diagnose", "--dumps", str(tmp_path))
+    lines = p.stdout.splitlines()
+    assert lines[0] == "recovery under ddpnet launch --max-restarts (each node's record):"
+    excluded = [line for line in lines[1:7] if "exclude n2 at step 40" in line]
+    assert len(excluded) == 3 and any("launch on n2: " in line and "it leaves" in line
+                                      for line in excluded), lines[:7]
+    assert "ddpnet watch: rank-gone" in p.stdout

@@ -53,7 +53,10 @@ def render(result: DiagnoseResult, console: Any) -> None:
     """The recovery history, if any, then the watchdog's one-screen report (brackets are
     text, not markup)."""
     if result.recovery is not None:
-        lines = [f"recovery of job {result.recovery.job or '?'} (--max-recoveries "
+        job = result.recovery.job
+        lines = ["recovery under ddpnet launch --max-restarts (each node's record):"
+                 if job == "launch" else
+                 f"recovery of job {job or '?'} (--max-recoveries "
                  f"{result.recovery.max_recoveries}):"]
         lines += [f"  {e.line()}" for e in result.recovery.events] or ["  nothing recorded"]
         console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
@@ -88,6 +91,13 @@ def from_dumps(directory: Path, note: str = "") -> DiagnoseResult:
                           "each rank-N.json is written by ddpnet's watch; copy them whole") \
             from None
     source = f"{note}dumps in {directory}"
+    result = _named(directory, hub, own, snapshot, source)
+    launched = _launch_record(directory)
+    return result if launched is None else replace(result, recovery=launched)
+
+
+def _named(directory: Path, hub: Diagnosis | None, own: tuple[Diagnosis, ...],
+           snapshot: Snapshot, source: str) -> DiagnoseResult:
     if hub is not None or own:
         named = hub if hub is not None else own[0]
         rest = [d for d in own if d != named]
@@ -98,6 +108,22 @@ def from_dumps(directory: Path, note: str = "") -> DiagnoseResult:
         return DiagnoseResult(replace(named, evidence=(*named.evidence, *extra)), snapshot,
                               f"{source} ({whose})")
     return DiagnoseResult(analyze(snapshot, Options(live=False)), snapshot, source)
+
+
+def _launch_record(directory: Path) -> Record | None:
+    """What ``ddpnet launch --max-restarts`` did about the verdicts (each node's
+    ``recovery-<host>.json``, ``launch.elastic_agent``), one history in time order."""
+    import json
+
+    events = []
+    for path in sorted(directory.glob("recovery-*.json")):
+        try:
+            events += Record.from_dict(json.loads(path.read_text())).events
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not events:
+        return None
+    return Record("launch", tuple(sorted(events, key=lambda e: e.at)))
 
 
 def from_job_dir(job_dir: Path) -> DiagnoseResult:
