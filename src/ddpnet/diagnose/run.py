@@ -10,7 +10,7 @@ from typing import Any
 
 from ddpnet.errors import ConfigError
 from ddpnet.exitcodes import ExitCode
-from ddpnet.launch.recovery import Record
+from ddpnet.launch.recovery import Event, Record
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.report import render_text
 from ddpnet.watch.state import Diagnosis, Snapshot
@@ -115,7 +115,7 @@ def _launch_record(directory: Path) -> Record | None:
     ``recovery-<host>.json``, ``launch.elastic_agent``), one history in time order."""
     import json
 
-    events = []
+    events: list[Event] = []
     for path in sorted(directory.glob("recovery-*.json")):
         try:
             events += Record.from_dict(json.loads(path.read_text())).events
