@@ -138,7 +138,10 @@ def main(argv: Sequence[str]) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # the ranks write to files: lines now
     with tempfile.TemporaryDirectory(prefix="ddpnet-launch-") as logs:
         args = parse_args(["--tee", "3", "--log-dir", logs, *argv])  # type: ignore[no-untyped-call]
-        if int(args.max_restarts) > 0 and args.rdzv_backend == "c10d":
+        # the verdict's gate (the blamed node left out of the next round); not with --no-watch:
+        # no rank would leave a verdict to read
+        if int(args.max_restarts) > 0 and args.rdzv_backend == "c10d" and \
+                os.environ.get("DDPNET_WATCH") != "0":
             from ddpnet.launch import elastic_agent
             from ddpnet.watch.dump import watch_dir
 
