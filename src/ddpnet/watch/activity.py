@@ -286,7 +286,11 @@ class Sampler:
             self.watch_cpu += max(0.0, now - last)
 
     def sample(self, max_age: float = 0.0) -> Activity:
-        """A new sample, or the last one while younger than ``max_age`` seconds."""
+        """A new sample, or the last one while younger than ``max_age`` seconds. The calling
+        watch thread's CPU up to now is the watch's first: noted only after the sample, the
+        heartbeat's own second of work (a GC pass, a state's encoding) read as the rank's, and
+        a rank asleep in its data loader looked busy on a loaded host."""
+        self.note_watch()
         try:
             with self.lock:
                 prev = self.prev
