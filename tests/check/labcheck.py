@@ -22,6 +22,18 @@ _CLEAR = ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
           "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
+#: windows for a check that must not wait one: a rank that waited instead of going on at once
+#: takes at least JOIN_S, however loaded the machine, and one that did not stays under
+#: UNWAITED_S (fixed "< 15 s" bounds against a 10 s join window and 20 s stages failed at
+#: 15.7 s and 16.9 s on two loaded cores in CI: slow start-ups, not waits)
+JOIN_S = 30
+UNWAITED_S = JOIN_S
+UNWAITED = ["--join-timeout", str(JOIN_S), "--timeout", str(JOIN_S + 10), "--no-matrix"]
+#: rank 0's own window where a test means it to wait for a missing rank (appended to
+#: UNWAITED for that rank alone: the last value of an option wins)
+SHORT_JOIN = ["--join-timeout", "10"]
+
+
 @dataclass(frozen=True)
 class RankRun:
     node: int
@@ -52,16 +64,20 @@ def node_env(lab: Lab, node: int, *, rank: int, world: int, port: int,
 
 def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = None,
               port: int = 29510, per_node: Mapping[int, Mapping[str, str]] | None = None,
-              timeout: float = 90, drop: Sequence[str] = ()) -> dict[int, RankRun]:
+              timeout: float = 90, drop: Sequence[str] = (),
+              per_node_args: Mapping[int, Sequence[str]] | None = None
+              ) -> dict[int, RankRun]:
     """Start ``ddpnet check --json ARGS`` on each chosen node (rank = node index unless
-    ``per_node`` says otherwise), wait for all (bounded), return each rank's output."""
+    ``per_node`` says otherwise; ``per_node_args`` appended on that node), wait for all
+    (bounded), return each rank's output."""
     chosen = list(range(len(lab.nodes))) if nodes is None else list(nodes)
     world = len(lab.nodes)
     procs: dict[int, subprocess.Popen[str]] = {}
     for idx in chosen:
         env = node_env(lab, idx, rank=idx, world=world, port=port,
                        extra=(per_node or {}).get(idx), drop=drop)
-        procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args],
+        procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args,
+                                       *(per_node_args or {}).get(idx, ())],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     return wait_all(procs, timeout)

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from ddpnet.lab import Lab
-from tests.check.labcheck import RankRun, run_check
+from tests.check.labcheck import UNWAITED, UNWAITED_S, RankRun, run_check
 from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = [requires_netns, pytest.mark.root, pytest.mark.slow]
 
-FAST = ["--join-timeout", "10", "--timeout", "20", "--no-matrix"]
+FAST = UNWAITED  # every rank joins: none may wait a window
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_prefix_eth_matching_eth1_first_on_one_node_is_named(lab: Lab) -> None:
     assert "kernel interface order: lo, eth1, eth0" in cause["detail"]
     assert "rank(s) 0,2: eth0 in 198.18.0.0/24" in cause["detail"]
     assert cause["fix"] == f"on {cause['hosts'][0]}: export NCCL_SOCKET_IFNAME==eth0"
-    assert report["timings"]["total"] < 15
+    assert report["timings"]["total"] < UNWAITED_S
 
 
 def test_exact_eth0_on_the_same_lab_passes_with_nothing_about_it(lab: Lab) -> None:
@@ -93,7 +93,7 @@ def test_the_job_on_the_slow_one_of_two_networks_is_named_with_the_fast_ones_add
     assert "export GLOO_SOCKET_IFNAME=eth1 NCCL_SOCKET_IFNAME==eth1 on every node" in cause["fix"]
     assert report["stages"]["networks"] == "warn"
     assert [n["job"] for n in report["networks"]] == [True, False]
-    assert report["timings"]["total"] < 15
+    assert report["timings"]["total"] < UNWAITED_S
 
 
 def test_the_job_on_the_fast_one_of_two_networks_says_nothing() -> None:

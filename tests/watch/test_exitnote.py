@@ -39,11 +39,15 @@ def test_only_the_main_threads_failing_exit_is_noted_and_undo_restores() -> None
     noted: list[str] = []
     original = sys.exit
 
+    def note(error: str, handling: BaseException | None) -> None:
+        assert handling is None  # nothing was being handled
+        noted.append(error)
+
     def leave_thread() -> None:
         with pytest.raises(SystemExit):
             sys.exit(5)
 
-    undo = exitnote.note_exits(noted.append)
+    undo = exitnote.note_exits(note)
     try:
         thread = threading.Thread(target=leave_thread)
         thread.start()
@@ -55,6 +59,57 @@ def test_only_the_main_threads_failing_exit_is_noted_and_undo_restores() -> None
     finally:
         undo()
     assert noted == ["SystemExit: sys.exit(7)"] and sys.exit is original
+
+
+def test_the_exception_being_handled_goes_with_the_exit() -> None:
+    noted: list[tuple[str, BaseException | None]] = []
+    undo = exitnote.note_exits(lambda error, handling: noted.append((error, handling)))
+    failure = RuntimeError("Connection closed by peer [127.0.0.1]:1234")
+    try:
+        with pytest.raises(SystemExit):
+            try:
+                raise failure
+            except RuntimeError:
+                sys.exit(1)
+    finally:
+        undo()
+    assert noted == [("SystemExit: sys.exit(1)", failure)]
+
+
+#: what mp.spawn's child does (torch.multiprocessing.spawn._wrap), and frameworks' mains: the
+#: peer's failure caught and turned into exit 1, so it never reaches sys.excepthook
+WRAPPED = """
+import sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+try:
+    for step in range(40):
+        dist.all_reduce(torch.ones(2))
+        time.sleep(0.02)
+        if rank == 1 and step == 10:
+            import os, signal
+            os.kill(os.getpid(), signal.SIGKILL)
+except Exception:
+    sys.exit(1)
+print("done", rank, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_peer_failure_caught_and_turned_into_exit_1_still_waits_for_the_verdict(
+        tmp_path: Path) -> None:
+    """No launcher SIGTERMs rank 0 here: it waits for the verdict only because its sys.exit(1)
+    was called while the peer's failure was being handled."""
+    script = tmp_path / "wrapped.py"
+    script.write_text(WRAPPED)
+    runs = ranks([sys.executable, "-m", "ddpnet.attach", str(script)], tmp_path)
+    report = json.loads((tmp_path / "watch" / "report.json").read_text())
+    assert report["kind"] == "rank-gone", report["diagnosis"]
+    assert report["diagnosis"]["summary"].startswith("rank 1 "), report["diagnosis"]
+    assert runs[0].code == 4, runs[0].err[-2000:]
+    assert "from a peer; waiting up to" in runs[0].err
+    assert "ddpnet: watch: rank 0 exits (4): rank-gone: rank 1 " in runs[0].err, runs[0].err
 
 
 @pytest.mark.slow

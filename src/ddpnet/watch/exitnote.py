@@ -6,7 +6,9 @@ returning 2) said a clean goodbye: the hub took it for finished and blamed the r
 in the next collective ("an extra collective at the end", the code's bug). ``sys.exit`` is
 wrapped while the watch runs: a code that is not 0 (or None) from the main thread is noted,
 and the goodbye carries it, so the hub names that rank as gone with its code. A bare
-``raise SystemExit(3)`` is not seen (nothing in Python reports it before exit)."""
+``raise SystemExit(3)`` is not seen (nothing in Python reports it before exit). The exception
+being handled when ``sys.exit`` is called goes with it: a wrapper that catches a peer's
+failure and exits 1 (mp.spawn's child does) is one more rank dying of that failure."""
 
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ def describe(code: object) -> str:
     return f"SystemExit: sys.exit({str(code)!r}) (exit code 1)"
 
 
-def note_exits(on_exit: Callable[[str], None]) -> Callable[[], None]:
+def note_exits(on_exit: Callable[[str, BaseException | None], None]) -> Callable[[], None]:
     """Wrap ``sys.exit`` to tell ``on_exit`` the error of a failing exit from the main
-    thread (a thread's SystemExit ends only that thread); returns the undo."""
+    thread (a thread's SystemExit ends only that thread) and the exception being handled
+    there, if any; returns the undo."""
     original = sys.exit
 
     @functools.wraps(original)
@@ -36,7 +39,7 @@ def note_exits(on_exit: Callable[[str], None]) -> Callable[[], None]:
         if threading.current_thread() is threading.main_thread():
             error = describe(code)
             if error:
-                on_exit(error)
+                on_exit(error, sys.exc_info()[1])
         return original(code)
 
     sys.exit = exit_noted

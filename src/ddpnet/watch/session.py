@@ -397,19 +397,35 @@ class Session:
             return
         error = short_error(kind.__name__, str(exc))
         if self.verdict_wait > 0 and peer_failure(kind, str(exc)):
-            # the traceback first (the user's own context), then the verdict's one line and
-            # its exit code, from the heartbeat thread, when the hub names the cause; SIGTERM
-            # held from the first moment (torchrun sends it within 0.1 s of a peer dying)
-            with termguard.holding(), uncaptured(self.beacon.stream):
-                self.previous_hook(kind, exc, tb)
-                sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting "
-                                 f"up to {self.verdict_wait:.0f} s for the watch to name the "
-                                 "cause\n")
-                sys.stderr.flush()
-                self.beacon.await_verdict(error, self.verdict_wait)
+            # the traceback first (the user's own context), then the verdict
+            self.await_peer_verdict(error, lambda: self.previous_hook(kind, exc, tb))
             return
         self.beacon.close(error)
         self.previous_hook(kind, exc, tb)
+
+    def await_peer_verdict(self, error: str, before: Callable[[], None]) -> None:
+        """This rank dies of a peer's failure: after ``before`` (its traceback), the verdict's
+        one line and its exit code, from the heartbeat thread, when the hub names the cause;
+        SIGTERM held from the first moment (torchrun and mp.spawn send it within 0.1 s of a
+        peer dying). Without a verdict in ``verdict_wait`` s, the caller's own exit."""
+        with termguard.holding(), uncaptured(self.beacon.stream):
+            before()
+            sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting "
+                             f"up to {self.verdict_wait:.0f} s for the watch to name the "
+                             "cause\n")
+            sys.stderr.flush()
+            self.beacon.await_verdict(error, self.verdict_wait)
+
+    def exiting(self, error: str, handling: BaseException | None) -> None:
+        """A failing ``sys.exit`` from the main thread (``watch.exitnote``). One called while
+        a peer's failure is handled is that failure caught by a wrapper (mp.spawn's child,
+        a framework's ``except Exception: sys.exit(1)``): the excepthook never sees it, so
+        it waits for the verdict here, as the excepthook would have."""
+        self.exit_error = error
+        if (isinstance(handling, Exception) and self.verdict_wait > 0
+                and peer_failure(type(handling), str(handling))):
+            self.await_peer_verdict(short_error(type(handling).__name__, str(handling)),
+                                    lambda: None)
 
     def stop(self) -> None:
         # a job that ends while its rank still connects says goodbye once connected: else
@@ -467,8 +483,8 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     unwrap = _recorder.wrap_collectives(dist, lambda: _next_seq(group))
     uninfer = infer.install(_recorder)  # steps and phases where the script marks none
 
-    def note(error: str) -> None:
-        session.exit_error = error
+    def note(error: str, handling: BaseException | None) -> None:
+        session.exiting(error, handling)
 
     unexit = exitnote.note_exits(note)
 
