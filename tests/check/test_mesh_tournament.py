@@ -141,7 +141,7 @@ def test_a_listener_that_accepts_but_never_answers_leaves_the_address_unknown() 
         srv.listen(1)
         start = time.monotonic()
         assert mesh.probe("127.0.0.1", srv.getsockname()[1], 0.5, rank=1) == (mesh.OK, None)
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < 10  # bounded by its 0.5 s timeout, not a hang
 
 
 @pytest.mark.parametrize("value", [None, [], {"row": "ok"}, {"row": ["ok"]},

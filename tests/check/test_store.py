@@ -154,7 +154,7 @@ def test_a_store_that_goes_silent_after_the_join_is_given_up_within_its_bound() 
         started = time.monotonic()
         with pytest.raises(StageTimeout, match="ack"):
             store.add("ack")
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 1.0  # not another stall_s wait
     finally:
         os.kill(server.pid, signal.SIGCONT)
         server.kill()

@@ -28,7 +28,7 @@ import time
 from ddpnet.check import torchimport as t
 t.give_up()
 start = time.monotonic()
-assert t.wait_imported(30) is False and time.monotonic() - start < 1
+assert t.wait_imported(30) is False and time.monotonic() - start < 10  # not the 30 s
 print("given up")
 """
 

@@ -140,7 +140,7 @@ def test_real_refused_within_connect_timeout() -> None:
     with pytest.raises(RendezvousError) as info:
         preflight(cfg("127.0.0.1", port=port, nodes=1, world=2), None, 1.5, host="h")
     assert info.value.cause == "master-port-refused"
-    assert 1.4 < time.monotonic() - t0 < 3.5
+    assert 1.4 < time.monotonic() - t0 < 1.5 + 5  # its timeout, not a wait past it
 
 
 def test_real_connects_to_a_late_listener() -> None:

@@ -233,9 +233,16 @@ def test_a_goodbye_is_held_and_becomes_the_verdict_when_a_peer_issued_more(
     thread.join(10)
 
 
-def test_ranks_finishing_together_are_let_go_at_once(tmp_path: Path) -> None:
+def test_ranks_finishing_together_are_let_go_at_once(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
     import time
+
+    from ddpnet.watch import heartbeat
+
+    # a goodbye the hub never answered would wait this long: far above any loaded machine's
+    # few seconds (against the real 3.5 s, a 2 s bound left 1.5 s to luck)
+    monkeypatch.setattr(heartbeat, "FAREWELL_WAIT_S", 30.0)
 
     from tests.watch.test_hub import beacon, start_hub, wait_for
 
@@ -252,6 +259,6 @@ def test_ranks_finishing_together_are_let_go_at_once(tmp_path: Path) -> None:
         c.start()
     for c in closers:
         c.join(10)
-    assert time.monotonic() - started < 2.0 and exits == []
+    assert time.monotonic() - started < 15 and exits == []
     thread.join(10)
     assert not thread.is_alive()

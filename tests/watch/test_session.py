@@ -114,7 +114,7 @@ def test_a_ranks_own_error_is_its_own_traceback_at_once(tmp_path: Path) -> None:
     exc = ValueError("bad batch")
     start = time.monotonic()
     session.excepthook(type(exc), exc, None)
-    assert time.monotonic() - start < 1 and printed == [exc] and exits == []
+    assert time.monotonic() - start < 5 and printed == [exc] and exits == []  # not the 10 s
 
 
 def test_without_a_verdict_the_wait_is_bounded(tmp_path: Path) -> None:
