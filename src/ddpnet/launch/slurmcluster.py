@@ -52,6 +52,11 @@ class ClusterSpec:
     #: munge credential lifetime (AuthInfo cred_expire, SLURM's default 120 s); it is also
     #: how long a requeued job waits before it may start again
     cred_expire_s: int | None = None
+    #: how often the scheduler passes over pending jobs (SchedulerParameters sched_interval and
+    #: bf_interval; SLURM's 60 s and 30 s): a requeued job whose BeginTime has come, or a job
+    #: a drained node left waiting, starts only at such a pass, not at an event; a lab
+    #: cluster of a few nodes and jobs can afford one every few seconds
+    sched_interval_s: int = 2
 
     @property
     def conf(self) -> Path:
@@ -91,6 +96,8 @@ def render_conf(spec: ClusterSpec) -> str:
         "AccountingStorageType=accounting_storage/none",
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
+        f"SchedulerParameters=sched_interval={spec.sched_interval_s},"
+        f"bf_interval={spec.sched_interval_s}",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "ReturnToService=2",
