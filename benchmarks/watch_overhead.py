@@ -309,25 +309,29 @@ def attached_run(watch: bool, step_s: float, steps: int) -> tuple[float, float]:
 def attached(rounds: int, steps: int) -> dict[str, Any]:
     """An unchanged script with the watch attached vs plain, interleaved rounds (medians):
     the step time at each ATTACHED_STEP_S and what attaching adds to start-up (spawn to the
-    group, both ranks)."""
+    group, both ranks). A second plain run in each round is the A/A control: what two plain
+    sides differ by on this machine, the noise floor the overhead is read against."""
     out: dict[str, Any] = {}
+    sides = {"off": False, "on": True, "off_again": False}
     for name, step_s in ATTACHED_STEP_S.items():
-        runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+        runs: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         for _ in range(rounds):
-            for watch in (False, True):
-                runs[watch].append(attached_run(watch, step_s, steps))
-        off = statistics.median(s for _, s in runs[False])
-        on = statistics.median(s for _, s in runs[True])
-        up_off = statistics.median(g for g, _ in runs[False])
-        up_on = statistics.median(g for g, _ in runs[True])
+            for side, watch in sides.items():
+                runs[side].append(attached_run(watch, step_s, steps))
+        step = {side: statistics.median(s for _, s in runs[side]) for side in sides}
+        up = {side: statistics.median(g for g, _ in runs[side]) for side in sides}
+        off, on = step["off"], step["on"]
         out[name] = {"step_s_off": off, "step_s_on": on,
                      "overhead_pct": 100 * (on - off) / off,
-                     "startup_s_off": up_off, "startup_s_on": up_on,
-                     "startup_added_s": up_on - up_off,
-                     "runs": {"off": runs[False], "on": runs[True]}}
+                     "aa_control_pct": 100 * (step["off_again"] - off) / off,
+                     "startup_s_off": up["off"], "startup_s_on": up["on"],
+                     "startup_added_s": up["on"] - up["off"],
+                     "aa_startup_s": up["off_again"] - up["off"],
+                     "runs": runs}
         print(f"attached {name}: step {off * 1e3:.2f} -> {on * 1e3:.2f} ms "
-              f"({out[name]['overhead_pct']:+.2f} %), start-up {up_off:.2f} -> {up_on:.2f} s "
-              f"({up_on - up_off:+.2f} s)", flush=True)
+              f"({out[name]['overhead_pct']:+.2f} %; A/A {out[name]['aa_control_pct']:+.2f} %),"
+              f" start-up {up['off']:.2f} -> {up['on']:.2f} s ({up['on'] - up['off']:+.2f} s;"
+              f" A/A {out[name]['aa_startup_s']:+.2f} s)", flush=True)
     return out
 
 
