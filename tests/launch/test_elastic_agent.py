@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
 
 from ddpnet.launch import elastic_agent
 from ddpnet.launch.elastic_agent import LEFT_KEY, Watching
@@ -42,8 +44,11 @@ class Store:
         return self.data[key]
 
 
-def group(store: Store, ranks: list[int], nodes: int = 3, min_nodes: int = 2) -> Any:
-    handler = SimpleNamespace(_store=store, settings=SimpleNamespace(min_nodes=min_nodes))
+def group(store: Store, ranks: list[int], nodes: int = 3, min_nodes: int = 2,
+          last_call_s: float = 30.0) -> Any:
+    timeout = RendezvousTimeout(last_call=timedelta(seconds=last_call_s))  # torch's own type
+    handler = SimpleNamespace(_store=store, settings=SimpleNamespace(min_nodes=min_nodes,
+                                                                     timeout=timeout))
     return SimpleNamespace(workers=[SimpleNamespace(id=1000 + r, global_rank=r) for r in ranks],
                            group_world_size=nodes, spec=SimpleNamespace(rdzv_handler=handler))
 
@@ -73,6 +78,19 @@ def test_a_node_that_heard_another_blamed_tells_the_store_and_restarts(
     assert "n2 is blamed: the job restarts without it on 2 nodes" in capsys.readouterr().err
     record = json.loads((tmp_path / "recovery-n0.json").read_text())
     assert [e["what"] for e in record["events"]] == ["verdict", "exclude"]
+    # the next round waits seconds, not torchrun's 30 s, for nodes above MIN
+    last_call = g.spec.rdzv_handler.settings.timeout.last_call
+    assert last_call == timedelta(seconds=elastic_agent.LAST_CALL_AFTER_LEAVE_S) < \
+        timedelta(seconds=30)
+
+
+def test_a_users_shorter_last_call_is_kept(tmp_path: Path) -> None:
+    store, watching, a = Store(), Watching(tmp_path, me="n0"), agent()
+    g = group(store, [0], last_call_s=3)
+    watching.after(a, g, RunResult(state=WorkerState.HEALTHY))
+    obeyed(tmp_path, 0, STOPPED)
+    watching.after(a, g, RunResult(state=WorkerState.FAILED))
+    assert g.spec.rdzv_handler.settings.timeout.last_call == timedelta(seconds=3)
 
 
 def test_the_blamed_node_told_by_the_store_kills_its_workers_and_leaves(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ ranks obeyed (their dumps in ``$DDPNET_WATCH_DIR``, written since this attempt b
 
 - **restart**: another node is blamed: its name goes into the rendezvous store
   (``ddpnet/left/<host>``) and torchrun restarts the group; with an elastic ``--nnodes
-  MIN:MAX`` the next round closes without it (after torchrun's last call, 30 s);
+  MIN:MAX`` the next round closes without it, after a last call of
+  :data:`LAST_CALL_AFTER_LEAVE_S` (torchrun's is 30 s: it waits for a node that left);
 - **leave**: this node is blamed: its workers are killed, it leaves the rendezvous without
   closing it, and ``ddpnet launch`` exits 4 with the verdict (:class:`Leave`);
 - **stop**: no node to blame, a second failure, too few nodes: no restart here (torchrun then
@@ -43,6 +44,11 @@ LEFT_KEY = "ddpnet/left/"
 CHECK_EVERY_S = 2.0
 #: how long a node whose group failed with no verdict of its own waits to hear one
 GRACE_S = 10.0
+#: the last call of the rounds after a node was left out (torchrun's default 30 s; a shorter
+#: one, set in torchrun's ``--rdzv-conf``, is kept): once MIN nodes are back, the round waits
+#: this long for the rest, which obeyed the same verdict, each within GRACE_S of its group
+#: failing; the blamed node never comes
+LAST_CALL_AFTER_LEAVE_S = GRACE_S + 2.0
 #: what the action's record is called in the watch directory (one per node: it may be shared)
 RECORD_TEMPLATE = "recovery-{host}.json"
 
@@ -107,6 +113,7 @@ class Watching:
         if gate.action == "restart" and gate.verdict is not None:
             _tell(group, gate.verdict)
             self.left[gate.verdict.host] = gate.verdict
+            _shorten_last_call(group)
         elif gate.action == "stop":
             agent._remaining_restarts = 0  # torchrun stops the group and closes the round
         self.act(agent, group, gate)
@@ -183,6 +190,20 @@ def _told(group: Any, me: str) -> Blame | None:
                 data = json.loads(store.get(key))
                 return replace(Blame.from_dict(data), host=me)
     return None
+
+
+def _shorten_last_call(group: Any) -> None:
+    """Wait LAST_CALL_AFTER_LEAVE_S, not torchrun's 30 s, for the nodes above MIN in the
+    rounds to come (the node that reaches MIN sets the round's deadline from its own
+    setting: every node that restarts sets it alike); best effort on torch's own type."""
+    from datetime import timedelta
+
+    settings = getattr(group.spec.rdzv_handler, "settings", None)
+    timeout = getattr(settings, "timeout", None)
+    shorter = timedelta(seconds=LAST_CALL_AFTER_LEAVE_S)
+    with contextlib.suppress(Exception):
+        if timeout is not None and timeout.last_call > shorter:
+            timeout._last_call = shorter
 
 
 def _min_nodes(group: Any) -> int:
