@@ -83,6 +83,10 @@ import sys, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+from ddpnet.watch import session
+if session.active():  # the fault once both ranks' watch is up (a loaded host: seconds); a
+    session._session.connecting.join(60)  # rank killed before the hub knew it is named later
+dist.barrier()
 try:
     for step in range(40):
         dist.all_reduce(torch.ones(2))
