@@ -30,6 +30,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -196,19 +197,20 @@ def _shorten_last_call(group: Any) -> None:
     """Wait LAST_CALL_AFTER_LEAVE_S, not torchrun's 30 s, for the nodes above MIN in the
     rounds to come (the node that reaches MIN sets the round's deadline from its own
     setting: every node that restarts sets it alike); best effort on torch's own type."""
-    from datetime import timedelta
-
-    settings = getattr(group.spec.rdzv_handler, "settings", None)
-    timeout = getattr(settings, "timeout", None)
+    timeout = getattr(_settings(group), "timeout", None)
     shorter = timedelta(seconds=LAST_CALL_AFTER_LEAVE_S)
     with contextlib.suppress(Exception):
         if timeout is not None and timeout.last_call > shorter:
             timeout._last_call = shorter
 
 
+def _settings(group: Any) -> Any:
+    """The rendezvous handler's settings (torch's RendezvousSettings), or None."""
+    return getattr(group.spec.rdzv_handler, "settings", None)
+
+
 def _min_nodes(group: Any) -> int:
-    settings = getattr(group.spec.rdzv_handler, "settings", None)
-    return int(getattr(settings, "min_nodes", group.group_world_size))
+    return int(getattr(_settings(group), "min_nodes", group.group_world_size))
 
 
 def holds_store(endpoint: str) -> bool:

@@ -396,12 +396,17 @@ class Session:
             self.previous_hook(kind, exc, tb)
             return
         error = short_error(kind.__name__, str(exc))
-        if self.verdict_wait > 0 and peer_failure(kind, str(exc)):
+        if self.waits_for(kind, str(exc)):
             # the traceback first (the user's own context), then the verdict
             self.await_peer_verdict(error, lambda: self.previous_hook(kind, exc, tb))
             return
         self.beacon.close(error)
         self.previous_hook(kind, exc, tb)
+
+    def waits_for(self, kind: type[BaseException], text: str) -> bool:
+        """Whether this rank, dying of this exception, waits for the verdict: a peer's failure
+        where the watch's action exits (``verdict_wait``)."""
+        return self.verdict_wait > 0 and peer_failure(kind, text)
 
     def await_peer_verdict(self, error: str, before: Callable[[], None]) -> None:
         """This rank dies of a peer's failure: after ``before`` (its traceback), the verdict's
@@ -422,8 +427,7 @@ class Session:
         a framework's ``except Exception: sys.exit(1)``): the excepthook never sees it, so
         it waits for the verdict here, as the excepthook would have."""
         self.exit_error = error
-        if (isinstance(handling, Exception) and self.verdict_wait > 0
-                and peer_failure(type(handling), str(handling))):
+        if isinstance(handling, Exception) and self.waits_for(type(handling), str(handling)):
             self.await_peer_verdict(short_error(type(handling).__name__, str(handling)),
                                     lambda: None)
 
