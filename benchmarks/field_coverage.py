@@ -31,6 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# a user's check starts its own interpreter: no test zygote here (tests/zygote.py)
+os.environ.setdefault("DDPNET_TEST_ZYGOTE", "0")
 
 from tests.check.labcheck import RankRun, node_env, run_check, wait_all  # noqa: E402
 

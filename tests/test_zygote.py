@@ -139,3 +139,32 @@ def test_a_poll_beside_a_waiting_communicate_loses_nothing(tmp_path: Path) -> No
             pass
         drain.join(60)
         assert proc.returncode == 0 and got["out"][0].startswith("argv ['ok']"), got
+
+
+def test_what_only_an_exec_applies_sends_the_child_to_a_real_interpreter() -> None:
+    base = dict(os.environ)
+    assert zygote.forkable(None) and zygote.forkable(base)
+    assert zygote.forkable({**base, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1",
+                            "PYTHONPATH": "/x", "RANK": "3"})
+    assert not zygote.forkable({**base, "LD_PRELOAD": "/tmp/libskew.so"})
+    assert not zygote.forkable({**base, "PYTHONHASHSEED": "7"})
+    assert not zygote.forkable({k: v for k, v in base.items() if k != "PATH"} | {
+        "MKL_NUM_THREADS": "3"})
+
+
+def test_a_preloaded_library_gets_a_real_exec_and_omp_threads_are_the_childs(
+        tmp_path: Path) -> None:
+    """LD_PRELOAD reaches the loader only in a real exec (its cmdline is the script's, not
+    the zygote's); OMP_NUM_THREADS reaches a forked child's torch."""
+    script = tmp_path / "threads.py"
+    script.write_text("import torch\nprint(torch.get_num_threads(), "
+                      "b'--serve' in open('/proc/self/cmdline', 'rb').read())\n")
+    forked = zygote.run([str(script)], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                        capture_output=True, text=True, timeout=120)
+    assert forked.stdout.split() == ["1", "True"], forked.stderr
+    libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib64/libm.so.6")
+                if os.path.exists(p))
+    execed = zygote.run([str(script)], env={**os.environ, "LD_PRELOAD": libm,
+                                            "OMP_NUM_THREADS": "1"},
+                        capture_output=True, text=True, timeout=120)
+    assert execed.stdout.split() == ["1", "False"], execed.stderr

@@ -10,9 +10,15 @@ streams, session), runs the script as ``__main__`` and exits as an interpreter w
 ``Popen``-shaped handle: ``pid``, ``poll``, ``wait``, ``communicate``, ``kill``,
 ``send_signal``, ``returncode`` (negative for a signal, as ``subprocess`` has it).
 
+A child can also be a lab node's process (``node_popen``): it enters the node's network,
+mount and UTS namespaces as ``ip netns exec NS unshare --uts`` does
+(``ddpnet.lab.topology.node_argv``: the node's /sys, its /etc/netns files over /etc, its
+hostname), so ``ddpnet check`` on six lab nodes stops importing torch six times. ``-m
+MODULE`` runs a module as ``python -m`` does.
+
 Not for what a user's interpreter start-up is part of: a launcher (torchrun, mpirun,
-``ddpnet exec``), an interpreter hook (``ddpnet attach``), a script in a lab namespace, or a
-test that finds its ranks by command line. ``DDPNET_TEST_ZYGOTE=0`` starts every rank as its
+``ddpnet exec``), an interpreter hook (``ddpnet attach``), or a test that finds its ranks
+(or a port's holder) by command line: a child's /proc/PID/cmdline is the zygote's. ``DDPNET_TEST_ZYGOTE=0`` starts every rank as its
 own interpreter again (the same tests, the slow way).
 
 Protocol (a Unix socket): the client sends one JSON request with the child's three standard
@@ -26,6 +32,7 @@ from __future__ import annotations
 import array
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -37,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -44,6 +52,8 @@ from typing import IO, Any
 REAPED_CPU_S = 0.0
 _LOCK = threading.Lock()
 _ZYGOTE: _Server | None = None
+#: the zygote's warning filters before a child's PYTHONWARNINGS (_serve)
+_BASE_FILTERS: list[Any] = []
 
 
 def enabled() -> bool:
@@ -81,20 +91,67 @@ def _become(request: dict[str, Any], fds: list[int], zygote_fds: Sequence[int],
         os.close(fd)
     if request.get("new_session"):
         os.setsid()
+    if request.get("node"):
+        _enter_node(*request["node"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # read at interpreter start-up, so the zygote's own were in force
+    sys.warnoptions[:] = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
+    warnings.filters[:] = _BASE_FILTERS  # type: ignore[index]
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+    warnings._processoptions(sys.warnoptions)  # type: ignore[attr-defined]
     # the zygote's own stream objects now write to the child's fds (dup2 above); new
     # objects in their place would let the old ones be collected, closing fds 0-2 under
     # whatever reuses those numbers next (gloo's epoll fd: "nfds != -1")
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     for stream, line in ((sys.stdout, os.isatty(1)), (sys.stderr, True)):
         stream.reconfigure(line_buffering=line, write_through=unbuffered)  # type: ignore[union-attr]
-    script = request["argv"][0]
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # libgomp read the zygote's at load
+        import torch
+
+        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+    argv = list(request["argv"])
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.path.dirname(os.path.abspath(script)), *extra,
-                   *(p for p in sys.path[1:] if p not in extra)]
-    sys.argv = list(request["argv"])
+    # python -m puts the working directory first, python SCRIPT the script's directory
+    first = os.getcwd() if argv[0] == "-m" else os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[:] = [first, *extra, *(p for p in sys.path[1:] if p not in extra)]
+    sys.argv = argv
+
+
+#: sched.h and sys/mount.h
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWNET = 0x00020000, 0x04000000, 0x40000000
+_MS_BIND, _MS_REC, _MS_SLAVE, _MNT_DETACH = 0x1000, 0x4000, 1 << 19, 2
+
+
+def _enter_node(namespace: str, hostname: str) -> None:
+    """Become a process of lab node ``namespace``, as ``ip netns exec NS unshare --uts`` and
+    the hostname write of ``ddpnet.lab.topology.node_argv`` make one: its network namespace;
+    a mount namespace of its own (slave, as ip does) with a sysfs of that network namespace
+    on /sys and each /etc/netns/NS file bound over its /etc one; a UTS namespace with the
+    node's hostname. The forked child has one thread, as unshare(CLONE_NEWNS) needs."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"entering lab node {namespace}: {what}: {os.strerror(err)}")
+
+    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        check(libc.setns(fd, _CLONE_NEWNET), "setns")
+    finally:
+        os.close(fd)
+    check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWUTS), "unshare")
+    check(libc.mount(b"", b"/", b"none", _MS_SLAVE | _MS_REC, None), "mount --make-rslave /")
+    check(libc.umount2(b"/sys", _MNT_DETACH), "umount /sys")
+    check(libc.mount(namespace.encode(), b"/sys", b"sysfs", 0, None), "mount sysfs")
+    etc = f"/etc/netns/{namespace}"
+    for name in sorted(os.listdir(etc)) if os.path.isdir(etc) else []:
+        if os.path.exists(f"/etc/{name}"):
+            check(libc.mount(f"{etc}/{name}".encode(), f"/etc/{name}".encode(), b"none",
+                             _MS_BIND, None), f"bind {etc}/{name}")
+    socket.sethostname(hostname)
 
 
 def _run_child(request: dict[str, Any], fds: list[int], zygote_fds: Sequence[int],
@@ -105,7 +162,12 @@ def _run_child(request: dict[str, Any], fds: list[int], zygote_fds: Sequence[int
 
     _become(request, fds, zygote_fds, sockets)
     try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        if sys.argv[0] == "-m":
+            module = sys.argv[1]
+            del sys.argv[0]  # runpy sets sys.argv[0] to the module's file, as python -m does
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(sys.argv[0], run_name="__main__")
     finally:
         # what the script printed reaches its pipes before anything of the zygote's inherited
         # state is torn down (the interpreter flushes again at exit; this is the same data)
@@ -122,6 +184,8 @@ def _serve(path: str) -> None:
 
     import torch.distributed  # noqa: F401  # the import every child inherits
 
+    # the interpreter's filters without the zygote's own -W/PYTHONWARNINGS ones (put first)
+    _BASE_FILTERS[:] = warnings.filters[len(sys.warnoptions):]
     gc.collect()
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -243,7 +307,7 @@ class Rank:
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                  cwd: str | None = None, stdin: Any = None, stdout: Any = None,
                  stderr: Any = None, start_new_session: bool = False,
-                 text: bool = False) -> None:
+                 text: bool = False, node: tuple[str, str] | None = None) -> None:
         self.args = list(argv)
         self.returncode: int | None = None
         self.cpu_s = 0.0
@@ -260,7 +324,8 @@ class Rank:
             self._sock.settimeout(30)
             self._sock.connect(_server().path)
             request = {"argv": self.args, "env": dict(env if env is not None else os.environ),
-                       "cwd": cwd or os.getcwd(), "new_session": start_new_session}
+                       "cwd": cwd or os.getcwd(), "new_session": start_new_session,
+                       "node": list(node) if node else None}
             self._sock.sendmsg([json.dumps(request).encode()],
                                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                  array.array("i", [in_fd, out_fd, err_fd]))])
@@ -349,19 +414,52 @@ class Rank:
         self.send_signal(signal.SIGKILL)
 
 
+#: read by the interpreter, the loader or the OpenMP runtime when a process starts, where a
+#: forked child would keep the zygote's (the _APPLIED ones _become applies itself)
+_AT_EXEC = ("LD_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_")
+_APPLIED = frozenset({"PYTHONPATH", "PYTHONWARNINGS", "PYTHONUNBUFFERED",
+                      "PYTHONDONTWRITEBYTECODE", "OMP_NUM_THREADS"})
+
+
+def forkable(env: Mapping[str, str] | None) -> bool:
+    """Whether a child with ``env`` can come from the zygote: the zygote is on, and no
+    variable that only takes effect at exec differs from what the zygote started with
+    (``LD_PRELOAD`` of a clock-skew library needs a real exec)."""
+    if not enabled():
+        return False
+    if env is None:
+        return True
+    keys = {k for k in (*env, *os.environ) if k.startswith(_AT_EXEC) and k not in _APPLIED}
+    return all(env.get(k) == os.environ.get(k) for k in keys)
+
+
 def popen(argv: Sequence[str], **kwargs: Any) -> Any:
     """``subprocess.Popen([sys.executable, *argv], **kwargs)``, from the zygote when
-    enabled (``argv[0]`` a script path; no interpreter options)."""
-    if not enabled():
+    ``forkable`` (``argv[0]`` a script path; no interpreter options)."""
+    if not forkable(kwargs.get("env")):
         return subprocess.Popen([sys.executable, *argv], **kwargs)
     return Rank(argv, **kwargs)
+
+
+def node_popen(lab: Any, index: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
+               **kwargs: Any) -> Any:
+    """``lab.popen(index, [sys.executable, *argv], env)``: the environment is the test's with
+    ``env`` over it, in a session of its own; from the zygote when enabled (``argv`` a script
+    path or ``-m MODULE``, then its arguments). ``lab.down`` kills it with the node's other
+    processes (it is in the node's network namespace)."""
+    full = {**os.environ, **(env or {})}
+    if not forkable(full):
+        return lab.popen(index, [sys.executable, *argv], env, **kwargs)
+    node = lab.node(index)
+    kwargs.setdefault("start_new_session", True)
+    return Rank(argv, env=full, node=(node.namespace, node.hostname), **kwargs)
 
 
 def run(argv: Sequence[str], *, input: str | bytes | None = None, timeout: float | None = None,
         capture_output: bool = False, check: bool = False,
         **kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run([sys.executable, *argv], ...)``, from the zygote when enabled."""
-    if not enabled():
+    if not forkable(kwargs.get("env")):
         return subprocess.run([sys.executable, *argv], input=input, timeout=timeout,
                               capture_output=capture_output, check=check, **kwargs)
     if capture_output:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.lab import Lab
+from tests import zygote
 
 #: launcher variables the test runner must not leak into a node
 _CLEAR = ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
@@ -76,10 +76,11 @@ def run_check(lab: Lab, args: Sequence[str], *, nodes: Sequence[int] | None = No
     for idx in chosen:
         env = node_env(lab, idx, rank=idx, world=world, port=port,
                        extra=(per_node or {}).get(idx), drop=drop)
-        procs[idx] = lab.popen(idx, [sys.executable, "-m", "ddpnet", "check", "--json", *args,
-                                       *(per_node_args or {}).get(idx, ())],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+        # forked from the test zygote inside the node (tests/zygote.py): torch imported once
+        procs[idx] = zygote.node_popen(
+            lab, idx, ["-m", "ddpnet", "check", "--json", *args,
+                       *(per_node_args or {}).get(idx, ())],
+            env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return wait_all(procs, timeout)
 
 
