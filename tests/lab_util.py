@@ -28,13 +28,16 @@ import itertools
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from ddpnet.lab import Lab
+from ddpnet.lab.topology import LabNode
+from tests import zygote
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,10 +72,46 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}{os.getpid()}x{next(_counter)}"
 
 
+#: what starts a user's interpreter or launcher: always a real exec (tests/zygote.py)
+_EXEC_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+_EXEC_COMMANDS = frozenset({"launch", "exec", "attach", "sbatch", "k8s"})
+
+
+def forks_in_zygote(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is one of our Pythons a forking lab takes from the zygote: ``python
+    SCRIPT.py ...`` or ``python -m MODULE ...``, not a launcher (torchrun, ``ddpnet launch``,
+    ``exec``, ``attach``: their interpreter start-up is what the test runs) and not ``-c``
+    (a port holder or listener found by its command line)."""
+    if len(argv) < 2 or argv[0] != sys.executable:
+        return False
+    if argv[1] == "-m":
+        module = argv[2] if len(argv) > 2 else ""
+        if module in _EXEC_MODULES:
+            return False
+        return not (module == "ddpnet" and len(argv) > 3 and argv[3] in _EXEC_COMMANDS)
+    return argv[1].endswith(".py") and os.path.isfile(argv[1])
+
+
+class ForkingLab(Lab):
+    """A lab whose nodes' own Pythons (``forks_in_zygote``) are forked from the test zygote
+    inside the node, torch already imported (issue #39): ``run``, ``popen`` and ``exec`` as
+    :class:`Lab` has them, every other command as it runs there."""
+
+    def _spawn(self, node: LabNode, argv: Sequence[str], env: Mapping[str, str] | None,
+               keep_cgroup: bool = False, **kwargs: Any) -> Any:
+        full = {**os.environ, **(env or {})}
+        if keep_cgroup or not forks_in_zygote(argv) or not zygote.forkable(full):
+            return super()._spawn(node, argv, env, keep_cgroup, **kwargs)
+        kwargs.setdefault("start_new_session", True)
+        return zygote.Rank(list(argv[1:]), env=full, node=(node.namespace, node.hostname),
+                           **kwargs)
+
+
 @contextmanager
-def fresh_lab(prefix: str, **kwargs: Any) -> Iterator[Lab]:
-    """A uniquely named lab, up for the ``with`` body and always removed after it."""
-    with Lab(name=unique_name(prefix), **kwargs) as lab:
+def fresh_lab(prefix: str, *, fork: bool = False, **kwargs: Any) -> Iterator[Lab]:
+    """A uniquely named lab, up for the ``with`` body and always removed after it;
+    ``fork=True``: a :class:`ForkingLab`."""
+    with (ForkingLab if fork else Lab)(name=unique_name(prefix), **kwargs) as lab:
         yield lab
 
 

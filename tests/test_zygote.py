@@ -168,3 +168,22 @@ def test_a_preloaded_library_gets_a_real_exec_and_omp_threads_are_the_childs(
                                             "OMP_NUM_THREADS": "1"},
                         capture_output=True, text=True, timeout=120)
     assert execed.stdout.split() == ["1", "False"], execed.stderr
+
+
+def test_a_forking_lab_forks_our_scripts_and_modules_not_launchers(tmp_path: Path) -> None:
+    import sys
+
+    from tests.lab_util import forks_in_zygote
+
+    script = tmp_path / "rank.py"
+    script.write_text("pass\n")
+    py = sys.executable
+    assert forks_in_zygote([py, str(script), "ok"])
+    assert forks_in_zygote([py, "-m", "ddpnet", "check", "--json"])
+    assert forks_in_zygote([py, "-m", "ddpnet", "train", "--width", "64"])
+    for launcher in (["-m", "ddpnet", "launch", "--", str(script)],
+                     ["-m", "ddpnet", "exec", "--", str(script)],
+                     ["-m", "torch.distributed.run", str(script)], ["-c", "print(1)"],
+                     [str(tmp_path / "missing.py")]):
+        assert not forks_in_zygote([py, *launcher]), launcher
+    assert not forks_in_zygote(["iperf3", "-s"]) and not forks_in_zygote(["python3", str(script)])

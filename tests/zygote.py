@@ -14,7 +14,9 @@ A child can also be a lab node's process (``node_popen``): it enters the node's 
 mount and UTS namespaces as ``ip netns exec NS unshare --uts`` does
 (``ddpnet.lab.topology.node_argv``: the node's /sys, its /etc/netns files over /etc, its
 hostname), so ``ddpnet check`` on six lab nodes stops importing torch six times. ``-m
-MODULE`` runs a module as ``python -m`` does.
+MODULE`` runs a module as ``python -m`` does. ``tests.lab_util.ForkingLab`` (``fresh_lab(...,
+fork=True)``) does it for a module's whole lab; what only an exec applies (``forkable``:
+``LD_PRELOAD``, ``PYTHONHASHSEED`` ...) still gets a real interpreter.
 
 Not for what a user's interpreter start-up is part of: a launcher (torchrun, mpirun,
 ``ddpnet exec``), an interpreter hook (``ddpnet attach``), or a test that finds its ranks
@@ -307,7 +309,9 @@ class Rank:
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                  cwd: str | None = None, stdin: Any = None, stdout: Any = None,
                  stderr: Any = None, start_new_session: bool = False,
-                 text: bool = False, node: tuple[str, str] | None = None) -> None:
+                 text: bool = False, node: tuple[str, str] | None = None,
+                 bufsize: int = -1) -> None:
+        # bufsize: accepted as Popen does; the test's pipe ends are read as they fill
         self.args = list(argv)
         self.returncode: int | None = None
         self.cpu_s = 0.0

@@ -29,7 +29,7 @@ PORT = 29517
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    with fresh_lab("nt", nodes=4) as lab:
+    with fresh_lab("nt", fork=True, nodes=4) as lab:
         yield lab
 
 
@@ -179,7 +179,7 @@ def test_a_rank_waiting_for_a_peer_that_failed_to_connect_stops_at_once() -> Non
     (198.19.200.0/24): gloo makes the higher address dial, so ranks 0 and 2 must connect to
     rank 1's private address and fail at once ("Network is unreachable"); rank 1 waited for
     them for the group's whole timeout. Now it stops within seconds, naming who failed."""
-    with fresh_lab("ntn", nodes=3, subnet="198.19.200.0/24", behind=(1,)) as nat:
+    with fresh_lab("ntn", fork=True, nodes=3, subnet="198.19.200.0/24", behind=(1,)) as nat:
         env = [{"MASTER_ADDR": nat.master_addr, "MASTER_PORT": str(PORT), "WORLD_SIZE": "3",
                 "RANK": str(r), "NNODES": "3", "NODE_RANK": str(r), "DDPNET_WATCH": "0",
                 "NT_GROUP_TIMEOUT": str(GROUP_TIMEOUT_S)}

@@ -62,7 +62,7 @@ def test_under_ddpnet_train_the_cut_off_rank_leaves_within_seconds_of_the_verdic
         tmp_path: Path) -> None:
     src = str(Path(__file__).resolve().parents[2] / "src")
     exits = Exits()
-    with fresh_lab("wcut", nodes=3) as lab:
+    with fresh_lab("wcut", fork=True, nodes=3) as lab:
         cut: list[float] = []
 
         def cut_link() -> None:

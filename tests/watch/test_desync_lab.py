@@ -25,7 +25,7 @@ NAMED_WITHIN_S = 15.0
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    with fresh_lab("wd", nodes=3) as lab:
+    with fresh_lab("wd", fork=True, nodes=3) as lab:
         yield lab
 
 

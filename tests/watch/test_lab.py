@@ -20,7 +20,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    with fresh_lab("wa", nodes=3) as lab:
+    with fresh_lab("wa", fork=True, nodes=3) as lab:
         yield lab
 
 

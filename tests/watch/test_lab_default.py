@@ -34,7 +34,7 @@ _ports = iter(range(29611, 29700, 3))
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    with fresh_lab("wq", nodes=3) as lab:
+    with fresh_lab("wq", fork=True, nodes=3) as lab:
         yield lab
 
 

@@ -67,7 +67,7 @@ def run(lab: Lab, kind: str, directory: Path) -> tuple[Faulter, list[Any]]:
 
 
 def test_a_firewall_on_a_gloo_port_mid_run_is_named_network(tmp_path: Path) -> None:
-    with fresh_lab("wn", nodes=3) as lab:
+    with fresh_lab("wn", fork=True, nodes=3) as lab:
         faulter, results = run(lab, "block-port", tmp_path)
         node1 = lab.nodes[1].hostname
     report = results[0].stderr
@@ -83,7 +83,7 @@ def test_a_firewall_on_a_gloo_port_mid_run_is_named_network(tmp_path: Path) -> N
 
 
 def test_a_link_down_mid_run_names_the_node_and_it_exits_too(tmp_path: Path) -> None:
-    with fresh_lab("wd", nodes=3) as lab:
+    with fresh_lab("wd", fork=True, nodes=3) as lab:
         faulter, results = run(lab, "link-down", tmp_path)
         node1 = lab.nodes[1].hostname
     report = results[0].stderr
