@@ -117,12 +117,13 @@ def fresh_lab(prefix: str, *, fork: bool = False, **kwargs: Any) -> Iterator[Lab
 
 @pytest.fixture
 def make_lab() -> Iterator[Callable[..., Lab]]:
-    """``make_lab(prefix, **Lab kwargs)`` builds a uniquely named lab; every lab it built is
+    """``make_lab(prefix, fork=False, **Lab kwargs)`` builds a uniquely named lab (a
+    :class:`ForkingLab` with ``fork=True``); every lab it built is
     removed when the test ends, pass or fail."""
     labs: list[Lab] = []
 
-    def _make(prefix: str, **kwargs: Any) -> Lab:
-        lab = Lab(name=unique_name(prefix), **kwargs)
+    def _make(prefix: str, *, fork: bool = False, **kwargs: Any) -> Lab:
+        lab = (ForkingLab if fork else Lab)(name=unique_name(prefix), **kwargs)
         lab.up()  # removes what it half-built if it fails
         labs.append(lab)
         return lab

@@ -23,7 +23,7 @@ DOCTOR = [sys.executable, "-m", "ddpnet", "doctor", "--json"]
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    with fresh_lab("dr", nodes=2) as lab:
+    with fresh_lab("dr", fork=True, nodes=2) as lab:
         yield lab
 
 

@@ -42,7 +42,7 @@ def test_bad_monitor_interval_is_a_usage_error(run_cli: RunCli) -> None:
 @requires_netns
 @pytest.mark.slow
 def test_lab_nodes_report_their_lab_interface(make_lab: Callable[..., Lab]) -> None:
-    lab = make_lab("trm", nodes=2, rate="1gbit")
+    lab = make_lab("trm", fork=True, nodes=2, rate="1gbit")
     results = lab.run([sys.executable, "-m", "ddpnet", "train", "--monitor",
                        "--monitor-interval", "0.2", "--width", "512", "--max-steps", "120",
                        "--log-every", "1000", "--json"], timeout=240)
