@@ -127,3 +127,51 @@ def test_a_rank_that_exits_3_mid_training_is_named_as_gone(tmp_path: Path) -> No
     assert report["diagnosis"]["summary"].startswith("rank 1 ") and \
         "sys.exit(3)" in report["diagnosis"]["summary"], report["diagnosis"]
     assert runs[0].code == 4, runs[0].err[-2000:]
+
+
+#: rank 0's heartbeat connects 3 s late (its hub still starting on a loaded host); rank 1
+#: dies once its own watch is up and both passed a barrier, so rank 0's gloo raises while its
+#: heartbeat still connects
+LATE = """
+import os, sys, time
+from ddpnet.watch import heartbeat
+if os.environ["RANK"] == "0":
+    connect = heartbeat.Beacon.connect
+    def late(self, *args, **kwargs):
+        time.sleep(3.0)
+        return connect(self, *args, **kwargs)
+    heartbeat.Beacon.connect = late
+import runpy
+runpy.run_path(os.environ["LATE_SCRIPT"], run_name="__main__")
+"""
+FIRST_STEP = """
+import os, signal, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+from ddpnet.watch import session
+if rank == 1 and session.active():
+    session._session.connecting.join(60)
+dist.barrier()
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+dist.all_reduce(torch.ones(2))
+print("done", rank, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_peer_failure_before_this_ranks_heartbeat_connected_is_said_once_it_is(
+        tmp_path: Path) -> None:
+    """Before: rank 0's "a peer failed" goodbye went out before its handshake and was lost,
+    the hub (which had told only the ranks connected) had left, and rank 0 exited 1."""
+    late, script = tmp_path / "late.py", tmp_path / "first_step.py"
+    late.write_text(LATE)
+    script.write_text(FIRST_STEP)
+    runs = ranks([sys.executable, "-m", "ddpnet.attach", str(late)], tmp_path,
+                 LATE_SCRIPT=str(script))
+    report = json.loads((tmp_path / "watch" / "report.json").read_text())
+    assert report["kind"] == "rank-gone", report["diagnosis"]
+    assert report["diagnosis"]["summary"].startswith("rank 1 "), report["diagnosis"]
+    assert runs[0].code == 4, runs[0].err[-2000:]
+    assert "ddpnet: watch: rank 0 exits (4): rank-gone: rank 1 " in runs[0].err, runs[0].err

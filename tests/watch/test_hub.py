@@ -690,3 +690,31 @@ def test_with_metrics_a_verdict_waits_for_the_next_scrape_only_while_something_s
     finally:
         hub.metrics.close()
         sock.close()
+
+
+def test_a_peer_failure_before_this_ranks_heartbeat_connected_is_said_once_it_is(
+        tmp_path: Path) -> None:
+    """Rank 0's heartbeat still connects (its hub starting on a loaded host) when rank 1 dies
+    and rank 0's gloo raises: its "a peer failed" goodbye waits for the handshake (sent
+    before it, it was lost), the hub, up after its verdict while a rank was never heard, says
+    the verdict to the late rank, and rank 0 exits 4, named as no fault of its own."""
+    exits: list[tuple[int, int]] = []
+    hub, port, thread = start_hub(tmp_path)
+    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
+    b1.connect("127.0.0.1", port, token=TOKEN)
+    assert wait_for(lambda: 1 in hub.states)
+    sock = b1.sock
+    assert sock is not None
+    b1.stopped.set()
+    sock.close()  # rank 1 killed
+    assert wait_for(lambda: hub.verdict_at is not None)
+    dying = threading.Thread(target=b0.await_verdict,
+                             args=("RuntimeError: Connection closed by peer", 10.0))
+    dying.start()
+    time.sleep(0.5)  # the failure came first, the handshake after
+    b0.connect("127.0.0.1", port, token=TOKEN)
+    dying.join(15)
+    assert exits == [(0, 4)], (exits, hub.left)
+    assert "exited with an error" not in hub.left.get(0, ""), hub.left
+    thread.join(20)
+    assert not thread.is_alive()

@@ -129,6 +129,11 @@ class Beacon:
         self.life = threading.Lock()
         #: the error this rank ended with (:meth:`close`)
         self.error = ""
+        #: set once the handshake ended (connected, refused or given up) or the rank closed:
+        #: a goodbye sent before it would be lost (:meth:`await_verdict` waits for it)
+        self.settled = threading.Event()
+        #: what the hub sent with its welcome (a verdict given before this rank connected)
+        self.pending: list[dict[str, Any]] = []
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -205,6 +210,12 @@ wait (its word lags: a gap that waited
     def connect(self, address: str, port: int, *, token: str, patience: float = 10.0) -> None:
         """Connect to the hub, retrying while it starts, and check it is this job's (``token``);
         OSError after ``patience`` or when something else answers there."""
+        try:
+            self._connect(address, port, token, patience)
+        finally:
+            self.settled.set()
+
+    def _connect(self, address: str, port: int, token: str, patience: float) -> None:
         deadline = time.monotonic() + patience
         self.hub = (address, port)
         while True:
@@ -239,6 +250,9 @@ wait (its word lags: a gap that waited
             self.thread = threading.Thread(target=self.run, name="ddpnet-watch-heartbeat",
                                            daemon=True)
             self.thread.start()
+            for message in self.pending:  # a verdict that came with the welcome
+                self.handle(message)
+            self.pending.clear()
 
     def send(self, message: dict[str, Any]) -> bool:
         """False once a send failed: the connection stays open for :meth:`listen` to read
@@ -344,9 +358,11 @@ wait (its word lags: a gap that waited
                 return {}
             if not data:
                 return {}
-            for message in messages:
+            for i, message in enumerate(messages):
                 if message.get("t") == kind:
+                    self.pending.extend(messages[i + 1:])  # read in the same recv
                     return message
+                self.pending.append(message)
         return {}
 
     def announce(self, record: CollectiveRecord) -> None:
@@ -460,9 +476,13 @@ wait (its word lags: a gap that waited
         then close. Without a verdict the caller goes on to its own exit."""
         if not self.stopped.is_set():
             self.dying.set()
+            deadline = time.monotonic() + wait
+            # a heartbeat still connecting (the first seconds; a hub starting on a loaded
+            # host): this bye sent before the handshake would be lost, and the hub would
+            # take the plain goodbye that follows for this rank's own error
+            self.settled.wait(wait)
             # the verdict may already wait in the socket even when this bye cannot be sent
             self.send({"t": "bye", "rank": self.ident.rank, "error": error, "peer": True})
-            deadline = time.monotonic() + wait
             # without a connection to the hub (its node is down: the send failed, or the
             # link's timeout closed it) the heartbeat thread judges this rank itself
             while time.monotonic() < deadline and self.thread is not None and \
@@ -477,6 +497,7 @@ wait (its word lags: a gap that waited
         collective at the end: ``watch.desync``), so this rank exits 4 with the others."""
         with self.life:
             self.farewell_to_hub(error)
+        self.settled.set()
 
     def farewell_to_hub(self, error: str) -> None:
         if self.stopped.is_set():

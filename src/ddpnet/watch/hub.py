@@ -63,6 +63,10 @@ from ddpnet.watch.wire import Lines, encode
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
+#: seconds after an exit verdict the hub stays for a rank it never heard: one whose
+#: heartbeat still connected when a peer died waits that long for its handshake and the
+#: verdict (session.VERDICT_WAIT_S), then 2 s
+UNHEARD_AFTER_VERDICT_S = 12.0
 #: seconds the hub stays after every rank it heard from said goodbye while others never
 #: connected (their watch was off): the job ended without them, nothing is left to watch
 AFTER_LAST_BYE_S = 10.0
@@ -202,6 +206,8 @@ class Hub:
         self.last_bye = 0.0
         self.started = time.monotonic()
         self.verdict_at: float | None = None
+        #: the exit verdict sent, for a rank whose hello comes after it
+        self.verdict: dict[str, Any] | None = None
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
@@ -273,7 +279,10 @@ class Hub:
     def job_over(self, now: float) -> bool:
         """Whether the job is over for the hub (a verdict sent, every rank gone, none came)."""
         if self.verdict_at is not None:
-            return not self.peers or now - self.verdict_at > AFTER_VERDICT_S
+            waited = now - self.verdict_at
+            if self.unheard() and waited <= UNHEARD_AFTER_VERDICT_S:
+                return False  # a rank still connecting is told the verdict (handle: hello)
+            return not self.peers or waited > AFTER_VERDICT_S
         if self.left and not self.watchdog.fired:
             return False  # a rank left without a goodbye: name it first
         away = len(self.finished | set(self.left))
@@ -282,6 +291,13 @@ class Hub:
         if not self.peers and self.states and set(self.states) <= self.finished:
             return now - self.last_bye > AFTER_LAST_BYE_S
         return not self.states and now - self.started > FIRST_RANK_S
+
+    def unheard(self) -> bool:
+        """Whether a rank of the job was never heard and has not left (its watch may still
+        connect)."""
+        away = self.finished | set(self.left)
+        return any(r not in self.heard and r not in away
+                   for r in range(self.options.world_size))
 
     def verdict_seen(self, now: float) -> bool:
         """Whether the last verdict was scraped, or waiting for a scrape is pointless
@@ -338,6 +354,8 @@ class Hub:
             self.send(peer, {"t": "welcome", "token": self.options.token})
             if message.get("token") == self.options.token:
                 peer.rank = rank
+                if self.verdict is not None:  # a rank that connects after it hears it now
+                    self.send(peer, self.verdict)
             return
         if peer.rank == rank:  # else not this job's rank: no hello with the right token
             self.handle_rank(rank, kind, message)
@@ -641,7 +659,7 @@ class Hub:
         for peer in list(self.peers.values()):
             if peer.rank is not None:
                 self.send(peer, verdict)
-        self.verdict_at = time.monotonic()
+        self.verdict, self.verdict_at = verdict, time.monotonic()
 
 
     # -- metrics -----------------------------------------------------------------------------
