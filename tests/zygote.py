@@ -184,6 +184,7 @@ def _serve(path: str) -> None:
     process is gone)."""
     import gc
 
+    import torch._dynamo  # DDP's __init__ imports it (~1.5 s of CPU)
     import torch.distributed  # noqa: F401  # the import every child inherits
 
     # the interpreter's filters without the zygote's own -W/PYTHONWARNINGS ones (put first)

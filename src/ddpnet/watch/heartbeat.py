@@ -134,6 +134,9 @@ class Beacon:
         self.settled = threading.Event()
         #: what the hub sent with its welcome (a verdict given before this rank connected)
         self.pending: list[dict[str, Any]] = []
+        #: set once the hub acknowledged a state of this rank: from then on a verdict can
+        #: name it with its host and step (before, "never published its state")
+        self.known = threading.Event()
 
     def state(self) -> RankState:
         records = self.recorder.records()
@@ -243,7 +246,8 @@ wait (its word lags: a gap that waited
             if self.stopped.is_set():  # the rank ended while this connected: its goodbye
                 self.send({"t": "state", "rank": self.ident.rank,
                            "state": self.state().to_dict()})
-                self.send({"t": "bye", "rank": self.ident.rank, "error": self.error})
+                self.send({"t": "bye", "rank": self.ident.rank, "error": self.error,
+                           **({"peer": True} if self.error and self.dying.is_set() else {})})
                 self.sock = None
                 sock.close()
                 return
@@ -420,6 +424,7 @@ wait (its word lags: a gap that waited
         elif kind == "farewell":
             self.farewell.set()
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
+            self.known.set()
             self.threshold = Threshold.from_dict(message["threshold"])
             base = message.get("base")
             self.base = Threshold.from_dict(base) if isinstance(base, dict) else None
@@ -508,8 +513,10 @@ wait (its word lags: a gap that waited
             write_state(self.directory, self.state(), f"exited with an error: {error}")
         self.send({"t": "state", "rank": self.ident.rank, "state": self.state().to_dict()})
         wait = not error and self.thread is not None and self.thread.is_alive()
+        # a rank that died of a peer's failure says so again (its first bye may be lost)
         self.send({"t": "bye", "rank": self.ident.rank, "error": error,
-                   **({"wait": True} if wait else {})})
+                   **({"wait": True} if wait else {}),
+                   **({"peer": True} if error and self.dying.is_set() else {})})
         if wait:
             self.farewell.wait(FAREWELL_WAIT_S)
         self.stopped.set()
