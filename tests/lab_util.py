@@ -102,9 +102,7 @@ class ForkingLab(Lab):
         full = {**os.environ, **(env or {})}
         if keep_cgroup or not forks_in_zygote(argv) or not zygote.forkable(full):
             return super()._spawn(node, argv, env, keep_cgroup, **kwargs)
-        kwargs.setdefault("start_new_session", True)
-        return zygote.Rank(list(argv[1:]), env=full, node=(node.namespace, node.hostname),
-                           **kwargs)
+        return zygote.in_node(node, argv[1:], full, **kwargs)
 
 
 @contextmanager

@@ -20,8 +20,9 @@ fork=True)``) does it for a module's whole lab; what only an exec applies (``for
 
 Not for what a user's interpreter start-up is part of: a launcher (torchrun, mpirun,
 ``ddpnet exec``), an interpreter hook (``ddpnet attach``), or a test that finds its ranks
-(or a port's holder) by command line: a child's /proc/PID/cmdline is the zygote's. ``DDPNET_TEST_ZYGOTE=0`` starts every rank as its
-own interpreter again (the same tests, the slow way).
+(or a port's holder) by command line: a child's /proc/PID/cmdline is the zygote's.
+``DDPNET_TEST_ZYGOTE=0`` starts every rank as its own interpreter again (the same tests, the
+slow way).
 
 Protocol (a Unix socket): the client sends one JSON request with the child's three standard
 streams as SCM_RIGHTS; the zygote answers with the child's pid, then, when it exits, with its
@@ -455,9 +456,15 @@ def node_popen(lab: Any, index: int, argv: Sequence[str], env: Mapping[str, str]
     full = {**os.environ, **(env or {})}
     if not forkable(full):
         return lab.popen(index, [sys.executable, *argv], env, **kwargs)
-    node = lab.node(index)
+    return in_node(lab.node(index), argv, full, **kwargs)
+
+
+def in_node(node: Any, argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> Rank:
+    """A child that is a process of lab node ``node`` (its ``namespace`` and ``hostname``),
+    with the whole environment ``env``, in a session of its own as a lab's processes are
+    (``node_popen``, ``tests.lab_util.ForkingLab``)."""
     kwargs.setdefault("start_new_session", True)
-    return Rank(argv, env=full, node=(node.namespace, node.hostname), **kwargs)
+    return Rank(argv, env=env, node=(node.namespace, node.hostname), **kwargs)
 
 
 def run(argv: Sequence[str], *, input: str | bytes | None = None, timeout: float | None = None,

@@ -251,12 +251,14 @@ wait (its word lags: a gap that waited
                 self.sock = None
                 sock.close()
                 return
+            # what came with the welcome (a verdict given before this rank connected), in
+            # order before whatever the heartbeat thread reads next
+            for message in self.pending:
+                self.handle(message)
+            self.pending.clear()
             self.thread = threading.Thread(target=self.run, name="ddpnet-watch-heartbeat",
                                            daemon=True)
             self.thread.start()
-            for message in self.pending:  # a verdict that came with the welcome
-                self.handle(message)
-            self.pending.clear()
 
     def send(self, message: dict[str, Any]) -> bool:
         """False once a send failed: the connection stays open for :meth:`listen` to read
