@@ -24,23 +24,22 @@ echo "$*" >> "$FAKE_LOG"
 case "$1 $2" in
   "update NodeName="*) if [ -n "${FAKE_DRAIN_REFUSED:-}" ]; then
       echo "slurm_update error: Invalid user id" >&2; exit 1; fi ;;
-  "requeue "*|"requeuehold "*) touch "$FAKE_REQUEUED" ;;
 esac
 """
 SINFO = ("#!/bin/sh\nprintf \"${FAKE_SINFO:-n0 alloc\\nn1 alloc\\nn2 alloc\\nn3 idle\\n"
          "n4 drain\\n}\"\n")
 
-#: the step: the verdict appears, then it hangs (a node's task unreachable) until the job is
-#: requeued, or ends at once with the watch's code (every rank exits 4)
+#: the step: the verdict appears, then it hangs as srun does with a task on a cut-off node
+#: (through the requeue's SIGTERM too: srun waits KillWait + 2 s, then cancels step 0 by id,
+#: by then maybe the next run's), so only the watcher's SIGKILL ends it soon (exit 137); or
+#: it ends at once with the watch's code (every rank exits 4)
 STEP = """import os, shutil, sys, time
 if os.environ.get("DDPNET_STEP_RESTART", "0") != "0":  # a spare's restart: it completes
     print("ddpnet-test: step on", sys.argv[3], os.environ["MASTER_ADDR"],
           os.environ["MASTER_PORT"], os.environ["DDPNET_WATCH_DIR"], flush=True)
     sys.exit(0)
 shutil.copy(sys.argv[1], os.path.join(os.environ["DDPNET_WATCH_DIR"], "report.json"))
-deadline = time.monotonic() + (60 if sys.argv[2] == "hang" else 0)
-while time.monotonic() < deadline and not os.path.exists(os.environ["FAKE_REQUEUED"]):
-    time.sleep(0.1)
+time.sleep(60 if sys.argv[2] == "hang" else 0)
 sys.exit(4)
 """
 
@@ -78,7 +77,7 @@ def _run(tmp_path: Path, diagnosis: Diagnosis, how: str, spare: bool = False, **
     p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path, env={
                            **os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                           "FAKE_LOG": str(log), "FAKE_REQUEUED": str(tmp_path / "requeued"),
+                           "FAKE_LOG": str(log),
                            "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[0-2]",
                            "SLURM_JOB_NUM_NODES": "3", "SLURM_SUBMIT_DIR": str(tmp_path),
                            "SLURM_JOB_PARTITION": "lab", "MASTER_PORT": "29500",
@@ -90,13 +89,14 @@ def _run(tmp_path: Path, diagnosis: Diagnosis, how: str, spare: bool = False, **
 def test_a_hang_blaming_a_node_drains_it_and_requeues_without_waiting_for_the_step(
         tmp_path: Path) -> None:
     p, calls = _run(tmp_path, LINK, "hang")
-    assert p.returncode == 4, p.stderr
+    assert p.returncode == 128 + 9, p.stderr  # the old srun ended once the job was requeued
     assert calls[0].startswith("update NodeName=n1 State=DRAIN Reason=ddpnet: network: link "
                                "down: rank 1 (n1, eth0 198.18.0.3) sent no heartbeat"), calls
     # the node answers on nothing: DOWN too, so SLURM ends the old run without waiting for it
     assert calls[1] == "requeue 7" and calls[2] == calls[0].replace("DRAIN", "DOWN"), calls
     assert len(calls) == 3
     assert "ddpnet: recover: drained n1: ddpnet: network: link down" in p.stdout
+    assert "ddpnet: recover: ended the old run's srun (pid " in p.stdout
     record = read_record(record_path(tmp_path / "ddpnet-job-7"))
     assert [e.what for e in record.events] == ["verdict", "drain", "requeue", "down"]
     assert record.events[0].verdict is not None and record.events[0].step == 45
@@ -106,6 +106,7 @@ def test_a_hang_blaming_a_node_drains_it_and_requeues_without_waiting_for_the_st
 def test_without_operator_rights_the_node_is_excluded_from_the_requeued_job(
         tmp_path: Path) -> None:
     p, calls = _run(tmp_path, LINK, "hang", FAKE_DRAIN_REFUSED="1")
+    assert p.returncode == 128 + 9, p.stderr
     assert calls[1:] == ["requeuehold 7", "update JobId=7 ExcNodeList=n1", "release 7"], calls
     # (no DOWN either: without operator rights it would be refused too)
     assert "cannot drain n1 (slurm_update error: Invalid user id)" in p.stdout
@@ -225,7 +226,7 @@ def test_with_no_spare_usable_the_job_requeues_instead(tmp_path: Path) -> None:
     enough (n4, n5): requeue."""
     p, calls = _run(tmp_path, LINK, "hang", spare=True, **SPARE, FAKE_SINFO=(
         "n0 alloc\nn1 alloc\nn2 alloc\nn3 down\nn4 idle\nn5 idle\n"))
-    assert p.returncode == 4, (p.stdout, p.stderr)
+    assert p.returncode == 128 + 9, (p.stdout, p.stderr)
     assert [c.split(" Reason=")[0] for c in calls] == [
         "update NodeName=n1 State=DRAIN", "requeue 7", "update NodeName=n1 State=DOWN"], calls
     assert "no spare node left in the allocation (too few healthy nodes left" in p.stdout

@@ -25,7 +25,9 @@ from ddpnet.launch.scontrol import parse_node_line
 from tests.lab_util import fresh_lab, requires_netns
 from tests.slurm_util import slurm_missing
 
-pytestmark = requires_netns
+#: above the sum of a test's own waits (_all_idle, each _until: each fails with the job's state
+#: and log), so that a failure says what the job did, not only pytest-timeout's stacks
+pytestmark = [requires_netns, pytest.mark.timeout(720)]
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = str(ROOT / "tests" / "watch" / "scenario.py")
 #: a requeued job starts again once its revoked credential expired (120 s by default)

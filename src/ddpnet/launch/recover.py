@@ -9,7 +9,8 @@ node or too few nodes left stops: the step ends with the watch's exit code and t
 holds every verdict so far.
 
 It does not wait for the step to end first: a rank cut off from the others keeps its node's
-srun task alive until SLURM declares the node dead (minutes); the requeue ends it at once.
+srun task alive until SLURM declares the node dead (minutes); the requeue ends it at once,
+and the watcher then ends the old srun, whose late cancel of step 0 would hit the next run's.
 
 With spare nodes (``ddpnet sbatch --spare-nodes N``: the allocation holds N nodes more than
 the step uses, ``#SBATCH --no-kill``) the job need not requeue: the blamed node is drained
@@ -169,10 +170,11 @@ def read_report(path: Path, since: float) -> dict[str, Any] | None:
 
 
 def handle(report: Mapping[str, Any], job: Job, path: Path, max_recoveries: int,
-           since: float = 0.0) -> tuple[Decision, bool]:
+           since: float = 0.0, step_pid: int = 0) -> tuple[Decision, bool]:
     """Decide on ``report`` once per step (started at ``since``), record it and carry it
     out; the decision, and whether the step restarts inside the allocation (else the job
-    requeued or stopped). Requeueing ends this run: what is recorded is written before."""
+    requeued or stopped). Requeueing ends this run: what is recorded is written before;
+    ``step_pid`` (the run's srun) is ended once the job is requeued (:func:`_end_old_srun`)."""
     verdict = blame(report)
     with locked(path):
         record = _own_record(path, job, max_recoveries)
@@ -189,7 +191,8 @@ def handle(report: Mapping[str, Any], job: Job, path: Path, max_recoveries: int,
         return decision, False
     if inside:
         return decision, _restart_inside(path, job, decision.node, verdict, record)
-    _take_out(path, job, decision.node, verdict, record)
+    if _take_out(path, job, decision.node, verdict, record):
+        _end_old_srun(step_pid)
     return decision, False
 
 
@@ -250,8 +253,9 @@ def _stop(path: Path, job: Job, why: str, history: tuple[str, ...]) -> None:
     say(f"history: {path} (ddpnet diagnose --job-dir {path.parent})")
 
 
-def _take_out(path: Path, job: Job, node: str, verdict: Blame, record: Record) -> None:
-    """Drain ``node`` with the verdict as its reason (or exclude it) and requeue the job."""
+def _take_out(path: Path, job: Job, node: str, verdict: Blame, record: Record) -> bool:
+    """Drain ``node`` with the verdict as its reason (or exclude it) and requeue the job;
+    True once it is requeued."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this run: finish first
     drained = scontrol.drain(node, verdict.reason)
     if drained.ok:
@@ -265,9 +269,9 @@ def _take_out(path: Path, job: Job, node: str, verdict: Blame, record: Record) -
                 f"{node}")
             if verdict.unreachable:
                 _down(path, job, node, verdict.reason)
-            return
+            return True
         _stop(path, job, f"scontrol requeue {job.job_id} failed: {answer.detail}", ())
-        return
+        return False
     excluded = (*record.taken_out, node)
     say(f"cannot drain {node} ({drained.detail}): requeueing job {job.job_id} with "
         f"ExcNodeList={','.join(excluded)} instead")
@@ -279,6 +283,23 @@ def _take_out(path: Path, job: Job, node: str, verdict: Blame, record: Record) -
     failed = next((a for a in answers if not a.ok), None)
     if failed is not None:
         _stop(path, job, f"excluding {node} failed: {failed.detail}", ())
+    return failed is None
+
+
+def _end_old_srun(step_pid: int) -> None:
+    """SIGKILL the requeued run's srun. The requeue sends it SIGTERM; it then waits KillWait
+    + 2 s for its step and, when that has not ended (a task on a cut-off node), cancels the
+    step by its id, ``<job>.0``, which by then may be the requeued run's own first step: a
+    job starts again once its credential expired (``AuthInfo cred_expire``), which may be
+    sooner, and an srun whose batch shell the requeue killed first is no longer the batch
+    step's under ``proctrack/linuxproc``, so its SIGKILL after KillWait misses it. The
+    requeue has ended the old step on every node already; srun has nothing left to do."""
+    if step_pid <= 0:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(step_pid, signal.SIGKILL)
+        say(f"ended the old run's srun (pid {step_pid}): the requeue ended its step, and its "
+            "late cancel of step 0 would hit the next run's")
 
 
 def _down(path: Path, job: Job, node: str, reason: str,
@@ -301,7 +322,7 @@ def watch(step_pid: int, watch_dir: Path, job_dir: Path, job: Job,
         running = pid_alive(step_pid)
         found = read_report(report, since)
         if found is not None:
-            _, inside = handle(found, job, path, max_recoveries, since)
+            _, inside = handle(found, job, path, max_recoveries, since, step_pid)
             return RESTART_STEP if inside else 0
         if not running:
             return 0
