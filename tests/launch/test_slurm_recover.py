@@ -26,8 +26,9 @@ from tests.lab_util import fresh_lab, requires_netns
 from tests.slurm_util import slurm_missing
 
 #: above the sum of a test's own waits (_all_idle, each _until: each fails with the job's state
-#: and log), so that a failure says what the job did, not only pytest-timeout's stacks
-pytestmark = [requires_netns, pytest.mark.timeout(720)]
+#: and log; at most 900 s, the requeue test's), so that a failure says what the job did, not
+#: only pytest-timeout's stacks
+pytestmark = [requires_netns, pytest.mark.timeout(960)]
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = str(ROOT / "tests" / "watch" / "scenario.py")
 #: a requeued job starts again once its revoked credential expired (120 s by default)
@@ -196,10 +197,7 @@ def test_a_cut_link_drains_the_node_and_the_requeued_job_resumes_without_it(
         slurm_lab: Lab, tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     cut = slurm_lab.nodes[1].hostname
-    job, log = _submit(slurm_lab, tmp_path, "-m", "ddpnet", "train", "--max-steps", str(STEPS),
-                       "--samples", "4096", "--batch-size", "16", "--log-every", "5",
-                       "--step-sleep", "0.1", "--checkpoint-every", "10", "--checkpoint-dir",
-                       str(tmp_path / "ckpt"))
+    job, log = _submit(slurm_lab, tmp_path, *_train(tmp_path))
     try:
         _until("step 20", lambda: re.search(r"^step 20/", _read(log), re.M), 180, slurm_lab,
                job, log)
