@@ -181,3 +181,7 @@ def test_an_unmarked_checkpoint_and_evaluation_raise_no_alarm(lab: Lab, tmp_path
     text = stderr(results, 0)
     assert "ddpnet watch:" not in text.replace("ddpnet: watch: warning", ""), text[-3000:]
     assert not (tmp_path / "report.json").exists(), watcher.tail()
+    # held because rank 0 was seen working, once per stall: the save by its bytes (an
+    # I/O-bound write, tutorial.checkpoint), the evaluation by its CPU
+    held = [line for line in text.splitlines() if "warning: working: rank 0 (" in line]
+    assert len(held) == 2 and "wrote " in held[0] and "in evaluate" in held[1], text[-3000:]

@@ -9,7 +9,7 @@ RANK/WORLD_SIZE as arguments), ``STEPS`` (20), ``STEP_S`` (seconds of work per s
 ``FAULT_RANK`` (1; checkpoint and eval are rank 0's), ``FAULT_HOST`` (when set, the rank on
 that host is the faulty one, whatever its rank: c10d numbers nodes as they come), ``FAULT_STEP`` (5), ``EVAL_STEP`` (eval's
 step, default FAULT_STEP), ``SLEEP_S`` (sleepdata, 3600), ``KILL_AFTER_S`` (kill, 0),
-``CHECKPOINT_S`` (25), ``EVAL_S`` (20). The dataset holds at most 200 steps' batches (a long
+``CHECKPOINT_S`` (25), ``CKPT_PAUSE_S`` (0.05), ``EVAL_S`` (20). The dataset holds at most 200 steps' batches (a long
 run goes round its epochs).
 
 It prints ``watched True|False`` (whether the watch runs in this process, read without
@@ -79,13 +79,20 @@ class Squares(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def checkpoint(model: nn.Module) -> None:
-    """Rank 0 writes checkpoints for CHECKPOINT_S seconds (a long, working save)."""
+    """Rank 0 writes checkpoints for CHECKPOINT_S seconds (a long, working save) to slow
+    storage: each 1 MiB ``torch.save`` is fsynced, then the storage takes CKPT_PAUSE_S
+    (0.05) before the next: ~20 MiB/s at ~5% of a core. A save is I/O-bound: its CPU would
+    be no evidence (evaluate() is the CPU-bound one), the bytes are."""
     inject("checkpoint")
     end = time.monotonic() + float(os.environ.get("CHECKPOINT_S", "25"))
+    pause = float(os.environ.get("CKPT_PAUSE_S", "0.05"))
     with tempfile.TemporaryDirectory() as tmp:
         while time.monotonic() < end:
-            torch.save({"model": model.state_dict(), "pad": torch.randn(1 << 18)},
-                       os.path.join(tmp, "ckpt.pt"))
+            with open(os.path.join(tmp, "ckpt.pt"), "wb") as out:
+                torch.save({"model": model.state_dict(), "pad": torch.randn(1 << 18)}, out)
+                out.flush()
+                os.fsync(out.fileno())
+            time.sleep(pause)
 
 
 def evaluate(model: nn.Module) -> float:
