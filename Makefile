@@ -47,7 +47,7 @@ test:
 suite: test-bytecode
 	$(MAKE) --no-print-directory test-suite
 
-# The whole suite in two runs (docs/testing.md): every test not marked solo on 4 xdist workers,
+# The whole suite in two runs (docs/testing.md): every test not marked solo on WORKERS xdist workers,
 # a module at a time each (a module shares its lab or cluster), the longest recorded modules
 # first (--no-loadscope-reorder keeps that order: xdist would sort by test count); then the
 # solo ones (a rate, a CPU share or a race measured) alone on the machine.
@@ -55,8 +55,11 @@ suite: test-bytecode
 # the second run's "no tests ran" (pytest's exit 5) is no failure.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q
 TESTS  ?=
+# 5 on 2 cores: a fifth module fills the cores while others wait on a SLURM job, a provoked
+# timeout or a threshold (docs/testing.md: the cores' idle share at 4 and 5 workers)
+WORKERS ?= 5
 test-suite:
-	$(PYTEST) -n 4 --dist loadfile --no-loadscope-reorder -m "not solo" --durations=20 $(TESTS)
+	$(PYTEST) -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not solo" --durations=20 $(TESTS)
 	$(PYTEST) -m solo --durations=10 $(TESTS) || [ $$? -eq 5 ]
 
 # The inner loop, under 2 minutes: no root, namespace, daemon or slow test (tests/conftest.py).

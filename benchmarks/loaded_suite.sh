@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lab and watch tests on a loaded machine (issue 39): RUNS times in a row, each by
-# `make test-suite` (4 workers, then the solo ones alone), with SPIN processes
+# `make test-suite` (its WORKERS, then the solo ones alone), with SPIN processes
 # spinning on the cores the whole time. Stops at the first failing run. The spinners are
 # bounded (timeout) and killed on exit. Each run's whole output stays in $LOGS (/tmp).
 #
