@@ -197,7 +197,12 @@ def test_a_few_percent_of_loss_on_one_node_is_named_with_the_loss_measured(
     healthy = _steps(clean)
     clean.fault("loss", 2, percent=5)
     lossy = _steps(clean)
-    assert lossy > 1.5 * healthy, (healthy, lossy)  # the same collectives, slower
+    # the same collectives, slower: a lost segment of a small all_reduce waits for a
+    # retransmission timer. How many of the run's segments the 5 % takes varies from run to
+    # run: a bound of 1.5x failed once alone on the machine (3.23 -> 4.52 s, 1.4x); 1.1x is
+    # above two healthy runs' difference and below a run where the loss bit at all. The
+    # verdict's evidence is the loss the check measured (below), not this ratio
+    assert lossy > 1.1 * healthy, (healthy, lossy)
     runs, report = _check(clean)
     cause = report["root_cause"]
     assert runs[0].returncode == 1 and cause["id"] == "packet-loss", _diag(runs)
