@@ -2,7 +2,8 @@
 that reaches a rank blocked in a collective before its peer's death does (torchrun's order
 under load) still gets the watch's verdict naming the dead peer; a SIGTERM with nothing
 wrong ends the rank by SIGTERM; a script's own handler is left alone; a forked child is
-unguarded and its SIGTERM does not end the parent."""
+unguarded and its SIGTERM does not end the parent; the handler never waits (it may run inside
+the watch's own lock), and a script that ends within the grace still ends by SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpnet.exitcodes import ExitCode
 from ddpnet.local import local_environ
 from ddpnet.net.ports import free_port
 from tests.watch.gloo_ranks import ROOT, RUN_TIMEOUT, wait_all
@@ -52,7 +54,17 @@ if mode == "fork" and rank == 0:
     dist.all_reduce(torch.ones(1))
 elif mode == "fork":
     dist.all_reduce(torch.ones(1))
-elif rank == 1 or mode == "own":
+elif mode == "finish":
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+        say("ran on")
+elif mode == "locked" and rank == 0:
+    say("entering")
+    with live.recorder.lock:  # inside the watch's own lock (a collective's announcement) ...
+        os.kill(os.getpid(), signal.SIGTERM)  # ... the launcher's SIGTERM is handled
+        sum(range(10000))
+    dist.all_reduce(torch.ones(1))  # rank 1 never joins
+elif rank == 1 or mode == "own" or mode == "locked":
     say("waiting")
     time.sleep(120)
 else:
@@ -114,8 +126,23 @@ def test_a_sigterm_before_the_peers_death_still_gets_the_verdict(tmp_path: Path)
     procs[1].kill()  # ... then the death that caused it
     (code, err), _ = _end(procs)
     verdict = [line for line in err.splitlines() if line.startswith("ddpnet: watch: rank 0 exits")]
-    assert verdict and "rank-gone: rank 1 " in verdict[0], err[-3000:]
+    assert verdict and "rank-gone: rank 1 " in verdict[0], (code, err[-3000:])
     assert code == int(verdict[0].split("(")[1].split(")")[0]), (code, verdict)
+
+
+def test_a_sigterm_handled_inside_the_watchs_own_lock_still_gets_the_verdict(
+        tmp_path: Path) -> None:
+    """Python runs the handler between any two bytecodes, inside the recorder's lock too: a
+    handler that waited there for the verdict kept the heartbeat thread, which reads the
+    verdict, from the state it needs (a clean-clone CI run's rank 0 died silently)."""
+    procs = _start(tmp_path, "locked")
+    _until(procs[1], "waiting")
+    _until(procs[0], "entering")
+    procs[1].kill()
+    (code, err), _ = _end(procs)
+    verdict = [line for line in err.splitlines() if line.startswith("ddpnet: watch: rank 0 exits")]
+    assert verdict and "rank-gone: rank 1 " in verdict[0], (code, err[-3000:])
+    assert code == int(ExitCode.WATCHDOG), (code, verdict)
 
 
 def test_a_sigterm_with_nothing_wrong_ends_the_rank_by_sigterm(tmp_path: Path) -> None:
@@ -126,6 +153,15 @@ def test_a_sigterm_with_nothing_wrong_ends_the_rank_by_sigterm(tmp_path: Path) -
     (code, err), _ = _end(procs)
     assert code == -signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
+
+
+def test_a_script_that_ends_within_the_grace_still_ends_by_sigterm(tmp_path: Path) -> None:
+    """The handler returns at once (the script runs on); the exit waits for the guard."""
+    ended = wait_all(_start(tmp_path, "finish"))
+    assert "ran on" in ended[0].out, ended[0].err[-3000:]
+    assert ended[0].code == -signal.SIGTERM, ended[0].err[-3000:]
+    assert "Traceback" not in ended[0].err, ended[0].err[-3000:]
+    assert ended[1].code == 0, ended[1].err[-3000:]
 
 
 def test_a_scripts_own_sigterm_handler_is_kept(tmp_path: Path) -> None:

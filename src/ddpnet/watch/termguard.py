@@ -7,7 +7,13 @@ only in the main thread and only between bytecodes, and a rank blocked in a coll
 in C there, so the signal is learnt through Python's wakeup fd by a thread of ours: it waits
 up to ``GRACE_S`` for the verdict (the heartbeat thread exits with the verdict's code), and
 otherwise ends the process by SIGTERM as if nothing had caught it. A SIGTERM that is the
-user's intent (scancel, kill) therefore takes up to ``GRACE_S`` longer.
+user's intent (scancel, kill) therefore takes up to ``GRACE_S`` longer, the script running on
+meanwhile: the main thread's own handler returns at once. It must: Python runs it between any
+two bytecodes, inside the watch's own locks too (a collective's announcement holds the
+recorder's and the socket's), and a handler that waited there for the verdict kept the
+heartbeat thread, which reads the verdict, from the state it needs; the rank then died by
+SIGTERM after the grace without a word (a clean-clone CI run). A script that ends within the
+grace still ends by SIGTERM (the undo at exit waits for the guard's decision).
 
 Installed only where nobody else handles SIGTERM or uses the wakeup fd (a script's own
 handler, ``ddpnet train``'s preemption, asyncio keep theirs), only in the main thread, and
@@ -27,7 +33,7 @@ from types import FrameType
 #: the longest a SIGTERM'd rank waits for the hub's verdict on a peer's failure (as long as
 #: a rank that saw the failure itself: session.VERDICT_WAIT_S; under load the hub took over 5 s)
 GRACE_S = 10.0
-#: the main thread's handler waits this much longer for the guard thread's decision
+#: the main thread waits this much longer for the guard thread's decision at exit
 _MAIN_SLACK_S = 2.0
 
 #: waits up to the given seconds for the verdict (which exits the process)
@@ -39,16 +45,26 @@ class _Guard:
                  writer: socket.socket) -> None:
         self.wait_verdict, self.reader, self.writer = wait_verdict, reader, writer
         self.owner = os.getpid()
+        #: a SIGTERM was taken (by either thread) and awaits the guard thread's decision
+        self.taken = threading.Event()
         self.decided = threading.Event()
         self.thread = threading.Thread(target=self.watch, name="ddpnet-watch-term",
                                        daemon=True)
 
     def on_term(self, signum: int, frame: FrameType | None) -> None:
-        """The main thread's handler: the guard thread decides (a verdict exits the process
-        from the heartbeat thread); this one only waits, then dies as SIGTERM would."""
-        if os.getpid() == self.owner:
+        """The main thread's handler: notes the SIGTERM and returns, never waits (it may run
+        inside a lock the heartbeat thread needs); the guard thread decides. Without a guard
+        thread to decide (another process, the thread gone), dies as SIGTERM would."""
+        if os.getpid() != self.owner or not self.thread.is_alive():
+            die()
+        self.taken.set()
+
+    def settle(self) -> None:
+        """A SIGTERM taken and not yet decided is not dropped by an exit: wait for the guard's
+        decision (which ends the process), then die as SIGTERM would."""
+        if self.taken.is_set() and os.getpid() == self.owner:
             self.decided.wait(GRACE_S + _MAIN_SLACK_S)
-        die()
+            die()
 
     def watch(self) -> None:
         while True:
@@ -59,6 +75,7 @@ class _Guard:
             if not data:
                 return
             if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) == self.on_term:
+                self.taken.set()
                 self.wait_verdict(GRACE_S)
                 self.decided.set()
                 die()
@@ -92,6 +109,7 @@ def _uninstall(guard: _Guard) -> None:
     global _guard
     if _guard is not guard or threading.current_thread() is not threading.main_thread():
         return
+    guard.settle()
     _guard = None
     if signal.getsignal(signal.SIGTERM) == guard.on_term:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
