@@ -190,9 +190,11 @@ def test_every_ranks_step_time_is_in_prometheus_with_its_rank_and_host(
         p50 = cluster.query("histogram_quantile(0.5, sum by (le, rank) "
                             "(rate(ddpnet_step_seconds_bucket[30s])))")
         got = {str(r["metric"]["rank"]) for r in p50}
-        return got if got == {"0", "1", "2"} else None
+        return got if got == ranks else None
 
-    assert until("every rank's step-time quantile", quantiles, cluster) == {"0", "1", "2"}
+    ranks = {rank for rank, _host in expected}
+    assert ranks == {"0", "1", "2"}
+    assert until("every rank's step-time quantile", quantiles, cluster) == ranks
     [info] = cluster.query("ddpnet_job_info")
     assert info["metric"]["world_size"] == "3" and info["metric"]["job_id"] == "lab41"
 

@@ -104,6 +104,14 @@ def _end(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
     return [(ran.code, ran.err) for ran in wait_all(procs)]
 
 
+def _verdict_on_rank_1(code: int, err: str) -> str:
+    """Rank 0's own verdict line (``ddpnet: watch: rank 0 exits (N): ...``), which must name
+    rank 1's death."""
+    lines = [line for line in err.splitlines() if line.startswith("ddpnet: watch: rank 0 exits")]
+    assert lines and "rank-gone: rank 1 " in lines[0], (code, err[-3000:])
+    return lines[0]
+
+
 def _term_alone(procs: list[subprocess.Popen[str]], until: str = "") -> str:
     """SIGTERM rank 0 alone and wait for it to end (its stdout up to ``until`` first);
     then rank 1 is killed."""
@@ -125,9 +133,8 @@ def test_a_sigterm_before_the_peers_death_still_gets_the_verdict(tmp_path: Path)
     procs[0].send_signal(signal.SIGTERM)  # the launcher's SIGTERM first ...
     procs[1].kill()  # ... then the death that caused it
     (code, err), _ = _end(procs)
-    verdict = [line for line in err.splitlines() if line.startswith("ddpnet: watch: rank 0 exits")]
-    assert verdict and "rank-gone: rank 1 " in verdict[0], (code, err[-3000:])
-    assert code == int(verdict[0].split("(")[1].split(")")[0]), (code, verdict)
+    verdict = _verdict_on_rank_1(code, err)
+    assert code == int(verdict.split("(")[1].split(")")[0]), (code, verdict)
 
 
 def test_a_sigterm_handled_inside_the_watchs_own_lock_still_gets_the_verdict(
@@ -140,8 +147,7 @@ def test_a_sigterm_handled_inside_the_watchs_own_lock_still_gets_the_verdict(
     _until(procs[0], "entering")
     procs[1].kill()
     (code, err), _ = _end(procs)
-    verdict = [line for line in err.splitlines() if line.startswith("ddpnet: watch: rank 0 exits")]
-    assert verdict and "rank-gone: rank 1 " in verdict[0], (code, err[-3000:])
+    verdict = _verdict_on_rank_1(code, err)
     assert code == int(ExitCode.WATCHDOG), (code, verdict)
 
 
