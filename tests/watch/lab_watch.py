@@ -120,5 +120,9 @@ def named_bound(directory: Path, watcher: Watcher) -> float:
 def assert_named_in_time(directory: Path, watcher: Watcher, what: str) -> float:
     took, bound = named_after(directory, watcher), named_bound(directory, watcher)
     print(f"time to verdict: {what} {took:.1f} s (bound {bound:.1f} s)")
-    assert took < bound, (what, took, bound, report(directory, watcher)["threshold"])
+    found = report(directory, watcher)
+    # late: the trigger says whether the stall was seen late or held (working ranks), the
+    # warnings what held it, most_behind whether the hub itself ran behind
+    assert took < bound, (what, took, bound, found["threshold"], found["trigger"],
+                          found["warnings"], found["hub_most_behind_s"], watcher.tail())
     return took

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ddpnet.watch import activity
 from ddpnet.watch.activity import Activity, Sampler, doing, idle_for, working
+from ddpnet.watch.probe import PORTS_KEY, SINK, STREAM, ProbeSink, probe_pairs
 from ddpnet.watch.state import RankState
 
 STACK = ("serialization.py:650 in _save", "torch/serialization.py:965 in save",
@@ -233,6 +234,40 @@ def test_the_watchs_own_threads_cpu_is_not_the_ranks_work() -> None:
         sampler = Sampler(main=main)
         before, after = sampled(sampler, probe)
     assert not working(before, after).cpu, after.share
+
+
+def test_a_probe_round_into_and_out_of_a_sleeping_rank_is_not_its_work() -> None:
+    """A stall's or a straggler's probe round runs in the watch's threads: the prober's pool
+    streams to a peer's sink and this rank's sink reads its peers' streams. A rank asleep in
+    its data loader stands still through it. Before, neither the pool nor the sink's readers
+    noted their CPU: a round into a sleeping rank made it "work", the watchdog held the
+    verdict for it, and a loaded lab run named the data loader after 17.7 s, not ~6 s."""
+    spent: list[float] = []
+
+    def probe_round() -> None:
+        # the heartbeat's probe thread, streaming into this same process's sink
+        def run() -> None:
+            cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+            states = {0: RankState(rank=0, world_size=2, address="127.0.0.1"),
+                      1: RankState(rank=1, world_size=2, address="127.0.0.1",
+                                   extra={PORTS_KEY: {SINK: sink.port}})}
+            found = probe_pairs(states, 0, timeout=2.0, note=sampler.note_watch)
+            assert [p.outcome for p in found if p.what == STREAM] == ["streamed"], found
+            time.sleep(0.2)  # the sink's reader has read the last bytes
+            spent.append(time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - cpu)
+
+        thread = threading.Thread(target=run, name="ddpnet-watch-probe", daemon=True)
+        thread.start()
+        thread.join(30)
+
+    with blocked_thread() as main:
+        sampler = Sampler(main=main)
+        with ProbeSink("127.0.0.1", note=sampler.note_watch) as sink:
+            before, after = sampled(sampler, probe_round)
+    assert spent and spent[0] > 0.1, spent  # the round streamed for real: both ends' CPU
+    assert after.cpu is not None and before.cpu is not None
+    assert after.cpu - before.cpu < 0.25 * spent[0], (after.cpu - before.cpu, spent)
+    assert not working(before, after).cpu, (after.share, spent)
 
 
 def _spin() -> None:

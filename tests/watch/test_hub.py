@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddpnet.net.ports import listen_socket
+from ddpnet.watch.activity import Activity
 from ddpnet.watch.heartbeat import Beacon
 from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request, tick_every
 from ddpnet.watch.recorder import Recorder
@@ -155,6 +156,38 @@ def test_a_stall_in_one_collective_is_probed_and_the_closed_port_named(
     assert f"port(s) {b1.ident.extra['ports']['sink']} are refused" in summary
     for b in (b0, b1):
         b.close()
+
+
+def test_a_probe_round_is_the_watchs_work_not_the_ranks(tmp_path: Path) -> None:
+    """Rank 0 answers a probe request (its ``ddpnet-watch-probe`` thread and pool) by
+    streaming into rank 1's sink, both in this process: the CPU both ends spend is noted as
+    the watch's, so the rank's sampled CPU stands still (issue 39: a straggler round into a
+    rank asleep in its data loader held the verdict on a loaded host)."""
+    exits: list[tuple[int, int]] = []
+    b0, b1 = stuck_beacon(0, tmp_path, exits), stuck_beacon(1, tmp_path, exits)
+    sampler = b0.activity
+    samples: list[Activity] = []
+    take = threading.Thread(target=lambda: samples.append(sampler.sample()),
+                            name="ddpnet-watch-heartbeat")
+    take.start()
+    take.join(10)
+    cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+    b0.handle(probe_request(1, {1: b1.ident}, 0, (0, 1)))
+    probing = [t for t in threading.enumerate() if t.name == "ddpnet-watch-probe"]
+    for thread in probing:
+        thread.join(10)
+    time.sleep(0.2)  # rank 1's sink has read the last bytes
+    spent = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - cpu
+    take = threading.Thread(target=lambda: samples.append(sampler.sample()),
+                            name="ddpnet-watch-heartbeat")
+    take.start()
+    take.join(10)
+    for b in (b0, b1):
+        b.close()
+    before, after = samples
+    assert probing and spent > 0.1, (probing, spent)  # streamed for real
+    assert before.cpu is not None and after.cpu is not None
+    assert after.cpu - before.cpu < 0.25 * spent, (after.cpu - before.cpu, spent)
 
 
 def test_probe_request_names_only_the_peers_a_rank_probes() -> None:

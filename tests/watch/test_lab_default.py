@@ -82,6 +82,11 @@ def test_a_rank_stuck_in_its_data_loader_is_named_in_seconds(lab: Lab, tmp_path:
     text, host = results[0].stderr, lab.nodes[2].hostname
     assert "ddpnet watch: rank-not-arriving" in text, text[-3000:]
     assert f"rank 2 ({host}) has not arrived: in 'data'" in text, text[-3000:]
+    # asleep, it never worked: no probe round (a straggler's, on a loaded host) may make it
+    # look busy and hold the verdict (the watch's probes and sink are not its work)
+    found = report(tmp_path, watcher)
+    assert not [w for w in found["warnings"] if w["kind"] == "working"], found["warnings"]
+    assert any("has not worked for" in e for e in found["diagnosis"]["evidence"]), found
     assert_named_in_time(tmp_path, watcher, "data loader")
     assert codes(results) == [4, 4, 4], [r.stderr[-800:] for r in results]
 

@@ -199,8 +199,9 @@ wait (its word lags: a gap that waited
         """Listen for peers' probes on this rank's address and publish the ports: ``side``
         (answers while this rank's host is up), ``sink`` (stream probes) and, for gloo only,
         ``backend`` (gloo's own listener; NCCL's must not be poked)."""
-        side = ProbeSink(self.ident.address, max_conns=8, idle=2.0)
-        sink = ProbeSink(self.ident.address)
+        note = self.activity.note_watch  # a peer's probe is no work of this rank's
+        side = ProbeSink(self.ident.address, max_conns=8, idle=2.0, note=note)
+        sink = ProbeSink(self.ident.address, note=note)
         self.listeners = [side, sink]
         ports = {SIDE: side.port, SINK: sink.port}
         if gloo:
@@ -450,7 +451,8 @@ wait (its word lags: a gap that waited
                      for r, p in dict(request.get("peers", {})).items()}
             found = probe_pairs(peers, me, timeout=float(request.get("timeout", 2.0)),
                                 group=[int(r) for r in request.get("group", [*peers, me])],
-                                stream_bytes=STREAM_BYTES if request.get("stream", True) else 0)
+                                stream_bytes=STREAM_BYTES if request.get("stream", True) else 0,
+                                note=self.activity.note_watch)
         except (OSError, ValueError, TypeError, RuntimeError):
             found = ()
         self.activity.note_watch()  # the probes' CPU is the watch's, not this rank's work

@@ -38,7 +38,7 @@ import termios
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +46,7 @@ from typing import Any
 from ddpnet.net.ports import listen_socket
 from ddpnet.net.probe import CONNECTED, RESET, TIMEOUT, Attempt, connect_loop, outcome_of
 from ddpnet.net.sockopt import set_dont_fragment
+from ddpnet.watch.activity import WATCH_THREADS
 from ddpnet.watch.state import LinkProbe, RankState
 
 #: ``RankState.extra[PORTS_KEY]`` = {purpose: port} a rank publishes for its peers' probes
@@ -63,6 +64,16 @@ FANOUT = 16
 STREAM_SECONDS = 0.3
 STREAM_BYTES = 1 << 30
 _CHUNK = 256 << 10
+#: the probes' threads and the sink's readers are the watch's, not the rank's work: they note
+#: their CPU (``note``: ``activity.Sampler.note_watch``) every this many chunks sent or reads,
+#: so a sample between two notes sees ~1 MiB's worth at most as the rank's (a round into a
+#: rank asleep in its data loader made it "work" and held the verdict, issue 39)
+NOTE_EVERY = 4
+Note = Callable[[], None]
+
+
+def _nothing() -> None:
+    """No sampler to tell (the default ``note``)."""
 
 
 @dataclass(frozen=True)
@@ -193,15 +204,18 @@ def _tcp_info(sock: socket.socket) -> TcpInfo | None:
         return None
 
 
-def _push(sock: socket.socket, nbytes: int, deadline: float) -> int:
+def _push(sock: socket.socket, nbytes: int, deadline: float, note: Note = _nothing) -> int:
     """Send up to ``nbytes`` before ``deadline`` without blocking past it; bytes sent."""
     payload = memoryview(bytes(_CHUNK))
-    sent = 0
+    sent = sends = 0
     while sent < nbytes and (left := deadline - time.monotonic()) > 0:
         try:
             sent += sock.send(payload[:min(_CHUNK, nbytes - sent)])
         except BlockingIOError:
             select.select([], [sock], [], min(0.05, left))
+        sends += 1
+        if sends % NOTE_EVERY == 0:
+            note()
     return sent
 
 
@@ -213,7 +227,7 @@ def _drain(sock: socket.socket, deadline: float) -> int:
 
 
 def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
-                 seconds: float = STREAM_SECONDS) -> LinkProbe:
+                 seconds: float = STREAM_SECONDS, note: Note = _nothing) -> LinkProbe:
     """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
     acknowledgements; all within ``timeout`` (edge)."""
     port = target.ports[SINK]
@@ -234,7 +248,7 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
         t0 = time.monotonic()
         deadline = start + timeout
         try:
-            sent = _push(sock, nbytes, min(deadline, t0 + seconds))
+            sent = _push(sock, nbytes, min(deadline, t0 + seconds), note)
             unacked = _drain(sock, deadline)
         except OSError as exc:  # reset by the peer mid-stream
             got = outcome_of(exc)
@@ -249,25 +263,35 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
                 ports: Mapping[int, Mapping[str, int]] | None = None,
                 group: Sequence[int] | None = None, stream_bytes: int = STREAM_BYTES,
                 stream_seconds: float = STREAM_SECONDS,
-                fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT) -> tuple[LinkProbe, ...]:
+                fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT,
+                note: Note = _nothing) -> tuple[LinkProbe, ...]:
     """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge).
 
     ``ports`` adds to or overrides what each peer published (rank -> {purpose: port});
     ``group`` is the stuck collective's ranks (default: every rank in ``states``);
     ``stream_bytes=0`` skips the stream, else it runs ``stream_seconds``. Each probe takes
     at most ``timeout`` seconds and at most ``fanout`` run at once, so the call is bounded by
-    ceil(probes / fanout) * timeout."""
+    ceil(probes / fanout) * timeout. ``note`` is called from the probing threads (named
+    ``ddpnet-watch-probe-*``) as they work and once each probe is done."""
     ranks = [*states, me] if group is None else list(group)
     targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
     jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)
                                    for t in targets for purpose in sorted(t.ports)]
     if stream_bytes > 0:
-        jobs += [(probe_stream, me, t, stream_bytes, timeout, stream_seconds)
+        jobs += [(probe_stream, me, t, stream_bytes, timeout, stream_seconds, note)
                  for t in targets if SINK in t.ports]
     if not jobs:
         return ()
-    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs)))) as pool:
-        found = list(pool.map(lambda job: job[0](*job[1:]), jobs))
+
+    def run(job: tuple[Any, ...]) -> LinkProbe:
+        try:
+            return job[0](*job[1:])  # type: ignore[no-any-return]
+        finally:
+            note()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(jobs))),
+                            thread_name_prefix=f"{WATCH_THREADS}-probe") as pool:
+        found = list(pool.map(run, jobs))
     return tuple(sorted(found, key=lambda p: (p.dst_rank, p.what, p.purpose)))
 
 
@@ -292,22 +316,26 @@ class ProbeSink:
     """What a rank listens on for its peers' stream probes: accepts and discards, each
     connection read in its own daemon thread until EOF or ``idle`` seconds of silence, at most
     ``max_conns`` at once (more are closed at once). Publish ``port`` as
-    ``extra["ports"]["sink"]``; ``close()`` (or ``with``) stops it."""
+    ``extra["ports"]["sink"]``; ``close()`` (or ``with``) stops it. Its threads are the
+    watch's (``ddpnet-watch-sink*``) and call ``note`` as they read: a peer's stream is no
+    work of this rank's."""
 
     def __init__(self, address: str = "", port: int = 0, *, max_conns: int = 64,
-                 idle: float = 10.0) -> None:
+                 idle: float = 10.0, note: Note = _nothing) -> None:
         self._sock = listen_socket(address, port, backlog=max_conns)
         self._sock.settimeout(0.2)
         self.port = int(self._sock.getsockname()[1])
         self._slots = threading.BoundedSemaphore(max_conns)
         self._idle = idle
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="ddpnet-probe-sink",
+        self._note = note
+        self._thread = threading.Thread(target=self._serve, name=f"{WATCH_THREADS}-sink",
                                         daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
+            self._note()
             try:
                 conn, _ = self._sock.accept()
             except TimeoutError:
@@ -317,18 +345,23 @@ class ProbeSink:
             if not self._slots.acquire(blocking=False):
                 conn.close()
                 continue
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._read, args=(conn,), daemon=True,
+                             name=f"{WATCH_THREADS}-sink-read").start()
 
     def _read(self, conn: socket.socket) -> None:
         buf = bytearray(1 << 20)
+        reads = 0
         try:
             with conn:
                 conn.settimeout(self._idle)
                 while not self._stop.is_set() and conn.recv_into(buf):
-                    pass
+                    reads += 1
+                    if reads % NOTE_EVERY == 0:
+                        self._note()
         except OSError:
             pass
         finally:
+            self._note()
             self._slots.release()
 
     def close(self) -> None:
