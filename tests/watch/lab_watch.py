@@ -1,6 +1,7 @@
 """What the watch's lab tests share (test_lab_default: a ``ddpnet.init()`` script;
 test_attach_lab: an unchanged one): a follower of the ranks' lines that times the fault, cuts
-a link on cue and resumes a stopped rank, the hub's report, and the time-to-verdict bound.
+a link on cue and resumes a stopped rank, the hub's report, and the bounds on the time to the
+verdict and on a cut-off rank's own exit.
 
 The bound is the issue's 15 s where the job's learned threshold allows it; on a loaded
 machine the job's steps are slower, the threshold it learns is longer, and the verdict is
@@ -19,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpnet.lab import Lab
-from ddpnet.lab.lab import LabNode
+from ddpnet.lab import Lab, LabNode
 from ddpnet.watch.hub import PROBE_WAIT_S
+from ddpnet.watch.threshold import FLOOR_S
 
 #: named within this many seconds of the fault (the issues' bound, at a learned 5-10 s)
 NAMED_S = 15.0
@@ -115,6 +116,15 @@ def named_bound(directory: Path, watcher: Watcher) -> float:
     by plus the probes' wait and two heartbeats when its load made that longer."""
     threshold = float(report(directory, watcher)["threshold"]["seconds"])
     return max(NAMED_S, threshold + PROBE_WAIT_S + BEATS_S)
+
+
+def alone_bound(directory: Path, watcher: Watcher) -> float:
+    """How soon a rank that hears nobody leaves by itself: NAMED_S at the floor threshold
+    (it judges at threshold + ``cutoff.MARGIN_S``, then connects for ``cutoff.CONNECT_S``:
+    ~10 s at 5 s), later by as much as the threshold it judges by (the hub's learned one, in
+    the report) is above the floor when its load made the job learn a longer one."""
+    threshold = float(report(directory, watcher)["threshold"]["seconds"])
+    return NAMED_S + max(0.0, threshold - FLOOR_S)
 
 
 def assert_named_in_time(directory: Path, watcher: Watcher, what: str) -> float:

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from ddpnet.lab.lab import LabNode
+from ddpnet.lab import LabNode
 from ddpnet.watch.analyze import STALE_AFTER_S
 from ddpnet.watch.hub import PROBE_WAIT_S
 from tests.lab_util import fresh_lab, requires_netns

@@ -185,7 +185,7 @@ def test_a_probe_round_is_the_watchs_work_not_the_ranks(tmp_path: Path) -> None:
     for b in (b0, b1):
         b.close()
     before, after = samples
-    assert probing and spent > 0.1, (probing, spent)  # streamed for real
+    assert probing and spent > 0.01, (probing, spent)  # both ends' CPU for the stream
     assert before.cpu is not None and after.cpu is not None
     assert after.cpu - before.cpu < 0.25 * spent, (after.cpu - before.cpu, spent)
 

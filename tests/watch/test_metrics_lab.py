@@ -27,8 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ddpnet.lab import Lab
-from ddpnet.lab.lab import LabNode
+from ddpnet.lab import Lab, LabNode
 from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = [requires_netns, pytest.mark.skipif(

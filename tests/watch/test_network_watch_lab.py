@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddpnet.lab import Lab
-from ddpnet.lab.lab import LabNode
+from ddpnet.lab import Lab, LabNode
 from tests.lab_util import fresh_lab, requires_netns
 
 pytestmark = requires_netns

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.lab import Lab
-from ddpnet.lab.lab import LabNode
+from ddpnet.lab import Lab, LabNode
 from tests.lab_util import fresh_lab, requires_netns
 
 # compares the ranks' compute per step: tests beside it on the same 2 cores made one rank
