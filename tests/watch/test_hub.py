@@ -165,12 +165,16 @@ def test_a_probe_round_is_the_watchs_work_not_the_ranks(tmp_path: Path) -> None:
     rank asleep in its data loader held the verdict on a loaded host)."""
     exits: list[tuple[int, int]] = []
     b0, b1 = stuck_beacon(0, tmp_path, exits), stuck_beacon(1, tmp_path, exits)
-    sampler = b0.activity
     samples: list[Activity] = []
-    take = threading.Thread(target=lambda: samples.append(sampler.sample()),
-                            name="ddpnet-watch-heartbeat")
-    take.start()
-    take.join(10)
+
+    def sample() -> None:
+        """One sample of rank 0's activity, taken as its heartbeat thread takes it."""
+        take = threading.Thread(target=lambda: samples.append(b0.activity.sample()),
+                                name="ddpnet-watch-heartbeat")
+        take.start()
+        take.join(10)
+
+    sample()
     cpu = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
     b0.handle(probe_request(1, {1: b1.ident}, 0, (0, 1)))
     probing = [t for t in threading.enumerate() if t.name == "ddpnet-watch-probe"]
@@ -178,10 +182,7 @@ def test_a_probe_round_is_the_watchs_work_not_the_ranks(tmp_path: Path) -> None:
         thread.join(10)
     time.sleep(0.2)  # rank 1's sink has read the last bytes
     spent = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - cpu
-    take = threading.Thread(target=lambda: samples.append(sampler.sample()),
-                            name="ddpnet-watch-heartbeat")
-    take.start()
-    take.join(10)
+    sample()
     for b in (b0, b1):
         b.close()
     before, after = samples
