@@ -19,19 +19,24 @@ from tests.lab_util import requires_netns
 pytestmark = requires_netns
 
 
-def _sleepers(marker: str, parent: int) -> list[int]:
+def _sleepers(marker: str, parent: int, *, running: bool = False) -> list[int]:
     """PIDs of processes but ``parent`` whose command line carries ``marker`` (alive, not
-    zombies)."""
+    zombies): at any stage of a node's start (``ip netns exec``, ``unshare``, ``sh`` carry it
+    in their arguments before they exec), or with ``running`` only once it is the command
+    itself (the Python sleeper). A node still in ``ip netns exec`` may sit in a mount or a
+    namespace switch that a SIGKILL waits for on a loaded host: the 3 s are for what runs."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            args = (proc / "cmdline").read_bytes().split(b"\0")
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if marker in cmd and int(proc.name) != parent and state != "Z":
+        cmd = b" ".join(args).decode(errors="replace")
+        started = not running or args[0].decode(errors="replace") == sys.executable
+        if marker in cmd and started and int(proc.name) != parent and state != "Z":
             found.append(int(proc.name))
     return found
 
@@ -47,13 +52,14 @@ def test_a_signal_to_lab_run_ends_every_node_s_process(make_lab: Callable[..., L
          "--", sys.executable, "-c", script],
         env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while len(_sleepers(marker, proc.pid)) < 2 and time.monotonic() < deadline:
+    while len(_sleepers(marker, proc.pid, running=True)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    if len(_sleepers(marker, proc.pid)) != 2:  # say why a node's command is missing
+    if len(_sleepers(marker, proc.pid, running=True)) != 2:  # why a node's command is missing
         proc.terminate()
         out, err = proc.communicate(timeout=30)
-        pytest.fail(f"{len(_sleepers(marker, proc.pid))} of 2 nodes run the command after 60 "
-                    f"s; lab run exited {proc.returncode}:\n{out[-2000:]}\n{err[-2000:]}")
+        pytest.fail(f"{len(_sleepers(marker, proc.pid, running=True))} of 2 nodes run the "
+                    f"command after 60 s; lab run exited {proc.returncode}:\n{out[-2000:]}\n"
+                    f"{err[-2000:]}")
     proc.send_signal(signum)
     sent = time.monotonic()
     _, err = proc.communicate(timeout=30)
