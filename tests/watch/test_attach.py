@@ -84,7 +84,7 @@ def test_patch_wraps_every_holder_once() -> None:
     mods, original = _fake_torch()
     assert attach.patch(mods)
     wrapped = mods["torch.distributed"].init_process_group  # type: ignore[attr-defined]
-    assert wrapped is not original and wrapped.__ddpnet_original__ is original
+    assert wrapped is not original and wrapped.__wrapped__ is original
     for name in ("torch.distributed.distributed_c10d", "torch.distributed.device_mesh"):
         assert mods[name].init_process_group is wrapped  # type: ignore[attr-defined]
     assert not hasattr(mods["torch.distributed.other"], "init_process_group")
@@ -121,7 +121,8 @@ def test_install_imports_no_torch_and_patches_on_first_import() -> None:
         "print('torch' in sys.modules)\n"
         "import torch.distributed as dist\n"
         "c10d = dist.distributed_c10d\n"
-        "print(hasattr(dist.init_process_group, '__ddpnet_original__'),\n"
+        "from ddpnet.watch.patches import is_patched\n"
+        "print(is_patched(dist.init_process_group),\n"
         "      dist.init_process_group is c10d.init_process_group,\n"
         "      type(dist.__spec__.loader).__name__ != '_PatchingLoader',\n"
         "      any(type(f).__name__ == '_Finder' for f in sys.meta_path))\n")
@@ -133,7 +134,8 @@ def test_install_patches_at_once_when_torch_is_loaded() -> None:
     out = _python("import torch.distributed as dist\n"
                   "from ddpnet.watch import attach\n"
                   "attach.install()\n"
-                  "print(hasattr(dist.init_process_group, '__ddpnet_original__'))\n")
+                  "from ddpnet.watch.patches import is_patched\n"
+                  "print(is_patched(dist.init_process_group))\n")
     assert out.split() == ["True"]
 
 

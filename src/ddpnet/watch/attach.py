@@ -12,7 +12,6 @@ finder patches it the moment it is first imported. The ranks' environment that t
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -31,8 +30,6 @@ ATTACH_VAR = "DDPNET_WATCH_ATTACH"
 #: the directory whose ``sitecustomize.py`` installs the hook (on the ranks' PYTHONPATH)
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
 _ON = ("1", "true", "yes", "on")
-#: what the wrapper carries: the function it wraps
-_ORIGINAL = "__ddpnet_original__"
 
 
 # -- pure parts ----------------------------------------------------------------------------
@@ -90,16 +87,13 @@ class Attachment:
 
 
 def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``init_process_group`` with the watch around it (the original when already wrapped)."""
-    if hasattr(original, _ORIGINAL):
+    """``init_process_group`` with the watch around it (``watch.patches``: the user's arguments
+    pass through as written); ``original`` itself when it is already wrapped."""
+    from ddpnet.watch import patches
+
+    if patches.is_patched(original):
         return original
-
-    @functools.wraps(original)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        return attached_init(original, args, kwargs)
-
-    setattr(init_process_group, _ORIGINAL, original)
-    return init_process_group
+    return patches.around(original, attached_init)  # type: ignore[no-any-return]
 
 
 def attached_init(original: Callable[..., Any], args: tuple[Any, ...],
@@ -132,6 +126,11 @@ def attached_init(original: Callable[..., Any], args: tuple[Any, ...],
         sys.stderr.write(format_error(exc.message, exc.hint) + "\n")
         sys.stderr.flush()
         raise SystemExit(int(exc.exit_code)) from None
+    except Exception as exc:
+        if called:  # the user's own call raised: theirs, untouched
+            raise
+        _warn(f"{type(exc).__name__}: {exc}")  # ours: the call runs as if unwatched
+        return original(*args, **kwargs)
     return result[0] if result else None
 
 
@@ -192,7 +191,10 @@ def patch(modules: Mapping[str, ModuleType] | None = None) -> bool:
     original = getattr(c10d, "init_process_group", None)
     if original is None:
         return False
-    original = getattr(original, _ORIGINAL, original)
+    from ddpnet.watch import patches
+
+    if patches.is_patched(original):
+        original = original.__wrapped__
     wrapped = wrap(original)
     for name, module in list(mods.items()):
         if (name == "torch.distributed" or name.startswith("torch.distributed.")) and \

@@ -12,11 +12,12 @@ failure and exits 1 (mp.spawn's child does) is one more rank dying of that failu
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from ddpnet.watch import patches
 
 
 def describe(code: object) -> str:
@@ -29,23 +30,16 @@ def describe(code: object) -> str:
 
 
 def note_exits(on_exit: Callable[[str, BaseException | None], None]) -> Callable[[], None]:
-    """Wrap ``sys.exit`` to tell ``on_exit`` the error of a failing exit from the main
-    thread (a thread's SystemExit ends only that thread) and the exception being handled
-    there, if any; returns the undo."""
-    original = sys.exit
-
-    @functools.wraps(original)
-    def exit_noted(code: Any = None) -> Any:
+    """Wrap ``sys.exit`` (``watch.patches``) to tell ``on_exit`` the error of a failing exit
+    from the main thread (a thread's SystemExit ends only that thread) and the exception being
+    handled there, if any; returns the undo."""
+    def noted(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if threading.current_thread() is threading.main_thread():
-            error = describe(code)
+            error = describe(args[0] if args else kwargs.get("status"))
             if error:
                 on_exit(error, sys.exc_info()[1])
-        return original(code)
 
-    sys.exit = exit_noted
-
-    def undo() -> None:
-        if sys.exit is exit_noted:
-            sys.exit = original
-
-    return undo
+    # a failure of ours here loses only the exit's code: the exit itself goes on
+    guard = patches.Warns("a failing sys.exit is no longer told from a finished rank",
+                          "report the warning to ddpnet")
+    return patches.wrap(sys, "exit", guard, before=noted)

@@ -38,19 +38,18 @@ hook that fails turns inference off with one warning line and never raises into 
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ddpnet.watch import patches
 from ddpnet.watch.recorder import Recorder
 
-#: the FSDP module, patched only when the script imported it (importing it costs ~2 s)
-FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+#: the FSDP module, patched only when the script imported it (importing it costs ~2 s);
 #: FSDP2's (``fully_shard``) per-module state, whose forward hooks it registers bound to
 #: itself: patched, where the script imported it, before the script shards its modules
-FSDP2_STATE = "torch.distributed.fsdp._fully_shard._fsdp_state"
+FSDP_MODULE, FSDP2_STATE = patches.FSDP_MODULE, patches.FSDP2_STATE
 
 
 class Inferrer:
@@ -218,18 +217,18 @@ class Inferrer:
 
 
 def install(recorder: Recorder) -> Callable[[], None]:
-    """Infer ``recorder``'s steps and phases from now on (cheap: patches and global hooks);
-    returns the undo."""
+    """Infer ``recorder``'s steps and phases from now on (cheap: patches and global hooks,
+    each listed in ``watch.patches.TARGETS``); returns the undo."""
     import torch.optim.optimizer as optim
-    from torch.utils.data.dataloader import _BaseDataLoaderIter
 
     inferrer = Inferrer(recorder)
     undos: list[Callable[[], None]] = [
         optim.register_optimizer_step_pre_hook(inferrer.on_optimizer_pre).remove,
-        optim.register_optimizer_step_post_hook(inferrer.on_optimizer_post).remove,
-        _patch_next(_BaseDataLoaderIter, inferrer)]
-    undos += [_patch_init(cls, inferrer) for cls in wrapper_classes()]
-    undos.append(_patch_fsdp2(inferrer))
+        optim.register_optimizer_step_post_hook(inferrer.on_optimizer_post).remove]
+    for target, hooks in _hooks(inferrer).items():
+        where = patches.resolve(target)
+        if where is not None:
+            undos.append(patches.wrap(*where, inferrer, **hooks))
 
     def undo() -> None:
         inferrer.on = False
@@ -240,64 +239,40 @@ def install(recorder: Recorder) -> Callable[[], None]:
     return undo
 
 
-def wrapper_classes() -> list[type]:
-    """DDP, and FSDP where the script imported it."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    out: list[type] = [DistributedDataParallel]
-    fsdp = sys.modules.get(FSDP_MODULE)
-    if fsdp is not None and isinstance(getattr(fsdp, "FullyShardedDataParallel", None), type):
-        out.append(fsdp.FullyShardedDataParallel)
-    return out
-
-
-def _patch_init(cls: type, inferrer: Inferrer) -> Callable[[], None]:
-    original = getattr(cls, "__init__")  # noqa: B009 (mypy: no __init__ of an instance)
-
-    @functools.wraps(original)
-    def init(module: Any, *args: Any, **kwargs: Any) -> None:
-        original(module, *args, **kwargs)
+def _hooks(inferrer: Inferrer) -> dict[patches.Target, dict[str, Any]]:
+    """What runs around each of ``watch.patches``' targets of inference: DDP's and FSDP's
+    constructors (where the script imported FSDP), FSDP2's forward hooks (ours first: its
+    pre-forward all-gathers, a collective of the ``forward`` phase) and the DataLoader
+    iterator's ``__next__``."""
+    def built(module: Any, _args: object, _kwargs: object, _result: object,
+              _token: object) -> None:
         inferrer.watch(module)
 
-    setattr(cls, "__init__", init)  # noqa: B010 (mypy: no assignment to a method)
-    return lambda: setattr(cls, "__init__", original)
+    def pre(_state: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        inferrer.on_forward_pre(args[0] if args else kwargs.get("module"), None)
 
+    def post(_state: object, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+             _token: object) -> None:
+        inferrer.on_forward(args[0] if args else kwargs.get("module"), None, output)
 
-def _patch_fsdp2(inferrer: Inferrer) -> Callable[[], None]:
-    """Our forward hooks around FSDP2's (ours first: its pre-forward all-gathers, a
-    collective of the ``forward`` phase); a no-op where FSDP2 is not imported or its state
-    class has changed shape."""
-    state = getattr(sys.modules.get(FSDP2_STATE), "FSDPState", None)
-    pre, post = (getattr(state, name, None) for name in ("_pre_forward", "_post_forward"))
-    if state is None or not callable(pre) or not callable(post):
-        return lambda: None
-
-    @functools.wraps(pre)
-    def pre_forward(self: Any, module: Any, args: Any, kwargs: Any) -> Any:
-        inferrer.on_forward_pre(module, args)
-        return pre(self, module, args, kwargs)
-
-    @functools.wraps(post)
-    def post_forward(self: Any, module: Any, args: Any, output: Any) -> Any:
-        output = post(self, module, args, output)
-        inferrer.on_forward(module, args, output)
-        return output
-
-    state._pre_forward, state._post_forward = pre_forward, post_forward
-
-    def undo() -> None:
-        state._pre_forward, state._post_forward = pre, post
-
-    return undo
-
-
-def _patch_next(cls: type, inferrer: Inferrer) -> Callable[[], None]:
-    original = cls.__next__  # type: ignore[attr-defined]
-
-    @functools.wraps(original)
-    def next_batch(iterator: Any) -> Any:
+    def fetch(iterator: object, _args: object, _kwargs: object) -> None:
         inferrer.on_fetch(iterator)
-        return original(iterator)
 
-    setattr(cls, "__next__", next_batch)  # noqa: B010
-    return lambda: setattr(cls, "__next__", original)
+    by_path: dict[str, dict[str, Any]] = {
+        "DistributedDataParallel.__init__": {"after": built},
+        "FullyShardedDataParallel.__init__": {"after": built},
+        "FSDPState._pre_forward": {"before": pre},
+        "FSDPState._post_forward": {"after": post},
+        "_BaseDataLoaderIter.__next__": {"before": fetch}}
+    return {t: by_path[t.path] for t in patches.TARGETS if t.path in by_path}
+
+
+def wrapper_classes() -> list[type]:
+    """The module wrappers whose constructors are patched: DDP, and FSDP where the script
+    imported it."""
+    out: list[type] = []
+    for target in patches.TARGETS:
+        where = patches.resolve(target) if target.path.endswith(".__init__") else None
+        if where is not None:
+            out.append(where[0])
+    return out

@@ -14,7 +14,6 @@ torch has no Flight Recorder, those wrapped calls are the record.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
@@ -23,7 +22,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ddpnet.watch import flight
+import wrapt
+
+from ddpnet.watch import flight, patches
 from ddpnet.watch.desync import StepLog
 from ddpnet.watch.state import LONG_PHASES, PHASES, CollectiveRecord
 
@@ -38,9 +39,9 @@ WAIT_SPANS = 4096
 #: phase and step marks kept until the heartbeat takes them (their times: ``watch.gaps``);
 #: ~8 marks a step, a second of a 4 ms loop
 MARKS = 2048
-#: the Python collectives announced before they run (default group only)
-WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-           "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
+#: the files whose frames are the watch's own, not a call site: this package's and wrapt's
+_OWN_DIRS = (os.path.dirname(os.path.abspath(__file__)),
+             os.path.dirname(os.path.abspath(wrapt.__file__)))
 
 def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...]:
     """The Flight Recorder's entries as records, oldest first (pure; :mod:`watch.flight`)."""
@@ -130,6 +131,10 @@ class Recorder:
         #: phase that is not long): from then on inferred ones (``watch.infer``) are ignored
         self.marked_steps = False
         self.marked_phases = False
+        #: the collectives' wrappers: a failure of ours turns announcing off, said once
+        self.guard = patches.Warns("collectives are no longer announced",
+                                   "the Flight Recorder still records them; report the "
+                                   "warning to ddpnet")
 
     def set_phase(self, phase: str, inferred: bool = False) -> None:
         if inferred and self.marked_phases:
@@ -242,46 +247,47 @@ class Recorder:
             tensor = args[0][0]
         dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else ""
         shape = tuple(int(n) for n in tensor.shape) if tensor is not None else ()
-        frame = sys._getframe(2)
-        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in " \
-               f"{frame.f_code.co_name}"
         return CollectiveRecord(seq=seq, op=op, group="default_pg", dtype=dtype, shape=shape,
                                 nbytes=flight.prod(shape) * flight.ITEMSIZE.get(dtype, 0),
-                                started=self.clock(), site=site)
+                                started=self.clock(), site=call_site())
 
     def wrap_collectives(self, dist: Any, next_seq: Callable[[], int]) -> Callable[[], None]:
-        """Announce each default-group Python collective before it runs; returns the undo."""
-        originals = {name: getattr(dist, name) for name in WRAPPED if hasattr(dist, name)}
+        """Announce each default-group Python collective before it runs (``watch.patches``:
+        the call reaches torch as the caller wrote it); returns the undo."""
         group_type = getattr(dist, "ProcessGroup", None)
-        for name, original in originals.items():
-            setattr(dist, name, self._wrapped(name, original, next_seq, group_type))
+        undos = [self._wrap(dist, name, next_seq, group_type)
+                 for name in patches.COLLECTIVES if callable(getattr(dist, name, None))]
 
         def undo() -> None:
-            for name, original in originals.items():
-                setattr(dist, name, original)
+            for step in reversed(undos):
+                step()
 
         return undo
 
-    def _wrapped(self, name: str, original: Callable[..., Any], next_seq: Callable[[], int],
-                 group_type: type | None = None) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def call(*args: Any, **kwargs: Any) -> Any:
+    def _wrap(self, dist: Any, name: str, next_seq: Callable[[], int],
+              group_type: type | None) -> Callable[[], None]:
+        group_at, async_at = _positions(getattr(dist, name), "group", "async_op")
+
+        def before(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> CollectiveRecord | None:
             # another group's collective (by keyword or position) is not the default group's:
             # announcing it, or counting it in the step digests, would pair it wrongly
-            if kwargs.get("group") is not None or (
+            if _argument(args, kwargs, group_at, "group") is not None or (
                     group_type is not None and any(isinstance(a, group_type) for a in args)):
-                return original(*args, **kwargs)
+                return None
             record = self.called_record(name, args, next_seq())
             with self.lock:
                 self.called.append(record)
                 self.steps.call((name, record.dtype, record.shape, record.site))
             self.announce(record)
-            result = original(*args, **kwargs)
-            if not kwargs.get("async_op"):
-                self._ended(record)
-            return result
+            return record
 
-        return call
+        def after(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  _result: object, record: CollectiveRecord | None) -> None:
+            if record is not None and not _argument(args, kwargs, async_at, "async_op"):
+                self._ended(record)
+
+        return patches.wrap(dist, name, self.guard, before=before, after=after)
 
     def _ended(self, record: CollectiveRecord) -> None:
         from dataclasses import replace
@@ -289,3 +295,36 @@ class Recorder:
         with self.lock:
             if self.called and self.called[-1] is record:
                 self.called[-1] = replace(record, ended=self.clock(), state="completed")
+
+
+def call_site() -> str:
+    """``file:line in function`` of the frame that called into the watch's wrapper (the first
+    outside the watch's own and wrapt's files)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) in _OWN_DIRS:
+        frame = frame.f_back
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in " \
+           f"{frame.f_code.co_name}"
+
+
+def _positions(function: Any, *names: str) -> tuple[int | None, ...]:
+    """Where each of ``names`` stands among ``function``'s positional parameters (None where
+    it cannot be passed by position, or the signature cannot be read)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return tuple(None for _ in names)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+    return tuple(positional.index(n) if n in positional else None for n in names)
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], at: int | None,
+              name: str) -> Any:
+    """The argument ``name`` as the caller passed it (by keyword, or at position ``at``)."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[at] if at is not None and len(args) > at else None

@@ -1,0 +1,204 @@
+"""Every callable the watch wraps, in one place, each with its undo.
+
+The watch follows a script it did not write (a trainer's own ``init_process_group``, its DDP,
+its DataLoader) through a handful of torch callables. A wrapper that re-declares the
+original's parameters breaks callers the moment they call it another way: Lightning builds
+``DistributedDataParallel(module=model)``, and a wrapper ``def init(module, *args, **kwargs)``
+took the instance as ``module`` and every rank died at set-up. So, as the OpenTelemetry
+instrumentors do, each wrapper here is a ``wrapt.FunctionWrapper``: it receives
+``(wrapped, instance, args, kwargs)`` and calls ``wrapped(*args, **kwargs)`` exactly as the
+caller wrote them. It declares no parameters of its own, so ``inspect.signature`` (which
+follows ``__wrapped__``), positional and keyword calls, the first parameter by name, and
+``super().__init__`` in a subclass all reach torch unchanged.
+
+What the watch does before and after the call is guarded (:class:`Guard`): when it raises,
+the call still runs as if unwatched, the watch says once what it lost, and stops trying.
+An exception from the original itself is the caller's and passes through untouched.
+
+:data:`TARGETS` lists every torch internal the watch touches, why, and what is lost where a
+torch version renames it (the watch then skips that patch; it never fails the job).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+import wrapt
+
+Undo = Callable[[], None]
+#: what runs before the call: ``(instance, args, kwargs)``; its return goes to ``after``
+Before = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+#: what runs after it returned: ``(instance, args, kwargs, result, before's return)``
+After = Callable[[Any, tuple[Any, ...], dict[str, Any], Any, Any], None]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One torch callable the watch wraps."""
+
+    module: str
+    #: the attribute path inside ``module``: ``"name"`` or ``"Class.name"``
+    path: str
+    #: what the watch learns from it
+    why: str
+    #: what the watch goes without where this torch has no such callable
+    if_absent: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.path}"
+
+
+FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+FSDP2_STATE = "torch.distributed.fsdp._fully_shard._fsdp_state"
+#: the default group's Python collectives the recorder announces (``watch.recorder``)
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+               "reduce_scatter_tensor", "reduce", "barrier", "all_to_all_single")
+
+TARGETS: tuple[Target, ...] = (
+    Target("torch.distributed.distributed_c10d", "init_process_group",
+           "attach: the watch starts around the script's own group (also where "
+           "torch.distributed and device_mesh hold the same function)",
+           "no watch for a script that does not call ddpnet.init()"),
+    *(Target("torch.distributed", name,
+             "recorder: announces each default-group collective before it runs",
+             "that collective is seen only in the Flight Recorder's ring")
+      for name in COLLECTIVES),
+    Target("torch.nn.parallel", "DistributedDataParallel.__init__",
+           "infer: forward hooks on each DDP module as it is built (forward/backward phases)",
+           "no forward/backward phases; steps from the optimizer"),
+    Target(FSDP_MODULE, "FullyShardedDataParallel.__init__",
+           "infer: forward hooks on each FSDP module (only where the script imported FSDP)",
+           "no forward/backward phases under FSDP"),
+    Target(FSDP2_STATE, "FSDPState._pre_forward",
+           "infer: the forward phase of a fully_shard-ed module (private to FSDP2)",
+           "FSDP2 gets steps from its optimizer and no forward/backward phases"),
+    Target(FSDP2_STATE, "FSDPState._post_forward",
+           "infer: the end of a fully_shard-ed module's forward (private to FSDP2)",
+           "as _pre_forward"),
+    Target("torch.utils.data.dataloader", "_BaseDataLoaderIter.__next__",
+           "infer: the data phase while the next batch is awaited; steps led by fetches",
+           "no data phase; steps begin at the forward"),
+    Target("sys", "exit",
+           "exitnote: a rank's sys.exit(code) is a rank that gave up, not one that finished",
+           "(always present)"),
+)
+
+
+def resolve(target: Target, modules: Mapping[str, ModuleType] | None = None
+            ) -> tuple[Any, str] | None:
+    """The object that holds ``target`` and the attribute's name; None where its module is
+    not loaded or this torch has no such callable."""
+    owner: Any = (sys.modules if modules is None else modules).get(target.module)
+    *parents, attribute = target.path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent, None)
+    if owner is None or not callable(getattr(owner, attribute, None)):
+        return None
+    return owner, attribute
+
+
+class Guard(Protocol):
+    """What a wrapper asks before its hooks run, and tells when one raised."""
+
+    on: bool
+
+    def fail(self, exc: BaseException) -> None: ...
+
+
+class Warns:
+    """A :class:`Guard` that turns its hooks off at the first failure and says so once."""
+
+    def __init__(self, lost: str, hint: str) -> None:
+        self.on = True
+        self.lost, self.hint = lost, hint
+
+    def fail(self, exc: BaseException) -> None:
+        from ddpnet.errors import short_error
+
+        if not self.on:
+            return
+        self.on = False
+        sys.stderr.write(f"ddpnet: warning: watch: {self.lost} "
+                         f"({short_error(type(exc).__name__, str(exc))}); the job runs on "
+                         f"as if unwatched there; hint: {self.hint}\n")
+
+
+class Patched(wrapt.FunctionWrapper[Any, Any]):
+    """A wrapper of the watch's (told from another library's by its type)."""
+
+
+def _guarded(guard: Guard, before: Before | None, after: After | None
+             ) -> Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        token = None
+        if before is not None and guard.on:
+            try:
+                token = before(instance, args, kwargs)
+            except Exception as exc:
+                guard.fail(exc)
+        result = wrapped(*args, **kwargs)
+        if after is not None and guard.on:
+            try:
+                after(instance, args, kwargs, result, token)
+            except Exception as exc:
+                guard.fail(exc)
+        return result
+
+    return wrapper
+
+
+def wrap(owner: Any, attribute: str, guard: Guard, *, before: Before | None = None,
+         after: After | None = None) -> Undo:
+    """Run ``before``/``after`` around every call of ``owner.attribute``; returns the undo."""
+    return install(owner, attribute, Patched(_raw(owner, attribute),
+                                             _guarded(guard, before, after)))
+
+
+def around(original: Callable[..., Any],
+           call: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]) -> Any:
+    """A wrapper of ``original`` that hands each call to ``call(original, args, kwargs)``,
+    which must call the original itself (the watch starts around ``init_process_group``);
+    not installed anywhere: see :func:`install`."""
+    def wrapper(wrapped: Any, _instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        return call(wrapped, args, kwargs)
+
+    return Patched(original, wrapper)
+
+
+def install(owner: Any, attribute: str, patched: Any) -> Undo:
+    """Put ``patched`` in place of ``owner.attribute``; the undo puts back what was there
+    (or, where another library wrapped ours since, leaves theirs: ours then passes through)."""
+    had = not isinstance(owner, type) or attribute in vars(owner)
+    previous = _raw(owner, attribute)
+    setattr(owner, attribute, patched)
+
+    def undo() -> None:
+        if _raw(owner, attribute) is not patched:
+            return
+        if had:
+            setattr(owner, attribute, previous)
+        else:  # inherited: the base class's own comes back into view
+            delattr(owner, attribute)
+
+    return undo
+
+
+def is_patched(function: Any) -> bool:
+    """Whether ``function`` is one of the watch's wrappers."""
+    return isinstance(function, Patched)
+
+
+def _raw(owner: Any, attribute: str) -> Any:
+    """The attribute as stored (a class's own function, not the bound view of it)."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if attribute in vars(klass):
+                return vars(klass)[attribute]
+    return getattr(owner, attribute)
