@@ -132,10 +132,12 @@ class Patched(wrapt.FunctionWrapper[Any, Any]):
     """A wrapper of the watch's (told from another library's by its type)."""
 
 
-def _guarded(guard: Guard, before: Before | None, after: After | None
+def _guarded(guard: Guard, before: Before | None, after: After | None, live: list[bool]
              ) -> Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
+        if not live[0]:  # undone, but wrapped since by another library: a plain call
+            return wrapped(*args, **kwargs)
         token = None
         if before is not None and guard.on:
             try:
@@ -156,8 +158,15 @@ def _guarded(guard: Guard, before: Before | None, after: After | None
 def wrap(owner: Any, attribute: str, guard: Guard, *, before: Before | None = None,
          after: After | None = None) -> Undo:
     """Run ``before``/``after`` around every call of ``owner.attribute``; returns the undo."""
-    return install(owner, attribute, Patched(_raw(owner, attribute),
-                                             _guarded(guard, before, after)))
+    live = [True]
+    put_back = install(owner, attribute, Patched(_raw(owner, attribute),
+                                                 _guarded(guard, before, after, live)))
+
+    def undo() -> None:
+        live[0] = False
+        put_back()
+
+    return undo
 
 
 def around(original: Callable[..., Any],
