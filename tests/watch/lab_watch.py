@@ -55,6 +55,8 @@ class Watcher:
     #: each node's threshold source on its last step line (scenario.py prints it)
     sources: dict[int, str] = field(default_factory=dict)
     cutting: bool = False
+    #: the nodes whose ranks must be out before a stopped rank is resumed
+    resume_after: frozenset[int] = frozenset({0, 1})
 
     def on_line(self, node: LabNode, stream: str, raw: str) -> None:
         now, line = time.time(), PREFIX.sub("", raw)
@@ -66,7 +68,8 @@ class Watcher:
             self.on_step(node.index, line)
         if line.startswith(f"ddpnet: watch: rank {node.index} exits"):
             self.exits[node.index] = now
-            if self.stopped and {0, 1} <= set(self.exits) and self.resumed is None:
+            if self.stopped and self.resume_after <= set(self.exits) and \
+                    self.resumed is None:
                 self.resume()
 
     def on_step(self, index: int, line: str) -> None:

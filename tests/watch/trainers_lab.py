@@ -1,0 +1,127 @@
+"""The trainer matrix's lab runs (issue 55), shared by one module per trainer
+(``test_trainer_*_lab.py``: xdist runs them side by side). Each trainer script in
+``tests/watch/trainers/`` is the framework's own code, unchanged, started on two lab nodes by
+``ddpnet launch`` (torchrun, one rank a node) with no watch settings at all:
+
+- healthy, with validation and rank-0 checkpoints: every rank exits 0, no verdict, and the
+  trained model's loss is the same, bit for bit, as the same job's with ``DDPNET_WATCH=0``;
+- a rank stopped (SIGSTOP), a rank killed, node 1's link down: the verdict names the rank and
+  its host, and every rank is out.
+
+The bounds are fixed (never read from the run under test): named within NAMED_S of the fault,
+every rank out within OUT_S of the verdict (a stopped one from its SIGCONT). How fast the
+watch names a fault is measured by benchmarks/watch_detect.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ddpnet.lab import Lab
+from tests.watch.lab_watch import PREFIX, Watcher, report
+
+TRAINERS = Path(__file__).with_name("trainers")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+#: the faulty rank: node 1 (not the hub's)
+FAULTY = 1
+#: generous, fixed: a loaded 2-core CI learns a longer threshold than an idle machine
+NAMED_S = 60.0
+#: the fault comes this long after the first step: every rank's watch has connected to the
+#: hub (a fault before that is a rank the hub never heard: named, but with no host)
+FAULT_AFTER_S = 8.0
+OUT_S = 30.0
+LOSS = re.compile(r"^loss (\S+)$")
+
+
+class Cutter(Watcher):
+    """Cuts node 1's link when rank 0 says ``fault cut`` (its step count and time reached)."""
+
+    def on_line(self, node: Any, stream: str, raw: str) -> None:
+        super().on_line(node, stream, raw)
+        if PREFIX.sub("", raw).startswith("fault cut ") and not self.cutting:
+            self.cutting, self.link_down = True, 1
+            threading.Thread(target=self.cut, daemon=True).start()
+
+
+def launch(script: str) -> list[str]:
+    return [sys.executable, "-m", "ddpnet", "launch", "--nproc-per-node", "1", "--",
+            str(TRAINERS / script)]
+
+
+def run(lab: Lab, script: str, port: int, directory: Path, watcher: Watcher,
+        **env: str) -> list[Any]:
+    results = lab.run(launch(script), timeout=240, master_port=port,
+                      env={"PYTHONPATH": SRC, "DDPNET_WATCH_DIR": str(directory),
+                           "CKPT_DIR": str(directory / "ckpt"), "OMP_NUM_THREADS": "1",
+                           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                           **env},
+                      on_line=watcher.on_line)
+    return list(results)
+
+
+def lines(results: list[Any], node: int) -> list[str]:
+    return [PREFIX.sub("", line) for line in results[node].stdout.splitlines()]
+
+
+def healthy(lab: Lab, script: str, port: int, tmp: Path) -> None:
+    """Watched and unwatched: both end 0, validate and save, and reach the same loss."""
+    losses = []
+    for watch in ("1", "0"):
+        watcher = Watcher(lab)
+        directory = tmp / f"watch{watch}"
+        results = run(lab, script, port + int(watch), directory, watcher, FAULT="none",
+                      DDPNET_WATCH=watch)
+        assert [r.returncode for r in results] == [0, 0], \
+            [r.stderr[-2000:] for r in results]
+        assert not (directory / "report.json").exists(), watcher.tail()
+        for node in range(len(results)):
+            out = lines(results, node)
+            assert f"watched {watch == '1'} rank {node}" in out, out[:20]
+            assert any(line.startswith("validated ") for line in out), out[-20:]
+            losses.append([m.group(1) for m in map(LOSS.match, out) if m])
+        assert any(line.startswith("saved ") for line in lines(results, 0))
+        stderr = "\n".join(r.stderr for r in results)
+        assert "ddpnet: warning" not in stderr, stderr[-3000:]
+    assert len(losses) == 4 and all(len(found) == 1 for found in losses), losses
+    assert len({found[0] for found in losses}) == 1, losses  # bit for bit: repr of a float
+
+
+def faulty(lab: Lab, script: str, port: int, tmp: Path, fault: str) -> None:
+    """``fault`` (stop, kill or link-down) on rank 1: named with rank and host, all out."""
+    watcher = Cutter(lab, resume_after=frozenset({0}))
+    timer = threading.Timer(150, watcher.resume_if_never_named)
+    timer.start()
+    cut = fault == "link-down"
+    try:
+        results = run(lab, script, port, tmp, watcher, STEPS="2000", STEP_S="0.01",
+                      FAULT_STEP="40", FAULT_AFTER_S=str(FAULT_AFTER_S),
+                      FAULT="cut" if cut else fault, FAULT_RANK="0" if cut else str(FAULTY))
+    finally:
+        timer.cancel()
+        if fault == "link-down":
+            lab.clear(1)
+    found = report(tmp, watcher)
+    text = "\n".join([found["diagnosis"]["summary"], *found["diagnosis"]["evidence"]])
+    host = lab.nodes[FAULTY].hostname
+    if fault == "link-down":
+        assert found["kind"] == "network" and f"link down: rank 1 ({host}, " in text, \
+            (text, watcher.tail())
+    else:
+        assert found["kind"] == "rank-gone" and f"rank 1 ({host}) is gone" in text, \
+            (text, watcher.tail())
+    assert watcher.fault_at is not None, watcher.tail()
+    verdict_at = (tmp / "report.json").stat().st_mtime
+    assert verdict_at - watcher.fault_at < NAMED_S, (verdict_at - watcher.fault_at,
+                                                     watcher.tail())
+    # every rank out: the watch's exit (4) on each, the killed one by its SIGKILL (torchrun
+    # exits 128 + 9 for it)
+    codes = [r.returncode for r in results]
+    assert codes == [4, 137 if fault == "kill" else 4], (codes, watcher.tail(),
+                                                         [r.stderr[-1500:] for r in results])
+    for node, at in watcher.exits.items():
+        start = watcher.resumed if node == FAULTY and fault == "stop" else verdict_at
+        assert start is not None and at - start < OUT_S, (node, watcher.tail())
