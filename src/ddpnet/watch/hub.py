@@ -43,7 +43,7 @@ from ddpnet.exitcodes import ExitCode
 from ddpnet.watch import cutoff, desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
-from ddpnet.watch.metrics import JobView, Probed, StepHistory
+from ddpnet.watch.metrics import JobView, Probed
 from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
@@ -238,9 +238,8 @@ class Hub:
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
-        #: metrics (``serve_metrics``): the steps folded from states, the verdicts given,
-        #: each rank pair's last stream probe, when the next link round is due, the server
-        self.history: StepHistory | None = None
+        #: metrics (``serve_metrics``): the verdicts given, each rank pair's last stream
+        #: probe, when the next link round is due, the server
         self.verdicts: list[Diagnosis] = []
         #: when the last verdict was given (monotonic; either action), None: none yet
         self.judged_at: float | None = None
@@ -365,10 +364,8 @@ class Hub:
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         self.heard[rank] = time.monotonic()
         if kind == "state":
-            self.states[rank] = state = RankState.from_dict(message["state"])
+            self.states[rank] = RankState.from_dict(message["state"])
             self.published += 1
-            if self.history is not None:
-                self.history.fold(state)
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
             self.published += 1
@@ -671,9 +668,8 @@ class Hub:
         from ddpnet.net.exposition import Server
         from ddpnet.watch.metrics import JobCollector
 
-        self.history = StepHistory()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(JobCollector(self.metrics_view, self.history))
+        registry.register(JobCollector(self.metrics_view))
         # a verdict (or the job moving again) shows in the very next scrape, never a render
         # from before it (net.exposition serves a costly render again for a while)
         self.metrics = Server(sock, registry,
