@@ -12,9 +12,10 @@ ratios sit outside the control's. (Link probe rounds come 300 s after start: non
 runs; their cost is the watch's probes', probe_costs.json.)
 
 Hub: one render by ``watch.metrics.JobCollector`` over a view of N ranks whose histograms
-hold steps, in CPU seconds (text and OpenMetrics, which Prometheus asks for), and
-``StepHistory.fold`` of one new state (50-step window, one new step): the only work done per
-heartbeat with metrics on. ``--baseline ROOT`` measures another checkout's hub alternately
+hold steps, in CPU seconds (text and OpenMetrics, which Prometheus asks for). Since issue 58
+the ranks send cumulative counts and the hub does no work per heartbeat for the metrics (it
+folded each state's 50-step window before: ``fold_us`` of older results).
+``--baseline ROOT`` measures another checkout's hub alternately
 with this one (before/after a change, under the same load).
 
     .venv/bin/python benchmarks/metrics_overhead.py [--rounds N] [--steps N] [--hub-only]
@@ -181,11 +182,12 @@ def overhead(rounds: int, steps: dict[str, int], every: float, seed: int) -> dic
 def hub_costs(ranks: tuple[int, ...] = (8, 128, 1024), repeats: int = 5) -> dict[str, Any]:
     """One render's CPU seconds (``time.process_time``: what the hub spends, whatever else
     the machine runs) in the text format and in OpenMetrics (what Prometheus asks for), and
-    one state's fold."""
+    the samples (the series count of N ranks)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-    from ddpnet.watch.metrics import JobCollector, JobView, StepHistory
+    from ddpnet.watch import metrics
+    from ddpnet.watch.metrics import JobCollector, JobView
     from ddpnet.watch.state import RankState
 
     out: dict[str, Any] = {}
@@ -193,14 +195,20 @@ def hub_costs(ranks: tuple[int, ...] = (8, 128, 1024), repeats: int = 5) -> dict
         states = {r: RankState(rank=r, world_size=n, host=f"node{r // 8}", step=100,
                                phase="forward", phase_since=1.0, published=2.0,
                                step_times=tuple(0.1 + 1e-4 * k for k in range(50)),
-                               wait_times=(0.02,) * 50) for r in range(n)}
-        history = StepHistory()
-        for state in states.values():
-            history.fold(state)
+                               wait_times=(0.02,) * 50,
+                               step_counts=(0, 0, 0, 0, 0, 100), step_seconds=10.0,
+                               wait_seconds=2.0) for r in range(n)}
         view = JobView("bench", n, 0.0, states, dict.fromkeys(states, 0.5), 10.0, "learned",
                        straggler_scores=dict.fromkeys(states, 1.0))
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(JobCollector(lambda v=view: v, history))
+        history = getattr(metrics, "StepHistory", None)  # a --baseline before issue 58
+        if history is None:
+            registry.register(JobCollector(lambda v=view: v))
+        else:
+            kept = history()
+            for state in states.values():
+                kept.fold(state)
+            registry.register(JobCollector(lambda v=view: v, kept))  # type: ignore[call-arg]
         text, om = [], []
         for _ in range(repeats):
             t0 = time.process_time()
@@ -216,20 +224,6 @@ def hub_costs(ranks: tuple[int, ...] = (8, 128, 1024), repeats: int = 5) -> dict
         print(f"{n} ranks: one render {out[str(n)]['scrape_ms']:.1f} ms CPU (OpenMetrics "
               f"{out[str(n)]['scrape_openmetrics_ms']:.1f} ms), {samples} samples, "
               f"{len(body)} bytes", flush=True)
-    slid = RankState(rank=0, world_size=2, step_times=tuple(0.1 + 1e-4 * k
-                                                           for k in range(1, 51)),
-                     wait_times=(0.02,) * 50)
-    first = RankState(rank=0, world_size=2, step_times=tuple(0.1 + 1e-4 * k for k in range(50)),
-                      wait_times=(0.02,) * 50)
-    times = []
-    for _ in range(200):
-        history = StepHistory()
-        history.fold(first)
-        t0 = time.perf_counter()
-        history.fold(slid)
-        times.append(time.perf_counter() - t0)
-    out["fold_us"] = 1e6 * statistics.median(times)
-    print(f"one state folded (50-step window, 1 new step): {out['fold_us']:.0f} us", flush=True)
     return out
 
 
@@ -248,9 +242,8 @@ def hub_compared(baseline: Path, rounds: int) -> dict[str, Any]:
         out[name] = {n: {key: statistics.median(r[n][key] for r in got)
                          for key in ("scrape_ms", "scrape_openmetrics_ms", "samples", "bytes")}
                      for n in got[0] if n != "fold_us"}
-        out[name]["fold_us"] = statistics.median(r["fold_us"] for r in got)
     for n in out["this"]:
-        if n != "fold_us":
+        if n in out["baseline"]:
             print(f"{n} ranks: render {out['baseline'][n]['scrape_ms']:.1f} -> "
                   f"{out['this'][n]['scrape_ms']:.1f} ms CPU, OpenMetrics "
                   f"{out['baseline'][n]['scrape_openmetrics_ms']:.1f} -> "

@@ -35,6 +35,10 @@ def test_once_json_schema(run_cli: RunCli) -> None:
     (["--metrics-port", "9464", "--once"], "serves until stopped"),
     (["--metrics-port", "9464", "--json", "--duration", "1"], "serves until stopped"),
     (["--metrics-port", "0"], "--metrics-port"),
+    (["--listen", "0.0.0.0"], "is where --metrics-port serves"),
+    (["--listen", "node1", "--metrics-port", "9464"], "is not an IP address"),
+    (["--iface", "lo", "--listen", "192.0.2.77", "--metrics-port", "9464"],
+     "192.0.2.77 is not an address of"),
 ])
 def test_bad_input(run_cli: RunCli, args: list[str], needle: str) -> None:
     if args[0] == "--gpu" and Path("/dev/nvidiactl").exists():
@@ -103,4 +107,5 @@ def test_metrics_port_serves_the_node_until_stopped_and_a_port_in_use_is_exit_2(
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, (out, err)
-    assert out == "" and f"http://127.0.0.1:{port}/metrics" in err
+    assert out == "" and f"http://127.0.0.1:{port}/metrics (127.0.0.1: lo's address; given)" \
+        in err, err

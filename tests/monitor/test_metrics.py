@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddpnet.monitor.metrics import NodeCollector, NodeState
-from ddpnet.monitor.rates import compute
+from ddpnet.monitor.metrics import OTHER, NodeCollector, NodeState, top_peers
+from ddpnet.monitor.rates import PeerRate, compute
 from ddpnet.monitor.sources import GpuReading, SocketBytes
 from tests.monitor.fixtures import counters, snap
 
@@ -83,3 +83,34 @@ def test_promtool_finds_nothing_to_say_about_a_scrape() -> None:
     out = subprocess.run(["promtool", "check", "metrics"], input=generate_latest(registry),
                          capture_output=True, timeout=60)
     assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), out
+
+
+def test_top_peers_keeps_the_busiest_and_sums_the_rest_into_other() -> None:
+    peers = [PeerRate(f"10.0.0.{i}", i * 0.1, 0.05, 2) for i in range(1, 21)]
+    kept = top_peers(peers, keep=8)
+    assert [p.address for p in kept[:8]] == [f"10.0.0.{i}" for i in range(20, 12, -1)]
+    other = kept[8]
+    assert (other.address, other.connections) == (OTHER, 24)
+    assert other.rx_gbps == pytest.approx(sum(i * 0.1 for i in range(1, 13)))
+    assert other.tx_gbps == pytest.approx(12 * 0.05)
+    assert top_peers(peers[:3], keep=8) == tuple(reversed(peers[:3]))  # no other: none left
+
+
+def series_at(hosts: int) -> int:
+    """The series one node serves in a job of ``hosts`` hosts under gloo's full mesh (a
+    connection to every other host; one interface, no GPU)."""
+    a = snap(0.0, counters(0, 0), retrans=0, out=0, sockets=tuple(
+        SocketBytes("10.0.0.1:5000", f"10.1.{h // 250}.{h % 250}:29500", 0, 0)
+        for h in range(hosts - 1)))
+    b = snap(1.0, counters(1000, 1000), retrans=0, out=10, sockets=tuple(
+        SocketBytes("10.0.0.1:5000", f"10.1.{h // 250}.{h % 250}:29500", 10 * h, 10 * h)
+        for h in range(hosts - 1)))
+    node = NodeState("node1", "0.1.0")
+    node.add(compute(a, b, ["eth0"]))
+    return len(scrape(node))
+
+
+def test_a_nodes_series_stay_bounded_whatever_the_jobs_size() -> None:
+    """docs/monitor.md's figures: 8 hosts 33 series, 64 and 1,024 hosts 39 (peers: the 8
+    busiest and other, 3 series each; 3 per remote address made them 33, 201 and 3,081)."""
+    assert [series_at(n) for n in (8, 64, 1024)] == [33, 39, 39]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import functools
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -125,17 +127,23 @@ def test_auto_is_the_one_selector_s_answer(monkeypatch: pytest.MonkeyPatch) -> N
     from ddpnet.net import select as net_select
     from ddpnet.net.select import Ask, InterfaceChoice
 
-    asked: list[Ask] = []
+    asked: list[tuple[Ask, bool]] = []
 
-    def fake(ask: Ask) -> InterfaceChoice:
-        asked.append(ask)
+    def fake(ask: Ask, *, environ: Mapping[str, str], route_master: bool) -> InterfaceChoice:
+        asked.append((ask, route_master))
         return InterfaceChoice("eth0", "route", "routes to MASTER_ADDR 10.0.0.1")
 
     monkeypatch.setattr(net_select, "choose_for_host", fake)
-    c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
+    in_job = functools.partial(monitor_select._init_selection, {"MASTER_ADDR": "10.0.0.1"})
+    c = choose("auto", ["lo", "eth0"], auto=in_job)
     assert c.names == ("eth0",) and "routes to MASTER_ADDR 10.0.0.1" in c.reason
-    assert asked == [Ask(fallback=False)]  # no guess: the view falls back instead
+    assert asked == [(Ask(), True)]
+    # no job: the node's cluster interface (subnet, default route, first NIC), never a
+    # MASTER_ADDR of 127.0.0.1 by default; the exporter takes no loopback even in a job
+    choose("auto", ["lo", "eth0"], auto=functools.partial(monitor_select._init_selection, {},
+                                                          loopback_ok=False))
+    assert asked[-1] == (Ask(loopback_ok=False), False)
     monkeypatch.setattr(net_select, "choose_for_host",
-                        lambda ask: InterfaceChoice(None, "none", "no route to MASTER_ADDR"))
+                        lambda ask, **_: InterfaceChoice(None, "none", "no route to MASTER_ADDR"))
     c = choose("auto", ["lo", "eth0"], auto=monitor_select._init_selection)
     assert c.names == ("eth0",) and "no route to MASTER_ADDR" in c.reason

@@ -63,7 +63,7 @@ def test_once_frame_only_for_once() -> None:
 
 
 def test_the_exporter_listens_on_a_monitored_interfaces_own_address() -> None:
-    from ddpnet.monitor.run import metrics_address
+    from ddpnet.monitor.run import Listening, metrics_address
     from ddpnet.net.interfaces import Address, Interface
 
     def iface(name: str, *ips: str) -> Interface:
@@ -71,8 +71,24 @@ def test_the_exporter_listens_on_a_monitored_interfaces_own_address() -> None:
                          1500, None, "ether")
 
     found = [iface("eth0", "fe80::1", "10.0.0.5"), iface("lo", "127.0.0.1"), iface("eth1")]
-    assert metrics_address(["eth0"], found) == "10.0.0.5"  # IPv4 first
-    assert metrics_address(["lo", "eth0"], found) == "10.0.0.5"  # loopback only as a last resort
-    assert metrics_address(["lo"], found) == "127.0.0.1"
+    why = "selected eth0: carries the default route"
+    assert metrics_address(["eth0"], found, why) == Listening(
+        "10.0.0.5", f"eth0's address; {why}")  # IPv4 first, and why it is that one
+    # loopback only as a last resort
+    assert metrics_address(["lo", "eth0"], found).address == "10.0.0.5"
+    assert metrics_address(["lo"], found).address == "127.0.0.1"
+    assert metrics_address(["eth0"], found, why, "0.0.0.0") == Listening("0.0.0.0", "--listen")
     with pytest.raises(ConfigError, match="no address on eth1"):
         metrics_address(["eth1"], found)
+
+
+@pytest.mark.parametrize(("listen", "port", "message"), [
+    ("0.0.0.0", None, "is where --metrics-port serves"),
+    ("node1", 9465, "is not an IP address"),
+    ("10.0.0.5:9465", 9465, "is not an IP address"),
+])
+def test_listen_is_an_address_for_the_exporter(listen: str, port: int | None,
+                                               message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        MonitorOptions(listen=listen, metrics_port=port)
+    assert MonitorOptions(listen="::1", metrics_port=9465).listen == "::1"

@@ -643,19 +643,23 @@ def scrape(hub: Hub) -> str:
         return str(answer.read().decode())
 
 
-def test_the_hub_serves_each_ranks_steps_once_from_the_states_it_received(
-        tmp_path: Path) -> None:
+def test_the_hub_serves_each_ranks_own_counts_from_its_last_state(tmp_path: Path) -> None:
     hub, sock = metrics_hub(tmp_path, world=2)
     try:
-        for rank in range(2):
-            for times in ((0.2,), (0.2, 0.3), (0.2, 0.3)):
-                state = RankState(rank=rank, world_size=2, host=f"node{rank}", step=len(times),
-                                  step_times=times, wait_times=(0.01,) * len(times))
+        for rank in range(2):  # the same state twice, then one 400 steps on (a fast loop)
+            for done in (2, 2, 402):
+                state = RankState(rank=rank, world_size=2, host=f"node{rank}", step=done,
+                                  step_times=(0.002,) * min(done, 50),
+                                  wait_times=(0.001,) * min(done, 50),
+                                  step_counts=(done,), step_seconds=0.002 * done,
+                                  wait_seconds=0.001 * done)
                 hub.handle_rank(rank, "state", {"state": state.to_dict()})
         text = scrape(hub)
         for rank in range(2):
-            assert (f'ddpnet_step_seconds_count{{host="node{rank}",job_id="j1",'
-                    f'rank="{rank}"}} 2.0') in text
+            labels = f'{{host="node{rank}",job_id="j1",rank="{rank}"}}'
+            assert f"ddpnet_step_seconds_count{labels} 402.0" in text
+            assert f"ddpnet_steps_total{labels} 402.0" in text
+            assert f"ddpnet_collective_wait_seconds_count{labels} 402.0" in text
         assert TOKEN not in text
     finally:
         hub.metrics.close()
@@ -664,7 +668,7 @@ def test_the_hub_serves_each_ranks_steps_once_from_the_states_it_received(
 
 def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ddpnet.watch.hub import LINKS, Peer
+    from ddpnet.watch.hub import FIRST_LINKS_S, LINKS, Peer
 
     hub, sock = metrics_hub(tmp_path)
     hub.states = slowed_states(steps=2)  # too few steps for any straggler analysis
@@ -675,7 +679,10 @@ def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         hub.read_as_of = (1000.0, time.time())
         hub.tick()
         assert hub.probing is None  # every rank just published: the first round waits
-        hub.read_as_of = (1061.0, time.time())
+        hub.read_as_of = (1000.0 + FIRST_LINKS_S - 0.5, time.time())
+        hub.tick()
+        assert hub.probing is None  # seconds, not probe_every (a minute here)
+        hub.read_as_of = (1000.0 + FIRST_LINKS_S + 0.5, time.time())
         hub.tick()
         assert hub.probing is not None and hub.probing.trigger == LINKS
         for _ours, theirs in pairs:
@@ -693,6 +700,12 @@ def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
                 'peer_host="node2"} 1e+09') in text
         hub.tick()
         assert hub.probing is None  # the next round waits probe_every
+        hub.read_as_of = (1000.0 + FIRST_LINKS_S + 0.5 + hub.options.probe_every - 1, time.time())
+        hub.tick()
+        assert hub.probing is None
+        hub.read_as_of = (1000.0 + FIRST_LINKS_S + 0.5 + hub.options.probe_every + 1, time.time())
+        hub.tick()
+        assert hub.probing is not None and hub.probing.trigger == LINKS
     finally:
         for ours, theirs in pairs:
             ours.close()

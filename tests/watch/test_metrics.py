@@ -14,11 +14,17 @@ from ddpnet.watch.metrics import (
     JobCollector,
     JobView,
     Probed,
-    StepHistory,
-    new_steps,
+    cumulative,
     since_progress,
 )
-from ddpnet.watch.state import CollectiveRecord, Diagnosis, LinkProbe, RankState
+from ddpnet.watch.state import (
+    PHASES,
+    STEP_BUCKETS,
+    CollectiveRecord,
+    Diagnosis,
+    LinkProbe,
+    RankState,
+)
 
 SECRET = "10.9.8.7:29500:3"  # what a job token looks like: never served
 
@@ -28,6 +34,8 @@ def states() -> dict[int, RankState]:
                          step=12, phase="forward", phase_since=100.0, published=103.0,
                          step_times=(0.2, 0.21, 0.2 + 0.3 * (r == 2)),
                          wait_times=(0.05, 0.06, 0.05),
+                         step_counts=(0, 0, 0, 0, 0, 12), step_seconds=2.4 + r,
+                         wait_seconds=0.6,
                          recent=(CollectiveRecord(5, "all_reduce", started=101.0, ended=102.0),),
                          extra={"token": SECRET})
             for r in range(3)}
@@ -51,14 +59,10 @@ def view(**changes: object) -> JobView:
     return JobView(**base)  # type: ignore[arg-type]
 
 
-def scrape(v: JobView, history: StepHistory | None = None) -> str:
-    """One scrape of ``v``; without ``history``, one fed with ``v``'s states."""
+def scrape(v: JobView) -> str:
+    """One scrape of ``v``."""
     registry = CollectorRegistry(auto_describe=False)
-    if history is None:
-        history = StepHistory()
-        for state in v.states.values():
-            history.fold(state)
-    registry.register(JobCollector(lambda: v, history))
+    registry.register(JobCollector(lambda: v))
     return generate_latest(registry).decode()
 
 
@@ -77,30 +81,44 @@ def find(text: str, name: str, **labels: str) -> float:
     return got[0]
 
 
-def test_new_steps_are_what_follows_the_last_window() -> None:
-    a = ((0.1, 0.0), (0.2, 0.0), (0.3, 0.0))
-    assert new_steps((), a) == a
-    assert new_steps(a, a) == ()
-    assert new_steps(a, (*a[1:], (0.4, 0.0), (0.5, 0.0))) == ((0.4, 0.0), (0.5, 0.0))
-    assert new_steps(a, ((9.0, 1.0),)) == ((9.0, 1.0),)  # nothing in common: a restart
-    # a value repeated inside the window does not fool the overlap
-    b = ((0.1, 0.0), (0.1, 0.0), (0.2, 0.0))
-    assert new_steps(b, (*b[1:], (0.1, 0.0))) == ((0.1, 0.0),)
+def test_cumulative_buckets_end_with_inf_and_pad_a_short_count() -> None:
+    assert cumulative((1, 0, 2)) == [(str(b), float(1 + 2 * (i >= 2)))
+                                     for i, b in enumerate(STEP_BUCKETS)] + [("+Inf", 3.0)]
+    assert cumulative(()) == [(str(b), 0.0) for b in (*STEP_BUCKETS, "+Inf")]
 
 
-def test_each_step_is_counted_once_however_often_its_window_is_published() -> None:
-    history = StepHistory()
-    s = RankState(rank=1, world_size=2, host="n1", step_times=(0.2, 0.3), wait_times=(0.1, 0.1))
-    history.fold(s)
-    history.fold(s)  # the same state again (a heartbeat with no new step)
-    history.fold(RankState(rank=1, world_size=2, host="n1", step_times=(0.3, 7.0),
-                           wait_times=(0.1, 2.0)))  # the window slid by one
-    text = scrape(view(states={1: s}), history)
-    assert find(text, "ddpnet_step_seconds_count", rank="1", host="n1") == 3
-    assert find(text, "ddpnet_step_seconds_sum", rank="1") == pytest.approx(7.5)
-    assert find(text, "ddpnet_step_seconds_bucket", rank="1", le="0.25") == 1
-    assert find(text, "ddpnet_step_seconds_bucket", rank="1", le="10.0") == 3
-    assert find(text, "ddpnet_collective_wait_seconds_sum", rank="1") == pytest.approx(2.2)
+def test_the_ranks_own_counts_are_served_as_they_are() -> None:
+    """The hub keeps nothing between scrapes: two scrapes of one state say the same, and a
+    state whose 50-step window slid by 300 steps counts all of them (it once lost 250)."""
+    counts = [0] * (len(STEP_BUCKETS) + 1)
+    counts[4], counts[-1] = 300, 1  # 300 steps of 0.05 s or less, one above 120 s
+    s = RankState(rank=1, world_size=2, host="n1", step_times=(0.05,) * 50,
+                  wait_times=(0.01,) * 50, step_counts=tuple(counts), step_seconds=150.5,
+                  wait_seconds=3.25)
+    text = scrape(view(states={1: s}))
+    assert text == scrape(view(states={1: s}))
+    assert find(text, "ddpnet_step_seconds_count", rank="1", host="n1") == 301
+    assert find(text, "ddpnet_steps_total", rank="1", host="n1") == 301
+    assert find(text, "ddpnet_step_seconds_sum", rank="1") == 150.5
+    assert find(text, "ddpnet_step_seconds_bucket", rank="1", le="0.025") == 0
+    assert find(text, "ddpnet_step_seconds_bucket", rank="1", le="0.1") == 300
+    assert find(text, "ddpnet_step_seconds_bucket", rank="1", le="120.0") == 300
+    assert find(text, "ddpnet_collective_wait_seconds_sum", rank="1") == 3.25
+    assert find(text, "ddpnet_collective_wait_seconds_count", rank="1") == 301
+
+
+def test_every_rank_has_one_phase_series_per_phase_whatever_its_phase() -> None:
+    before = scrape(view())
+    moved = {r: RankState(**{**s.__dict__, "phase": "backward" if r else ""})
+             for r, s in states().items()}
+    after = scrape(view(states=moved))
+    series = [{k for k in samples(t) if k[0] == "ddpnet_rank_phase"} for t in (before, after)]
+    assert series[0] == series[1] and len(series[0]) == 3 * len(PHASES)
+    assert find(after, "ddpnet_rank_phase", rank="1", phase="backward") == 1
+    assert find(after, "ddpnet_rank_phase", rank="1", phase="forward") == 0
+    assert find(after, "ddpnet_rank_phase", rank="0", phase="unmarked") == 1
+    assert sum(v for (n, ls), v in samples(after).items()
+               if n == "ddpnet_rank_phase" and ("rank", "2") in ls) == 1
 
 
 def test_a_scrape_names_every_rank_its_phase_stall_score_and_the_verdict() -> None:

@@ -1,13 +1,17 @@
-"""The job's and the nodes' metrics in a real Prometheus (issue 41), one lab for the module.
+"""The job's and the nodes' metrics in a real Prometheus (issues 41 and 58), one lab for the
+module.
 
-Three lab nodes run ``ddpnet train --metrics-port`` (rank 0's hub serves the job) and
-``ddpnet monitor --metrics-port`` each (the nodes); Debian's ``prometheus``, started here in
-node 0's namespace (the one place that reaches every lab address) with the shipped
-``prometheus/alerts.yml``, scrapes them every second. Its HTTP API then has every rank's step
-time with its ``rank`` and ``host`` labels, each host pair's probed bandwidth, each node's
-traffic, and once a rank is frozen (SIGSTOP, with ``watch_action=warn`` so the job and its hub
-stay up) the DdpnetHang alert fires naming that rank and host. ``promtool check metrics`` is
-clean on both endpoints."""
+Three lab nodes run ``ddpnet train`` with ``DDPNET_METRICS_PORT`` (rank 0's hub serves the job;
+a fast loop, ``DDPNET_METRICS_PROBE_S`` 30) and ``ddpnet monitor --metrics-port`` each with no
+other option and no job environment (the nodes: each serves its cluster address by itself);
+Debian's ``prometheus``, started here in node 0's namespace (the one place that reaches every
+lab address) with the shipped ``prometheus/alerts.yml``, scrapes them every second at the
+nodes' addresses. Its HTTP API then has every rank's step time with its ``rank`` and ``host``
+labels, the step counts equal at every scrape, one phase series per phase that never vanishes,
+each host pair's probed bandwidth within a minute of the job's start, each node's traffic, and
+once a rank is frozen (SIGSTOP, with ``watch_action=warn`` so the job and its hub stay up) the
+DdpnetHang alert fires naming that rank and host. ``promtool check metrics`` is clean on both
+endpoints."""
 
 from __future__ import annotations
 
@@ -40,6 +44,11 @@ JOB_PORT, NODE_PORT, PROM = 9464, 9465, "127.0.0.1:9090"
 MASTER_PORT = 29741
 #: how long a condition may take to show in Prometheus on a loaded 2-core machine
 PATIENCE_S = 120.0
+#: the link figures of every host pair are there this long after the job's hub started
+LINKS_WITHIN_S = 60.0
+#: a job's variables, empty: the monitors run outside any job
+NO_JOB = dict.fromkeys(("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                        "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"), "")
 
 #: run inside node 0 (stdlib only): GET a URL, print the body
 GET = ("import sys, urllib.request\n"
@@ -121,19 +130,18 @@ def start(cluster: Cluster) -> None:
                   "--log.level=warn"],
               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
               stderr=(directory / "prometheus.log").open("w"))
-    for node in lab.nodes:
-        lab.popen(node.index, [sys.executable, "-m", "ddpnet", "monitor", "--iface",
-                               node.ifname, "--interval", "1", "--metrics-port",
+    for node in lab.nodes:  # no option but the port, no job: its own cluster address
+        lab.popen(node.index, [sys.executable, "-m", "ddpnet", "monitor", "--metrics-port",
                                str(NODE_PORT)],
-                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                  env={**env, **NO_JOB}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                   stderr=(directory / f"monitor{node.index}.log").open("w"))
+    # a fast loop: well over the 50-step window between two heartbeats
     train = [sys.executable, "-m", "ddpnet", "train", "--width", "64", "--depth", "2",
              "--batch-size", "16", "--samples", "4096", "--epochs", "100000", "--max-steps",
-             "1000000", "--log-every", "1000000", "--step-sleep", "0.05", "--metrics-port",
-             str(JOB_PORT)]
+             "1000000", "--log-every", "1000000", "--step-sleep", "0.005"]
     job_env = {**env, "DDPNET_WATCH_DIR": str(directory / "watch"),
-               "DDPNET_WATCH_ACTION": "warn", "DDPNET_METRICS_PROBE_S": "3",
-               "DDPNET_JOB_ID": "lab41"}
+               "DDPNET_WATCH_ACTION": "warn", "DDPNET_METRICS_PORT": str(JOB_PORT),
+               "DDPNET_METRICS_PROBE_S": "30", "DDPNET_JOB_ID": "lab41"}
 
     def run() -> None:
         cluster.results = lab.run(train, env=job_env, timeout=600, master_port=MASTER_PORT,
@@ -210,6 +218,39 @@ def test_each_host_pairs_probed_bandwidth_is_in_prometheus(cluster: Cluster) -> 
     assert until("every host pair's bandwidth", pairs, cluster) == expected
     rtts = cluster.query("ddpnet_probe_rtt_seconds > 0")
     assert {(r["metric"]["host"], r["metric"]["peer_host"]) for r in rtts} == expected
+    # the first round came within a minute of the job's start (its hub's clock), not after
+    # DDPNET_METRICS_PROBE_S (30 s here; 300 by default)
+    first = cluster.query("min_over_time(ddpnet_probe_timestamp_seconds[10m])"
+                          " - on(job_id) group_left ddpnet_job_start_time_seconds")
+    late = {(r["metric"]["host"], r["metric"]["peer_host"]): float(r["value"][1]) for r in first}
+    assert set(late) == expected and max(late.values()) < LINKS_WITHIN_S, late
+
+
+def test_step_counts_are_exact_and_no_phase_series_disappears(cluster: Cluster) -> None:
+    """A rank stepping more than the 50-step window between two heartbeats lost steps from
+    the histogram (its count fell behind ddpnet_steps_total); a phase change made the old
+    phase's series vanish."""
+    fast = until("a loop of over 50 steps a second on every rank", lambda: len(
+        cluster.query('rate(ddpnet_steps_total{job_id="lab41"}[15s]) > 50')) == 3, cluster)
+    assert fast
+    time.sleep(10.0)  # more scrapes of the fast loop
+    drift = cluster.query('max_over_time((abs(ddpnet_step_seconds_count{job_id="lab41"} - '
+                          'ddpnet_steps_total{job_id="lab41"}))[10m:1s])')
+    assert len(drift) == 3 and all(float(r["value"][1]) == 0 for r in drift), drift
+    waits = cluster.query('ddpnet_collective_wait_seconds_count{job_id="lab41"} - '
+                          'ddpnet_steps_total{job_id="lab41"}')
+    assert len(waits) == 3 and all(float(r["value"][1]) == 0 for r in waits), waits
+    # every rank has one series per phase, each in every scrape since the rank's first (a
+    # phase series that vanished in between has fewer samples than the rank's step count)
+    phases = cluster.query('count_over_time(ddpnet_rank_phase{job_id="lab41"}[10m])'
+                           ' - on(job_id, rank, host) group_left '
+                           'count_over_time(ddpnet_steps_total{job_id="lab41"}[10m])')
+    from ddpnet.watch.state import PHASES
+
+    assert len(phases) == 3 * len(PHASES), phases
+    assert all(float(r["value"][1]) == 0 for r in phases), phases
+    moving = cluster.query('changes(ddpnet_rank_phase{job_id="lab41"}[10m]) > 0')
+    assert moving, "no rank changed its phase: the check above could not fail"
 
 
 def test_each_nodes_traffic_is_in_prometheus_and_both_endpoints_pass_promtool(
@@ -222,6 +263,10 @@ def test_each_nodes_traffic_is_in_prometheus_and_both_endpoints_pass_promtool(
         return got if got == names else None
 
     assert until("every node's traffic", nodes, cluster) == names
+    for node in cluster.lab.nodes:  # each exporter said where it serves, and why
+        said = (cluster.directory / f"monitor{node.index}.log").read_text()
+        assert f"http://{node.address}:{NODE_PORT}/metrics ({node.address}: {node.ifname}'s " \
+            f"address; selected {node.ifname}: " in said, said
     for node in cluster.lab.nodes:
         ports = (JOB_PORT, NODE_PORT) if node.index == 0 else (NODE_PORT,)
         for port in ports:

@@ -6,8 +6,8 @@ import pytest
 
 from ddpnet.errors import ConfigError
 from ddpnet.watch.flight import call_site
-from ddpnet.watch.recorder import Recorder, from_flight_recorder, merge
-from ddpnet.watch.state import CollectiveRecord
+from ddpnet.watch.recorder import STEP_WINDOW, Recorder, from_flight_recorder, merge
+from ddpnet.watch.state import STEP_BUCKETS, CollectiveRecord
 
 FRAMES = [{"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/c10d.py",
            "line": 3245},
@@ -61,6 +61,22 @@ def test_phases_and_step_times() -> None:
     assert rec.take_spans() == []
     with pytest.raises(ConfigError):
         rec.set_phase("lunch")
+
+
+def test_every_finished_step_is_counted_though_the_spans_drop_some() -> None:
+    """A loop faster than the heartbeat takes spans (STEP_WINDOW of them) loses spans, never
+    counts: each finished step lands in its STEP_BUCKETS bucket and the seconds add up."""
+    now = [100.0]
+    rec = Recorder(clock=lambda: now[0])
+    for step in range(STEP_WINDOW + 101):
+        rec.set_step(step)
+        now[0] += 0.004 if step % 2 else 0.2
+    counts, seconds = rec.step_totals()
+    assert len(rec.take_spans()) == STEP_WINDOW
+    assert sum(counts) == STEP_WINDOW + 100 and len(counts) == len(STEP_BUCKETS) + 1
+    assert counts[0] == (STEP_WINDOW + 100) // 2  # 4 ms: the first bucket (5 ms)
+    assert counts[STEP_BUCKETS.index(0.25)] == (STEP_WINDOW + 100) // 2
+    assert seconds == pytest.approx((STEP_WINDOW + 100) // 2 * 0.204)
 
 
 def test_phase_context_manager_restores_the_previous_phase() -> None:

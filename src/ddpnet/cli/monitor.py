@@ -9,7 +9,8 @@ import click
 
 @click.command("monitor")
 @click.option("--iface", default="auto", show_default=True,
-              help="auto (the interface ddpnet.init() would select), all, or NAME[,NAME].")
+              help="auto (the interface ddpnet.init() would select; outside a job the one "
+                   "of the default route), all, or NAME[,NAME].")
 @click.option("--interval", type=float, default=1.0, show_default=True,
               help="Seconds per sample.")
 @click.option("--duration", type=float, default=None, help="Stop after S seconds.")
@@ -25,9 +26,12 @@ import click
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Serve the measurements to Prometheus on this port of the monitored "
                    "interface's address, until stopped (no live view; docs/monitor.md).")
+@click.option("--listen", metavar="ADDRESS", default=None,
+              help="With --metrics-port: serve on this address instead (0.0.0.0: every "
+                   "interface).")
 def command(iface: str, interval: float, duration: float | None, gpu: bool | None,
             peers: bool, record_path: Path | None, plot_path: Path | None, once: bool,
-            as_json: bool, metrics_port: int | None) -> int:
+            as_json: bool, metrics_port: int | None, listen: str | None) -> int:
     """Watch rx/tx per interface against the link speed, TCP retransmits, per-peer traffic
     and GPUs in one view (the guides' nload + iftop + nvidia-smi)."""
     from ddpnet.monitor.render import render
@@ -36,5 +40,5 @@ def command(iface: str, interval: float, duration: float | None, gpu: bool | Non
 
     options = MonitorOptions(iface=iface, interval=interval, duration=duration, gpu=gpu,
                              peers=peers, record=record_path, plot=plot_path, once=once,
-                             as_json=as_json, metrics_port=metrics_port)
+                             as_json=as_json, metrics_port=metrics_port, listen=listen)
     return finish(run(options), as_json, render)

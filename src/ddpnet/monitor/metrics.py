@@ -6,19 +6,36 @@ speed, TCP retransmits, traffic per peer, GPUs) and the error and drop counts su
 start (counters, so ``rate()`` and ``increase()`` work on them). A scrape renders what the
 last sample measured; nothing is rendered between scrapes. Labels: ``host`` (this host's
 name, as the job's metrics and DCGM's ``Hostname`` carry it), ``interface``, ``peer``
-(an address), ``gpu`` (its index).
+(an address: the :data:`TOP_PEERS` busiest, then ``other``), ``gpu`` (its index).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddpnet.monitor.rates import Sample
+from ddpnet.monitor.rates import PeerRate, Sample
 
 PREFIX = "ddpnet_node"
 MIB = 1 << 20
+#: peers served by name: the busiest this many by traffic; the rest are summed into one
+#: ``peer="other"`` series, so a node's series stay bounded however many hosts it talks to
+#: (gloo's full mesh: every host of the job; plus whatever else connects)
+TOP_PEERS = 8
+OTHER = "other"
+
+
+def top_peers(peers: Sequence[PeerRate], keep: int = TOP_PEERS) -> tuple[PeerRate, ...]:
+    """The ``keep`` busiest peers (rx + tx; ties by address) and, when there are more, one
+    ``other`` summing the rest (pure): at most ``keep + 1`` series per family."""
+    ranked = sorted(peers, key=lambda p: (-(p.rx_gbps + p.tx_gbps), p.address))
+    rest = ranked[keep:]
+    if not rest:
+        return tuple(ranked)
+    other = PeerRate(OTHER, sum(p.rx_gbps for p in rest), sum(p.tx_gbps for p in rest),
+                     sum(p.connections for p in rest))
+    return (*ranked[:keep], other)
 
 
 class NodeState:
@@ -130,7 +147,7 @@ class NodeCollector:
         tx = _gauge("peer_transmit_bytes_per_second", "Bytes per second sent to peer over the "
                     "last sample", labels)
         conns = _gauge("peer_connections", "Open TCP connections to peer", labels)
-        for peer in sample.peers:
+        for peer in top_peers(sample.peers):
             names = [host, peer.address]
             rx.add_metric(names, peer.rx_gbps * 1e9 / 8)
             tx.add_metric(names, peer.tx_gbps * 1e9 / 8)

@@ -1,10 +1,12 @@
 """``ddpnet monitor``: its options, the sampling run (shown live while it lasts, recorded to
 CSV, plotted at the end) and the result ``--json`` prints. With ``--metrics-port`` it is a
 long-running exporter instead: no view, nothing kept, the last sample served to Prometheus
-(:mod:`ddpnet.monitor.metrics`) on the monitored interface's address."""
+(:mod:`ddpnet.monitor.metrics`) on the monitored interface's address (outside a job the
+node's cluster interface, never loopback unless asked) or ``--listen``'s."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ class MonitorOptions:
     as_json: bool = False
     #: serve the node's metrics on this port (a long-running exporter; None: the live view)
     metrics_port: int | None = None
+    #: the address it serves on (``--listen``; None: the monitored interface's own)
+    listen: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.interval <= 3600:
@@ -51,20 +55,41 @@ class MonitorOptions:
             raise ConfigError(f"--metrics-port {self.metrics_port} serves until stopped: it "
                               "takes no --once, --json or --plot",
                               "drop those flags (--record and --duration still apply)")
+        if self.listen is not None:
+            _check_listen(self.listen, self.metrics_port)
         if self.as_json and not self.once and self.duration is None:
             raise ConfigError("--json needs --once or --duration (it prints one object at the "
                               "end)", "use: ddpnet monitor --once --json")
 
 
+def _check_listen(listen: str, port: int | None) -> None:
+    """``--listen`` is an IP address (0.0.0.0 or :: for every interface) and goes with
+    ``--metrics-port`` (pure; ConfigError otherwise)."""
+    import ipaddress
+
+    if port is None:
+        raise ConfigError(f"--listen {listen} is where --metrics-port serves, and it is not "
+                          "given", f"add --metrics-port, e.g. --listen {listen} "
+                          "--metrics-port 9465")
+    try:
+        ipaddress.ip_address(listen)
+    except ValueError:
+        raise ConfigError(f"--listen {listen!r} is not an IP address",
+                          "give one of this host's addresses (`ip -brief address`), 0.0.0.0 "
+                          "for every interface, or leave --listen out") from None
+
+
 def run(options: MonitorOptions) -> MonitorResult:
     """Sample until ``--duration``, one interval with ``--once``, or Ctrl-C."""
-    from ddpnet.monitor.select import choose
+    from ddpnet.monitor.select import _init_selection, choose
     from ddpnet.monitor.sources import SystemSources
 
     gpus = _gpus(options.gpu)
     use_gpu = gpus is not None and gpus.available
     sources = SystemSources(gpus=gpus)
-    chosen = choose(options.iface, sources.snapshot(False, False).interfaces)
+    exporting = options.metrics_port is not None
+    chosen = choose(options.iface, sources.snapshot(False, False).interfaces,
+                    functools.partial(_init_selection, loopback_ok=not exporting))
     result = MonitorResult((), chosen.names, chosen.source, chosen.reason, use_gpu,
                            options.once)
     if options.metrics_port is not None:
@@ -119,18 +144,32 @@ def _sample(options: MonitorOptions, sources: Any, shown: MonitorResult) -> list
     return taken
 
 
-def metrics_address(names: Sequence[str], interfaces: Sequence[Any]) -> str:
-    """Where the exporter listens (pure): the first address of the first monitored interface
-    that has one (IPv4 first; loopback only when nothing else is monitored), never every
-    interface; ConfigError when none has."""
+@dataclass(frozen=True)
+class Listening:
+    """Where the exporter listens and why (said on its one line on stderr)."""
+
+    address: str
+    why: str
+
+
+def metrics_address(names: Sequence[str], interfaces: Sequence[Any], reason: str = "",
+                    listen: str | None = None) -> Listening:
+    """Where the exporter listens (pure): ``listen`` (``--listen``) as given; else the first
+    address of the first monitored interface that has one (IPv4 first; loopback only when
+    nothing else is monitored), never every interface; ``reason``: why those interfaces.
+    ConfigError when none has one."""
+    if listen is not None:
+        return Listening(listen, "--listen")
     by_name = {i.name: i for i in interfaces}
-    found = [a for name in names for a in sorted(getattr(by_name.get(name), "addresses", ()),
-                                                 key=lambda a: a.family)]
-    ordered = sorted(found, key=lambda a: a.is_loopback)  # stable: the order kept
+    found = [(name, a) for name in names
+             for a in sorted(getattr(by_name.get(name), "addresses", ()), key=lambda a: a.family)]
+    ordered = sorted(found, key=lambda pair: pair[1].is_loopback)  # stable: the order kept
     if ordered:
-        return str(ordered[0].ip)
+        name, first = ordered[0]
+        return Listening(str(first.ip), f"{name}'s address; {reason or 'given'}")
     raise ConfigError(f"--metrics-port: no address on {', '.join(names) or 'any interface'} "
-                      "to serve the metrics on", "pick an interface with --iface NAME")
+                      "to serve the metrics on", "pick an interface with --iface NAME, or an "
+                      "address with --listen ADDRESS")
 
 
 def _export(options: MonitorOptions, port: int, sources: Any, shown: MonitorResult) -> None:
@@ -147,14 +186,15 @@ def _export(options: MonitorOptions, port: int, sources: Any, shown: MonitorResu
     from ddpnet.net.exposition import Server, bind
     from ddpnet.net.interfaces import list_interfaces
 
-    address = metrics_address(shown.names, list_interfaces())
+    listening = metrics_address(shown.names, list_interfaces(), shown.reason, options.listen)
+    address = listening.address
     state = NodeState(socket.gethostname(), __version__)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(state))
     server = Server(bind(address, port, "--metrics-port"), registry)
     shown_at = f"[{address}]" if ":" in address else address
     sys.stderr.write(f"ddpnet monitor: serving {', '.join(shown.names)} on "
-                     f"http://{shown_at}:{server.port}/metrics ({shown.reason})\n")
+                     f"http://{shown_at}:{server.port}/metrics ({address}: {listening.why})\n")
     sys.stderr.flush()
     recorder = CsvRecorder(options.record, shown.names, 0) if options.record else None
     stop = threading.Event()

@@ -1,9 +1,10 @@
 """Which interfaces the monitor shows (a view choice): ``auto`` (the job's interface as
-:mod:`ddpnet.net.select` chooses it, with its reason), ``all``, or names."""
+:mod:`ddpnet.net.select` chooses it, or outside a job the node's cluster interface, with its
+reason), ``all``, or names."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.errors import ConfigError
@@ -16,12 +17,21 @@ class IfaceChoice:
     reason: str
 
 
-def _init_selection() -> tuple[str, str]:
-    """The interface :mod:`ddpnet.net.select` chooses for this host's job, with its reason
-    (edge: reads routes and environment); LookupError with the reason when there is none."""
+def _init_selection(environ: Mapping[str, str] | None = None,
+                    loopback_ok: bool = True) -> tuple[str, str]:
+    """The interface :mod:`ddpnet.net.select` chooses for this host, with its reason (edge:
+    reads routes and environment): in a job (MASTER_ADDR set) the one ``ddpnet.init()``
+    would select; outside one the node's cluster interface as ``doctor`` and ``tune`` find
+    it (the default route's, else the first usable NIC), never loopback for want of a
+    MASTER_ADDR. ``loopback_ok=False`` (the exporter) skips loopback in a job too. LookupError
+    with the reason when there is none."""
+    import os
+
     from ddpnet.net.select import Ask, choose_for_host
 
-    choice = choose_for_host(Ask(fallback=False))
+    env = os.environ if environ is None else environ
+    choice = choose_for_host(Ask(loopback_ok=loopback_ok), environ=env,
+                             route_master=bool(env.get("MASTER_ADDR")))
     if choice.name is None:
         raise LookupError(choice.reason)
     return choice.name, choice.reason
@@ -49,7 +59,7 @@ def choose(
             return IfaceChoice(all_but_loopback(names), "auto",
                                f"no interface selection ({exc}); showing all but lo")
         if name in names:
-            return IfaceChoice((name,), "auto", f"selected as ddpnet.init() would: {why}")
+            return IfaceChoice((name,), "auto", f"selected {name}: {why}")
         return IfaceChoice(all_but_loopback(names), "auto",
                            f"selected {name} is not visible here")
     wanted = [s.strip() for s in spec.split(",") if s.strip()]

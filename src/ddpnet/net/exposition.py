@@ -57,6 +57,11 @@ def bind(address: str, port: int, what: str) -> socket.socket:
                               f"{socket.gethostname()}",
                               f"pick another port, or stop what holds it (`ss -ltnp "
                               f"'sport = :{port}'`)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"{what} {port}: {shown} is not an address of "
+                              f"{socket.gethostname()}",
+                              "give one of this host's addresses (`ip -brief address`), or "
+                              "leave --listen out") from None
         raise ConfigError(f"{what} {port}: cannot listen on {shown}:{port} on "
                           f"{socket.gethostname()}: {exc.strerror or exc}",
                           "pick another port (below 1024 needs root)") from None

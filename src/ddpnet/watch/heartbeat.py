@@ -115,6 +115,8 @@ class Beacon:
         self.thread: threading.Thread | None = None
         self.window = StragglerWindow()
         self.window_lock = threading.Lock()
+        #: seconds every step taken from the recorder spent inside collectives (cumulative)
+        self.wait_seconds = 0.0
         #: whether this rank works when it keeps the others waiting (``watch.activity``)
         self.activity = activity.shared()
         self.listeners: list[ProbeSink] = []
@@ -156,7 +158,9 @@ class Beacon:
                                               strict=True):
                     if start >= covered:
                         self.window = self.window.add(end - start, wait)
-            window = self.window
+                        self.wait_seconds += min(wait, end - start)
+            window, waited = self.window, self.wait_seconds
+            counts, seconds = rec.step_totals()
             summary = self.learn_gaps(records, max(done, default=0))
         extra = {**self.ident.extra, DESYNC_KEY: rec.digest(), gaps.KEY: summary.to_dict(),
                  activity.KEY: self.activity.sample(activity.FRESH_S).to_dict()}
@@ -165,7 +169,8 @@ class Beacon:
                            phase_since=rec.phase_since, last_seq=max(done, default=0),
                            recent=records, step_times=window.step_times,
                            wait_times=window.wait_times, published=time.time(),
-                           long_phase=rec.long_phase, long_since=rec.long_since)
+                           long_phase=rec.long_phase, long_since=rec.long_since,
+                           step_counts=counts, step_seconds=seconds, wait_seconds=waited)
 
     def learn_gaps(self, records: tuple[CollectiveRecord, ...], finished: int) -> gaps.Summary:
         """Fold this rank's progress events since the last heartbeat into its gap log (under

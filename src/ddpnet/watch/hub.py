@@ -15,11 +15,12 @@ verdict is analysed with the probes of this stall that arrived.
 
 With metrics on (``DDPNET_METRICS_PORT``) it also serves the job's metrics
 (:mod:`ddpnet.watch.metrics`, rendered when scraped) on the socket rank 0 bound for it, runs a
-link probe round every ``HubOptions.probe_every`` seconds so that each host pair's bandwidth is
-there to graph, and before it leaves after a verdict (exit, or warn then every rank gone) it
-waits for one scrape to have rendered it, so that an alert can fire: only while something
-scrapes (none ever did: it leaves at once; none came for twice the scraper's own interval: it
-stopped) and at most ``HubOptions.metrics_linger`` seconds (``DDPNET_METRICS_LINGER_S``).
+link probe round :data:`FIRST_LINKS_S` after every rank published and then every
+``HubOptions.probe_every`` seconds so that each host pair's bandwidth is there to graph, and
+before it leaves after a verdict (exit, or warn then every rank gone) it waits for one scrape
+to have rendered it, so that an alert can fire: only while something scrapes (none ever did:
+it leaves at once; none came for twice the scraper's own interval: it stopped) and at most
+``HubOptions.metrics_linger`` seconds (``DDPNET_METRICS_LINGER_S``).
 
 It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
 ``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
@@ -43,7 +44,7 @@ from ddpnet.exitcodes import ExitCode
 from ddpnet.watch import cutoff, desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
-from ddpnet.watch.metrics import JobView, Probed, StepHistory
+from ddpnet.watch.metrics import JobView, Probed
 from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
@@ -101,6 +102,9 @@ FAREWELL_HOLD_S = 2.5
 METRICS_LINGER_S = 60.0
 #: a probe round's trigger when it only measures the links for the metrics
 LINKS = "links"
+#: with metrics on, seconds from every rank's first state to the first link round (the next
+#: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
+FIRST_LINKS_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -238,9 +242,8 @@ class Hub:
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
-        #: metrics (``serve_metrics``): the steps folded from states, the verdicts given,
-        #: each rank pair's last stream probe, when the next link round is due, the server
-        self.history: StepHistory | None = None
+        #: metrics (``serve_metrics``): the verdicts given, each rank pair's last stream
+        #: probe, when the next link round is due, the server
         self.verdicts: list[Diagnosis] = []
         #: when the last verdict was given (monotonic; either action), None: none yet
         self.judged_at: float | None = None
@@ -365,10 +368,8 @@ class Hub:
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
         self.heard[rank] = time.monotonic()
         if kind == "state":
-            self.states[rank] = state = RankState.from_dict(message["state"])
+            self.states[rank] = RankState.from_dict(message["state"])
             self.published += 1
-            if self.history is not None:
-                self.history.fold(state)
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
             self.published += 1
@@ -602,15 +603,16 @@ class Hub:
                      and snapshot.taken - s.published > stale)[:8]
 
     def probe_links(self, now: float) -> None:
-        """With metrics on, a probe round every ``probe_every`` s, the first that long after
-        every rank published (not in the warm-up; a short job gets none), never while a rank
-        left or a verdict stands: each host pair's bandwidth and RTT."""
+        """With metrics on, a probe round :data:`FIRST_LINKS_S` after every rank published
+        (a new job's dashboard has its link matrix within seconds), then every
+        ``probe_every`` s, never while a rank left or a verdict stands: each host pair's
+        bandwidth and RTT."""
         every = self.options.probe_every
         if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
                 len(self.states) < self.options.world_size:
             return
         if self.next_links is None:
-            self.next_links = now + every
+            self.next_links = now + min(every, FIRST_LINKS_S)
         if now < self.next_links:
             return
         self.next_links = now + every
@@ -671,9 +673,8 @@ class Hub:
         from ddpnet.net.exposition import Server
         from ddpnet.watch.metrics import JobCollector
 
-        self.history = StepHistory()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(JobCollector(self.metrics_view, self.history))
+        registry.register(JobCollector(self.metrics_view))
         # a verdict (or the job moving again) shows in the very next scrape, never a render
         # from before it (net.exposition serves a costly render again for a while)
         self.metrics = Server(sock, registry,

@@ -3,16 +3,22 @@
 :class:`JobCollector` is a ``prometheus_client`` collector: each scrape asks the hub for a
 :class:`JobView` (a copy of what it already holds: every rank's last ``RankState``, the
 learned threshold, the warnings and verdicts, the last link probes) and renders it then,
-never per heartbeat. The one thing kept between scrapes is :class:`StepHistory`, each rank's
-step histogram and collective-wait sum and count, which the hub feeds with the steps new in a
-state (a bisect per step, and only with metrics on): a scrape every 15 s sees every step, where
-the published window holds only the last ``straggler.WINDOW``.
+never per heartbeat; nothing is kept between scrapes. Counters are the ranks' own: each rank
+counts every step it finishes into the step buckets, their seconds and their collective wait
+since it started (``RankState.step_counts``, ``step_seconds``, ``wait_seconds``) and the hub
+serves the last counts it heard as they are, so ``ddpnet_step_seconds_count`` equals
+``ddpnet_steps_total`` in every scrape and no step is lost however fast a rank steps between
+two heartbeats (issue 58; the hub once rebuilt them from each state's 50-step window).
+
+Series are stable: every rank has one ``ddpnet_rank_phase`` series per phase of
+:data:`~ddpnet.watch.state.PHASES` (1 for the one it is in, 0 for the others), so a phase change
+flips values instead of making one series vanish and another appear.
 
 A scrape's cost is its samples' (``prometheus_client`` formats each for ~10 us), nearly all
 of them per rank: so a rank's step histogram has 14 buckets (it had 18) and its collective
 wait is a summary (``_sum`` and ``_count``: the mean wait per step, what the dashboard graphs)
 rather than a second histogram: 23 samples a rank instead of 45, half the render
-(benchmarks/metrics_overhead.py).
+(benchmarks/metrics_overhead.py); the phase's one series per phase (issue 58) make it 30.
 
 Names follow Prometheus's rules (base units, ``_seconds``, ``_bytes``, ``_total`` for
 counters) and labels the ones DCGM's exporter and node_exporter use (``job_id``, ``rank``,
@@ -22,82 +28,26 @@ no job token, no environment, no addresses beyond host names.
 
 from __future__ import annotations
 
-import bisect
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpnet.watch.state import Diagnosis, LinkProbe, RankState
+from ddpnet.watch.state import PHASES, STEP_BUCKETS, Diagnosis, LinkProbe, RankState
 
 PREFIX = "ddpnet"
-#: upper bounds (seconds) of the step histogram's buckets: 5 ms (a tiny model's step) to 2
-#: minutes (beyond: a stall, which the watch names), about 2.5x apart
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+#: the phase label of a rank that marks none (Prometheus reads an empty label as none at all)
+UNMARKED = "unmarked"
 
 
-@dataclass
-class Histogram:
-    """One series' bucket counts (not cumulative), sum and count."""
-
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
-    total: float = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, value)] += 1
-        self.total += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for bound, count in zip((*map(str, BUCKETS), "+Inf"), self.counts, strict=True):
-            running += count
-            out.append((bound, float(running)))
-        return out
-
-
-def new_steps(before: Sequence[tuple[float, float]],
-              after: Sequence[tuple[float, float]]) -> Sequence[tuple[float, float]]:
-    """The (step, wait) pairs of ``after`` that ``before`` did not hold (pure): both are one
-    rank's sliding window, so the new ones follow the longest tail of ``before`` that
-    ``after`` begins with; none in common (a restart, or more steps than the window between
-    two states) is all of ``after``."""
-    if not before or not after:
-        return after
-    for start in range(len(before)):
-        if before[start] == after[0]:
-            tail = before[start:]
-            if tuple(after[:len(tail)]) == tuple(tail):
-                return after[len(tail):]
-    return after
-
-
-class StepHistory:
-    """Each rank's step-seconds histogram and collective-wait total, fed from its states (the
-    hub's thread) and read by scrapes (the server's): one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.last: dict[int, tuple[tuple[float, float], ...]] = {}
-        self.steps: dict[int, Histogram] = {}
-        self.waits: dict[int, float] = {}
-
-    def fold(self, state: RankState) -> None:
-        window = tuple(zip(state.step_times, state.wait_times, strict=False))
-        with self.lock:
-            fresh = new_steps(self.last.get(state.rank, ()), window)
-            self.last[state.rank] = window
-            step = self.steps.setdefault(state.rank, Histogram())
-            waited = self.waits.get(state.rank, 0.0)
-            for seconds, wait in fresh:
-                step.observe(seconds)
-                waited += wait
-            self.waits[state.rank] = waited
-
-    def copy(self) -> dict[int, tuple[list[tuple[str, float]], float, float]]:
-        """Per rank, as of now: (step buckets, step sum, wait sum); steps and waits are
-        counted alike (a wait per step)."""
-        with self.lock:
-            return {r: (h.cumulative(), h.total, self.waits[r]) for r, h in self.steps.items()}
+def cumulative(counts: Sequence[int]) -> list[tuple[str, float]]:
+    """A rank's step counts per :data:`~ddpnet.watch.state.STEP_BUCKETS` bucket as the
+    histogram's cumulative ``le`` buckets, ``+Inf`` last (pure; no counts: every bucket 0)."""
+    padded = [*counts, *[0] * (len(STEP_BUCKETS) + 1 - len(counts))]
+    out, running = [], 0
+    for bound, count in zip((*map(str, STEP_BUCKETS), "+Inf"), padded, strict=False):
+        running += count
+        out.append((bound, float(running)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -164,9 +114,8 @@ def _mean(values: Sequence[float]) -> float:
 class JobCollector:
     """A ``prometheus_client`` custom collector over the hub's :class:`JobView`."""
 
-    def __init__(self, view: Callable[[], JobView], history: StepHistory) -> None:
+    def __init__(self, view: Callable[[], JobView]) -> None:
         self.view = view
-        self.history = history
 
     def collect(self) -> Iterator[Any]:
         view = self.view()
@@ -204,17 +153,17 @@ class JobCollector:
     def histograms(self, view: JobView) -> Iterator[Any]:
         from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
 
-        history = self.history.copy()
         labels = ["job_id", "rank", "host"]
         step = HistogramMetricFamily(f"{PREFIX}_step_seconds", "Wall seconds per training step, "
-                                     "per rank", labels=labels)
+                                     "per rank (every step since the rank started)",
+                                     labels=labels)
         wait = SummaryMetricFamily(f"{PREFIX}_collective_wait_seconds", "Seconds per step "
                                    "spent inside collectives, per rank (sum and count of "
                                    "steps)", labels=labels)
-        for rank, (buckets, step_sum, wait_sum) in sorted(history.items()):
+        for rank, state in sorted(view.states.items()):
             names = self.rank_labels(view, rank)
-            step.add_metric(names, buckets, step_sum)
-            wait.add_metric(names, int(buckets[-1][1]), wait_sum)
+            step.add_metric(names, cumulative(state.step_counts), state.step_seconds)
+            wait.add_metric(names, state.steps_done, state.wait_seconds)
         yield step
         yield wait
 
@@ -222,10 +171,11 @@ class JobCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         labels = ["job_id", "rank", "host"]
-        done = CounterMetricFamily(f"{PREFIX}_steps", "Training steps begun, per rank",
-                                   labels=labels)
-        phase = GaugeMetricFamily(f"{PREFIX}_rank_phase", "The phase each rank is in (1; "
-                                  "phase=\"\" when unmarked)", labels=[*labels, "phase"])
+        done = CounterMetricFamily(f"{PREFIX}_steps", "Training steps finished, per rank (the "
+                                   "step histogram's count)", labels=labels)
+        phase = GaugeMetricFamily(f"{PREFIX}_rank_phase", "1 for the phase each rank is in, 0 "
+                                  f"for the others (one series per phase; {UNMARKED}: none "
+                                  "marked)", labels=[*labels, "phase"])
         still = GaugeMetricFamily(f"{PREFIX}_rank_seconds_since_progress", "Seconds since "
                                   "the rank's last progress (a phase, a collective)",
                                   labels=labels)
@@ -237,8 +187,9 @@ class JobCollector:
         for rank, state in sorted(view.states.items()):
             names = self.rank_labels(view, rank)
             ago = view.heard_ago.get(rank, 0.0)
-            done.add_metric(names, float(max(0, state.step)))
-            phase.add_metric([*names, state.phase], 1.0)
+            done.add_metric(names, float(state.steps_done))
+            for name in PHASES:
+                phase.add_metric([*names, name or UNMARKED], float(name == state.phase))
             still.add_metric(names, since_progress(state, ago))
             heard.add_metric(names, max(0.0, ago))
             if rank in view.straggler_scores:

@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -26,7 +27,7 @@ import wrapt
 
 from ddpnet.watch import flight, patches
 from ddpnet.watch.desync import StepLog
-from ddpnet.watch.state import LONG_PHASES, PHASES, CollectiveRecord
+from ddpnet.watch.state import LONG_PHASES, PHASES, STEP_BUCKETS, CollectiveRecord
 
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
@@ -116,6 +117,10 @@ class Recorder:
         self.marks_dropped = False
         #: (start, end) of each finished step, until the heartbeat takes them
         self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
+        #: every finished step since start, per STEP_BUCKETS bucket, and their seconds: the
+        #: cumulative counts the heartbeat publishes (``spans`` may drop steps, these never)
+        self.step_counts = [0] * (len(STEP_BUCKETS) + 1)
+        self.step_seconds = 0.0
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
         #: (start, end) of collectives timed outside the ring (``add_wait``), by end time
         self.waits: deque[tuple[float, float]] = deque(maxlen=WAIT_SPANS)
@@ -183,6 +188,8 @@ class Recorder:
         with self.lock:
             if self.step_started and step != self.step:
                 self.spans.append((self.step_started, now))
+                self.step_counts[bisect_left(STEP_BUCKETS, now - self.step_started)] += 1
+                self.step_seconds += now - self.step_started
             if step != self.step:
                 self.steps.begin(step, issued)
                 self._mark(now, True)
@@ -215,6 +222,11 @@ class Recorder:
             spans = list(self.spans)
             self.spans.clear()
         return spans
+
+    def step_totals(self) -> tuple[tuple[int, ...], float]:
+        """Every finished step since start per STEP_BUCKETS bucket, and their seconds."""
+        with self.lock:
+            return tuple(self.step_counts), self.step_seconds
 
     def add_wait(self, start: float, end: float) -> None:
         """A collective that ran from ``start`` to ``end`` (this recorder's clock): what a comm

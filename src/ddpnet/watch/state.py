@@ -18,6 +18,11 @@ PHASES = ("", "data", "forward", "backward", "step", "checkpoint", "eval", "warm
 #: (``watch.threshold``), and inner phase marks inside ``with ddpnet.phase(...)`` keep it
 LONG_PHASES = ("warmup", "checkpoint", "eval")
 
+#: upper bounds (seconds) of the step-time buckets each rank counts its finished steps in
+#: (``RankState.step_counts``, the job's ``ddpnet_step_seconds`` histogram): 5 ms (a tiny
+#: model's step) to 2 minutes (beyond: a stall, which the watch names), about 2.5x apart
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+
 #: states of one collective, as torch's Flight Recorder names them
 COLLECTIVE_STATES = ("scheduled", "started", "completed", "failed")
 
@@ -86,6 +91,17 @@ class RankState:
     extra: Mapping[str, Any] = field(default_factory=dict)
     long_phase: str = ""           # the LONG_PHASES one this rank is inside, "" when none
     long_since: float = 0.0        # time.time() it began
+    #: cumulative since the rank started (every finished step, not a window): its steps per
+    #: STEP_BUCKETS bucket (not cumulative; the last is above 120 s), their seconds, and the
+    #: seconds they spent inside collectives; the steps finished are ``sum(step_counts)``
+    step_counts: tuple[int, ...] = ()
+    step_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+    @property
+    def steps_done(self) -> int:
+        """Steps this rank finished since it started (cumulative)."""
+        return sum(self.step_counts)
 
     def in_flight(self) -> CollectiveRecord | None:
         """The oldest collective this rank has started and not finished."""
@@ -96,6 +112,7 @@ class RankState:
         out["recent"] = [c.to_dict() for c in self.recent]
         out["step_times"] = list(self.step_times)
         out["wait_times"] = list(self.wait_times)
+        out["step_counts"] = list(self.step_counts)
         out["extra"] = dict(self.extra)
         return out
 
@@ -105,6 +122,7 @@ class RankState:
         values["recent"] = tuple(CollectiveRecord.from_dict(c) for c in values.get("recent", ()))
         values["step_times"] = tuple(float(x) for x in values.get("step_times", ()))
         values["wait_times"] = tuple(float(x) for x in values.get("wait_times", ()))
+        values["step_counts"] = tuple(int(x) for x in values.get("step_counts", ()))
         values["extra"] = dict(values.get("extra", {}))
         return cls(**values)
 
