@@ -54,7 +54,8 @@ class Watched:
     def __init__(self) -> None:
         self.rec = Recorder()
         self.announced: list[str] = []
-        self.rec.announce = lambda record: self.announced.append(record.op)
+        self.records: list[Any] = []
+        self.rec.announce = self.note
         self.exits: list[str] = []
         self.before = _snapshot()
         self.init_holders = {m: m.init_process_group for m in (
@@ -64,6 +65,10 @@ class Watched:
                       exitnote.note_exits(lambda error, _exc: self.exits.append(error))]
         assert attach.patch()
         self.after = _snapshot()
+
+    def note(self, record: Any) -> None:
+        self.announced.append(record.op)
+        self.records.append(record)
 
     def undo(self) -> None:
         for undo in reversed(self.undos):
@@ -252,6 +257,9 @@ def test_each_collective_called_every_way_runs_and_is_announced(watched: Watched
         work = wrapped(*args, **kwargs)
         assert work is None or work.wait(), how
         assert watched.announced[before:] == [name], how
+        if name != "barrier":  # its tensor, however it was passed (DeepSpeed: by keyword)
+            record = watched.records[-1]
+            assert (record.dtype, record.shape) == ("float32", (3,)), (how, record)
     _how, args, kwargs = forms(original, {**_collective_values(name), "async_op": True})[0]
     before = len(watched.announced)
     assert wrapped(*args, **kwargs).wait()  # async_op by position: a Work to wait on

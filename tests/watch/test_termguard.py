@@ -54,6 +54,14 @@ if mode == "fork" and rank == 0:
     dist.all_reduce(torch.ones(1))
 elif mode == "fork":
     dist.all_reduce(torch.ones(1))
+elif mode == "chained":  # as Lightning's fit: a handler over ours that calls ours too
+    previous = signal.getsignal(signal.SIGTERM)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda s, f: (stop.append(s), previous(s, f)))
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+        say(f"handled {stop}")
+    dist.all_reduce(torch.ones(1))  # the framework's graceful stop goes on with its peers
 elif mode == "finish":
     if rank == 0:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -177,6 +185,16 @@ def test_a_scripts_own_sigterm_handler_is_kept(tmp_path: Path) -> None:
     assert "own handler" in _term_alone(procs, "own handler")
     (code, err), _ = _end(procs)
     assert code == 7, err[-3000:]
+
+
+def test_a_handler_installed_over_ours_owns_sigterm_and_the_rank_ends_as_it_decides(
+        tmp_path: Path) -> None:
+    """Lightning installs its SIGTERM handler at fit, over the watch's, and calls ours too:
+    its graceful stop ends the job 0 unwatched, and must watched (it died by SIGTERM 12 s
+    later: the guard waited at exit for a decision nobody was to make)."""
+    ended = wait_all(_start(tmp_path, "chained"))
+    assert f"handled [{int(signal.SIGTERM)}]" in ended[0].out, ended[0].err[-3000:]
+    assert [e.code for e in ended] == [0, 0], [e.err[-2000:] for e in ended]
 
 
 def test_a_forked_child_is_unguarded_and_its_sigterm_spares_the_parent(tmp_path: Path) -> None:

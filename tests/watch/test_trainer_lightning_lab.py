@@ -32,3 +32,11 @@ def test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out(
         lab: Lab, tmp_path: Path, fault: str) -> None:
     trainers_lab.faulty(lab, SCRIPT, PORT + 2 + ["stop", "kill", "link-down"].index(fault),
                         tmp_path, fault)
+
+
+def test_lightnings_own_sigterm_handling_ends_the_job_as_unwatched(lab: Lab,
+                                                                   tmp_path: Path) -> None:
+    """Lightning's handler (installed at fit, over the watch's) stops the fit gracefully:
+    SIGTERMException on every rank, the job ends as it does with DDPNET_WATCH=0."""
+    trainers_lab.preempted(lab, SCRIPT, PORT + 6, tmp_path,
+                           "exception SIGTERMException sigterm True")

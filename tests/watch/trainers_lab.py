@@ -90,6 +90,23 @@ def healthy(lab: Lab, script: str, port: int, tmp: Path) -> None:
     assert len({found[0] for found in losses}) == 1, losses  # bit for bit: repr of a float
 
 
+def preempted(lab: Lab, script: str, port: int, tmp: Path, handled: str) -> None:
+    """Every rank SIGTERMed at once (a scheduler's preemption) while the framework's own
+    handler owns SIGTERM: the job ends as it does unwatched, with ``handled`` (the framework's
+    line for it) on every rank."""
+    outcomes = []
+    for watch in ("1", "0"):
+        watcher = Watcher(lab)
+        results = run(lab, script, port + int(watch), tmp / f"watch{watch}", watcher,
+                      FAULT="term", FAULT_RANK="-1", FAULT_STEP="15", STEPS="400",
+                      STEP_S="0.01", DDPNET_WATCH=watch)
+        for node in range(len(results)):
+            assert handled in lines(results, node), (watch, node, watcher.tail())
+        outcomes.append([r.returncode for r in results])
+        assert not (tmp / f"watch{watch}" / "report.json").exists(), watcher.tail()
+    assert outcomes[0] == outcomes[1], outcomes
+
+
 def faulty(lab: Lab, script: str, port: int, tmp: Path, fault: str) -> None:
     """``fault`` (stop, kill or link-down) on rank 1: named with rank and host, all out."""
     watcher = Cutter(lab, resume_after=frozenset({0}))

@@ -252,11 +252,12 @@ class Recorder:
             return called[-RING:]
         return merge(from_flight_recorder(fr), called)
 
-    def called_record(self, op: str, args: tuple[Any, ...], seq: int) -> CollectiveRecord:
-        tensor = args[0] if args and hasattr(args[0], "shape") else None
-        if isinstance(args[0] if args else None, list) and args[0] and \
-                hasattr(args[0][0], "shape"):
-            tensor = args[0][0]
+    def called_record(self, op: str, first: Any, seq: int) -> CollectiveRecord:
+        """The announced record of a collective whose first argument (a tensor, or a list of
+        them) is ``first``, however the caller passed it."""
+        tensor = first if hasattr(first, "shape") else None
+        if isinstance(first, list) and first and hasattr(first[0], "shape"):
+            tensor = first[0]
         dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else ""
         shape = tuple(int(n) for n in tensor.shape) if tensor is not None else ()
         return CollectiveRecord(seq=seq, op=op, group="default_pg", dtype=dtype, shape=shape,
@@ -278,7 +279,9 @@ class Recorder:
 
     def _wrap(self, dist: Any, name: str, next_seq: Callable[[], int],
               group_type: type | None) -> Callable[[], None]:
-        group_at, async_at = _positions(getattr(dist, name), "group", "async_op")
+        function = getattr(dist, name)
+        group_at, async_at = _positions(function, "group", "async_op")
+        first = _first_parameter(function)
 
         def before(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> CollectiveRecord | None:
@@ -287,7 +290,8 @@ class Recorder:
             if _argument(args, kwargs, group_at, "group") is not None or (
                     group_type is not None and any(isinstance(a, group_type) for a in args)):
                 return None
-            record = self.called_record(name, args, next_seq())
+            # the tensor by position or by keyword (DeepSpeed calls all_reduce(tensor=...))
+            record = self.called_record(name, _argument(args, kwargs, 0, first), next_seq())
             with self.lock:
                 self.called.append(record)
                 self.steps.call((name, record.dtype, record.shape, record.site))
@@ -323,15 +327,24 @@ def call_site() -> str:
 def _positions(function: Any, *names: str) -> tuple[int | None, ...]:
     """Where each of ``names`` stands among ``function``'s positional parameters (None where
     it cannot be passed by position, or the signature cannot be read)."""
+    positional = [p.name for p in _parameters(function)
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return tuple(positional.index(n) if n in positional else None for n in names)
+
+
+def _first_parameter(function: Any) -> str:
+    """The name of ``function``'s first parameter ("" where its signature cannot be read)."""
+    params = _parameters(function)
+    return params[0].name if params else ""
+
+
+def _parameters(function: Any) -> list[Any]:
     import inspect
 
     try:
-        params = list(inspect.signature(function).parameters.values())
+        return list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
-        return tuple(None for _ in names)
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
-                                                       p.POSITIONAL_OR_KEYWORD)]
-    return tuple(positional.index(n) if n in positional else None for n in names)
+        return []
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], at: int | None,

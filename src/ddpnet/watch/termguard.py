@@ -17,7 +17,9 @@ grace still ends by SIGTERM (the undo at exit waits for the guard's decision).
 
 Installed only where nobody else handles SIGTERM or uses the wakeup fd (a script's own
 handler, ``ddpnet train``'s preemption, asyncio keep theirs), only in the main thread, and
-undone in forked children (DataLoader workers die at once, as before)."""
+undone in forked children (DataLoader workers die at once, as before). A framework that
+installs its handler over ours later (Lightning's at ``fit``) owns SIGTERM from then on, even
+where its handler calls ours too: the guard then neither waits nor ends the rank."""
 
 from __future__ import annotations
 
@@ -54,7 +56,11 @@ class _Guard:
     def on_term(self, signum: int, frame: FrameType | None) -> None:
         """The main thread's handler: notes the SIGTERM and returns, never waits (it may run
         inside a lock the heartbeat thread needs); the guard thread decides. Without a guard
-        thread to decide (another process, the thread gone), dies as SIGTERM would."""
+        thread to decide (another process, the thread gone), dies as SIGTERM would. Called
+        from a handler installed over ours that chains to it (Lightning's: it stops the fit
+        gracefully, and the job ends 0), the SIGTERM is that handler's: nothing to decide."""
+        if signal.getsignal(signal.SIGTERM) != self.on_term:
+            return
         if os.getpid() != self.owner or not self.thread.is_alive():
             die()
         self.taken.set()

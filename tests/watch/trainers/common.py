@@ -2,7 +2,7 @@
 a step (from the framework's own callback or loop), and the lines the lab test reads.
 
 Environment: ``STEPS`` (30), ``STEP_S`` (seconds slept a step, 0), ``FAULT`` (none, stop,
-kill, cut), ``FAULT_RANK`` (1), ``FAULT_STEP`` (10) and ``FAULT_AFTER_S`` (0): the fault comes
+kill, cut, term), ``FAULT_RANK`` (1; -1: every rank), ``FAULT_STEP`` (10) and ``FAULT_AFTER_S`` (0): the fault comes
 at the first step from FAULT_STEP on that is FAULT_AFTER_S after step 1 (every rank's watch has
 connected by then), ``KILL_AFTER_S`` (0.5), ``CKPT_DIR`` (a checkpoint directory rank 0
 writes to). ``cut`` only says so (``fault cut``): the lab test cuts the link. Lines: ``step N`` per optimizer step, ``fault MODE TIME PID`` when injected,
@@ -90,7 +90,7 @@ def on_step(step: int, rank: int) -> None:
     if not _first:
         _first.append(now)
     time.sleep(STEP_S)
-    if rank != FAULT_RANK or step < FAULT_STEP or now - _first[0] < FAULT_AFTER_S or \
+    if FAULT_RANK not in (rank, -1) or step < FAULT_STEP or now - _first[0] < FAULT_AFTER_S or \
             _injected:
         return
     _injected.append(FAULT)
@@ -103,6 +103,9 @@ def on_step(step: int, rank: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif FAULT == "cut":
         inject("cut")
+    elif FAULT == "term":  # as a scheduler's preemption: every rank (FAULT_RANK -1) at once
+        inject("term")
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def inject(mode: str) -> None:
