@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpnet.env.jobport import read_port_range
 from ddpnet.errors import ConfigError
 from ddpnet.launch.run import LaunchOptions, LaunchPlan, prepare, run
 
@@ -60,6 +61,19 @@ def test_local_dry_run_is_one_node_on_loopback_ignoring_slurm() -> None:
     obj = plan.to_dict()
     assert set(obj) == {"engine", "nodes", "sources", "notes", "warnings"}
     assert obj["sources"]["nproc_per_node"] == "--nproc-per-node"
+
+
+def test_local_picks_a_free_port_unless_given() -> None:
+    """Two local launches side by side never share torchrun's 29500."""
+    def port(plan: LaunchPlan) -> int:
+        argv = plan.nodes[0]["argv"]
+        return int(argv[argv.index("--master-port") + 1])
+
+    env = {"MASTER_PORT": "29500"}
+    first, second = (prepare(_opts(local=2, dry_run=True), environ=env) for _ in range(2))
+    low, high = read_port_range()
+    assert low <= port(first) <= high and low <= port(second) <= high
+    assert port(prepare(_opts(local=2, dry_run=True, master_port="29511"), environ=env)) == 29511
 
 
 def test_max_restarts_picks_c10d_with_a_note() -> None:

@@ -73,6 +73,16 @@ def test_missing_flag_names_the_flag_and_the_interfaces_here() -> None:
     assert "eth0" in err.value.hint and "ib0" in err.value.hint
 
 
+def test_a_down_flag_is_refused_here_with_the_up_ones() -> None:
+    down = iface("eth1", "192.168.2.5/24", up=False)
+    with pytest.raises(ConfigError) as err:
+        choose_interface((*TABLE, down), Ask(flag="eth1"))
+    assert str(err.value) == "--ifname eth1: the interface is down on this host"
+    assert err.value.hint.startswith("ip link set eth1 up") and "eth0" in err.value.hint
+    assert "eth1" not in err.value.hint.partition("up: ")[2]
+    assert choose_interface((*TABLE, down), Ask(flag="eth1", here=False)).name == "eth1"
+
+
 def test_flag_for_other_hosts_is_passed_on_unchecked() -> None:
     c = choose_interface(TABLE, Ask(flag="ens99", here=False))
     assert (c.name, c.source, c.address) == ("ens99", "flag", None)
