@@ -41,6 +41,11 @@ def test_sizes_sweep_like_nccl_tests() -> None:
     assert BenchConfig(min_bytes=64, max_bytes=256, factor=1).sizes() == (64, 256)
     default = BenchConfig().sizes()
     assert default[0] == 1024 and default[-1] == 256 << 20 and len(default) == 19
+    # without -e: seconds on CPU, nccl-tests' range on GPUs; -e or a larger -b wins
+    assert BenchConfig().on_device(cuda=False).sizes()[-1] == 16 << 20
+    assert BenchConfig().on_device(cuda=True).sizes()[-1] == 256 << 20
+    assert BenchConfig(max_bytes=256 << 20).on_device(cuda=False).sizes()[-1] == 256 << 20
+    assert BenchConfig(min_bytes=64 << 20).on_device(cuda=False).sizes() == (64 << 20,)
 
 
 def test_parse_collectives() -> None:
