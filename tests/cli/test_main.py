@@ -70,6 +70,28 @@ def test_unknown_command_is_a_usage_error(run_cli: RunCli) -> None:
     assert_user_error(proc, ExitCode.USAGE, "nosuchcommand")
 
 
+def test_a_mistyped_command_names_the_closest(run_cli: RunCli) -> None:
+    assert_user_error(run_cli("lanch", "--", "t.py"), ExitCode.USAGE,
+                      "No such command 'lanch'. Did you mean 'launch'?")
+
+
+@pytest.mark.parametrize("command", ["launch", "sbatch", "exec", "k8s", "monitor", "tune"])
+def test_one_interface_option_everywhere_its_alias_accepted(run_cli: RunCli,
+                                                            command: str) -> None:
+    """``--iface`` in every command's help; ``--ifname`` accepted, shown only as the alias."""
+    helped = run_cli(command, "--help")
+    assert helped.returncode == 0 and "--iface TEXT" in helped.stdout, helped.stdout
+    assert "--iface, --ifname" not in helped.stdout and "(alias: --ifname)" in \
+        " ".join(helped.stdout.split())
+    import importlib
+
+    from ddpnet.cli.main import COMMANDS
+
+    cmd = importlib.import_module(COMMANDS[command][0]).command
+    (param,) = [p for p in cmd.params if "--iface" in p.opts]
+    assert param.opts == ["--iface", "--ifname"]
+
+
 def test_bare_ddpnet_shows_help(run_cli: RunCli) -> None:
     proc = run_cli()
     assert proc.returncode == 0 and "Commands" in proc.stdout

@@ -40,13 +40,22 @@ from tests.conftest import RunCli, assert_user_error
     (("launch", "--rdzv", "static", "--max-restarts", "1", "--", "t.py"), "static rendezvous"),
     (("launch", "--dry-run"), "nothing to launch"),
     (("launch", "--nnodes", "2", "--dry-run", "--", "t.py"), "MASTER_ADDR is not set"),
-    # the interface this node's ranks would use exists here, in a dry run too
-    (("launch", "--ifname", "nosuch9", "--dry-run", "--", "t.py"),
-     "--ifname nosuch9: no such interface on this host"),
+    # the interface this node's ranks would use exists here, in a dry run too; --ifname is
+    # --iface's alias
+    (("launch", "--iface", "nosuch9", "--dry-run", "--", "t.py"),
+     "--iface nosuch9: no such interface on this host"),
     (("launch", "--local", "2", "--ifname", "nosuch9", "--dry-run", "--", "t.py"),
-     "--ifname nosuch9: no such interface"),
+     "--iface nosuch9: no such interface"),
     (("launch", "--via", "mpirun", "--ifname", "nosuch9", "--dry-run", "--", "t.py"),
-     "--ifname nosuch9: no such interface"),
+     "--iface nosuch9: no such interface"),
+    # an unknown option of ours before --: named as one, with click's "did you mean"
+    (("launch", "--nproc", "2", "--", "t.py"),
+     "No such option '--nproc'. Did you mean '--nproc-per-node'?"),
+    (("sbatch", "--nodes", "2", "--ntask-per-node", "2", "--", "t.py"),
+     "No such option '--ntask-per-node'. (Did you mean one of: '--gpus-per-node', '--ntasks-per-node'"),
+    (("k8s", "--nodes", "2", "--image", "i", "--gpu-per-node", "1", "--", "t.py"),
+     "No such option '--gpu-per-node'. (Did you mean one of: '--gpus-per-node'"),
+    (("exec", "--ifnam", "lo", "--", "t.py"), "No such option '--ifnam'"),
     (("sbatch", "--nodes", "2", "--ntasks", "8", "--", "t.py"), "unevenly"),
     (("sbatch", "--nodes", "0", "--", "t.py"), "--nodes 0"),
     (("sbatch", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "2", "--",

@@ -86,7 +86,7 @@ def test_mpirun_plan_counts_slots_and_warns_on_another_master() -> None:
     plan = prepare(_opts(via="mpirun", hosts="n0:4,n1:4", master_addr="n1", ifname="eth0",
                          dry_run=True), environ={})
     assert isinstance(plan, LaunchPlan) and plan.engine == "mpirun"
-    assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--ifname"}
+    assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--iface"}
     assert plan.warnings and "not the first host of --hosts" in plan.warnings[0]
 
 

@@ -12,8 +12,8 @@ from ddpnet.net.select import Ask, InterfaceChoice, choose_for_host
 
 def choose(cfg: DistConfig | None, environ: Mapping[str, str],
            ifname: str | None = None, *, here: bool = False) -> InterfaceChoice:
-    """--ifname, else the user's variables, else the route toward MASTER_ADDR. ``here``: this
-    node's ranks run on this host (torchrun, a hostless mpirun), so --ifname must exist and be
+    """--iface, else the user's variables, else the route toward MASTER_ADDR. ``here``: this
+    node's ranks run on this host (torchrun, a hostless mpirun), so --iface must exist and be
     up here, in a dry run too."""
-    return choose_for_host(Ask(flag=ifname, flag_name="--ifname", here=here, fallback=False),
+    return choose_for_host(Ask(flag=ifname, flag_name="--iface", here=here, fallback=False),
                            environ=environ, cfg=cfg)

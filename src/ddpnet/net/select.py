@@ -612,7 +612,7 @@ class Ask:
     interface, then the first usable one (a launcher leaves the choice to torch instead)."""
 
     flag: str | None = None
-    flag_name: str = "--ifname"
+    flag_name: str = "--iface"
     here: bool = True
     subnet: IPNetwork | None = None
     loopback_ok: bool = True
