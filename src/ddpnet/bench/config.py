@@ -46,12 +46,20 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
+_BINARY = (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
 def format_size(n: int) -> str:
-    """Short binary size for tables and messages: 1024 -> ``1K``, 67108864 -> ``64M``."""
-    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    """Short binary size for tables and messages: 1024 -> ``1K``, 67108864 -> ``64M``; a size
+    a few bytes off (all_gather's per-rank count rounded on 3 ranks) in the largest unit it
+    reaches at one decimal: 1048572 -> ``1M``, not ``1024.0K``."""
+    for suffix, unit in _BINARY:
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
-    return f"{n}B" if n < 1024 else f"{n / 1024:.1f}K"
+    if n < 1024:
+        return f"{n}B"
+    suffix, unit = next((s, u) for s, u in _BINARY if round(n / u, 1) >= 1)
+    return f"{n / unit:.1f}".removesuffix(".0") + suffix
 
 
 def parse_collectives(text: str) -> tuple[str, ...]:
