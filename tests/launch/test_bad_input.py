@@ -56,6 +56,8 @@ from tests.conftest import RunCli, assert_user_error
     (("k8s", "--nodes", "2", "--image", "i", "--gpu-per-node", "1", "--", "t.py"),
      "No such option '--gpu-per-node'. (Did you mean one of: '--gpus-per-node'"),
     (("exec", "--ifnam", "lo", "--", "t.py"), "No such option '--ifnam'"),
+    (("exec", "--", "nosuch.py"), "script nosuch.py not found"),
+    (("exec", "--", "nosuch-program-9"), "program nosuch-program-9 not found on PATH"),
     (("sbatch", "--nodes", "2", "--ntasks", "8", "--", "t.py"), "unevenly"),
     (("sbatch", "--nodes", "0", "--", "t.py"), "--nodes 0"),
     (("sbatch", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "2", "--",

@@ -62,7 +62,10 @@ def run(options: ExecOptions) -> None:
     from ddpnet.launch import iface
     from ddpnet.watch.attach import ranks_env
 
+    from ddpnet.launch.run import check_program
+
     target = Target.parse(options.program)
+    check_program(target)  # Python's own "can't open file" is no ddpnet error line
     cfg = resolve_config(os.environ, {}, port_range=read_port_range())
     choice = iface.choose(cfg, os.environ, options.ifname)
     exec_target(target, {**torch_env(cfg, choice.env), **ranks_env(os.environ, options.watch)})
