@@ -8,6 +8,7 @@ Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_di
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -29,9 +30,25 @@ def console(file: TextIO | None = None, width: int | None = None) -> Console:
     """Human output on stdout (plain when piped), or on ``file`` at ``width`` columns (tests).
     Lines are never wrapped or cut by us (``soft_wrap``): a long line stays one line in a file
     and the terminal folds it on screen; tables wrap their cells between words (:func:`table`)."""
+    return _console_class()(file=file, width=width, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
     from rich.console import Console
 
-    return Console(file=file, width=width, highlight=False, soft_wrap=True)
+    class PipeConsole(Console):
+        """A reader that closed the pipe (``ddpnet tune | head``) is not an error: stop
+        writing and raise BrokenPipeError, which the CLI exits 0 on (rich and click exit 1)."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            # no errno: click turns an EPIPE OSError into exit 1 itself
+            raise BrokenPipeError("stdout closed by its reader")
+
+    return PipeConsole
 
 
 def err_console() -> Console:

@@ -217,3 +217,24 @@ def test_no_subcommand_help_is_cut_at_80_columns(run_cli: RunCli) -> None:
     proc = run_cli("lab", "--help", env={"COLUMNS": "80"})
     commands = proc.stdout.split("Commands:", 1)[1]
     assert "..." not in commands and "…" not in commands, commands
+
+
+@pytest.mark.parametrize("command", [("env",), ("tune",)])
+def test_a_reader_that_closed_the_pipe_is_not_an_error(command: tuple[str, ...]) -> None:
+    """``ddpnet tune | head`` exited 1 (rich's and click's answer to EPIPE): the reader
+    closes its end before any line is written, every write then fails."""
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_environ
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ddpnet", *command], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=clean_environ(),
+                              timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr

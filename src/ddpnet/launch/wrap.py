@@ -60,9 +60,8 @@ def run(options: ExecOptions) -> None:
     from ddpnet.env.jobport import read_port_range
     from ddpnet.env.resolve import resolve_config
     from ddpnet.launch import iface
-    from ddpnet.watch.attach import ranks_env
-
     from ddpnet.launch.run import check_program
+    from ddpnet.watch.attach import ranks_env
 
     target = Target.parse(options.program)
     check_program(target)  # Python's own "can't open file" is no ddpnet error line
