@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 import threading
 import traceback
@@ -113,9 +114,21 @@ class Whole:
 VALUE_MAX = 12
 
 
+#: an IPv6 literal in brackets (``[fd00::2]``, ``[fe80::1%eth0]``), not yet escaped
+_V6_BRACKETS = re.compile(r"(?<!\\)\[([0-9A-Fa-f]*:[0-9A-Fa-f:.]*(?:%[\w.-]+)?)\]")
+
+
+def literal_brackets(text: str) -> str:
+    """Markup ``text`` with its bracketed IPv6 literals escaped: rich reads ``[fd00::2]`` as a
+    tag and drops it (``tcp://[fd00::2]:23456`` showed as ``tcp://:23456``)."""
+    return _V6_BRACKETS.sub(r"\\[\1]", text)
+
+
 def _value(cell: RenderableType | None) -> RenderableType | None:
     """A short string cell as a :class:`Whole` (it is a value with its unit or source, not
-    prose to wrap); anything else as it is."""
+    prose to wrap); anything else as it is. Cells are markup: IPv6 literals are escaped."""
+    if isinstance(cell, str):
+        cell = literal_brackets(cell)
     if not isinstance(cell, str) or " " not in cell:
         return cell
     from rich.text import Text
