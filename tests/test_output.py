@@ -160,8 +160,6 @@ def test_rank_ranges_fold_runs_and_keep_every_rank() -> None:
                                   "master [fd00::2] via eth0"])
 def test_a_bracketed_ipv6_address_stays_in_a_table(cell: str) -> None:
     """rich read ``[fd00::2]`` as a markup tag and dropped it; a style still applies."""
-
-
     from ddpnet.output import console, table
 
     out = table(columns=("value", "status"))
