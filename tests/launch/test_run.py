@@ -137,3 +137,15 @@ def test_metrics_port_reaches_every_rank_and_needs_the_watch(via: str) -> None:
     with pytest.raises(ConfigError, match="--metrics-port 9464 needs the watch"):
         prepare(_opts(**where, via=via, dry_run=True, ifname="lo", watch=False,
                       metrics_port=9464), environ={})
+
+
+def test_mpirun_as_root_needs_its_flag_said_before_it_starts() -> None:
+    from ddpnet.launch.run import refuse_root_mpirun
+
+    with pytest.raises(ConfigError, match="refuses to run as root") as err:
+        refuse_root_mpirun(False, {}, 0)
+    assert err.value.hint.startswith("add --allow-run-as-root")
+    refuse_root_mpirun(True, {}, 0)
+    refuse_root_mpirun(False, {"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}, 0)
+    refuse_root_mpirun(False, {}, 1000)

@@ -367,6 +367,8 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
     if hosts and opts.master_addr and opts.master_addr != hosts[0].name:
         warnings.append(f"--master-addr {opts.master_addr} is not the first host of --hosts "
                         f"({hosts[0].name}): mpirun maps rank 0 to {hosts[0].name}")
+    if not opts.dry_run:
+        refuse_root_mpirun(opts.allow_run_as_root, environ, os.geteuid())
     if not hosts and not opts.dry_run:
         from ddpnet.env.resolve import resolve_config
 
@@ -379,6 +381,17 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
               "ranks": list(range(np))},) if opts.dry_run else ()
     return LaunchPlan("mpirun", opts.dry_run, tuple(argv), env, nodes,
                       {"interface": choice.reason}, (), tuple(warnings))
+
+
+def refuse_root_mpirun(allowed: bool, environ: Mapping[str, str], euid: int) -> None:
+    """Open MPI refuses root unless told (pure): say so with our flag before it prints its
+    page-long refusal from every host."""
+    told = allowed or (environ.get("OMPI_ALLOW_RUN_AS_ROOT") == "1"
+                       and environ.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1")
+    if euid == 0 and not told:
+        raise ConfigError("mpirun (Open MPI) refuses to run as root, and this launch is root's",
+                          "add --allow-run-as-root (as in a container), or launch as a normal "
+                          "user")
 
 
 def _ssh_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],
