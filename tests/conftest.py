@@ -65,6 +65,24 @@ def run_cli() -> RunCli:
     return _run
 
 
+#: run a command as user nobody (65534), as root
+AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+def nobody_cannot_run() -> str | None:
+    """Why user nobody cannot run this checkout's interpreter, import ddpnet and start a
+    child (a clone in a mode-700 directory, a venv under /root), or None: a test that runs a
+    command as nobody skips with it."""
+    probe = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-c", "import subprocess, sys, ddpnet; "
+         "subprocess.run([sys.executable, '-c', '0'], check=True)"],
+        env=clean_environ(), capture_output=True, text=True, timeout=60, cwd="/")
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+    return f"this checkout is not usable by user nobody here ({last[:200]})"
+
+
 def assert_user_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
     """One ``ddpnet: error:`` line, a ``hint:`` line, the exit code, and no traceback."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)

@@ -86,6 +86,7 @@ def _bundle(tmp: Path, argv: list[str], env: dict[str, str] | None = None,
             other.kill()
     assert out.exists(), (argv, proc.returncode, proc.stderr[-3000:])
     bundle: dict[str, Any] = json.loads(out.read_text())
+    bundle["stdout"] = proc.stdout  # what the command printed before it finished
     return bundle
 
 
@@ -256,6 +257,12 @@ def test_bench_two_ranks_is_whole(tmp_path: Path) -> None:
             "--baseline-time", "0.3"]
     bundle = _bundle(tmp_path, argv, env=mine, peer=peer)
     assert bundle["json"]["world_size"] == 2 and bundle["json"]["verdicts"]
+    # rank 0 printed the head and each row as it finished (plain lines, at any width), the
+    # renderer the rest: together what a reader gets
+    assert "all_reduce" in bundle["stdout"]
+    assert bundle["json"]["verdicts"][0] not in bundle["stdout"]
+    for render in RENDERS:
+        bundle[render] = bundle["stdout"] + bundle[render]
     _assert_whole(bundle, bench_values(bundle["json"]))
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from ddpnet.net.ports import free_port
 from tests.conftest import clean_environ
 
@@ -152,3 +154,16 @@ def test_rank_ranges_fold_runs_and_keep_every_rank() -> None:
     assert rank_ranges([4]) == "4" and rank_ranges([]) == ""
     many = [r for r in range(4096) if r not in (1722, 3000)]
     assert rank_ranges(many) == "0-1721, 1723-2999, 3001-4095"
+
+
+@pytest.mark.parametrize("cell", ["tcp://[fd00::2]:23456", "[fe80::1%eth0]:29500",
+                                  "master [fd00::2] via eth0"])
+def test_a_bracketed_ipv6_address_stays_in_a_table(cell: str) -> None:
+    """rich read ``[fd00::2]`` as a markup tag and dropped it; a style still applies."""
+    from ddpnet.output import console, table
+
+    out = table(columns=("value", "status"))
+    out.add_row(cell, "[green]pass[/]")
+    buf = io.StringIO()
+    console(buf, width=120).print(out)
+    assert cell in buf.getvalue() and "[green]" not in buf.getvalue()

@@ -8,9 +8,11 @@ Every command's ``run(options)`` returns a result with ``exit_code`` and ``to_di
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
+import re
 import sys
 import threading
 import traceback
@@ -29,9 +31,25 @@ def console(file: TextIO | None = None, width: int | None = None) -> Console:
     """Human output on stdout (plain when piped), or on ``file`` at ``width`` columns (tests).
     Lines are never wrapped or cut by us (``soft_wrap``): a long line stays one line in a file
     and the terminal folds it on screen; tables wrap their cells between words (:func:`table`)."""
+    return _console_class()(file=file, width=width, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
     from rich.console import Console
 
-    return Console(file=file, width=width, highlight=False, soft_wrap=True)
+    class PipeConsole(Console):
+        """A reader that closed the pipe (``ddpnet tune | head``) is not an error: stop
+        writing and raise BrokenPipeError, which the CLI exits 0 on (rich and click exit 1)."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            # no errno: click turns an EPIPE OSError into exit 1 itself
+            raise BrokenPipeError("stdout closed by its reader")
+
+    return PipeConsole
 
 
 def err_console() -> Console:
@@ -96,9 +114,21 @@ class Whole:
 VALUE_MAX = 12
 
 
+#: an IPv6 literal in brackets (``[fd00::2]``, ``[fe80::1%eth0]``), not yet escaped
+_V6_BRACKETS = re.compile(r"(?<!\\)\[([0-9A-Fa-f]*:[0-9A-Fa-f:.]*(?:%[\w.-]+)?)\]")
+
+
+def literal_brackets(text: str) -> str:
+    """Markup ``text`` with its bracketed IPv6 literals escaped: rich reads ``[fd00::2]`` as a
+    tag and drops it (``tcp://[fd00::2]:23456`` showed as ``tcp://:23456``)."""
+    return _V6_BRACKETS.sub(r"\\[\1]", text)
+
+
 def _value(cell: RenderableType | None) -> RenderableType | None:
     """A short string cell as a :class:`Whole` (it is a value with its unit or source, not
-    prose to wrap); anything else as it is."""
+    prose to wrap); anything else as it is. Cells are markup: IPv6 literals are escaped."""
+    if isinstance(cell, str):
+        cell = literal_brackets(cell)
     if not isinstance(cell, str) or " " not in cell:
         return cell
     from rich.text import Text

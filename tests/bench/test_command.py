@@ -36,7 +36,7 @@ def test_output_dirs_checked_before_anything_runs(tmp_path: Path) -> None:
 def test_worker_argv_is_a_module_entry_with_the_rank_options() -> None:
     argv = worker_argv(OPTIONS)
     assert argv[:3] == [sys.executable, "-m", "ddpnet.bench"] and len(argv) == 4
-    assert BenchOptions.from_json(argv[3]) == replace(OPTIONS, local=None)
+    assert BenchOptions.from_json(argv[3]) == replace(OPTIONS, local=None, deadline=True)
 
 
 def test_wait_local_past_timeout_is_check_failed() -> None:

@@ -34,6 +34,11 @@ def test_format_size_round_trips() -> None:
         assert parse_size(format_size(n)) == n
 
 
+def test_a_size_just_under_a_unit_is_labelled_in_it() -> None:
+    assert [format_size(n) for n in (1048572, 1536, 3 << 20 | 7, 1023, 1047552)] == [
+        "1M", "1.5K", "3M", "1023B", "1023K"]
+
+
 def test_sizes_sweep_like_nccl_tests() -> None:
     assert BenchConfig(min_bytes=1024, max_bytes=8192).sizes() == (1024, 2048, 4096, 8192)
     assert BenchConfig(min_bytes=1024, max_bytes=5000, factor=4).sizes() == (1024, 4096, 5000)
@@ -41,6 +46,11 @@ def test_sizes_sweep_like_nccl_tests() -> None:
     assert BenchConfig(min_bytes=64, max_bytes=256, factor=1).sizes() == (64, 256)
     default = BenchConfig().sizes()
     assert default[0] == 1024 and default[-1] == 256 << 20 and len(default) == 19
+    # without -e: seconds on CPU, nccl-tests' range on GPUs; -e or a larger -b wins
+    assert BenchConfig().on_device(cuda=False).sizes()[-1] == 16 << 20
+    assert BenchConfig().on_device(cuda=True).sizes()[-1] == 256 << 20
+    assert BenchConfig(max_bytes=256 << 20).on_device(cuda=False).sizes()[-1] == 256 << 20
+    assert BenchConfig(min_bytes=64 << 20).on_device(cuda=False).sizes() == (64 << 20,)
 
 
 def test_parse_collectives() -> None:

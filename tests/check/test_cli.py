@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.check.test_report import CHROMIUM, _chromium
-from tests.conftest import RunCli
+from tests.conftest import RunCli, nobody_cannot_run
 
 
 def test_local_4_passes_with_matrix_and_report(run_cli: RunCli, tmp_path: Path) -> None:
@@ -78,13 +78,9 @@ def test_master_port_refused_for_a_worker(run_cli: RunCli) -> None:
 def test_local_runs_as_an_unprivileged_user() -> None:
     argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
             sys.executable, "-m", "ddpnet", "check", "--local", "2", "--no-matrix", "--json"]
-    probe = subprocess.run(
-        [*argv[:4], sys.executable, "-c",
-         "import subprocess, sys, ddpnet; subprocess.run([sys.executable, '-c', '0'], "
-         "check=True)"], capture_output=True, text=True, timeout=60, cwd="/tmp")
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"the interpreter is not usable by user nobody here ({last})")
+    reason = nobody_cannot_run()
+    if reason:
+        pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     env["HOME"] = "/tmp"
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env,

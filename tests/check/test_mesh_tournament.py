@@ -283,3 +283,9 @@ def test_the_ranks_of_one_host_nobody_reaches_are_one_cause_naming_them_all() ->
     (alone,) = mesh.analyze(m, labels, ports, 29500, "10.0.0.0/24")
     assert alone.ranks == (2,) and "to rank 2 on h2 (10.0.0.2) at its ephemeral port 40002 " \
                                    "(filtered)" in alone.detail
+
+
+def test_the_rounds_line_counts_in_the_singular_for_two_ranks() -> None:
+    assert tournament.rounds_line(2, 2.0) == "bandwidth: 1 round x 2 s"
+    assert tournament.rounds_line(3, 0.5) == "bandwidth: 3 rounds x 0.5 s"  # padded to 4
+    assert tournament.rounds_line(4, 1.0) == "bandwidth: 3 rounds x 1 s"

@@ -15,7 +15,7 @@ import pytest
 
 from ddpnet.errors import from_os_error as _os_error
 from ddpnet.exitcodes import ExitCode
-from tests.conftest import RunCli, assert_user_error, clean_environ
+from tests.conftest import RunCli, assert_user_error, clean_environ, nobody_cannot_run
 
 
 def _modules_after(*args: str) -> set[str]:
@@ -70,6 +70,28 @@ def test_unknown_command_is_a_usage_error(run_cli: RunCli) -> None:
     assert_user_error(proc, ExitCode.USAGE, "nosuchcommand")
 
 
+def test_a_mistyped_command_names_the_closest(run_cli: RunCli) -> None:
+    assert_user_error(run_cli("lanch", "--", "t.py"), ExitCode.USAGE,
+                      "No such command 'lanch'. Did you mean 'launch'?")
+
+
+@pytest.mark.parametrize("command", ["launch", "sbatch", "exec", "k8s", "monitor", "tune"])
+def test_one_interface_option_everywhere_its_alias_accepted(run_cli: RunCli,
+                                                            command: str) -> None:
+    """``--iface`` in every command's help; ``--ifname`` accepted, shown only as the alias."""
+    helped = run_cli(command, "--help")
+    assert helped.returncode == 0 and "--iface TEXT" in helped.stdout, helped.stdout
+    assert "--iface, --ifname" not in helped.stdout and "(alias: --ifname)" in \
+        " ".join(helped.stdout.split())
+    import importlib
+
+    from ddpnet.cli.main import COMMANDS
+
+    cmd = importlib.import_module(COMMANDS[command][0]).command
+    (param,) = [p for p in cmd.params if "--iface" in p.opts]
+    assert param.opts == ["--iface", "--ifname"]
+
+
 def test_bare_ddpnet_shows_help(run_cli: RunCli) -> None:
     proc = run_cli()
     assert proc.returncode == 0 and "Commands" in proc.stdout
@@ -88,6 +110,9 @@ def test_json_error_is_one_object_on_stdout(run_cli: RunCli) -> None:
                     reason="needs root and setpriv to run the CLI as an unprivileged user")
 def test_permission_denied_on_a_user_path_is_exit_3() -> None:
     # pytest's tmp_path sits under a 0700 directory: use one nobody can traverse
+    reason = nobody_cannot_run()
+    if reason:
+        pytest.skip(reason)
     tmp_path = Path(tempfile.mkdtemp(prefix="qa-perm-", dir="/tmp"))
     try:
         _permission_denied_case(tmp_path)
@@ -106,8 +131,6 @@ def _permission_denied_case(tmp_path: Path) -> None:
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
          "ddpnet", "tune", "--root", str(tmp_path), "--cluster-subnet", "10.0.0.0/24"],
         env=clean_environ(), capture_output=True, text=True, timeout=60, cwd="/")
-    if "ddpnet: error" not in proc.stderr and "Permission denied" in proc.stderr:
-        pytest.skip("the checkout is not readable by an unprivileged user")
     assert_user_error(proc, ExitCode.MISSING_REQUIREMENT, "permission denied",
                       "90-ddpnet.conf")
 
@@ -195,3 +218,24 @@ def test_no_subcommand_help_is_cut_at_80_columns(run_cli: RunCli) -> None:
     proc = run_cli("lab", "--help", env={"COLUMNS": "80"})
     commands = proc.stdout.split("Commands:", 1)[1]
     assert "..." not in commands and "…" not in commands, commands
+
+
+@pytest.mark.parametrize("command", [("env",), ("tune",)])
+def test_a_reader_that_closed_the_pipe_is_not_an_error(command: tuple[str, ...]) -> None:
+    """``ddpnet tune | head`` exited 1 (rich's and click's answer to EPIPE): the reader
+    closes its end before any line is written, every write then fails."""
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_environ
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ddpnet", *command], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=clean_environ(),
+                              timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -1,6 +1,7 @@
 """``ddpnet doctor`` for real inside ``ddpnet lab`` nodes (network namespaces): a healthy node
 passes, a hostname on 127.0.1.1 fails ``names``, a blocked MASTER_PORT fails ``firewall``
-for an nftables and an iptables rule set."""
+for an nftables and an iptables rule set, and the rule set the doctor suggests outside a job
+still lets peers connect."""
 
 from __future__ import annotations
 
@@ -99,3 +100,58 @@ def test_blocked_master_port_fails_firewall_iptables(lab: Lab) -> None:
     assert res["status"] == "fail", res
     assert res["summary"] == f"{PORT}/tcp from 198.18.0.0/24 is rejected by iptables"
     assert f"iptables -I INPUT -s 198.18.0.0/24 -p tcp --dport {PORT} -j ACCEPT" in res["fix"]
+
+
+#: node 1 listens on the master port and an ephemeral one, and dials itself over loopback;
+#: node 0 dials both: what the ranks of a job do through the rule the doctor suggests
+CONNECT = """
+import os, socket, sys, time
+peer, ports = sys.argv[1], (29500, 40000)
+if os.environ["NODE_RANK"] == "1":
+    socks = []
+    for port in ports:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+        s.listen(8)
+        s.settimeout(30)
+        socks.append(s)
+    for port in ports:
+        socket.create_connection(("127.0.0.1", port), 5).close()
+    for s in socks:
+        for _ in range(2):
+            s.accept()[0].close()
+    print("accepted")
+else:
+    deadline = time.monotonic() + 20
+    for port in ports:
+        while True:
+            try:
+                socket.create_connection((peer, port), 3).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    print("connected")
+"""
+
+
+def test_the_firewall_rule_suggested_outside_a_job_lets_peers_in(lab: Lab) -> None:
+    """No MASTER_ADDR (doctor before any job): the suggested rule admits the node's cluster
+    subnet, not loopback (``ip saddr != 127.0.0.0/8 ... drop`` shut every peer out); applied
+    in the node, peers and loopback still connect to the master and an ephemeral port."""
+    done = lab.exec(1, DOCTOR, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    fix = by_id(json.loads(done.stdout))["firewall.manager"]["fix"]
+    assert "127.0.0.0/8" not in fix and "saddr != 198.18.0.0/24" in fix, fix
+    rules = fix.partition("e.g. ")[2]
+    assert rules.startswith("nft add table"), fix
+    applied = lab.exec(1, ["sh", "-c", rules])
+    try:
+        assert applied.returncode == 0, applied.stderr
+        results = lab.run([sys.executable, "-c", CONNECT, lab.nodes[1].address], timeout=60)
+        for r in results:
+            assert r.returncode == 0, (r.node.index, r.stdout, r.stderr)
+    finally:
+        lab.exec(1, ["nft", "delete", "table", "inet", "ddpnet"])

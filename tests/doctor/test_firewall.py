@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddpnet.doctor import firewall
-from ddpnet.doctor.base import CommandOutput, Host, run_command
+from ddpnet.doctor.base import CommandOutput, Host, SelectedInterface, run_command
 from tests.doctor.helpers import ETH0, GOOD_SYSCTLS, LO, Addr, Iface, Tree, fixture, inputs, ok
 
 NFT = ("nft", "-j", "list", "ruleset")
@@ -46,6 +46,24 @@ def test_no_firewall_warns_about_open_tcpstore(tmp_path: Path) -> None:
     assert "198.18.0.0/24" in m.fix  # type: ignore[attr-defined]
     assert m.facts["firewall"]["managers"] == ["none"]  # type: ignore[attr-defined]
     assert r["firewall.master-port"].status == "pass"  # type: ignore[attr-defined]
+
+
+def test_outside_a_job_the_rule_admits_the_cluster_nic_never_loopback(tmp_path: Path) -> None:
+    """No MASTER_ADDR: the selection is loopback; ``ip saddr != 127.0.0.0/8 ... drop`` would
+    shut out every peer. The cluster NIC's subnet (the selector's, loopback refused) instead,
+    else ask for --cluster-subnet."""
+    host = host_with(tmp_path, ipt=fixture("firewall/ipt_empty.txt"))
+    lo_sel = SelectedInterface("lo", "127.0.0.1", "the whole job is on this host")
+    nic = SelectedInterface("eth0", "198.18.0.3", "carries the default route")
+    m = run_all(host, master_addr="127.0.0.1", selected=lo_sel, cluster=nic)["firewall.manager"]
+    assert "127.0.0.0/8" not in m.fix  # type: ignore[attr-defined]
+    assert "iifname != lo ip saddr != 198.18.0.0/24 tcp dport" in m.fix  # type: ignore
+    none = SelectedInterface(None, None, "no non-loopback interface is up")
+    m = run_all(host, master_addr="127.0.0.1", selected=lo_sel, cluster=none,
+                interfaces=(LO,))["firewall.manager"]
+    assert m.fix == firewall.ASK_SUBNET and "saddr" not in m.fix  # type: ignore[attr-defined]
+    given = run_all(host, selected=lo_sel, cluster=none, cluster_subnet="10.1.0.0/16")
+    assert "saddr != 10.1.0.0/16" in given["firewall.manager"].fix  # type: ignore
 
 
 @pytest.mark.parametrize(("kind", "nft", "ipt"), [

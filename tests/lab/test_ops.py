@@ -92,3 +92,16 @@ def test_second_network_options_reach_the_labs_spec() -> None:
     assert status["nodes"][1]["second_shaping"]["rate"] == "10gbit"
     plain = Lab(name="qsec", nodes=1).status()
     assert plain["second_net"] is None and plain["nodes"][0]["second_address"] is None
+
+
+def test_run_timeout_help_states_the_bound_the_run_enforces() -> None:
+    """The help said <=1000000000 while RunOptions refused more than a day."""
+    import click
+
+    from ddpnet.cli.lab import run_cmd
+    from ddpnet.lab.ops import MAX_RUN_TIMEOUT, RunOptions
+
+    (param,) = [p for p in run_cmd.params if p.name == "timeout"]
+    assert isinstance(param.type, click.FloatRange) and param.type.max == MAX_RUN_TIMEOUT
+    assert f"{MAX_RUN_TIMEOUT}" in (param.get_help_record(click.Context(run_cmd)) or ("", ""))[1]
+    RunOptions(name="lab", argv=("true",), timeout=MAX_RUN_TIMEOUT)

@@ -84,7 +84,18 @@ def test_qdisc_lines() -> None:
     assert len(port) == 2 and "netem" not in port[1]
     assert qdisc_lines("eth0", Shaping(delay_ms=5))[1] == (
         "qdisc add dev eth0 root handle 1: netem delay 5ms limit 100000")
-    assert rate_bits("200mbit") == 2e8 and rate_bits("1gbit") == 1e9 and rate_bits("10mbps") == 8e7
+    assert rate_bits("200mbit") == 2e8 and rate_bits("1gbit") == 1e9
+
+
+@pytest.mark.parametrize(("rate", "shaped", "meant"), [
+    ("1gbps", "8 Gbit/s", "1gbit"), ("100mbps", "0.8 Gbit/s", "100mbit")])
+def test_a_bytes_rate_is_refused_with_what_tc_would_shape(rate: str, shaped: str,
+                                                          meant: str) -> None:
+    """tc's ``bps`` is bytes: ``--rate 1gbps`` silently shaped 8 Gbit/s."""
+    with pytest.raises(ConfigError) as err:
+        rate_bits(rate)
+    assert f"would shape {shaped}" in err.value.message
+    assert err.value.hint.startswith(f"give bits per second: {meant} ")
 
 
 def test_parse_nodes() -> None:

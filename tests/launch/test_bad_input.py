@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+from ddpnet.net.ports import listen_socket
 from tests.conftest import RunCli, assert_user_error
 
 
@@ -36,6 +40,24 @@ from tests.conftest import RunCli, assert_user_error
     (("launch", "--rdzv", "static", "--max-restarts", "1", "--", "t.py"), "static rendezvous"),
     (("launch", "--dry-run"), "nothing to launch"),
     (("launch", "--nnodes", "2", "--dry-run", "--", "t.py"), "MASTER_ADDR is not set"),
+    # the interface this node's ranks would use exists here, in a dry run too; --ifname is
+    # --iface's alias
+    (("launch", "--iface", "nosuch9", "--dry-run", "--", "t.py"),
+     "--iface nosuch9: no such interface on this host"),
+    (("launch", "--local", "2", "--ifname", "nosuch9", "--dry-run", "--", "t.py"),
+     "--iface nosuch9: no such interface"),
+    (("launch", "--via", "mpirun", "--ifname", "nosuch9", "--dry-run", "--", "t.py"),
+     "--iface nosuch9: no such interface"),
+    # an unknown option of ours before --: named as one, with click's "did you mean"
+    (("launch", "--nproc", "2", "--", "t.py"),
+     "No such option '--nproc'. Did you mean '--nproc-per-node'?"),
+    (("sbatch", "--nodes", "2", "--ntask-per-node", "2", "--", "t.py"),
+     "No such option '--ntask-per-node'. (Did you mean one of: '--gpus-per-node', '--ntasks-per-node'"),
+    (("k8s", "--nodes", "2", "--image", "i", "--gpu-per-node", "1", "--", "t.py"),
+     "No such option '--gpu-per-node'. (Did you mean one of: '--gpus-per-node'"),
+    (("exec", "--ifnam", "lo", "--", "t.py"), "No such option '--ifnam'"),
+    (("exec", "--", "nosuch.py"), "script nosuch.py not found"),
+    (("exec", "--", "nosuch-program-9"), "program nosuch-program-9 not found on PATH"),
     (("sbatch", "--nodes", "2", "--ntasks", "8", "--", "t.py"), "unevenly"),
     (("sbatch", "--nodes", "0", "--", "t.py"), "--nodes 0"),
     (("sbatch", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "2", "--",
@@ -43,6 +65,32 @@ from tests.conftest import RunCli, assert_user_error
 ])
 def test_bad_input_exits_2(run_cli: RunCli, args: tuple[str, ...], needle: str) -> None:
     assert_user_error(run_cli(*args), 2, needle)
+
+
+@pytest.mark.parametrize("via", ["torchrun", "mpirun"])
+def test_a_held_master_port_is_named_before_any_rank_starts(run_cli: RunCli, tmp_path: Path,
+                                                            via: str) -> None:
+    """Not torch's EADDRINUSE traceback after the ranks started: the holder, a hint, exit 2
+    (a rank that started would exit 7)."""
+    script = tmp_path / "t.py"
+    script.write_text("raise SystemExit(7)\n")
+    with listen_socket("0.0.0.0", 0) as sock:
+        port = sock.getsockname()[1]
+        proc = run_cli("launch", "--via", via, "--master-port", str(port), "--", str(script),
+                       env={"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    assert_user_error(proc, 2, f"MASTER_PORT {port} is already in use",
+                      f"pid {os.getpid()}", "--master-port")
+
+
+def test_an_unresolvable_master_is_named_before_any_rank_starts(run_cli: RunCli,
+                                                                tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("raise SystemExit(7)\n")
+    proc = run_cli("launch", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                   "nosuch.invalid", "--", str(script))
+    assert_user_error(proc, 2, "MASTER_ADDR nosuch.invalid does not resolve",
+                      "/etc/hosts")
 
 
 def test_launch_in_multi_node_batch_script_is_refused(run_cli: RunCli) -> None:

@@ -31,7 +31,7 @@ def route_to(monkeypatch: pytest.MonkeyPatch, route: Route | None) -> None:
 
 def test_flag_is_not_checked_against_the_launching_host() -> None:
     c = iface.choose(None, {}, "ib7")
-    assert (c.name, c.reason) == ("ib7", "--ifname")
+    assert (c.name, c.reason) == ("ib7", "--iface")
     assert set(c.env.values()) == {"ib7"} and len(c.env) == 3
 
 

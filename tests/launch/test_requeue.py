@@ -139,9 +139,11 @@ def test_spare_nodes_allocate_more_and_restart_the_step_inside_the_allocation() 
 
 
 def test_torchrun_spares_run_one_task_on_each_step_node() -> None:
+    """The step's own task count: without it srun inherits the allocation's SLURM_NTASKS (4)
+    for 2 nodes at 1 task each and refuses the step (tests/launch/test_slurm_recover.py)."""
     text = render(sb(nodes=2, spare_nodes=2, requeue=True))
     assert "#SBATCH --nodes=4" in text
-    assert 'srun --nodes=2 --nodelist="$STEP_NODES" --ntasks-per-node=1 ' in text
+    assert 'srun --nodes=2 --nodelist="$STEP_NODES" --ntasks=2 --ntasks-per-node=1 ' in text
 
 
 @pytest.mark.parametrize(("kw", "err"), [

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpnet.env.jobport import read_port_range
 from ddpnet.errors import ConfigError
 from ddpnet.launch.run import LaunchOptions, LaunchPlan, prepare, run
 
@@ -62,6 +63,19 @@ def test_local_dry_run_is_one_node_on_loopback_ignoring_slurm() -> None:
     assert obj["sources"]["nproc_per_node"] == "--nproc-per-node"
 
 
+def test_local_picks_a_free_port_unless_given() -> None:
+    """Two local launches side by side never share torchrun's 29500."""
+    def port(plan: LaunchPlan) -> int:
+        argv = plan.nodes[0]["argv"]
+        return int(argv[argv.index("--master-port") + 1])
+
+    env = {"MASTER_PORT": "29500"}
+    first, second = (prepare(_opts(local=2, dry_run=True), environ=env) for _ in range(2))
+    low, high = read_port_range()
+    assert low <= port(first) <= high and low <= port(second) <= high
+    assert port(prepare(_opts(local=2, dry_run=True, master_port="29511"), environ=env)) == 29511
+
+
 def test_max_restarts_picks_c10d_with_a_note() -> None:
     plan = prepare(_opts(max_restarts=2, dry_run=True, ifname="lo"), environ={})
     assert any("rendezvous c10d" in n for n in plan.notes)
@@ -72,7 +86,7 @@ def test_mpirun_plan_counts_slots_and_warns_on_another_master() -> None:
     plan = prepare(_opts(via="mpirun", hosts="n0:4,n1:4", master_addr="n1", ifname="eth0",
                          dry_run=True), environ={})
     assert isinstance(plan, LaunchPlan) and plan.engine == "mpirun"
-    assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--ifname"}
+    assert plan.nodes[0]["ranks"] == list(range(8)) and plan.sources == {"interface": "--iface"}
     assert plan.warnings and "not the first host of --hosts" in plan.warnings[0]
 
 
@@ -123,3 +137,15 @@ def test_metrics_port_reaches_every_rank_and_needs_the_watch(via: str) -> None:
     with pytest.raises(ConfigError, match="--metrics-port 9464 needs the watch"):
         prepare(_opts(**where, via=via, dry_run=True, ifname="lo", watch=False,
                       metrics_port=9464), environ={})
+
+
+def test_mpirun_as_root_needs_its_flag_said_before_it_starts() -> None:
+    from ddpnet.launch.run import refuse_root_mpirun
+
+    with pytest.raises(ConfigError, match="refuses to run as root") as err:
+        refuse_root_mpirun(False, {}, 0)
+    assert err.value.hint.startswith("add --allow-run-as-root")
+    refuse_root_mpirun(True, {}, 0)
+    refuse_root_mpirun(False, {"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}, 0)
+    refuse_root_mpirun(False, {}, 1000)

@@ -3,7 +3,8 @@ and a slurmd per node namespace; a 3-node ``ddpnet sbatch --requeue`` job of ``d
 --checkpoint-every``. Node 1's link cut mid-training: the watch names it, the job's script
 drains it with the verdict as its reason and requeues; the next run starts on the three other
 nodes, resumes from the checkpoint and completes. A collective mismatch (the program's bug)
-drains nothing and does not restart."""
+drains nothing and does not restart. With a spare node, the torchrun engine's step starts on
+the step's three nodes (the srun engine's does in the spare test)."""
 
 from __future__ import annotations
 
@@ -79,10 +80,11 @@ def _all_idle(lab: Lab, timeout: float = 120) -> None:
     pytest.fail(f"the cluster's nodes not idle within {timeout} s: {states}")
 
 
-def _submit(lab: Lab, work: Path, *program: str, spares: int = 0) -> tuple[str, Path]:
+def _submit(lab: Lab, work: Path, *program: str, spares: int = 0,
+            engine: str = "srun") -> tuple[str, Path]:
     _all_idle(lab)
     p = _client(lab, sys.executable, "-m", "ddpnet", "sbatch", "--nodes", "3", "--engine",
-                "srun", "--ifname", lab.nodes[0].ifname, "--requeue", "--spare-nodes",
+                engine, "--iface", lab.nodes[0].ifname, "--requeue", "--spare-nodes",
                 str(spares), "--output",
                 str(work / "job-%j.out"), "--script", str(work / "job.sh"), "--submit",
                 "--", *program, cwd=work)
@@ -228,3 +230,28 @@ def test_a_cut_link_drains_the_node_and_the_requeued_job_resumes_without_it(
         assert f"run 0: drain {cut}: {node['Reason']}" in history.stdout, history
     finally:
         _restore(slurm_lab, job, cut)
+
+
+#: a rank that needs no torch: where it ran
+HELLO = "import os, socket; print(f'hello rank {os.environ[\"RANK\"]} on {socket.gethostname()}')\n"
+
+
+def test_with_a_spare_node_the_torchrun_engines_step_starts(slurm_lab: Lab,
+                                                            tmp_path: Path) -> None:
+    """3 nodes + 1 spare with the default engine: the step's srun names its own task count,
+    else it inherits the allocation's SLURM_NTASKS=4 for 3 nodes at one task each and SLURM
+    refuses it ("More processors requested than permitted")."""
+    tmp_path.chmod(0o755)
+    script = tmp_path / "hello.py"
+    script.write_text(HELLO)
+    job, log = _submit(slurm_lab, tmp_path, str(script), spares=1, engine="torchrun")
+    try:
+        _until("the job ended", lambda: _ended(slurm_lab, job), 180, slurm_lab, job, log)
+        fields, text = _job(slurm_lab, job), _read(log)
+        assert fields["JobState"] == "COMPLETED", (fields, text[-4000:])
+        assert "More processors requested" not in text, text[-4000:]
+        hosts = set(re.findall(r"hello rank (\d) on (\S+)", text))
+        assert {rank for rank, _ in hosts} == {"0", "1", "2"}, text[-4000:]
+        assert len({host for _, host in hosts}) == 3, hosts
+    finally:
+        _client(slurm_lab, "scancel", job)

@@ -62,7 +62,7 @@ def test_tune_order_flag_subnet_route_default_route() -> None:
 def test_flag_wins_over_everything_and_sets_all_three() -> None:
     c = choose_interface(TABLE, Ask(flag="ib0", subnet=NET), environ={GLOO: "eth0"},
                          selection=routed(), default_route="eth0")
-    assert (c.name, c.source, c.reason, c.address) == ("ib0", "flag", "--ifname", "10.0.0.11")
+    assert (c.name, c.source, c.reason, c.address) == ("ib0", "flag", "--iface", "10.0.0.11")
     assert c.env == {GLOO: "ib0", NCCL: "ib0", TP: "ib0"}
 
 
@@ -71,6 +71,16 @@ def test_missing_flag_names_the_flag_and_the_interfaces_here() -> None:
         choose_interface(TABLE, Ask(flag="ens99", flag_name="--iface"))
     assert str(err.value).startswith("--iface ens99: no such interface")
     assert "eth0" in err.value.hint and "ib0" in err.value.hint
+
+
+def test_a_down_flag_is_refused_here_with_the_up_ones() -> None:
+    down = iface("eth1", "192.168.2.5/24", up=False)
+    with pytest.raises(ConfigError) as err:
+        choose_interface((*TABLE, down), Ask(flag="eth1"))
+    assert str(err.value) == "--iface eth1: the interface is down on this host"
+    assert err.value.hint.startswith("ip link set eth1 up") and "eth0" in err.value.hint
+    assert "eth1" not in err.value.hint.partition("up: ")[2]
+    assert choose_interface((*TABLE, down), Ask(flag="eth1", here=False)).name == "eth1"
 
 
 def test_flag_for_other_hosts_is_passed_on_unchecked() -> None:
@@ -165,7 +175,7 @@ def test_without_fallback_no_route_means_no_choice_with_the_selection_s_reason()
 
 def test_to_dict() -> None:
     d = choose_interface(TABLE, Ask(flag="eth0")).to_dict()
-    assert d == {"name": "eth0", "source": "flag", "reason": "--ifname",
+    assert d == {"name": "eth0", "source": "flag", "reason": "--iface",
                  "address": "192.168.1.5", "env": {GLOO: "eth0", NCCL: "eth0", TP: "eth0"}}
 
 

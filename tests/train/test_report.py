@@ -76,3 +76,17 @@ def test_no_two_train_modules_import_each_other() -> None:
     pairs = sorted((a, b) for a, deps in imports.items() for b in deps
                    if a < b and a in imports.get(b, set()))
     assert pairs == [], pairs
+
+
+def test_a_run_resumed_at_its_last_step_says_it_was_already_finished() -> None:
+    """Not ``final loss nan ... nan samples/s``."""
+    from dataclasses import replace
+
+    from ddpnet.train.report import render_summary
+
+    nothing = replace(SUMMARY, steps=60, resumed_from=60, final_loss=float("nan"),
+                      samples_per_s=float("nan"), config={"checkpoint_dir": "/ckpt"})
+    text = render_summary(nothing)
+    assert text.startswith("already finished: the checkpoint in /ckpt is at step 60 of 60")
+    assert "nan" not in text and "--max-steps" in text
+    assert "final loss" in render_summary(replace(SUMMARY, steps=60, resumed_from=50))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunCli, assert_user_error, clean_environ
+from tests.conftest import AS_NOBODY, RunCli, assert_user_error, clean_environ, nobody_cannot_run
 
 BASE = ("tune", "--distro", "debian", "--firewall", "nftables")
 
@@ -54,8 +54,7 @@ def test_a_missing_os_release_is_named_under_root(run_cli: RunCli, tmp_path: Pat
 
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-m", "ddpnet", *args],
+        [*AS_NOBODY, sys.executable, "-m", "ddpnet", *args],
         env=clean_environ(), capture_output=True, text=True, timeout=60, cwd="/")
 
 
@@ -63,9 +62,9 @@ def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
                     reason="needs root and setpriv to run as another user")
 @pytest.mark.parametrize("flag", ["--apply", "--revert"])
 def test_apply_and_revert_need_root(flag: str) -> None:
-    probe = _as_nobody("--version")
-    if probe.returncode != 0:
-        pytest.skip(f"the venv is not usable by nobody: {probe.stderr.strip()[:200]}")
+    reason = nobody_cannot_run()
+    if reason:
+        pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="tn-root-"))  # pytest's tmp dirs are 0700
     try:
         root.chmod(0o755)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpnet.errors import ConfigError
 
@@ -25,6 +25,11 @@ BASELINES = ("auto", "iperf3", "tcp", "none")
 #: bounds on what a user can make big (docs/bench.md): a buffer of 16 GiB, 100000 iterations,
 #: an hour of baseline stream
 MAX_BYTES = 16 << 30
+#: the largest size without ``--max-bytes``: 256M on GPUs (nccl-tests' range), 16M on CPU,
+#: where gloo moves a 256M buffer in ~0.3 s and the full sweep took 2.7 min on 2 ranks
+#: (2026-12-07, 2 cores) against seconds to 16M (``-e 256M`` is the long sweep)
+GPU_MAX_BYTES = 256 << 20
+CPU_MAX_BYTES = 16 << 20
 MAX_ITERS = 100_000
 MAX_BASELINE_SECONDS = 3600.0
 
@@ -41,12 +46,20 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
+_BINARY = (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
 def format_size(n: int) -> str:
-    """Short binary size for tables and messages: 1024 -> ``1K``, 67108864 -> ``64M``."""
-    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    """Short binary size for tables and messages: 1024 -> ``1K``, 67108864 -> ``64M``; a size
+    a few bytes off (all_gather's per-rank count rounded on 3 ranks) in the largest unit it
+    reaches at one decimal: 1048572 -> ``1M``, not ``1024.0K``."""
+    for suffix, unit in _BINARY:
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
-    return f"{n}B" if n < 1024 else f"{n / 1024:.1f}K"
+    if n < 1024:
+        return f"{n}B"
+    suffix, unit = next((s, u) for s, u in _BINARY if round(n / u, 1) >= 1)
+    return f"{n / unit:.1f}".removesuffix(".0") + suffix
 
 
 def parse_collectives(text: str) -> tuple[str, ...]:
@@ -73,7 +86,8 @@ class BenchConfig:
 
     collectives: tuple[str, ...] = ALL_COLLECTIVES
     min_bytes: int = 1 << 10
-    max_bytes: int = 256 << 20
+    #: None: by device (:meth:`on_device`; GPU's where it is not known yet)
+    max_bytes: int | None = None
     factor: int = 2
     iters: int = 20
     warmup: int = 5
@@ -89,14 +103,28 @@ class BenchConfig:
     def __post_init__(self) -> None:
         validate(self)
 
+    @property
+    def top(self) -> int:
+        """The largest size: ``max_bytes``, else the GPU default (never below the smallest)."""
+        return self.max_bytes if self.max_bytes is not None else max(GPU_MAX_BYTES,
+                                                                     self.min_bytes)
+
+    def on_device(self, cuda: bool) -> BenchConfig:
+        """The sweep where the tensors live: without ``max_bytes``, 16M on CPU (seconds on
+        gloo) and 256M on GPUs."""
+        if self.max_bytes is not None:
+            return self
+        return replace(self, max_bytes=max(GPU_MAX_BYTES if cuda else CPU_MAX_BYTES,
+                                           self.min_bytes))
+
     def sizes(self) -> tuple[int, ...]:
         """The size sweep: min, min*f, ... up to and including max (as nccl-tests -b/-e/-f)."""
         out = [self.min_bytes]
         if self.factor > 1:
-            while out[-1] * self.factor <= self.max_bytes:
+            while out[-1] * self.factor <= self.top:
                 out.append(out[-1] * self.factor)
-        if out[-1] != self.max_bytes:
-            out.append(self.max_bytes)
+        if out[-1] != self.top:
+            out.append(self.top)
         return tuple(out)
 
 
@@ -110,8 +138,8 @@ def problems(cfg: BenchConfig) -> list[tuple[str, str]]:
     checks = [
         (not cfg.collectives, "no collective chosen", "pass --collectives all_reduce,..."),
         *(_unknown(name, ALL_COLLECTIVES, "collective") for name in unknown),
-        (cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes or cfg.max_bytes > MAX_BYTES,
-         f"bad size range {cfg.min_bytes}..{cfg.max_bytes}",
+        (cfg.min_bytes < 1 or cfg.top < cfg.min_bytes or cfg.top > MAX_BYTES,
+         f"bad size range {cfg.min_bytes}..{cfg.top}",
          f"need 1 <= --min-bytes <= --max-bytes <= {format_size(MAX_BYTES)}"),
         (cfg.factor < 1, f"bad --factor {cfg.factor}", "use an integer >= 1 (2 doubles)"),
         (not (1 <= cfg.iters <= MAX_ITERS and 0 <= cfg.warmup <= MAX_ITERS),

@@ -10,17 +10,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpnet.bench.collectives import REGISTRY, Collective, Ctx
-from ddpnet.bench.config import DTYPES, BenchConfig
+from ddpnet.bench.config import DTYPES, BenchConfig, format_size
 from ddpnet.bench.link import measure_link
 from ddpnet.bench.result import BenchResult, BenchRow, LinkRate, Skipped, make_row
 from ddpnet.bench.timing import DevicePlan, Timer, make_timer, plan_device
-from ddpnet.errors import ConfigError
+from ddpnet.errors import CheckFailed, ConfigError
 
 #: progress(done, total, label) on rank 0
 Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Rank 0's view of the sweep as it goes, so rows are printed when they finish: ``start``
+    gets the result's head (backend, ranks, device, link; no rows yet), ``measuring`` the
+    row about to run (done, total, label), ``row`` each finished one."""
+
+    start: Callable[[BenchResult], None]
+    measuring: Progress
+    row: Callable[[BenchRow], None]
+
+
+def row_label(coll: str, size: int, inplace: bool, places: int) -> str:
+    """``all_reduce 64M`` (``(out-of-place)`` where the collective has both places)."""
+    return f"{coll} {format_size(size)}" + ("" if inplace or places < 2 else " (out-of-place)")
 
 #: relative tolerance of the result check per dtype (data are small integers: sums, max, min
 #: and products are exact at small world sizes; avg and low precision need slack)
@@ -126,13 +143,15 @@ def run(
     config: BenchConfig,
     *,
     registry: Mapping[str, Collective] = REGISTRY,
-    progress: Progress | None = None,
+    listener: Listener | None = None,
     environ: Mapping[str, str] | None = None,
     link: LinkRate | None = None,
 ) -> BenchResult:
     """Benchmark on every rank of the initialised default process group; same result on all.
 
-    ``link`` skips the baseline measurement (a caller that already measured it).
+    ``link`` skips the baseline measurement (a caller that already measured it). A
+    collective that fails (torch's process-group timeout included) is a CheckFailed naming
+    it, its size and the rows finished before it.
     """
     import torch
     import torch.distributed as dist
@@ -147,19 +166,38 @@ def run(
     plan = plan_device(backend, env, cuda_count, current)
     if plan.is_cuda:
         torch.cuda.set_device(torch.device(plan.device))
+    config = config.on_device(plan.is_cuda)
     driver = Driver(config, torch, dist, plan, registry)
     if link is None:
         link = _measure_link(driver, env)
     todo, skipped = driver.work()
-    rows = []
-    for i, (coll, inplace, size, count) in enumerate(todo):
-        if progress and driver.rank == 0:
-            progress(i, len(todo), f"{coll.name} {size}B")
-        rows.append(driver.measure(coll, inplace, count, link.gbps))
-    if progress and driver.rank == 0:
-        progress(len(todo), len(todo), "done")
-    return BenchResult(backend, driver.world, plan.device, link, tuple(rows), tuple(skipped),
+    head = BenchResult(backend, driver.world, plan.device, link, (), tuple(skipped),
                        config=_config_dict(config))
+    tell = listener if driver.rank == 0 else None
+    if tell:
+        tell.start(head)
+    rows: list[BenchRow] = []
+    for i, (coll, inplace, size, count) in enumerate(todo):
+        label = row_label(coll.name, size, inplace, len(coll.places))
+        if tell:
+            tell.measuring(i, len(todo), label)
+        try:
+            rows.append(driver.measure(coll, inplace, count, link.gbps))
+        except RuntimeError as exc:  # torch's DistBackendError/timeout: which row, not where
+            raise _failed(label, exc, len(rows), len(todo)) from None
+        if tell:
+            tell.row(rows[-1])
+    if tell:
+        tell.measuring(len(todo), len(todo), "done")
+    return replace(head, rows=tuple(rows))
+
+
+def _failed(label: str, exc: RuntimeError, done: int, total: int) -> CheckFailed:
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                 type(exc).__name__)
+    return CheckFailed(f"{label} failed after {done} of {total} rows: {first[:300]}",
+                       "a timeout names a stuck or lost rank: run `ddpnet check` on these "
+                       "nodes, or raise --timeout for a slow link")
 
 
 def _measure_link(driver: Driver, env: Mapping[str, str]) -> LinkRate:

@@ -25,10 +25,13 @@ class BenchOptions:
     csv_path: str | None = None
     plot_path: str | None = None
     local: int | None = None
+    #: a ``--local`` rank: rank 0 ends the run itself at ``timeout``, naming what it was
+    #: measuring (the parent's own limit is later, its backstop)
+    deadline: bool = False
 
     def for_rank(self) -> BenchOptions:
         """What each rank of ``--local N`` runs: the same, without ``--local``."""
-        return replace(self, local=None)
+        return replace(self, local=None, deadline=True)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -53,7 +56,7 @@ def check_timeout(seconds: float) -> float:
     return seconds
 
 
-def build_options(*, collectives: str, min_bytes: str, max_bytes: str, factor: int,
+def build_options(*, collectives: str, min_bytes: str, max_bytes: str | None, factor: int,
                   iters: int, warmup: int, dtype: str, op: str, mode: str, check: bool,
                   baseline: str, baseline_time: float, min_busbw: float | None,
                   backend: str, timeout: float, as_json: bool, csv_path: str | None,
@@ -62,7 +65,8 @@ def build_options(*, collectives: str, min_bytes: str, max_bytes: str, factor: i
     rank starts)."""
     config = BenchConfig(
         collectives=parse_collectives(collectives), min_bytes=parse_size(min_bytes),
-        max_bytes=parse_size(max_bytes), factor=factor, iters=iters, warmup=warmup,
+        max_bytes=None if max_bytes is None else parse_size(max_bytes), factor=factor,
+        iters=iters, warmup=warmup,
         dtype=dtype, op=op, mode=mode, check=check, baseline=baseline,
         baseline_seconds=baseline_time, min_busbw_gbps=min_busbw, progress=not as_json,
     )

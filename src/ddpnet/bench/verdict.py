@@ -32,6 +32,8 @@ class BenchOutcome:
     result: BenchResult | None = None
     problems: tuple[Problem, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the head and rows were printed as the sweep went: only the tail is left to print
+    streamed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The ``ddpnet bench --json`` object (empty where this process does not report)."""

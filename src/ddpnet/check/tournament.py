@@ -61,6 +61,12 @@ def schedule(n: int) -> list[list[tuple[int, int]]]:
     return rounds
 
 
+def rounds_line(world: int, seconds: float) -> str:
+    """The bandwidth stage's progress line: ``bandwidth: 1 round x 2 s`` for 2 ranks."""
+    n = world - 1 + world % 2
+    return f"bandwidth: {n} round{'' if n == 1 else 's'} x {seconds:g} s"
+
+
 def partner(rounds: Sequence[Sequence[tuple[int, int]]], rnd: int, me: int) -> int | None:
     for a, b in rounds[rnd]:
         if a == me:

@@ -21,7 +21,9 @@ from ddpnet.process_group import BACKENDS
               help="Comma list of all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
                    "all_to_all, send_recv (or all).")
 @click.option("-b", "--min-bytes", default="1K", show_default=True, help="Smallest size.")
-@click.option("-e", "--max-bytes", default="256M", show_default=True, help="Largest size.")
+@click.option("-e", "--max-bytes", default=None,
+              help="Largest size (default: 256M on GPUs, 16M on CPU, where the sweep to 256M "
+                   "takes minutes: -e 256M runs it).")
 @click.option("-f", "--factor", default=2, show_default=True, type=int,
               help="Size multiplier between steps.")
 @click.option("--iters", default=20, show_default=True, type=int, help="Timed iterations.")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import click
 
+from ddpnet.cli.flags import iface_option, refuse_own_option
+
 
 @click.command("exec", context_settings={"ignore_unknown_options": True,
                                          "allow_interspersed_args": False})
-@click.option("--ifname", default=None, help="Interface for GLOO/NCCL/TP_SOCKET_IFNAME.")
+@iface_option("ifname", "Interface for GLOO/NCCL/TP_SOCKET_IFNAME.", default=None)
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Attach the hang watch to the program's own init_process_group "
               "(docs/watch.md); --no-watch: no watch, ddpnet.init()'s too.")
@@ -24,5 +26,6 @@ def command(ifname: str | None, watch: bool, program: tuple[str, ...]) -> int:
     """
     from ddpnet.launch.wrap import ExecOptions, run
 
+    refuse_own_option(program)
     run(ExecOptions(program=program, ifname=ifname, watch=watch))
     return 0  # pragma: no cover - exec does not return

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ddpnet.cli.flags import iface_option, program_target
+
 
 @click.command("k8s", context_settings={"ignore_unknown_options": True,
                                         "allow_interspersed_args": False})
@@ -19,8 +21,8 @@ import click
 @click.option("--namespace", default=None, help="Namespace (default: kubectl's).")
 @click.option("--shm-size", default="8Gi", show_default=True,
               help="/dev/shm size (memory-backed) for data loaders and NCCL.")
-@click.option("--iface", default="eth0", show_default=True,
-              help="Pod network interface for GLOO/NCCL/TP_SOCKET_IFNAME.")
+@iface_option("iface", "Pod network interface for GLOO/NCCL/TP_SOCKET_IFNAME.",
+              default="eth0", show_default=True)
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Run `ddpnet check` as an init container in every pod.")
 @click.option("--check-timeout", type=int, default=300, show_default=True,
@@ -49,11 +51,10 @@ def command(nodes: int, gpus_per_node: int, nproc_per_node: int | None, image: s
     """
     from ddpnet.k8s.options import K8sOptions
     from ddpnet.k8s.run import K8sRun, run, show
-    from ddpnet.launch.command import Target
     from ddpnet.output import finish
 
     options = K8sOptions(
-        target=Target.parse(program), nodes=nodes, gpus_per_node=gpus_per_node,
+        target=program_target(program), nodes=nodes, gpus_per_node=gpus_per_node,
         nproc=nproc_per_node, image=image,
         name=name, kind=kind, namespace=namespace, shm_size=shm_size, iface=iface, check=check,
         check_timeout=check_timeout, master_port=master_port, python=python)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ddpnet.lab import ops, render
+from ddpnet.lab.ops import MAX_RUN_TIMEOUT
 from ddpnet.output import finish
 
 _NAME = click.option("--name", default="lab", show_default=True, metavar="NAME",
@@ -70,8 +71,9 @@ def up_cmd(name: str, nodes: int, as_json: bool, port_forward: tuple[str, ...],
 @_NAME
 @click.option("--nodes", "nodes", default="all", show_default=True,
               help="Nodes to run on: all, or a list such as 0,2-3.")
-@click.option("--timeout", type=click.FloatRange(0, 1e9, min_open=True), default=None,
-              help="Kill the command after S seconds (exit 124); default: no limit.")
+@click.option("--timeout", type=click.FloatRange(0, MAX_RUN_TIMEOUT, min_open=True),
+              default=None, help="Kill the command after S seconds (exit 124); default: no "
+              "limit.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Extra variable (repeatable).")
 @click.option("--master-port", default=29500, show_default=True, type=click.IntRange(1, 65535),
               help="MASTER_PORT exported to every node.")

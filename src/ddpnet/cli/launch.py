@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ddpnet.cli.flags import iface_option, refuse_own_option
 from ddpnet.cli.sshflags import hostfile_options, ssh_flags
 
 
@@ -32,8 +33,8 @@ from ddpnet.cli.sshflags import hostfile_options, ssh_flags
               show_default=True, help="The engine that starts the ranks.")
 @click.option("--hosts", default=None, metavar="H1:N,H2:N",
               help="mpirun hosts and slots (with --via mpirun).")
-@click.option("--ifname", default=None, help="Interface for GLOO/NCCL/TP_SOCKET_IFNAME "
-              "(default: selected toward MASTER_ADDR).")
+@iface_option("ifname", "Interface for GLOO/NCCL/TP_SOCKET_IFNAME (default: selected "
+              "toward MASTER_ADDR).", default=None)
 @click.option("--allow-run-as-root", is_flag=True, help="Passed to mpirun.")
 @click.option("--oversubscribe", is_flag=True, help="Passed to mpirun.")
 @click.option("--watch/--no-watch", default=True, show_default=True,
@@ -67,6 +68,7 @@ def command(nproc_per_node: str | None, nnodes: str | None, node_rank: str | Non
     from ddpnet.launch.run import LaunchOptions, prepare, run
     from ddpnet.output import finish
 
+    refuse_own_option(program)
     plan = prepare(LaunchOptions(
         program=program, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port, rdzv=rdzv,

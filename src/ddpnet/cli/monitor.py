@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
+from ddpnet.cli.flags import iface_option
+
 
 @click.command("monitor")
-@click.option("--iface", default="auto", show_default=True,
-              help="auto (the interface ddpnet.init() would select; outside a job the one "
-                   "of the default route), all, or NAME[,NAME].")
+@iface_option("iface", "auto (the interface ddpnet.init() would select; outside a job the "
+              "one of the default route), all, or NAME[,NAME].", default="auto",
+              show_default=True)
 @click.option("--interval", type=float, default=1.0, show_default=True,
               help="Seconds per sample.")
 @click.option("--duration", type=float, default=None, help="Stop after S seconds.")

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from ddpnet.cli.flags import iface_option, program_target
+
 
 @click.command("sbatch", context_settings={"ignore_unknown_options": True,
                                            "allow_interspersed_args": False})
@@ -25,7 +27,7 @@ import click
               "rank runs ddpnet exec.")
 @click.option("--max-restarts", type=int, default=0, show_default=True,
               help="torchrun restarts (engine torchrun).")
-@click.option("--ifname", default=None, help="Pin GLOO/NCCL/TP_SOCKET_IFNAME on every node.")
+@iface_option("ifname", "Pin GLOO/NCCL/TP_SOCKET_IFNAME on every node.", default=None)
 @click.option("--preflight", is_flag=True, help="Run `ddpnet check` on every node first.")
 @click.option("--requeue/--no-requeue", default=False, show_default=True,
               help="#SBATCH --requeue; requeue the job when its step exits 75 (checkpoint "
@@ -60,14 +62,13 @@ def command(nodes: int, ntasks_per_node: int | None, ntasks: int | None,
     ddpnet sbatch --nodes 2 --ntasks-per-node 4 --gpus-per-node 4 -- train.py > job.sh
     ddpnet sbatch --nodes 2 --ntasks-per-node 4 --preflight --submit -- train.py
     """
-    from ddpnet.launch.command import Target
     from ddpnet.launch.render import render_sbatch
     from ddpnet.launch.sbatch import SbatchConfig
     from ddpnet.launch.submit import SbatchOptions, run
     from ddpnet.output import finish
 
     cfg = SbatchConfig(
-        target=Target.parse(program), nodes=nodes, ntasks_per_node=ntasks_per_node,
+        target=program_target(program), nodes=nodes, ntasks_per_node=ntasks_per_node,
         ntasks=ntasks, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
         partition=partition, time=time, output=output, job_name=job_name, engine=engine,
         preflight=preflight, requeue=requeue, preempt_signal=preempt_signal, ifname=ifname,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ddpnet.cli.flags import iface_option
 from ddpnet.tune.model import DISTROS, FIREWALLS, PROFILES
 
 
@@ -16,7 +17,7 @@ from ddpnet.tune.model import DISTROS, FIREWALLS, PROFILES
 @click.option("--cluster-subnet", default=None, metavar="CIDR",
               help="The only network the training ports are opened to.")
 @click.option("--master-port", default="29500", show_default=True, help="MASTER_PORT.")
-@click.option("--iface", default=None, help="Cluster interface (auto: ddpnet.net selection).")
+@iface_option("iface", "Cluster interface (auto: ddpnet.net selection).", default=None)
 @click.option("--firewall", type=click.Choice(["auto", *FIREWALLS]), default="auto",
               show_default=True, help="Firewall to render rules for (auto: the active one).")
 @click.option("--zone", default=None,

@@ -175,6 +175,10 @@ class Inputs:
     selected: SelectedInterface = SelectedInterface(None)
     #: torchrun's c10d rendezvous (port 29400) is in use
     c10d: bool = False
+    #: the node's cluster NIC when ``selected`` is none or loopback (outside a job, MASTER_ADDR
+    #: 127.0.0.1): the selector's answer with loopback refused (the user's *_SOCKET_IFNAME,
+    #: --cluster-subnet, the default route, the first usable); its subnet is the firewall's
+    cluster: SelectedInterface = SelectedInterface(None)
 
 
 class Check(ABC):

@@ -24,18 +24,29 @@ def state_of(host: Host) -> FirewallState:
 
 
 def cluster_net(inputs: Inputs) -> ipaddress.IPv4Network | None:
-    """The cluster subnet: given (--cluster-subnet), else the training interface's."""
+    """The cluster subnet: given (--cluster-subnet), else the training interface's, else
+    (outside a job the training interface is loopback) the cluster NIC's; never loopback,
+    which in a rule's source would admit only this host and shut every peer out."""
     if inputs.cluster_subnet:
         try:
             return ipaddress.IPv4Network(inputs.cluster_subnet, strict=False)
         except ValueError:
             return None
-    for iface in inputs.interfaces:
-        if iface.name == inputs.selected.name:
-            for addr in iface.addresses:
-                if addr.family == 4:
-                    return ipaddress.IPv4Network(f"{addr.ip}/{addr.prefix}", strict=False)
+    for name in (inputs.selected.name, inputs.cluster.name):
+        for iface in inputs.interfaces:
+            if iface.name != name:
+                continue
+            nets = [ipaddress.IPv4Network(f"{a.ip}/{a.prefix}", strict=False)
+                    for a in iface.addresses if a.family == 4]
+            usable = [n for n in nets if not n.is_loopback and not n.is_link_local]
+            if usable:
+                return usable[0]
     return None
+
+
+#: the fix when no subnet is known: ask for it rather than guess a rule's source
+ASK_SUBNET = ("rerun with the cluster's subnet to get the rule: ddpnet doctor --cluster-subnet "
+              "CIDR (e.g. 10.0.0.0/24)")
 
 
 def peer_in(net: ipaddress.IPv4Network | None, own: str | None) -> str | None:
@@ -99,6 +110,13 @@ def fix_for(manager: str, decision: fr.Decision, ports: str, subnet: str | None)
     return f"ufw allow proto tcp from {src} to any port {ports}"
 
 
+def only_from(net: ipaddress.IPv4Network, inputs: Inputs) -> str:
+    """nft commands that drop training ports from outside ``net`` (loopback stays open)."""
+    return (f"nft add table inet ddpnet; nft add chain inet ddpnet input '{{ type filter hook "
+            f"input priority 0; }}'; nft add rule inet ddpnet input iifname != lo ip saddr "
+            f"!= {net} tcp dport {{ {inputs.master_port}, 32768-60999 }} drop")
+
+
 class Manager(Check):
     id = "firewall.manager"
     family = "firewall"
@@ -113,16 +131,13 @@ class Manager(Check):
                              "PATH to inspect the firewall", **facts)
         if not state.managers:
             net = cluster_net(inputs)
-            src = str(net) if net else "<cluster subnet>"
             return self.warn(
                 "no firewall: anyone who reaches this node can use the unauthenticated "
                 f"TCPStore on port {inputs.master_port}",
                 "training works, but the rendezvous port and the ephemeral ports are open to "
                 "every network this node is on",
-                f"accept only the cluster subnet, e.g. nft add table inet ddpnet; nft add "
-                f"chain inet ddpnet input '{{ type filter hook input priority 0; }}'; nft add "
-                f"rule inet ddpnet input ip saddr != {src} tcp dport {{ "
-                f"{inputs.master_port}, 32768-60999 }} drop",
+                (f"accept only the cluster subnet {net}, e.g. " + only_from(net, inputs))
+                if net else ASK_SUBNET,
                 **facts)
         return self.ok(f"active: {', '.join(state.managers)}", **facts)
 

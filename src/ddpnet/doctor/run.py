@@ -229,6 +229,22 @@ def _selection(cfg: DistConfig | None, host: Host,
     return SelectedInterface(sel.interface, sel.address, sel.gloo.reason)
 
 
+def _cluster_nic(host: Host, ifaces: Sequence[InterfaceLike],
+                 cluster_subnet: str | None) -> SelectedInterface:
+    """The node's cluster NIC by the one selector, loopback refused, no route to MASTER_ADDR
+    (``_selection`` has that one): what a firewall fix must admit peers on."""
+    from ddpnet.net.select import Ask, choose_for_host
+
+    subnet = ipaddress.ip_network(cluster_subnet, strict=False) if cluster_subnet else None
+    try:
+        choice = choose_for_host(Ask(subnet=subnet, loopback_ok=False), environ=host.environ,
+                                 route_master=False, proc=host.proc,
+                                 interfaces=ifaces)  # type: ignore[arg-type]
+    except DdpnetError as exc:
+        return SelectedInterface(None, None, exc.message)
+    return SelectedInterface(choice.name, choice.address, choice.reason)
+
+
 def _c10d(environ: Mapping[str, str]) -> bool:
     backend = environ.get("PET_RDZV_BACKEND") or environ.get("TORCHELASTIC_RDZV_BACKEND") or ""
     return backend.strip() == "c10d"
@@ -274,6 +290,7 @@ def build_inputs(host: Host, master_addr: str | None, master_port: int | None,
         interfaces=ifaces,
         selected=selected,
         c10d=_c10d(environ),
+        cluster=_cluster_nic(host, ifaces, cluster_subnet),
     )
     return inputs, cfg
 

@@ -74,8 +74,15 @@ def rate_bits(rate: str) -> float:
     m = _RATE_RE.match(rate.strip())
     if not m:
         raise ConfigError(f"bad rate {rate!r}: expected a number and a unit, such as 200mbit",
-                          "use tc units: kbit, mbit, gbit (bits/s) or kbps, mbps (bytes/s)")
-    value = float(m.group(1)) * _RATE_FACTORS[m.group(2).lower()]
+                          "use tc's bit units: kbit, mbit, gbit, tbit (bits per second)")
+    unit = m.group(2).lower()
+    value = float(m.group(1)) * _RATE_FACTORS[unit]
+    if unit.endswith("bps"):  # tc's bytes: "1gbps" shaped 8 Gbit/s where 1 Gbit/s was meant
+        bits = f"{m.group(1)}{unit[:-3] or ''}bit"
+        raise ConfigError(f"bad rate {rate!r}: tc reads {unit} as bytes per second, so this "
+                          f"would shape {value / 1e9:g} Gbit/s",
+                          f"give bits per second: {bits} (a NIC's Gbit/s), or "
+                          f"{float(m.group(1)) * 8:g}{unit[:-3]}bit for {rate} of bytes")
     if not 0 < value <= MAX_RATE_BITS:
         raise ConfigError(f"bad rate {rate!r}: must be above 0 and at most 1tbit",
                           "for example --rate 1gbit")

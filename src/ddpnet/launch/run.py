@@ -127,8 +127,12 @@ def _fold_local(options: LaunchOptions, environ: dict[str, str]
     if options.nnodes not in (None, "1") or options.hosts:
         raise ConfigError("--local runs on this machine only; it excludes --nnodes/--hosts",
                           "drop --local, or drop --nnodes/--hosts")
+    from ddpnet.net.ports import free_port
+
+    # a free port, as check --local picks one: two local launches side by side never collide
     opts = replace(options, nproc_per_node=str(options.local), nnodes="1", node_rank="0",
-                   master_addr=options.master_addr or "127.0.0.1")
+                   master_addr=options.master_addr or "127.0.0.1",
+                   master_port=options.master_port or str(free_port()))
     # a launch on one machine ignores the scheduler's view of the job
     return opts, {k: v for k, v in environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
 
@@ -239,7 +243,7 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
                           port_range=read_port_range())
     _refuse_job_script(dist, nn)
     nproc = parse_nproc(opts.nproc_per_node, environ, host.dev_entries())
-    choice = iface.choose(dist, environ, opts.ifname)
+    choice = iface.choose(dist, environ, opts.ifname, here=True)
     cfg = make_config(dist, target=target, nproc=nproc, nnodes=nn or NNodes(dist.num_nodes,
                       dist.num_nodes), rdzv=rdzv, max_restarts=opts.max_restarts,
                       python=sys.executable, iface_env=choice.env,
@@ -254,6 +258,10 @@ def _torchrun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, st
     if opts.dry_run:
         return replace(plan, nodes=tuple(per_node(cfg, all_nodes=all_nodes)))
     check_program(target)
+    preflight(replace(dist, rank=cfg.node_rank * nproc[0],
+                      world_size=cfg.nnodes.max * nproc[0], local_world_size=nproc[0],
+                      num_nodes=cfg.nnodes.max),
+              environ, opts.ifname, hosts_store=cfg.node_rank == 0 if rdzv == "static" else None)
     argv, env = build_torchrun(cfg, torchrun_module(environ))
     if "TORCHELASTIC_SIGNALS_TO_HANDLE" not in environ:  # SLURM's --signal=USR1@90 warning
         env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = torchrun_signals()
@@ -268,6 +276,28 @@ def torchrun_module(environ: Mapping[str, str]) -> str:
     instead of being requeued (tests/launch/test_slurm_requeue.py)."""
     return "torch.distributed.run" if "SLURM_JOB_ID" in environ else \
         "ddpnet.launch.torchrun_main"
+
+
+def preflight(node: DistConfig, environ: Mapping[str, str], ifname: str | None, *,
+              hosts_store: bool | None) -> None:
+    """What ``ddpnet.init()``'s preflight would name in every rank, named once before any
+    rank starts (edge): the interface here, MASTER_ADDR resolvable, and on the store's node
+    MASTER_PORT free (who holds it). ``node`` is this node's view (its first rank, the job's
+    world size). A user's configuration to fix, so exit 2, never torch's traceback."""
+    from ddpnet.errors import RendezvousError
+    from ddpnet.net.probe import launch_preflight
+    from ddpnet.net.select import select_for_host
+
+    try:
+        launch_preflight(node, select_for_host(node, environ, ifname=ifname),
+                         hosts_store=hosts_store)
+    except RendezvousError as exc:
+        hint = exc.hint
+        if exc.cause == "port-in-use":
+            hint += " (or ddpnet launch --master-port PORT; --local picks a free one)"
+        error = ConfigError(exc.message, hint)
+        error.error_id = exc.cause
+        raise error from None
 
 
 def check_program(target: Target) -> None:
@@ -326,8 +356,9 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
     master = opts.master_addr or (hosts[0].name.strip("[]") if hosts
                                   else environ.get("MASTER_ADDR", "127.0.0.1"))
     port = _mpirun_port(opts, environ)
+    # without --hosts every rank runs here
     choice = iface.choose(None, {**environ, "MASTER_ADDR": master, "MASTER_PORT": str(port)},
-                          opts.ifname)
+                          opts.ifname, here=not hosts)
     cfg = MpirunConfig(target=target, np=np, master_addr=master, master_port=port,
                        hosts=hosts, interface=choice.name, python=sys.executable,
                        iface_env=choice.env, allow_run_as_root=opts.allow_run_as_root,
@@ -336,11 +367,31 @@ def _mpirun_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str]
     if hosts and opts.master_addr and opts.master_addr != hosts[0].name:
         warnings.append(f"--master-addr {opts.master_addr} is not the first host of --hosts "
                         f"({hosts[0].name}): mpirun maps rank 0 to {hosts[0].name}")
+    if not opts.dry_run:
+        refuse_root_mpirun(opts.allow_run_as_root, environ, os.geteuid())
+    if not hosts and not opts.dry_run:
+        from ddpnet.env.resolve import resolve_config
+
+        job = resolve_config({}, {"master_addr": (master, "--master-addr"),
+                                  "master_port": (port, "--master-port")})
+        preflight(replace(job, world_size=np, local_world_size=np), environ, opts.ifname,
+                  hosts_store=True)
     argv, env = build_mpirun(cfg, environ)
     nodes = ({"node_rank": None, "argv": argv, "env": env, "command": shell_line(argv, env),
               "ranks": list(range(np))},) if opts.dry_run else ()
     return LaunchPlan("mpirun", opts.dry_run, tuple(argv), env, nodes,
                       {"interface": choice.reason}, (), tuple(warnings))
+
+
+def refuse_root_mpirun(allowed: bool, environ: Mapping[str, str], euid: int) -> None:
+    """Open MPI refuses root unless told (pure): say so with our flag before it prints its
+    page-long refusal from every host."""
+    told = allowed or (environ.get("OMPI_ALLOW_RUN_AS_ROOT") == "1"
+                       and environ.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1")
+    if euid == 0 and not told:
+        raise ConfigError("mpirun (Open MPI) refuses to run as root, and this launch is root's",
+                          "add --allow-run-as-root (as in a container), or launch as a normal "
+                          "user")
 
 
 def _ssh_plan(opts: LaunchOptions, target: Target, environ: Mapping[str, str],

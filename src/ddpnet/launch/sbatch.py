@@ -238,15 +238,20 @@ def _step(cfg: SbatchConfig) -> list[str]:
     cpus = f" --cpus-per-task={cfg.cpus_per_task}" if cfg.cpus_per_task else ""
     lines = []
     where = _step_nodes(cfg)
+    step_tpn = 1 if cfg.engine == "torchrun" else tpn
+    # with spares the step is smaller than the allocation, whose SLURM_NTASKS srun would
+    # inherit ("More processors requested than permitted"): the step's own task count
+    tasks = f" --ntasks={cfg.nodes * step_tpn}" if where else ""
     if cfg.engine == "torchrun":
         if not cfg.cpus_per_task:
             lines += [f"# One srun task per node starts {tpn} rank(s): with CPU binding "
                       "(task/affinity, cgroups)",
                       "# give it the node's cores with --cpus-per-task, or they share one."]
-        step = (f'srun{where} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet '
-                f"launch --nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- {target}")
+        step = (f'srun{where}{tasks} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 "$PY" -m '
+                f"ddpnet launch --nproc-per-node {tpn} --max-restarts {cfg.max_restarts} -- "
+                f"{target}")
     else:
-        tasks = f" --ntasks={cfg.nodes * tpn} --ntasks-per-node={tpn}" if where else ""
+        tasks += f" --ntasks-per-node={tpn}" if where else ""
         step = f'srun{where}{tasks}{cpus} --kill-on-bad-exit=1 "$PY" -m ddpnet exec -- {target}'
     if cfg.warning is None:
         lines += ["# To checkpoint and requeue near the time limit, render with --requeue",

@@ -60,9 +60,11 @@ def run(options: ExecOptions) -> None:
     from ddpnet.env.jobport import read_port_range
     from ddpnet.env.resolve import resolve_config
     from ddpnet.launch import iface
+    from ddpnet.launch.run import check_program
     from ddpnet.watch.attach import ranks_env
 
     target = Target.parse(options.program)
+    check_program(target)  # Python's own "can't open file" is no ddpnet error line
     cfg = resolve_config(os.environ, {}, port_range=read_port_range())
     choice = iface.choose(cfg, os.environ, options.ifname)
     exec_target(target, {**torch_env(cfg, choice.env), **ranks_env(os.environ, options.watch)})

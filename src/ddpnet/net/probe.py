@@ -277,16 +277,9 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
     no port; rank 0 (the TCPStore host, unless torchrun's agent is) checks MASTER_PORT is
     free and that MASTER_ADDR is its own; every other rank connects to it.
     """
-    from ddpnet.net.zones import refuse_unusable_zone
-
     env = os.environ if environ is None else environ
     me = socket.gethostname() if host is None else host
-    refuse_unusable_zone(cfg, me)  # before anything binds or dials a zone-less fe80::
-    if selection is not None:
-        problem = selection.error(host=me, rank=cfg.rank, backend=backend)
-        if problem is not None:
-            raise problem
-        refuse_master_on_bridge(cfg, selection, me)
+    _refuse_interface(cfg, selection, me, backend)
     if cfg.init_method.startswith("file://"):
         return  # the file is the rendezvous; interface problems were checked above
     started = time.monotonic()
@@ -301,6 +294,41 @@ def preflight(cfg: DistConfig, selection: Selection | None, connect_timeout: flo
         return
     left = connect_timeout - (time.monotonic() - started)
     _connect_or_raise(cfg, addr, route, me, max(left, 0.1), connect)
+
+
+def _refuse_interface(cfg: DistConfig, selection: Selection | None, me: str,
+                      backend: str) -> None:
+    from ddpnet.net.zones import refuse_unusable_zone
+
+    refuse_unusable_zone(cfg, me)  # before anything binds or dials a zone-less fe80::
+    if selection is not None:
+        problem = selection.error(host=me, rank=cfg.rank, backend=backend)
+        if problem is not None:
+            raise problem
+        refuse_master_on_bridge(cfg, selection, me)
+
+
+def launch_preflight(cfg: DistConfig, selection: Selection | None, *,
+                     hosts_store: bool | None, host: str | None = None,
+                     timeout: float = 5.0) -> None:
+    """A launcher's preflight, before any of this node's ranks starts (edge): the interface
+    problems :func:`preflight` names, MASTER_ADDR resolvable and routed, and on the node
+    that hosts the store (``hosts_store``; None: the node MASTER_ADDR is local to, as
+    torchrun's c10d rendezvous decides) MASTER_PORT free. No connect: rank 0's node may
+    start later. ``cfg`` is the node's view: its first rank, the job's world size."""
+    me = socket.gethostname() if host is None else host
+    _refuse_interface(cfg, selection, me, "gloo")
+    if cfg.init_method.startswith("file://"):
+        return
+    if hosts_store and cfg.world_size == 1:
+        _bind_or_raise(cfg, me)
+        return
+    addr, route = _master_route(cfg, me, timeout)
+    local = route.local or ipaddress.ip_address(addr.partition("%")[0]).is_loopback
+    if hosts_store:
+        _require_local_master(cfg, addr, route, me)
+    if hosts_store or (hosts_store is None and local):
+        _bind_or_raise(cfg, me)
 
 
 def refuse_master_on_bridge(cfg: DistConfig, sel: Selection, host: str) -> None:

@@ -526,10 +526,15 @@ def _address(iface: Interface | None, family: int | None = None) -> str | None:
 
 def _from_flag(flag: str, flag_name: str, here: bool,
                by_name: Mapping[str, Interface]) -> InterfaceChoice:
-    """An explicit flag wins; it must exist here unless the ranks run elsewhere (launch)."""
+    """An explicit flag wins; it must exist and be up here unless the ranks run elsewhere
+    (a launcher's hosts, or SSH)."""
     if here and flag not in by_name:
         raise ConfigError(f"{flag_name} {flag}: no such interface on this host",
                           "choose one of: " + ", ".join(sorted(by_name)))
+    if here and not by_name[flag].up:
+        up = ", ".join(sorted(n for n, i in by_name.items() if i.up))
+        raise ConfigError(f"{flag_name} {flag}: the interface is down on this host",
+                          f"ip link set {flag} up, or choose one that is up: {up}")
     return InterfaceChoice(flag, "flag", flag_name,
                            _address(by_name.get(flag)) if here else None,
                            {v: flag for v in VARIABLES})
@@ -607,7 +612,7 @@ class Ask:
     interface, then the first usable one (a launcher leaves the choice to torch instead)."""
 
     flag: str | None = None
-    flag_name: str = "--ifname"
+    flag_name: str = "--iface"
     here: bool = True
     subnet: IPNetwork | None = None
     loopback_ok: bool = True

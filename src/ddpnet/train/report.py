@@ -66,6 +66,8 @@ class Reporter:
 
 
 def render_summary(s: Summary) -> str:
+    if s.resumed_from is not None and s.resumed_from >= s.steps:
+        return already_finished(s)
     share = "n/a" if math.isnan(s.comm_share) else f"{s.comm_share:.0%}"
     lines = [
         f"trained {s.steps} steps on {s.world_size} rank(s) ({s.backend}, {s.device}), "
@@ -83,6 +85,16 @@ def render_summary(s: Summary) -> str:
     if s.precision_note:
         lines.append(f"note: {s.precision_note}")
     return "\n".join(lines)
+
+
+def already_finished(s: Summary) -> str:
+    """A run resumed from a checkpoint of its last step trains nothing: say so, not a loss
+    and a rate of nan."""
+    where = s.config.get("checkpoint_dir")
+    at = f" in {where}" if where else ""
+    return (f"already finished: the checkpoint{at} is at step {s.resumed_from} of {s.steps}, "
+            f"so no step was trained ({s.world_size} rank(s), {s.backend}, {s.device})\n"
+            "to train again: another --checkpoint-dir, or raise --max-steps/--epochs")
 
 
 def precision_text(s: Summary) -> str:

@@ -95,7 +95,7 @@ def matrix_stage(ctx: RankContext, found: Findings, peers: Sequence[Sequence[Any
     """Rank 0: play the tournament, gather the columns, analyse the matrix."""
     t = time.monotonic()
     world = ctx.world
-    ctx.progress(f"bandwidth: {world - 1 + world % 2} rounds x {ctx.opts.bw_seconds:g} s")
+    ctx.progress(tournament.rounds_line(world, ctx.opts.bw_seconds))
     try:
         play(ctx, peers)
     except StageTimeout as exc:  # a rank stopped answering mid-tournament
