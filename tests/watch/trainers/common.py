@@ -7,12 +7,13 @@ at the first step from FAULT_STEP on that is FAULT_AFTER_S after step 1 (every r
 connected by then), ``KILL_AFTER_S`` (0.5), ``CKPT_DIR`` (a checkpoint directory rank 0
 writes to). ``cut`` only says so (``fault cut``): the lab test cuts the link. Lines: ``step N`` per optimizer step, ``fault MODE TIME PID`` when injected,
 ``validated N`` after each validation, ``saved PATH`` after rank 0's checkpoint, and at the
-end ``loss REPR`` (the trained model's loss on a fixed set, repr: compared bit for bit) and
-``done``.
+end ``loss REPR`` (the trained model's loss on a fixed set, repr: compared bit for bit),
+``timing {"step_s": ...}`` (the median step from step 6 on) and ``done``.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -30,6 +31,8 @@ FAULT_AFTER_S = float(os.environ.get("FAULT_AFTER_S", "0"))
 STEP_S = float(os.environ.get("STEP_S", "0"))
 _first: list[float] = []
 _injected: list[str] = []
+#: each step's end (monotonic), for the timing line
+_ends: list[float] = []
 BATCH = 8
 LR = 0.05
 VAL_EVERY = 10
@@ -77,6 +80,9 @@ def final(net: nn.Module) -> None:
     with torch.no_grad():
         loss = loss_fn(net(x), y)
     say(f"loss {float(loss)!r}")
+    gaps = sorted(b - a for a, b in itertools.pairwise(_ends[5:]))
+    if gaps:  # the median step from step 6 on (benchmarks/trainers_overhead.py)
+        say(f"timing {{\"step_s\": {gaps[len(gaps) // 2]:.6f}, \"steps\": {len(_ends)}}}")
     say("done")
 
 
@@ -87,6 +93,7 @@ def on_step(step: int, rank: int) -> None:
         say(f"watched {bool(session is not None and session.active())} rank {rank}")
     say(f"step {step} rank {rank}")
     now = time.monotonic()
+    _ends.append(now)
     if not _first:
         _first.append(now)
     time.sleep(STEP_S)
