@@ -80,7 +80,8 @@ def healthy(lab: Lab, script: str, port: int, tmp: Path) -> None:
         assert not (directory / "report.json").exists(), watcher.tail()
         for node in range(len(results)):
             out = lines(results, node)
-            assert f"watched {watch == '1'} rank {node}" in out, out[:20]
+            assert any(line.startswith(f"watched {watch == '1'} rank {node} ")
+                       for line in out), out[:20]
             assert any(line.startswith("validated ") for line in out), out[-20:]
             losses.append([m.group(1) for m in map(LOSS.match, out) if m])
         assert any(line.startswith("saved ") for line in lines(results, 0))

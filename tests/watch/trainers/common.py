@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -90,7 +91,8 @@ def on_step(step: int, rank: int) -> None:
     """After optimizer step ``step`` (from 1): the line, and this rank's fault if it is due."""
     if step == 1:  # whether the watch runs here, read without importing ddpnet
         session = sys.modules.get("ddpnet.watch.session")
-        say(f"watched {bool(session is not None and session.active())} rank {rank}")
+        say(f"watched {bool(session is not None and session.active())} rank {rank} "
+            f"host {socket.gethostname()}")
     say(f"step {step} rank {rank}")
     now = time.monotonic()
     _ends.append(now)
@@ -117,6 +119,16 @@ def on_step(step: int, rank: int) -> None:
 
 def inject(mode: str) -> None:
     say(f"fault {mode} {time.time():.3f} {os.getpid()}")
+
+
+#: what a test sets for a run; forwarded to workers a framework starts with an environment of
+#: its own (Ray's, through the job's runtime_env)
+KNOBS = ("STEPS", "STEP_S", "FAULT", "FAULT_RANK", "FAULT_STEP", "FAULT_AFTER_S",
+         "KILL_AFTER_S", "CKPT_DIR", "DDPNET_WATCH", "DDPNET_WATCH_DIR", "OMP_NUM_THREADS")
+
+
+def knobs() -> dict[str, str]:
+    return {k: os.environ[k] for k in KNOBS if k in os.environ}
 
 
 def world() -> int:
