@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip install -q -c constraints.txt
 STAMP   := $(VENV)/.ddpnet-installed
 
-.PHONY: setup system-deps bytecode test-bytecode demo test suite test-suite test-fast lint typecheck unit clean gpu-check
+.PHONY: setup deepspeed-ops system-deps bytecode test-bytecode demo test suite test-suite test-fast lint typecheck unit clean gpu-check
 
 setup: $(STAMP)
 
@@ -13,7 +13,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
 	$(PIP) -e '.[test]'
+	$(MAKE) --no-print-directory deepspeed-ops
 	touch $@
+
+# DeepSpeed's CPU accelerator compiles its shared-memory collective op at a job's first
+# init_distributed (~35 CPU-s, cached under ~/.cache/torch_extensions): built once here, beside
+# apt, not inside a test's ranks on a busy machine (tests/watch/test_trainer_deepspeed_lab.py)
+deepspeed-ops:
+	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; \
+	a().create_op_builder('ShareMemCommBuilder').load()" >/dev/null
 
 system-deps:
 	bash scripts/install-system-deps.sh
