@@ -29,20 +29,20 @@ when every rank has left, a few seconds after an exit verdict, or when no rank c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import selectors
 import socket
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
 from ddpnet.watch import cutoff, desync, network, straggler
 from ddpnet.watch.analyze import Options, analyze
+from ddpnet.watch.channel import Checks, side_port
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.metrics import JobView, Probed
 from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
@@ -57,6 +57,7 @@ from ddpnet.watch.state import (
     Snapshot,
 )
 from ddpnet.watch.threshold import period_for
+from ddpnet.watch.transport import Outbox
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -105,6 +106,12 @@ LINKS = "links"
 #: with metrics on, seconds from every rank's first state to the first link round (the next
 #: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
 FIRST_LINKS_S = 5.0
+#: why a rank is gone when its side channel closed without a goodbye and its process does
+#: not answer (``watch.channel``)
+#: seconds a connection's outbox may hold a message with none finished before its reader is
+#: dropped as too slow (and marked: ``slow_readers`` in the report), never fed half of one
+WRITE_DEADLINE_S = 10.0
+CLOSED = "its process exited or was killed (side channel closed without a goodbye)"
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,8 @@ class Peer:
     #: watchdog's and its learned base: a cut-off rank judges itself by the base)
     acked_at: float = float("-inf")
     told: tuple[float, str, float, str] | None = None
+    #: what waits to be written to it, whole messages only (``watch.transport``)
+    outbox: Outbox = field(default_factory=Outbox)
 
 
 @dataclass
@@ -250,6 +259,16 @@ class Hub:
         self.link_probes: dict[tuple[int, int], Probed] = {}
         self.next_links: float | None = None
         self.metrics: Any = None
+        #: each rank's current connection (a rank that connects anew replaces its old one)
+        self.channels: dict[int, Peer] = {}
+        #: connections with messages waiting for the socket to take them
+        self.writing: set[socket.socket] = set()
+        #: ranks whose channel closed without a goodbye while their process answers
+        #: (``watch.channel``): unheard, not gone, until they reconnect or the silent-rank
+        #: probes judge them; the checks under way; ranks dropped as too slow a reader
+        self.broken: dict[int, str] = {}
+        self.checks = Checks()
+        self.slow_readers: set[int] = set()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -263,13 +282,19 @@ class Hub:
             # reading thousands of them it named live ranks silent (session 12: at 4,096
             # ranks on 0.6 of a core, heartbeats read 20 s late)
             as_of = (time.monotonic(), time.time())
-            for key, _events in ready:
+            for key, events in ready:
                 if key.fileobj is self.sock:
                     self.accept()
-                else:
-                    self.read(self.peers[key.fileobj])  # type: ignore[index]
+                    continue
+                peer = self.peers.get(key.fileobj)  # type: ignore[call-overload]
+                if peer is not None and events & selectors.EVENT_WRITE:
+                    self.write(peer)
+                if peer is not None and events & selectors.EVENT_READ and \
+                        peer.sock in self.peers:
+                    self.read(peer)
             self.read_as_of = as_of
             now = time.monotonic()
+            self.housekeep(now)
             self.most_behind = max(self.most_behind, now - as_of[0])
             if now >= next_tick:
                 next_tick = now + pace
@@ -285,6 +310,8 @@ class Hub:
             waited = now - self.verdict_at
             if self.unheard() and waited <= UNHEARD_AFTER_VERDICT_S:
                 return False  # a rank still connecting is told the verdict (handle: hello)
+            if self.writing:
+                return False  # the verdict still goes out (a late reader is dropped)
             return not self.peers or waited > AFTER_VERDICT_S
         if self.left and not self.watchdog.fired:
             return False  # a rank left without a goodbye: name it first
@@ -318,7 +345,7 @@ class Hub:
             except OSError:  # none left (EAGAIN)
                 return
             conn.setblocking(False)
-            self.peers[conn] = Peer(conn, Lines())
+            self.peers[conn] = Peer(conn, Lines(), outbox=Outbox(deadline=WRITE_DEADLINE_S))
             self.selector.register(conn, selectors.EVENT_READ)
 
     def read(self, peer: Peer) -> None:
@@ -333,13 +360,54 @@ class Hub:
             self.drop(peer)
 
     def drop(self, peer: Peer) -> None:
+        """Close a connection. Its rank, if it left without a goodbye, is gone once its
+        process does not answer (``watch.channel``: checked in a thread, unless it published
+        no side port or a verdict stands); answering, it is unheard, not gone."""
         self.selector.unregister(peer.sock)
         peer.sock.close()
         self.peers.pop(peer.sock, None)
+        self.writing.discard(peer.sock)
         rank = peer.rank
-        if rank is not None and rank not in self.finished and rank not in self.left:
-            self.left[rank] = ("its process exited or was killed (side channel closed "
-                               "without a goodbye)")
+        if rank is None or rank in self.finished or rank in self.left:
+            return
+        self.channels.pop(rank, None)
+        where = side_port(self.states.get(rank))
+        if where is None or self.verdict_at is not None:
+            self.left[rank] = CLOSED
+        else:
+            self.checks.start(rank, where)
+
+    def housekeep(self, now: float) -> None:
+        """Drop readers too slow for their outbox's deadline (marked), and take the answers
+        of the channel checks: a rank that has not connected anew is gone, or unheard."""
+        for sock in list(self.writing):
+            peer = self.peers.get(sock)
+            if peer is not None and peer.outbox.late(now):
+                if peer.rank is not None:
+                    self.slow_readers.add(peer.rank)
+                self.drop(peer)
+        for answer in self.checks.done():
+            rank = answer.rank
+            if rank in self.channels or rank in self.finished or rank in self.left:
+                continue
+            if answer.alive:
+                self.broken[rank] = answer.detail
+            else:
+                self.left[rank] = CLOSED
+
+    def attach(self, peer: Peer, rank: int) -> None:
+        """``peer`` is now ``rank``'s connection: one it had before is closed (it connected
+        anew), and a rank whose channel closed without a goodbye is back, unless a verdict
+        stands."""
+        old = self.channels.get(rank)
+        if old is not None and old is not peer:
+            old.rank = None
+            self.drop(old)
+        self.channels[rank] = peer
+        peer.rank = rank
+        self.broken.pop(rank, None)
+        if self.verdict is None and self.left.get(rank) == CLOSED:
+            del self.left[rank]
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -356,7 +424,7 @@ class Hub:
         if kind == "hello":
             self.send(peer, {"t": "welcome", "token": self.options.token})
             if message.get("token") == self.options.token:
-                peer.rank = rank
+                self.attach(peer, rank)
                 if self.verdict is not None:  # a rank that connects after it hears it now
                     self.send(peer, self.verdict)
             return
@@ -398,7 +466,7 @@ class Hub:
             if told != self.ack[0]:  # the same bytes for every rank until it changes
                 self.ack = (told, encode({"t": "ack", "threshold": dog.threshold.to_dict(),
                                           "base": dog.base.to_dict()}))
-            self.send(peer, self.ack[1])
+            self.send(peer, self.ack[1], key="ack")
             peer.acked_at, peer.told = now, told
         if len(self.states) == self.options.world_size and rank not in self.introduced:
             self.introduced.add(rank)  # every rank has published: the roster is all of them
@@ -414,11 +482,25 @@ class Hub:
                        if r.ended is None and r.seq < record.seq else r for r in state.recent)
         self.states[rank] = replace(state, recent=(*recent, record)[-64:])
 
-    def send(self, peer: Peer, message: dict[str, Any] | bytes) -> None:
-        """Best effort, never blocking: a peer whose buffer is full misses the message
-        (``bytes``: one already encoded)."""
-        with contextlib.suppress(OSError):
-            peer.sock.send(message if isinstance(message, bytes) else encode(message))
+    def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
+        """Queue ``message`` whole (``bytes``: one already encoded; ``key``: it replaces a
+        queued one of that key not begun) and write what the socket takes now, never
+        blocking; the rest goes at the selector's next writable event (:meth:`write`)."""
+        peer.outbox.put(message if isinstance(message, bytes) else encode(message), key)
+        self.write(peer)
+
+    def write(self, peer: Peer) -> None:
+        """Write what ``peer``'s socket takes; watch it for writing while anything waits."""
+        try:
+            peer.outbox.flush(peer.sock)
+        except OSError:
+            self.drop(peer)
+            return
+        waiting = peer.outbox.pending()
+        if waiting != (peer.sock in self.writing):
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if waiting else 0)
+            self.selector.modify(peer.sock, events)
+            (self.writing.add if waiting else self.writing.discard)(peer.sock)
 
     # -- the watchdog ------------------------------------------------------------------------
 
@@ -643,7 +725,9 @@ class Hub:
             diagnosis = cutoff.hub_node_down(diagnosis, snapshot, iface, link, self.options.bind)
         report = {**report_dict(diagnosis, snapshot, trigger, self.warnings),
                   "threshold": self.watchdog.threshold.to_dict(),
-                  "hub_most_behind_s": round(self.most_behind, 3)}
+                  "hub_most_behind_s": round(self.most_behind, 3),
+                  "slow_readers": sorted(self.slow_readers),
+                  "channels_broken": {str(r): why for r, why in sorted(self.broken.items())}}
         directory = Path(self.options.directory)
         written = write_report(directory, report, render_html(diagnosis, snapshot, trigger))
         where = f"\n  report: {written}" if written else ""
