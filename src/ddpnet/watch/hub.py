@@ -49,6 +49,7 @@ from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
     FINISHED,
+    LINK_DOWN,
     PEER_FAILED,
     CollectiveRecord,
     Diagnosis,
@@ -719,7 +720,7 @@ class Hub:
         diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
         if self.watchdog.note:  # working ranks held it: until when
             diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, self.watchdog.note))
-        if diagnosis.kind == "network" and diagnosis.summary.startswith("link down"):
+        if diagnosis.kind == "network" and diagnosis.sub_kind == LINK_DOWN:
             # every other rank cut off may be this node's own link: read it (once a verdict)
             iface, link = cutoff.link_state(address=self.options.bind)
             diagnosis = cutoff.hub_node_down(diagnosis, snapshot, iface, link, self.options.bind)
