@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import select
 import socket
 import sys
@@ -86,6 +87,9 @@ class Beacon:
                  exit_now: Callable[[int], None] = exit_now,
                  stream: TextIO | None = None) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
+        #: the process this rank is: a forked child (a DataLoader worker, a raw ``os.fork()``)
+        #: inherits this object and its socket, and never speaks for its parent
+        self.owner = os.getpid()
         #: where the verdict's line goes: stderr as the watch started (torch's excepthook
         #: swaps sys.stderr for a StringIO while ours waits for the verdict, and the exit
         #: that follows would leave the line in it, unprinted)
@@ -303,7 +307,7 @@ wait (its word lags: a gap that waited
         message for SEND_DEADLINE_S, is dropped (:meth:`lose`) and the heartbeat connects
         anew."""
         sock = self.sock
-        if sock is None:
+        if sock is None or os.getpid() != self.owner:
             return False
         kind = str(message.get("t", ""))
         with self.send_lock:
@@ -619,7 +623,7 @@ wait (its word lags: a gap that waited
         self.settled.set()
 
     def farewell_to_hub(self, error: str) -> None:
-        if self.stopped.is_set():
+        if self.stopped.is_set() or os.getpid() != self.owner:  # a forked child: not ours
             return
         self.error = error
         if error:
