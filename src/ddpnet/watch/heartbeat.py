@@ -140,6 +140,8 @@ class Beacon:
         self.listeners: list[ProbeSink] = []
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
         self.obeyed = threading.Event()
+        #: set when the hub answered this rank's SIGTERM: no peer failed, a user's stop
+        self.no_fault = threading.Event()
         #: set when the hub answered this rank's goodbye (or cannot any more)
         self.farewell = threading.Event()
         #: set when this rank died of a peer's failure and waits for the verdict
@@ -529,6 +531,8 @@ wait (its word lags: a gap that waited
             self.obey(message)
         elif kind == "farewell":
             self.farewell.set()
+        elif kind == "no-fault":
+            self.no_fault.set()
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
             self.known.set()
             self.threshold = Threshold.from_dict(message["threshold"])
@@ -574,11 +578,17 @@ wait (its word lags: a gap that waited
         self.exit_saying(code, diagnosis, path)
 
     def verdict_within(self, wait: float) -> None:
-        """Give the hub up to ``wait`` s to send a verdict, which exits the process from the
-        heartbeat thread (``obey``); sends nothing (a SIGTERM may be the user's own intent)."""
+        """This rank got SIGTERM: a launcher's after a peer died, or a user's stop. Tell the
+        hub (``term``) and give it up to ``wait`` s to send the verdict, which exits the
+        process from the heartbeat thread (``obey``); return at once when the hub answers
+        that no peer failed (``no-fault``: the caller ends the rank as SIGTERM would), or
+        when no hub can be told (none can name anything)."""
+        self.no_fault.clear()
+        if not self.send({"t": "term", "rank": self.ident.rank}):
+            return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self.stopped.is_set():
-            if self.obeyed.wait(0.05):
+            if self.obeyed.wait(0.05) or self.no_fault.is_set():
                 return
 
     def await_verdict(self, error: str, wait: float) -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import cutoff, desync, network, straggler
+from ddpnet.watch import cutoff, desync, network, straggler, termination
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.channel import Checks, side_port
 from ddpnet.watch.dump import write_report, write_warnings
@@ -270,6 +270,10 @@ class Hub:
         self.broken: dict[int, str] = {}
         self.checks = Checks()
         self.slow_readers: set[int] = set()
+        #: ranks that told the hub of a SIGTERM (``watch.termination``): when each asked,
+        #: until answered; all that did (away once their connection closes)
+        self.terms: dict[int, float] = {}
+        self.terminated: set[int] = set()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -277,7 +281,8 @@ class Hub:
         next_tick = 0.0
         pace = tick_every(self.options.world_size)
         while not self.done():
-            ready = self.selector.select(timeout=0.25)
+            # a SIGTERM'd rank waits for its answer (``answer_terms``): look again soon
+            ready = self.selector.select(timeout=0.05 if self.terms else 0.25)
             # what came before this moment is read below (heartbeats are far below a read's
             # 64 KiB): a hub short of CPU reads them late, and judged by the clock after
             # reading thousands of them it named live ranks silent (session 12: at 4,096
@@ -316,7 +321,7 @@ class Hub:
             return not self.peers or waited > AFTER_VERDICT_S
         if self.left and not self.watchdog.fired:
             return False  # a rank left without a goodbye: name it first
-        away = len(self.finished | set(self.left))
+        away = len(self.finished | set(self.left) | self.terminated)
         if away >= self.options.world_size and not self.peers:
             return True
         if not self.peers and self.states and set(self.states) <= self.finished:
@@ -326,7 +331,7 @@ class Hub:
     def unheard(self) -> bool:
         """Whether a rank of the job was never heard and has not left (its watch may still
         connect)."""
-        away = self.finished | set(self.left)
+        away = self.finished | set(self.left) | self.terminated
         return any(r not in self.heard and r not in away
                    for r in range(self.options.world_size))
 
@@ -372,6 +377,8 @@ class Hub:
         if rank is None or rank in self.finished or rank in self.left:
             return
         self.channels.pop(rank, None)
+        if rank in self.terminated:  # SIGTERM'd with no fault: a user's stop
+            return
         where = side_port(self.states.get(rank))
         if where is None or self.verdict_at is not None:
             self.left[rank] = CLOSED
@@ -395,6 +402,21 @@ class Hub:
                 self.broken[rank] = answer.detail
             else:
                 self.left[rank] = CLOSED
+        self.answer_terms(now)
+
+    def answer_terms(self, now: float) -> None:
+        """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the
+        verdict comes), once read what came with their word."""
+        fault = termination.fault_known(self.left, self.terminated, bool(self.checks.running),
+                                        self.verdict is not None)
+        for rank, asked in list(self.terms.items()):
+            said = termination.answer(asked, now, fault)
+            if said is None:
+                continue
+            del self.terms[rank]
+            peer = self.channels.get(rank)
+            if said == "no-fault" and peer is not None:
+                self.send(peer, {"t": "no-fault"})
 
     def attach(self, peer: Peer, rank: int) -> None:
         """``peer`` is now ``rank``'s connection: one it had before is closed (it connected
@@ -444,6 +466,9 @@ class Hub:
             self.published += 1
         elif kind == "probes":
             self.add_probes(rank, message)
+        elif kind == "term":
+            self.terms[rank] = time.monotonic()
+            self.terminated.add(rank)
         elif kind == "bye":
             error = str(message.get("error", ""))
             if error and message.get("peer"):
@@ -510,6 +535,8 @@ class Hub:
         if not leavers_only:
             for rank in self.finished:
                 gone.setdefault(rank, f"{FINISHED} while others may still call collectives")
+            for rank in self.terminated - set(self.channels):
+                gone.setdefault(rank, termination.TERMINATED)
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
         return Snapshot(self.options.world_size, self.as_of()[1], states, gone)
@@ -676,7 +703,8 @@ class Hub:
         goodbye did not come): frozen, or cut off."""
         stale = self.watchdog.stale_after
         return tuple(r for r, at in sorted(self.heard.items())
-                     if now - at > stale and r not in self.left and r not in self.finished)
+                     if now - at > stale and r not in self.left and r not in self.finished
+                     and r not in self.terminated)
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
         """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
