@@ -5,6 +5,7 @@ socket, that the parent's rank had finished. Real hub, real sockets, a real fork
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -64,3 +65,31 @@ def test_a_forked_child_has_no_session_and_its_exit_says_goodbye_for_nobody(
     assert 1 not in hub.finished and session_module.active()  # the parent keeps its own
     b0.close()
     b1.close()
+
+
+def test_a_forked_child_holds_neither_the_ranks_side_port_nor_its_channel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DataLoader worker outlives its rank by seconds: it held the rank's listeners (the
+    dead rank's side port answered, read as alive) and its channel (no close reached the
+    hub until the workers left)."""
+    exits: list[tuple[int, int]] = []
+    hub, _port, _thread, b0, b1 = connected_pair(tmp_path, exits, ports=True)
+    monkeypatch.setattr(session_module, "_session", Session(b1.recorder, b1, lambda: None, None))
+    side = b1.ident.extra["ports"]["side"]
+    pid = os.fork()
+    if pid == 0:  # a worker: lives on after its rank
+        time.sleep(4.0)
+        os._exit(0)
+    try:
+        b1.stopped.set()  # the rank dies: its own copies close
+        sock = b1.sock
+        assert sock is not None
+        for listener in b1.listeners:
+            listener.close()
+        sock.close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", side), timeout=1.0).close()
+        assert wait_for(lambda: 1 in hub.left, 3.0)  # while the worker still lives
+    finally:
+        os.waitpid(pid, 0)
+    b0.close()

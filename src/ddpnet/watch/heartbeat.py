@@ -612,6 +612,20 @@ wait (its word lags: a gap that waited
                 time.sleep(0.05)
         self.close(error)
 
+    def forget_in_child(self) -> None:
+        """In a forked child (a DataLoader worker): close its copies of this rank's listeners
+        and connection, so that neither outlives the rank (a dead rank's side port answering
+        from its worker read as alive; its channel stayed open until the workers left); the
+        parent's stay as they are (a close, never a shutdown)."""
+        self.stopped.set()
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        for listener in self.listeners:
+            listener.forget()
+        self.listeners = []
+
     def drain(self) -> None:
         """Write the outbox within SOCKET_TIMEOUT_S (a goodbye: the rank is ending)."""
         sock = self.sock

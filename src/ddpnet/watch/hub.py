@@ -546,8 +546,8 @@ class Hub:
         return self.read_as_of or (time.monotonic(), time.time())
 
     def tick(self) -> None:
-        if self.verdict_at is not None or not self.states:
-            return
+        if self.verdict_at is not None or not self.states or self.checks.running:
+            return  # a closed channel being checked (watch.channel) may be the cause
         now = self.as_of()[0]
         if self.probing is not None and self.probing.trigger == LINKS and \
                 self.probing.over(now):

@@ -437,6 +437,7 @@ class Session:
         """In a forked child: announce nothing, and give back the excepthook it inherited
         (the beacon refuses to speak there by itself: ``Beacon.owner``)."""
         self.recorder.announce = lambda _record: None
+        self.beacon.forget_in_child()
         if sys.excepthook == self.excepthook:
             sys.excepthook = self.previous_hook
 
