@@ -6,6 +6,7 @@ message; a rank whose channel closed while its process answers is not named gone
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -257,3 +258,21 @@ def test_a_rank_whose_channel_closed_and_whose_process_is_gone_is_named(
     assert wait_for(lambda: exits == [(0, 4)])
     thread.join(10)
     assert "rank 1 (h1) is gone" in capsys.readouterr().err
+
+
+def test_a_rank_whose_connection_has_an_fd_above_1023_keeps_it(tmp_path: Path) -> None:
+    """A rank with many files open (NCCL, a data loader) gets a socket above 1023, which
+    select() refuses: its heartbeat took that for the hub gone and dropped the connection."""
+    fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        exits: list[tuple[int, int]] = []
+        hub, _port, _thread, b0, b1 = connected_pair(tmp_path, exits)
+        assert b1.sock is not None and b1.sock.fileno() > 1023
+        heard = hub.heard[1]
+        time.sleep(2.0)
+        assert hub.heard[1] > heard and b1.reconnects == 0 and not hub.left and exits == []
+        b0.close()
+        b1.close()
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import select
 import socket
 import sys
 import threading
@@ -58,7 +57,7 @@ from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
 from ddpnet.watch.threshold import Threshold, learn, learned, period_for, self_judged
-from ddpnet.watch.transport import Outbox
+from ddpnet.watch.transport import Outbox, ready
 from ddpnet.watch.wire import MAX_LINE, Lines, encode
 
 #: bound on each send and on connecting
@@ -338,7 +337,7 @@ wait (its word lags: a gap that waited
         if self.sock is not sock:
             return
         with contextlib.suppress(OSError, ValueError):
-            while select.select([sock], [], [], 0)[0]:
+            while ready(sock, write=False, seconds=0)[0]:
                 data = sock.recv(1 << 16)
                 if not data:
                     break
@@ -509,11 +508,10 @@ wait (its word lags: a gap that waited
         takes it; a closed or broken connection is lost (:meth:`lose`)."""
         data: bytes | None = None
         try:
-            writing = [sock] if self.outbox.pending() else []
-            ready, out, _ = select.select([sock], writing, [], seconds)
+            readable, out = ready(sock, write=self.outbox.pending(), seconds=seconds)
             if out:
                 self.flush(sock)
-            data = sock.recv(1 << 16) if ready and self.sock is sock else None
+            data = sock.recv(1 << 16) if readable and self.sock is sock else None
             messages = self.lines.feed(data or b"")
         except BlockingIOError:
             data, messages = None, []

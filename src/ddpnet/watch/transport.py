@@ -25,6 +25,19 @@ OUTBOX_BYTES = 8 << 20
 DEADLINE_S = 10.0
 
 
+def ready(sock: socket.socket, *, write: bool, seconds: float) -> tuple[bool, bool]:
+    """Whether ``sock`` is readable, and (with ``write``) writable, within ``seconds``
+    (``poll``: any fd number; ``select`` refuses one above 1023, which a rank of a job with
+    many files open has, and its heartbeat read that as its hub gone)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
+    events = 0
+    for _fd, event in poller.poll(max(0.0, seconds) * 1000):
+        events |= event
+    readable = bool(events & (select.POLLIN | select.POLLHUP | select.POLLERR))
+    return readable, bool(events & (select.POLLOUT | select.POLLERR))
+
+
 @dataclass
 class Outbox:
     """Complete messages waiting for one socket, the first one perhaps begun."""
@@ -93,5 +106,5 @@ class Outbox:
             left = end - time.monotonic()
             if not self.queue or left <= 0:
                 break
-            select.select([], [sock], [], left)
+            ready(sock, write=True, seconds=left)
         return not self.queue
