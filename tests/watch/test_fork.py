@@ -30,6 +30,7 @@ def _child(body: object) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_forked_childs_goodbye_is_not_its_parents(tmp_path: Path) -> None:
     exits: list[tuple[int, int]] = []
     hub, _port, _thread, b0, b1 = connected_pair(tmp_path, exits)
@@ -48,6 +49,7 @@ def test_a_forked_childs_goodbye_is_not_its_parents(tmp_path: Path) -> None:
     assert wait_for(lambda: hub.finished == {0, 1})  # the parent's own goodbye is heard
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_forked_child_has_no_session_and_its_exit_says_goodbye_for_nobody(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     exits: list[tuple[int, int]] = []
@@ -67,6 +69,7 @@ def test_a_forked_child_has_no_session_and_its_exit_says_goodbye_for_nobody(
     b1.close()
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_forked_child_holds_neither_the_ranks_side_port_nor_its_channel(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A DataLoader worker outlives its rank by seconds: it held the rank's listeners (the

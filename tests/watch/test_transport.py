@@ -101,6 +101,7 @@ class PausingHub:
                         self.states.append((n, float(m["state"]["published"])))
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_rank_whose_send_buffer_filled_resumes_and_never_blocks_its_training_thread(
         tmp_path: Path) -> None:
     """Before: one 2 s sendall timeout set ``send_failed`` for good, the rank sent nothing
@@ -155,6 +156,7 @@ def read_verdict(rank: int, c: socket.socket, got: dict[int, dict[str, object]])
         time.sleep(0.001)
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_1024_rank_verdict_reaches_every_rank_whole_through_small_buffers(
         tmp_path: Path) -> None:
     """Before: one non-blocking send whose count was ignored: each rank got the first few KB
@@ -230,6 +232,7 @@ def test_a_reader_too_slow_for_the_deadline_is_dropped_and_marked_not_fed_half_a
 # -- a channel that closes while the rank lives ------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_rank_whose_channel_closed_while_its_process_answers_connects_anew_and_is_not_gone(
         tmp_path: Path) -> None:
     """Before: a closed channel was a rank gone: named after 2 s, every rank told to exit."""
@@ -245,6 +248,7 @@ def test_a_rank_whose_channel_closed_while_its_process_answers_connects_anew_and
     b1.close()
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_rank_whose_channel_closed_and_whose_process_is_gone_is_named(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     exits: list[tuple[int, int]] = []
@@ -260,6 +264,7 @@ def test_a_rank_whose_channel_closed_and_whose_process_is_gone_is_named(
     assert "rank 1 (h1) is gone" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # seconds of real sockets: outside make test-fast
 def test_a_rank_whose_connection_has_an_fd_above_1023_keeps_it(tmp_path: Path) -> None:
     """A rank with many files open (NCCL, a data loader) gets a socket above 1023, which
     select() refuses: its heartbeat took that for the hub gone and dropped the connection."""
