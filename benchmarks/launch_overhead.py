@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/launch_overhead.json"))
     args = ap.parse_args()
     py = sys.executable
-    from ddpnet.launch.slurmcluster import free_port
+    from ddpnet.net.ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="ln-bench-") as tmp:
         script = Path(tmp) / "empty.py"

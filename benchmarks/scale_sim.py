@@ -547,13 +547,13 @@ def rank0_watch(args: argparse.Namespace) -> None:
     import psutil
 
     from ddpnet.env.resolve import resolve
-    from ddpnet.watch.session import WatchConfig, hub_port, job_token, start_hub
+    from ddpnet.watch.session import WatchConfig, hub_port, hub_ready, job_token, spawn_hub
 
     cfg = resolve(dict(os.environ))
     directory = Path(tempfile.mkdtemp(prefix="ddpnet-sim-watch-"))
     wc = WatchConfig(True, timeout=WATCH_TIMEOUT_S, directory=directory)
     started = time.time()
-    hub = start_hub(cfg, wc, args.master)
+    hub = hub_ready(spawn_hub(cfg, wc, args.master))  # as init() starts it, on MASTER_ADDR
     if isinstance(hub, str):
         emit({"verdict": f"hub failed: {hub}"})
         return

@@ -13,7 +13,13 @@ from ddpnet.launch.blame import REASON_MAX, Blame, blame, ddpnet_reason, drain_r
 from ddpnet.watch.analyze import analyze
 from ddpnet.watch.report import report_dict
 from ddpnet.watch.state import (
+    CUT_OFF,
+    FIREWALL,
+    LINK_DOWN,
+    MTU,
     PEER_FAILED,
+    SLOW_LINK,
+    UNPROBED,
     CollectiveRecord,
     Diagnosis,
     LinkProbe,
@@ -116,7 +122,7 @@ def test_warnings_and_non_verdicts_blame_nothing(kind: str) -> None:
 
 def test_a_link_between_two_nodes_blames_neither() -> None:
     d = Diagnosis("network", "link down: rank 0 (n0) <-> rank 1 (n1) answers on no port",
-                  (0, 1), ("n0", "n1"))
+                  (0, 1), ("n0", "n1"), sub_kind=LINK_DOWN)
     found = blame({"diagnosis": d.to_dict()})
     assert not found.blames and "2 hosts (n0, n1)" in found.why
 
@@ -144,6 +150,44 @@ def test_the_reason_is_one_line_within_slurms_limit_and_cuts_no_word() -> None:
                                   "side port 4242: timeout")
     short = drain_reason(d, limit=40)
     assert short == "ddpnet: network: link down: rank 17", short  # whole words only
+
+
+@pytest.mark.parametrize(("sub_kind", "unreachable"), [
+    (LINK_DOWN, True), (CUT_OFF, True), (FIREWALL, False), (MTU, False), (SLOW_LINK, False)])
+def test_a_network_verdict_blames_its_node_by_its_sub_kind_whatever_its_wording(
+        sub_kind: str, unreachable: bool) -> None:
+    """The fields decide, not how the summary starts (it once read the first words)."""
+    d = Diagnosis("network", "rank 1 (n1) is the one", (1,), ("n1",), sub_kind=sub_kind,
+                  witnesses=(0, 2))
+    found = blame({"diagnosis": d.to_dict()})
+    assert found.host == "n1" and found.unreachable is unreachable
+
+
+def test_a_network_verdict_whose_sub_kind_is_no_nodes_fault_blames_none_whatever_its_wording(
+        ) -> None:
+    for sub_kind in (UNPROBED, ""):
+        d = Diagnosis("network", "link down: rank 1 (n1) reads as one node's", (1,), ("n1",),
+                      sub_kind=sub_kind)
+        assert not blame({"diagnosis": d.to_dict()}).blames
+
+
+def test_a_report_written_before_sub_kinds_blames_as_its_summary_said() -> None:
+    old = {k: v for k, v in Diagnosis("network", "cut off: rank 1 (n1) reaches nothing", (1,),
+                                      ("n1",)).to_dict().items()
+           if k not in ("sub_kind", "witnesses")}
+    assert Diagnosis.from_dict(old).sub_kind == CUT_OFF
+    assert blame({"diagnosis": old}).host == "n1"
+
+
+def test_the_analysis_names_the_sub_kind_the_culprits_and_the_witnesses_as_fields() -> None:
+    flight = rec(9, ended=None)
+    states = [state(r, flight, published=NOW - (20 if r == 1 else 0.5)) for r in range(3)]
+    down = tuple(LinkProbe(src, 1, False, "timeout after 2.0 s", port=port, purpose="side",
+                           outcome="timeout") for src in (0, 2) for port in (5, 6))
+    d = Diagnosis.from_dict(report(*states, probes=down)["diagnosis"])
+    assert (d.kind, d.sub_kind, d.ranks, d.hosts, d.witnesses) == \
+        ("network", LINK_DOWN, (1,), ("node1",), (0, 2))
+    assert d.summary.startswith("link down: ")  # the text, rendered from them as before
 
 
 def test_blame_round_trips() -> None:

@@ -17,7 +17,7 @@ import pytest
 from ddpnet.launch.recover import note_resumed, read_record, record_path
 from ddpnet.launch.requeue import PreemptSignal, Spare, recover_command, step_lines
 from ddpnet.watch.report import report_dict
-from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
+from ddpnet.watch.state import LINK_DOWN, CollectiveRecord, Diagnosis, RankState, Snapshot
 
 SCONTROL = r"""#!/bin/bash
 echo "$*" >> "$FAKE_LOG"
@@ -53,7 +53,8 @@ def _report(diagnosis: Diagnosis, path: Path) -> Path:
 
 
 LINK = Diagnosis("network", "link down: rank 1 (n1, eth0 198.18.0.3) sent no heartbeat for "
-                 "13 s and answers on no port", (1,), ("n1",), ("rank 0 -> rank 1: timeout",))
+                 "13 s and answers on no port", (1,), ("n1",), ("rank 0 -> rank 1: timeout",),
+                 sub_kind=LINK_DOWN, witnesses=(0,))
 MISMATCH = Diagnosis("collective-mismatch", "collective mismatch at seq 9", (0, 1, 2),
                      ("n0", "n1", "n2"))
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ddpnet.watch.attach import ATTACH_VAR, BOOT_DIR, python_path
 
 _PROBE = ("import sys\n"
@@ -82,3 +84,18 @@ def test_the_env_line_of_python_m_ddpnet_attach_turns_it_on(tmp_path: Path) -> N
     done = subprocess.run(["bash", "-c", line, _PROBE], capture_output=True, text=True,
                           env=base, timeout=120, check=True)
     assert done.stdout.splitlines() == ["finder True", "ddpnet True torch False"], done.stderr
+
+
+def test_a_python_without_ddpnet_under_the_ranks_environment_prints_nothing(
+        tmp_path: Path) -> None:
+    """A system Python a rank's script starts inherits PYTHONPATH and the variable: it
+    printed "the watch is off: ModuleNotFoundError" on every start."""
+    base = getattr(sys, "_base_executable", "") or "/usr/bin/python3"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    env.update({ATTACH_VAR: "1", "PYTHONPATH": python_path({})})
+    if subprocess.run([base, "-c", "import ddpnet"], env={**env, "PYTHONPATH": ""},
+                      capture_output=True, timeout=120, check=False).returncode == 0:
+        pytest.skip(f"{base} imports ddpnet: no interpreter without it here")
+    done = subprocess.run([base, "-c", "print('ran')"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert (done.stdout, done.stderr) == ("ran\n", "")

@@ -102,18 +102,19 @@ def test_a_hub_that_still_accepts_gets_more_patience_first() -> None:
 
 
 def test_the_hub_names_its_own_node_when_its_interface_is_down() -> None:
-    from ddpnet.watch.state import Diagnosis, Snapshot
+    from ddpnet.watch.state import LINK_DOWN, Diagnosis, Snapshot
 
     states = {0: RankState(0, 3, host="n0", address="198.18.0.1"),
               1: RankState(1, 3, host="n1", address="198.18.0.2"),
               2: RankState(2, 3, host="n2", address="198.18.0.3")}
     snap = Snapshot(3, 0.0, states)
     seen = Diagnosis("network", "link down: rank 1 (n1, ...); rank 2 (n2, ...) sent no heartbeat",
-                     (1, 2), ("n1", "n2"), ("rank 0 -> rank 1 (n1): side port: timeout",))
+                     (1, 2), ("n1", "n2"), ("rank 0 -> rank 1 (n1): side port: timeout",),
+                     sub_kind=LINK_DOWN)
     found = cutoff.hub_node_down(seen, snap, "eth0", "DOWN", "198.18.0.1")
     assert found.summary.startswith("link down: the hub's node n0 (rank(s) 0, eth0 198.18.0.1) "
                                     "lost its link: eth0 is DOWN there, so rank(s) 1, 2")
-    assert found.ranks == (0,) and found.hosts == ("n0",)
+    assert found.ranks == (0,) and found.hosts == ("n0",) and found.sub_kind == LINK_DOWN
     assert found.evidence[0] == "interface eth0 on n0: DOWN" and "ip -br link show eth0" \
         in found.hint
     # its link up: the ranks it cannot reach are the ones cut off, as analysed

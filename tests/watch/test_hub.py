@@ -32,18 +32,24 @@ def start_hub(tmp_path: Path, timeout: float = 30) -> tuple[Hub, int, threading.
     return hub, port, thread
 
 
-def beacon(rank: int, tmp_path: Path, exits: list[tuple[int, int]]) -> Beacon:
+def beacon(rank: int, tmp_path: Path, exits: list[tuple[int, int]], *,
+           ports: bool = False) -> Beacon:
+    """A rank's heartbeat; with ``ports``, on 127.0.0.1 with its probe listeners open."""
     rec = Recorder()
     rec.use_fr = False
-    return Beacon(rec, RankState(rank=rank, world_size=2, host=f"h{rank}"), tmp_path,
-                  period=0.2, exit_now=lambda code: exits.append((rank, code)))
+    b = Beacon(rec, RankState(rank=rank, world_size=2, host=f"h{rank}",
+                              address="127.0.0.1" if ports else ""), tmp_path,
+               period=0.2, exit_now=lambda code: exits.append((rank, code)))
+    if ports:
+        b.open_ports(gloo=False)
+    return b
 
 
-def connected_pair(tmp_path: Path, exits: list[tuple[int, int]]
+def connected_pair(tmp_path: Path, exits: list[tuple[int, int]], *, ports: bool = False
                    ) -> tuple[Hub, int, threading.Thread, Beacon, Beacon]:
     """A hub and ranks 0 and 1 connected to it, each having sent its state."""
     hub, port, thread = start_hub(tmp_path)
-    b0, b1 = beacon(0, tmp_path, exits), beacon(1, tmp_path, exits)
+    b0, b1 = beacon(0, tmp_path, exits, ports=ports), beacon(1, tmp_path, exits, ports=ports)
     b0.connect("127.0.0.1", port, token=TOKEN)
     b1.connect("127.0.0.1", port, token=TOKEN)
     assert wait_for(lambda: len(hub.states) == 2)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,23 @@ def test_a_sigterm_with_nothing_wrong_ends_the_rank_by_sigterm(tmp_path: Path) -
     (code, err), _ = _end(procs)
     assert code == -signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
+
+
+def test_a_users_sigterm_to_every_rank_ends_them_within_seconds(tmp_path: Path) -> None:
+    """A user's stop (scancel, kill: every rank, no peer failed) waited the whole grace for
+    a verdict that never came (10 s, issue 56); the hub now answers no fault. The bound is
+    the issue's 2 s with room for a loaded machine, well under the old 10 s."""
+    procs = _start(tmp_path, "peer")
+    _until(procs[1], "waiting")
+    _until(procs[0], "entering")
+    start = time.monotonic()
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    ended = _end(procs)
+    took = time.monotonic() - start
+    assert [code for code, _ in ended] == [-signal.SIGTERM] * 2, [e[-2000:] for _, e in ended]
+    assert took < 5.0, f"the ranks took {took:.1f} s to end"
+    assert all("exits (" not in err for _, err in ended)  # no verdict: nothing failed
 
 
 def test_a_script_that_ends_within_the_grace_still_ends_by_sigterm(tmp_path: Path) -> None:

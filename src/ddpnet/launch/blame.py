@@ -13,7 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddpnet.watch.state import Diagnosis, Snapshot, finished, victim
+from ddpnet.watch.state import (
+    CUT_OFF,
+    FIREWALL,
+    LINK_DOWN,
+    MTU,
+    SLOW_LINK,
+    Diagnosis,
+    Snapshot,
+    finished,
+    victim,
+)
 
 #: slurmdbd keeps a node's reason in a TINYTEXT column (255 bytes); slurmctld takes more but
 #: the accounting record (sacctmgr show event) would lose the end
@@ -21,10 +31,10 @@ REASON_MAX = 255
 #: every reason ddpnet sets starts with this: a node drained by someone else is never touched
 REASON_PREFIX = "ddpnet: "
 
-#: the network verdicts that are one node's fault, by how their summary starts
-_NODE_NETWORK = ("link down", "firewall", "cut off", "MTU", "slow link")
+#: the network verdicts that are one node's fault (``Diagnosis.sub_kind``)
+_NODE_NETWORK = frozenset({LINK_DOWN, FIREWALL, CUT_OFF, MTU, SLOW_LINK})
 #: the network verdicts that say the node answers on nothing (SLURM cannot reach it either)
-_UNREACHABLE = ("link down", "cut off")
+_UNREACHABLE = frozenset({LINK_DOWN, CUT_OFF})
 #: verdicts that are the program's, not a node's
 _CODE_KINDS = ("collective-mismatch", "desync")
 
@@ -79,7 +89,7 @@ def blame(report: Mapping[str, Any]) -> Blame:
         return Blame(diagnosis.kind, diagnosis.summary, step=step,
                      why=f"the verdict names ranks on {len(hosts)} hosts ({shown}): which one "
                          "is at fault is unknown, so none is taken out")
-    unreachable = diagnosis.kind == "network" and diagnosis.summary.startswith(_UNREACHABLE)
+    unreachable = diagnosis.kind == "network" and diagnosis.sub_kind in _UNREACHABLE
     return Blame(diagnosis.kind, diagnosis.summary, hosts[0], drain_reason(diagnosis), step=step,
                  unreachable=unreachable)
 
@@ -91,7 +101,7 @@ def _suspects(diagnosis: Diagnosis, snapshot: Snapshot) -> tuple[list[str], str]
         return [], (f"a {kind} is the program's bug (the ranks called different collectives): "
                     "it would follow the job to any node; fix the code, no node is drained")
     if kind == "network":
-        if not diagnosis.summary.startswith(_NODE_NETWORK):
+        if diagnosis.sub_kind not in _NODE_NETWORK:
             return [], ("the network verdict names no node (the links were not probed): "
                         "nothing to take out")
         return _known(diagnosis.hosts), ""

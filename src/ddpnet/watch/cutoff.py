@@ -28,7 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.net.probe import REFUSED
-from ddpnet.watch.state import Diagnosis, LinkProbe, RankState, Snapshot
+from ddpnet.watch.state import (
+    CUT_OFF,
+    HUB_SILENT,
+    HUB_UNREACHABLE,
+    LINK_DOWN,
+    SUB_LABELS,
+    Diagnosis,
+    LinkProbe,
+    RankState,
+    Snapshot,
+)
 
 #: seconds past the threshold before a rank that hears nothing judges itself
 MARGIN_S = 2.0
@@ -129,7 +139,9 @@ def verdict(f: Facts) -> Diagnosis:
                 *((f"judged by its threshold {f.judged_by}",) if f.judged_by else ()))
     stalled = f"made no progress for {f.stalled_for:.0f} s ({f.doing})"
     restart = "then restart the job from the last checkpoint"
+    witnesses: tuple[int, ...] = ()
     if f.hub_probe is not None and answered(f.hub_probe):
+        sub = HUB_SILENT
         how = ("accepts connections but acknowledged nothing" if f.hub_probe.reachable
                else "refuses connections: the hub process is gone")
         summary = (f"{me} {stalled}, and the watch hub at {f.hub} {how} for "
@@ -137,6 +149,7 @@ def verdict(f: Facts) -> Diagnosis:
         hint = (f"read rank 0's log on {master} (the hub is its child process; "
                 f"ddpnet diagnose --dumps DIR there); {restart}")
     elif reached:
+        sub, witnesses = HUB_UNREACHABLE, tuple(reached)
         shown = ", ".join(str(r) for r in reached[:8])
         summary = (f"{me} cannot reach the watch hub at {f.hub} ({hub}) for "
                    f"{f.heard_ago:.0f} s while peer rank(s) {shown} answer, and {stalled}: "
@@ -146,14 +159,17 @@ def verdict(f: Facts) -> Diagnosis:
     else:
         link = f"{f.interface} is {f.link}" if f.link and f.link != "UP" else \
             f"route: {f.route}" if f.route == "none" else "every connect timed out"
-        summary = (f"cut off: {me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
+        sub = CUT_OFF
+        summary = (f"{SUB_LABELS[CUT_OFF]}: "
+                   f"{me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
                    f"peer and {stalled}; {link}; last heard from the job {f.heard_ago:.0f} s "
                    f"ago")
         iface = f.interface or "<iface>"
         hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
                 f"show {iface}` (errors), `ip route get {master}`; check its cable / switch "
                 f"port; {restart}")
-    return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint)
+    return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint, sub_kind=sub,
+                     witnesses=witnesses)
 
 
 def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link: str,
@@ -161,7 +177,7 @@ def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link
     """The hub's verdict when its own node lost its link (pure): from there every other
     rank looks cut off, but the one interface that is down is the hub's. Unchanged unless
     ``link`` is DOWN and the verdict is a link down."""
-    if link != "DOWN" or diagnosis.kind != KIND or not diagnosis.summary.startswith("link down"):
+    if link != "DOWN" or diagnosis.kind != KIND or diagnosis.sub_kind != LINK_DOWN:
         return diagnosis
     here = sorted(r for r, s in snapshot.states.items()
                   if s is not None and s.address == address)
@@ -170,14 +186,15 @@ def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link
     others = ", ".join(str(r) for r in diagnosis.ranks[:8])
     ranks = ", ".join(str(r) for r in here) or "0"
     return Diagnosis(
-        KIND, f"link down: the hub's node {host} (rank(s) {ranks}, {interface} {address}) "
+        KIND, f"{SUB_LABELS[LINK_DOWN]}: "
+              f"the hub's node {host} (rank(s) {ranks}, {interface} {address}) "
               f"lost its link: {interface} is DOWN there, so rank(s) {others} cannot be "
               f"reached from it (they leave by themselves, naming this node)",
         tuple(here) or (0,), (host,),
         (f"interface {interface} on {host}: DOWN", *diagnosis.evidence),
         f"on {host}: `ip -br link show {interface}` (state UP, carrier), `ip -s link show "
         f"{interface}` (errors); check its cable / switch port; then restart the job from "
-        f"the last checkpoint")
+        f"the last checkpoint", sub_kind=LINK_DOWN, witnesses=diagnosis.ranks)
 
 
 def doing(state: RankState) -> str:

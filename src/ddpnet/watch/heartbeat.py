@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import select
+import os
 import socket
 import sys
 import threading
@@ -57,7 +57,8 @@ from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
 from ddpnet.watch.threshold import Threshold, learn, learned, period_for, self_judged
-from ddpnet.watch.wire import Lines, encode
+from ddpnet.watch.transport import Outbox, ready
+from ddpnet.watch.wire import MAX_LINE, Lines, encode
 
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
@@ -67,6 +68,13 @@ FAREWELL_WAIT_S = 3.5
 #: connection fails (TCP_USER_TIMEOUT: a cut link errors instead of hanging; the rank judges
 #: itself by the hub's application acks, sooner)
 LOST_AFTER_S = 60.0
+#: seconds this rank's outbox may hold a message without finishing one (a full send buffer:
+#: a congested or flapping link, a hub not reading) before it drops the connection and
+#: connects anew; the message cut there is the old connection's, never the new one's
+SEND_DEADLINE_S = 4.0
+#: after a lost connection, seconds during which the heartbeat connects anew (one try per
+#: period, each bounded by SOCKET_TIMEOUT_S), from its own thread
+RECONNECT_FOR_S = 30.0
 
 
 class Beacon:
@@ -78,6 +86,9 @@ class Beacon:
                  exit_now: Callable[[int], None] = exit_now,
                  stream: TextIO | None = None) -> None:
         self.recorder, self.ident, self.directory = recorder, ident, directory
+        #: the process this rank is: a forked child (a DataLoader worker, a raw ``os.fork()``)
+        #: inherits this object and its socket, and never speaks for its parent
+        self.owner = os.getpid()
         #: where the verdict's line goes: stderr as the watch started (torch's excepthook
         #: swaps sys.stderr for a StringIO while ours waits for the verdict, and the exit
         #: that follows would leave the line in it, unprinted)
@@ -104,7 +115,13 @@ class Beacon:
         self.progress: tuple[object, ...] = ()
         self.progressed = time.monotonic()
         self.judged = False
-        self.send_failed = False
+        #: this connection's outbox (``watch.transport``): a state or call is queued whole
+        #: and written without blocking; the job's token, and when the connection was lost
+        #: (the heartbeat connects anew until RECONNECT_FOR_S after), how often it was
+        self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
+        self.token = ""
+        self.lost_at: float | None = None
+        self.reconnects = 0
         #: a hub that accepts connections but is slow to answer is checked again then
         self.recheck_at = 0.0
         self.exit_now = exit_now
@@ -122,6 +139,8 @@ class Beacon:
         self.listeners: list[ProbeSink] = []
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
         self.obeyed = threading.Event()
+        #: set when the hub answered this rank's SIGTERM: no peer failed, a user's stop
+        self.no_fault = threading.Event()
         #: set when the hub answered this rank's goodbye (or cannot any more)
         self.farewell = threading.Event()
         #: set when this rank died of a peer's failure and waits for the verdict
@@ -225,35 +244,15 @@ wait (its word lags: a gap that waited
             self.settled.set()
 
     def _connect(self, address: str, port: int, token: str, patience: float) -> None:
-        deadline = time.monotonic() + patience
-        self.hub = (address, port)
-        while True:
-            try:
-                sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
-                if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                                    int(self.lost_after * 1000))
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        self.hub, self.token = (address, port), token
         with self.life:  # close() waits for the handshake; one after it is told here
-            self.sock = sock
-            self.send({"t": "hello", "rank": self.ident.rank, "token": token})
-            # a hub welcoming thousands of ranks at once may take longer than a socket timeout
-            welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()))
-            if welcome.get("token") != token:
-                self.sock = None
-                sock.close()
-                raise OSError(f"what listens at {address}:{port} is not this job's hub "
-                              f"({welcome.get('token') or 'no answer'})")
-            self.heard, self.heard_at = time.monotonic(), time.time()
+            sock = self.open(patience)
             if self.stopped.is_set():  # the rank ended while this connected: its goodbye
                 self.send({"t": "state", "rank": self.ident.rank,
                            "state": self.state().to_dict()})
                 self.send({"t": "bye", "rank": self.ident.rank, "error": self.error,
                            **({"peer": True} if self.error and self.dying.is_set() else {})})
+                self.outbox.drain(sock, SOCKET_TIMEOUT_S)
                 self.sock = None
                 sock.close()
                 return
@@ -266,20 +265,112 @@ wait (its word lags: a gap that waited
                                            daemon=True)
             self.thread.start()
 
+    def open(self, patience: float) -> socket.socket:
+        """Connect to :attr:`hub`, retrying while it starts, say hello and check the welcome
+        (OSError after ``patience``, or when something else answers); then the connection
+        is this rank's, non-blocking, with a new outbox (under :attr:`life`)."""
+        address, port = self.hub
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
+                if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                    int(self.lost_after * 1000))
+                sock.sendall(encode({"t": "hello", "rank": self.ident.rank,
+                                     "token": self.token}))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.lines = Lines()
+        # a hub welcoming thousands of ranks at once may take longer than a socket timeout
+        welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()),
+                              sock)
+        if welcome.get("token") != self.token:
+            sock.close()
+            raise OSError(f"what listens at {address}:{port} is not this job's hub "
+                          f"({welcome.get('token') or 'no answer'})")
+        sock.setblocking(False)
+        with self.send_lock:
+            self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
+            self.sock = sock
+        self.heard, self.heard_at = time.monotonic(), time.time()
+        self.lost_at = None
+        return sock
+
     def send(self, message: dict[str, Any]) -> bool:
-        """False once a send failed: the connection stays open for :meth:`listen` to read
-        what the hub sent before (a verdict waiting for a stopped rank); the heartbeat goes
-        on without it (:meth:`judge_self`)."""
+        """Queue ``message`` whole on this connection's outbox and write what the socket
+        takes now, never blocking (the training thread announces its calls here); the
+        heartbeat thread writes the rest. A newer state replaces one not begun; a message
+        that does not fit is dropped (False). A connection that broke, or that finished no
+        message for SEND_DEADLINE_S, is dropped (:meth:`lose`) and the heartbeat connects
+        anew."""
         sock = self.sock
-        if sock is None or self.send_failed:
+        if sock is None or os.getpid() != self.owner:
             return False
+        kind = str(message.get("t", ""))
+        with self.send_lock:
+            queued = self.outbox.put(encode(message), key="state" if kind == "state" else "")
+        self.flush(sock)
+        return queued
+
+    def flush(self, sock: socket.socket) -> None:
+        """Write what ``sock`` takes of the outbox now; lose a broken or late connection."""
         try:
             with self.send_lock:
-                sock.sendall(encode(message))
+                if self.sock is sock:
+                    self.outbox.flush(sock)
+                    late = self.outbox.late(time.monotonic())
+                else:
+                    late = False
         except OSError:
-            self.send_failed = True
-            return False
-        return True
+            late = True
+        if late:
+            self.lose(sock)
+
+    def lose(self, sock: socket.socket) -> None:
+        """Drop a connection that broke or stopped taking messages, after reading what the
+        hub sent on it (a verdict waiting for a stopped rank); the heartbeat connects anew
+        (:meth:`reconnect`)."""
+        if self.sock is not sock:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            while ready(sock, write=False, seconds=0)[0]:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                for message in self.lines.feed(data):
+                    self.heard, self.heard_at = time.monotonic(), time.time()
+                    self.handle(message)
+        if self.sock is sock:
+            self.sock = None
+            self.lost_at = time.monotonic()
+        self.farewell.set()  # nobody answers a goodbye on this connection any more
+        sock.close()
+
+    def reconnect(self) -> None:
+        """After a lost connection: one bounded try to connect anew (from the heartbeat
+        thread), until RECONNECT_FOR_S after the loss; what came with the welcome (a verdict
+        given meanwhile) is handled at once."""
+        lost = self.lost_at
+        if lost is None or not self.token or self.obeyed.is_set() or \
+                time.monotonic() - lost > RECONNECT_FOR_S:
+            return
+        with self.life:
+            if self.stopped.is_set():
+                return
+            try:
+                self.open(0.0)
+            except OSError:
+                self.lost_at = lost
+                return
+            self.reconnects += 1
+            self.farewell.clear()  # a goodbye on the new connection is answered again
+            for message in self.pending:
+                self.handle(message)
+            self.pending.clear()
 
     def judge_self(self, state: RankState) -> None:
         """When this rank heard nothing from the hub for its threshold and made no progress
@@ -356,11 +447,11 @@ wait (its word lags: a gap that waited
                                                    self.judge_by.seconds)
         return cutoff.due(now, self.heard, self.progressed, self.judge_by.seconds)
 
-    def expect(self, kind: str, within: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
-        """The first message of ``kind`` within ``within`` seconds ({} if none)."""
-        sock = self.sock
+    def expect(self, kind: str, within: float, sock: socket.socket) -> dict[str, Any]:
+        """The first message of ``kind`` on ``sock`` (blocking, with a timeout) within
+        ``within`` seconds ({} if none)."""
         deadline = time.monotonic() + within
-        while sock is not None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 data = sock.recv(1 << 16)
                 messages = self.lines.feed(data)
@@ -389,6 +480,9 @@ wait (its word lags: a gap that waited
             while not self.stopped.is_set():
                 state = self.state()
                 sock = self.sock
+                if sock is None:
+                    self.reconnect()
+                    sock = self.sock
                 if sock is not None:
                     self.send({"t": "state", "rank": self.ident.rank,
                                "state": state.to_dict()})
@@ -410,20 +504,24 @@ wait (its word lags: a gap that waited
             self.listen(left, sock)
 
     def listen(self, seconds: float, sock: socket.socket) -> None:
+        """Read what the hub sent within ``seconds``, and write the outbox as the socket
+        takes it; a closed or broken connection is lost (:meth:`lose`)."""
+        data: bytes | None = None
         try:
-            ready, _, _ = select.select([sock], [], [], seconds)
-            data = sock.recv(1 << 16) if ready else None
+            readable, out = ready(sock, write=self.outbox.pending(), seconds=seconds)
+            if out:
+                self.flush(sock)
+            data = sock.recv(1 << 16) if readable and self.sock is sock else None
             messages = self.lines.feed(data or b"")
+        except BlockingIOError:
+            data, messages = None, []
         except (OSError, ValueError):
             data, messages = b"", []
         for message in messages:
             self.heard, self.heard_at = time.monotonic(), time.time()
             self.handle(message)
         if data == b"":  # the hub is gone or unreachable (ETIMEDOUT): judge_self decides
-            if self.sock is sock:
-                self.sock = None
-            self.farewell.set()  # nobody answers a goodbye on this connection any more
-            sock.close()
+            self.lose(sock)
 
     def handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
@@ -431,6 +529,8 @@ wait (its word lags: a gap that waited
             self.obey(message)
         elif kind == "farewell":
             self.farewell.set()
+        elif kind == "no-fault":
+            self.no_fault.set()
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
             self.known.set()
             self.threshold = Threshold.from_dict(message["threshold"])
@@ -476,11 +576,17 @@ wait (its word lags: a gap that waited
         self.exit_saying(code, diagnosis, path)
 
     def verdict_within(self, wait: float) -> None:
-        """Give the hub up to ``wait`` s to send a verdict, which exits the process from the
-        heartbeat thread (``obey``); sends nothing (a SIGTERM may be the user's own intent)."""
+        """This rank got SIGTERM: a launcher's after a peer died, or a user's stop. Tell the
+        hub (``term``) and give it up to ``wait`` s to send the verdict, which exits the
+        process from the heartbeat thread (``obey``); return at once when the hub answers
+        that no peer failed (``no-fault``: the caller ends the rank as SIGTERM would), or
+        when no hub can be told (none can name anything)."""
+        self.no_fault.clear()
+        if not self.send({"t": "term", "rank": self.ident.rank}):
+            return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self.stopped.is_set():
-            if self.obeyed.wait(0.05):
+            if self.obeyed.wait(0.05) or self.no_fault.is_set():
                 return
 
     def await_verdict(self, error: str, wait: float) -> None:
@@ -504,6 +610,31 @@ wait (its word lags: a gap that waited
                 time.sleep(0.05)
         self.close(error)
 
+    def forget_in_child(self) -> None:
+        """In a forked child (a DataLoader worker): close its copies of this rank's listeners
+        and connection, so that neither outlives the rank (a dead rank's side port answering
+        from its worker read as alive; its channel stayed open until the workers left); the
+        parent's stay as they are (a close, never a shutdown)."""
+        self.stopped.set()
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        for listener in self.listeners:
+            listener.forget()
+        self.listeners = []
+
+    def drain(self) -> None:
+        """Write the outbox within SOCKET_TIMEOUT_S (a goodbye: the rank is ending)."""
+        sock = self.sock
+        if sock is None:
+            return
+        try:
+            with self.send_lock:
+                self.outbox.drain(sock, SOCKET_TIMEOUT_S)
+        except OSError:
+            self.lose(sock)
+
     def close(self, error: str = "") -> None:
         """Say goodbye (with the error that ends this rank, if any) and stop. A clean goodbye
         waits up to FAREWELL_WAIT_S for the hub's word: at once when every rank finished, or
@@ -514,7 +645,7 @@ wait (its word lags: a gap that waited
         self.settled.set()
 
     def farewell_to_hub(self, error: str) -> None:
-        if self.stopped.is_set():
+        if self.stopped.is_set() or os.getpid() != self.owner:  # a forked child: not ours
             return
         self.error = error
         if error:
@@ -526,6 +657,7 @@ wait (its word lags: a gap that waited
         self.send({"t": "bye", "rank": self.ident.rank, "error": error,
                    **({"wait": True} if wait else {}),
                    **({"peer": True} if error and self.dying.is_set() else {})})
+        self.drain()
         if wait:
             self.farewell.wait(FAREWELL_WAIT_S)
         self.stopped.set()

@@ -29,26 +29,27 @@ when every rank has left, a few seconds after an exit verdict, or when no rank c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import selectors
 import socket
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddpnet.exitcodes import ExitCode
-from ddpnet.watch import cutoff, desync, network, straggler
+from ddpnet.watch import cutoff, desync, network, straggler, termination
 from ddpnet.watch.analyze import Options, analyze
+from ddpnet.watch.channel import Checks, side_port
 from ddpnet.watch.dump import write_report, write_warnings
 from ddpnet.watch.metrics import JobView, Probed
 from ddpnet.watch.probe import PORTS_KEY, SIDE, STREAM, peers_to_probe
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import (
     FINISHED,
+    LINK_DOWN,
     PEER_FAILED,
     CollectiveRecord,
     Diagnosis,
@@ -57,6 +58,7 @@ from ddpnet.watch.state import (
     Snapshot,
 )
 from ddpnet.watch.threshold import period_for
+from ddpnet.watch.transport import Outbox
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines, encode
 
@@ -105,6 +107,12 @@ LINKS = "links"
 #: with metrics on, seconds from every rank's first state to the first link round (the next
 #: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
 FIRST_LINKS_S = 5.0
+#: why a rank is gone when its side channel closed without a goodbye and its process does
+#: not answer (``watch.channel``)
+#: seconds a connection's outbox may hold a message with none finished before its reader is
+#: dropped as too slow (and marked: ``slow_readers`` in the report), never fed half of one
+WRITE_DEADLINE_S = 10.0
+CLOSED = "its process exited or was killed (side channel closed without a goodbye)"
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,8 @@ class Peer:
     #: watchdog's and its learned base: a cut-off rank judges itself by the base)
     acked_at: float = float("-inf")
     told: tuple[float, str, float, str] | None = None
+    #: what waits to be written to it, whole messages only (``watch.transport``)
+    outbox: Outbox = field(default_factory=Outbox)
 
 
 @dataclass
@@ -250,6 +260,20 @@ class Hub:
         self.link_probes: dict[tuple[int, int], Probed] = {}
         self.next_links: float | None = None
         self.metrics: Any = None
+        #: each rank's current connection (a rank that connects anew replaces its old one)
+        self.channels: dict[int, Peer] = {}
+        #: connections with messages waiting for the socket to take them
+        self.writing: set[socket.socket] = set()
+        #: ranks whose channel closed without a goodbye while their process answers
+        #: (``watch.channel``): unheard, not gone, until they reconnect or the silent-rank
+        #: probes judge them; the checks under way; ranks dropped as too slow a reader
+        self.broken: dict[int, str] = {}
+        self.checks = Checks()
+        self.slow_readers: set[int] = set()
+        #: ranks that told the hub of a SIGTERM (``watch.termination``): when each asked,
+        #: until answered; all that did (away once their connection closes)
+        self.terms: dict[int, float] = {}
+        self.terminated: set[int] = set()
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -257,19 +281,26 @@ class Hub:
         next_tick = 0.0
         pace = tick_every(self.options.world_size)
         while not self.done():
-            ready = self.selector.select(timeout=0.25)
+            # a SIGTERM'd rank waits for its answer (``answer_terms``): look again soon
+            ready = self.selector.select(timeout=0.05 if self.terms else 0.25)
             # what came before this moment is read below (heartbeats are far below a read's
             # 64 KiB): a hub short of CPU reads them late, and judged by the clock after
             # reading thousands of them it named live ranks silent (session 12: at 4,096
             # ranks on 0.6 of a core, heartbeats read 20 s late)
             as_of = (time.monotonic(), time.time())
-            for key, _events in ready:
+            for key, events in ready:
                 if key.fileobj is self.sock:
                     self.accept()
-                else:
-                    self.read(self.peers[key.fileobj])  # type: ignore[index]
+                    continue
+                peer = self.peers.get(key.fileobj)  # type: ignore[call-overload]
+                if peer is not None and events & selectors.EVENT_WRITE:
+                    self.write(peer)
+                if peer is not None and events & selectors.EVENT_READ and \
+                        peer.sock in self.peers:
+                    self.read(peer)
             self.read_as_of = as_of
             now = time.monotonic()
+            self.housekeep(now)
             self.most_behind = max(self.most_behind, now - as_of[0])
             if now >= next_tick:
                 next_tick = now + pace
@@ -285,10 +316,12 @@ class Hub:
             waited = now - self.verdict_at
             if self.unheard() and waited <= UNHEARD_AFTER_VERDICT_S:
                 return False  # a rank still connecting is told the verdict (handle: hello)
+            if self.writing:
+                return False  # the verdict still goes out (a late reader is dropped)
             return not self.peers or waited > AFTER_VERDICT_S
         if self.left and not self.watchdog.fired:
             return False  # a rank left without a goodbye: name it first
-        away = len(self.finished | set(self.left))
+        away = len(self.finished | set(self.left) | self.terminated)
         if away >= self.options.world_size and not self.peers:
             return True
         if not self.peers and self.states and set(self.states) <= self.finished:
@@ -298,7 +331,7 @@ class Hub:
     def unheard(self) -> bool:
         """Whether a rank of the job was never heard and has not left (its watch may still
         connect)."""
-        away = self.finished | set(self.left)
+        away = self.finished | set(self.left) | self.terminated
         return any(r not in self.heard and r not in away
                    for r in range(self.options.world_size))
 
@@ -318,7 +351,7 @@ class Hub:
             except OSError:  # none left (EAGAIN)
                 return
             conn.setblocking(False)
-            self.peers[conn] = Peer(conn, Lines())
+            self.peers[conn] = Peer(conn, Lines(), outbox=Outbox(deadline=WRITE_DEADLINE_S))
             self.selector.register(conn, selectors.EVENT_READ)
 
     def read(self, peer: Peer) -> None:
@@ -333,13 +366,71 @@ class Hub:
             self.drop(peer)
 
     def drop(self, peer: Peer) -> None:
+        """Close a connection. Its rank, if it left without a goodbye, is gone once its
+        process does not answer (``watch.channel``: checked in a thread, unless it published
+        no side port or a verdict stands); answering, it is unheard, not gone."""
         self.selector.unregister(peer.sock)
         peer.sock.close()
         self.peers.pop(peer.sock, None)
+        self.writing.discard(peer.sock)
         rank = peer.rank
-        if rank is not None and rank not in self.finished and rank not in self.left:
-            self.left[rank] = ("its process exited or was killed (side channel closed "
-                               "without a goodbye)")
+        if rank is None or rank in self.finished or rank in self.left:
+            return
+        self.channels.pop(rank, None)
+        if rank in self.terminated:  # SIGTERM'd with no fault: a user's stop
+            return
+        where = side_port(self.states.get(rank))
+        if where is None or self.verdict_at is not None:
+            self.left[rank] = CLOSED
+        else:
+            self.checks.start(rank, where)
+
+    def housekeep(self, now: float) -> None:
+        """Drop readers too slow for their outbox's deadline (marked), and take the answers
+        of the channel checks: a rank that has not connected anew is gone, or unheard."""
+        for sock in list(self.writing):
+            peer = self.peers.get(sock)
+            if peer is not None and peer.outbox.late(now):
+                if peer.rank is not None:
+                    self.slow_readers.add(peer.rank)
+                self.drop(peer)
+        for answer in self.checks.done():
+            rank = answer.rank
+            if rank in self.channels or rank in self.finished or rank in self.left:
+                continue
+            if answer.alive:
+                self.broken[rank] = answer.detail
+            else:
+                self.left[rank] = CLOSED
+        self.answer_terms(now)
+
+    def answer_terms(self, now: float) -> None:
+        """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the
+        verdict comes), once read what came with their word."""
+        fault = termination.fault_known(self.left, self.terminated, bool(self.checks.running),
+                                        self.verdict is not None)
+        for rank, asked in list(self.terms.items()):
+            said = termination.answer(asked, now, fault)
+            if said is None:
+                continue
+            del self.terms[rank]
+            peer = self.channels.get(rank)
+            if said == "no-fault" and peer is not None:
+                self.send(peer, {"t": "no-fault"})
+
+    def attach(self, peer: Peer, rank: int) -> None:
+        """``peer`` is now ``rank``'s connection: one it had before is closed (it connected
+        anew), and a rank whose channel closed without a goodbye is back, unless a verdict
+        stands."""
+        old = self.channels.get(rank)
+        if old is not None and old is not peer:
+            old.rank = None
+            self.drop(old)
+        self.channels[rank] = peer
+        peer.rank = rank
+        self.broken.pop(rank, None)
+        if self.verdict is None and self.left.get(rank) == CLOSED:
+            del self.left[rank]
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -356,7 +447,7 @@ class Hub:
         if kind == "hello":
             self.send(peer, {"t": "welcome", "token": self.options.token})
             if message.get("token") == self.options.token:
-                peer.rank = rank
+                self.attach(peer, rank)
                 if self.verdict is not None:  # a rank that connects after it hears it now
                     self.send(peer, self.verdict)
             return
@@ -375,6 +466,9 @@ class Hub:
             self.published += 1
         elif kind == "probes":
             self.add_probes(rank, message)
+        elif kind == "term":
+            self.terms[rank] = time.monotonic()
+            self.terminated.add(rank)
         elif kind == "bye":
             error = str(message.get("error", ""))
             if error and message.get("peer"):
@@ -398,7 +492,7 @@ class Hub:
             if told != self.ack[0]:  # the same bytes for every rank until it changes
                 self.ack = (told, encode({"t": "ack", "threshold": dog.threshold.to_dict(),
                                           "base": dog.base.to_dict()}))
-            self.send(peer, self.ack[1])
+            self.send(peer, self.ack[1], key="ack")
             peer.acked_at, peer.told = now, told
         if len(self.states) == self.options.world_size and rank not in self.introduced:
             self.introduced.add(rank)  # every rank has published: the roster is all of them
@@ -414,11 +508,25 @@ class Hub:
                        if r.ended is None and r.seq < record.seq else r for r in state.recent)
         self.states[rank] = replace(state, recent=(*recent, record)[-64:])
 
-    def send(self, peer: Peer, message: dict[str, Any] | bytes) -> None:
-        """Best effort, never blocking: a peer whose buffer is full misses the message
-        (``bytes``: one already encoded)."""
-        with contextlib.suppress(OSError):
-            peer.sock.send(message if isinstance(message, bytes) else encode(message))
+    def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
+        """Queue ``message`` whole (``bytes``: one already encoded; ``key``: it replaces a
+        queued one of that key not begun) and write what the socket takes now, never
+        blocking; the rest goes at the selector's next writable event (:meth:`write`)."""
+        peer.outbox.put(message if isinstance(message, bytes) else encode(message), key)
+        self.write(peer)
+
+    def write(self, peer: Peer) -> None:
+        """Write what ``peer``'s socket takes; watch it for writing while anything waits."""
+        try:
+            peer.outbox.flush(peer.sock)
+        except OSError:
+            self.drop(peer)
+            return
+        waiting = peer.outbox.pending()
+        if waiting != (peer.sock in self.writing):
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if waiting else 0)
+            self.selector.modify(peer.sock, events)
+            (self.writing.add if waiting else self.writing.discard)(peer.sock)
 
     # -- the watchdog ------------------------------------------------------------------------
 
@@ -427,6 +535,8 @@ class Hub:
         if not leavers_only:
             for rank in self.finished:
                 gone.setdefault(rank, f"{FINISHED} while others may still call collectives")
+            for rank in self.terminated - set(self.channels):
+                gone.setdefault(rank, termination.TERMINATED)
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
         return Snapshot(self.options.world_size, self.as_of()[1], states, gone)
@@ -436,8 +546,8 @@ class Hub:
         return self.read_as_of or (time.monotonic(), time.time())
 
     def tick(self) -> None:
-        if self.verdict_at is not None or not self.states:
-            return
+        if self.verdict_at is not None or not self.states or self.checks.running:
+            return  # a closed channel being checked (watch.channel) may be the cause
         now = self.as_of()[0]
         if self.probing is not None and self.probing.trigger == LINKS and \
                 self.probing.over(now):
@@ -593,7 +703,8 @@ class Hub:
         goodbye did not come): frozen, or cut off."""
         stale = self.watchdog.stale_after
         return tuple(r for r, at in sorted(self.heard.items())
-                     if now - at > stale and r not in self.left and r not in self.finished)
+                     if now - at > stale and r not in self.left and r not in self.finished
+                     and r not in self.terminated)
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
         """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
@@ -637,13 +748,15 @@ class Hub:
         diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
         if self.watchdog.note:  # working ranks held it: until when
             diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, self.watchdog.note))
-        if diagnosis.kind == "network" and diagnosis.summary.startswith("link down"):
+        if diagnosis.kind == "network" and diagnosis.sub_kind == LINK_DOWN:
             # every other rank cut off may be this node's own link: read it (once a verdict)
             iface, link = cutoff.link_state(address=self.options.bind)
             diagnosis = cutoff.hub_node_down(diagnosis, snapshot, iface, link, self.options.bind)
         report = {**report_dict(diagnosis, snapshot, trigger, self.warnings),
                   "threshold": self.watchdog.threshold.to_dict(),
-                  "hub_most_behind_s": round(self.most_behind, 3)}
+                  "hub_most_behind_s": round(self.most_behind, 3),
+                  "slow_readers": sorted(self.slow_readers),
+                  "channels_broken": {str(r): why for r, why in sorted(self.broken.items())}}
         directory = Path(self.options.directory)
         written = write_report(directory, report, render_html(diagnosis, snapshot, trigger))
         where = f"\n  report: {written}" if written else ""

@@ -26,7 +26,18 @@ from dataclasses import dataclass
 
 from ddpnet.net.probe import REFUSED, TIMEOUT, UNREACHABLE
 from ddpnet.watch.probe import CONNECT, STALLED, STREAM
-from ddpnet.watch.state import Diagnosis, LinkProbe, RankState, Snapshot
+from ddpnet.watch.state import (
+    FIREWALL,
+    LINK_DOWN,
+    MTU,
+    SLOW_LINK,
+    SUB_LABELS,
+    UNPROBED,
+    Diagnosis,
+    LinkProbe,
+    RankState,
+    Snapshot,
+)
 
 KIND = "network"
 #: a stream slower than this share of the fastest pair's rate is a slow link
@@ -161,13 +172,18 @@ def _evidence(stuck: Stuck, taken: float, states: States,
 # ---- the sub-kinds --------------------------------------------------------------------------
 
 
+def _witnesses(pairs: Mapping[Pair, object]) -> tuple[int, ...]:
+    """The ranks whose probes found it (pure)."""
+    return tuple(sorted({src for src, _dst in pairs}))
+
+
 def _unprobed(snapshot: Snapshot, stuck: Stuck) -> Diagnosis:
     states = snapshot.states
     addrs = " ".join(_field(states, r, "address", "") for r in stuck.ranks[1:]).strip()
     return Diagnosis(
         kind=KIND,
         summary=_stuck_line(stuck, snapshot.taken) + "; the links were not probed yet",
-        ranks=stuck.ranks,
+        ranks=stuck.ranks, sub_kind=UNPROBED,
         hosts=tuple(dict.fromkeys(_host(states, r) for r in stuck.ranks)),
         evidence=(_stuck_line(stuck, snapshot.taken),
                   "no rank is behind and no rank skipped it: they wait on the network"),
@@ -200,9 +216,9 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     peer = _field(states, next(iter(down))[1], "address", "<peer address>")
     return Diagnosis(
         kind=KIND,
-        summary=f"link down: {words} answers on no port (dropped or unreachable) while every "
-                f"rank waits in {stuck.op} #{stuck.seq}",
-        ranks=ranks, hosts=hosts,
+        summary=f"{SUB_LABELS[LINK_DOWN]}: {words} answers on no port (dropped or "
+                f"unreachable) while every rank waits in {stuck.op} #{stuck.seq}",
+        ranks=ranks, hosts=hosts, sub_kind=LINK_DOWN, witnesses=_witnesses(down),
         evidence=_evidence(stuck, snapshot.taken, states, [p for ps in down.values()
                                                            for p in ps]),
         hint=f"on {at}: `ip -br link show {iface}` (state UP, carrier) and `ip -s link show "
@@ -247,11 +263,13 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
              for p in probes[:MAX_EVIDENCE]]
     return Diagnosis(
         kind=KIND,
-        summary=f"link down: {words} sent no heartbeat for {_age(snapshot, first):.0f} s and "
+        summary=f"{SUB_LABELS[LINK_DOWN]}: "
+                f"{words} sent no heartbeat for {_age(snapshot, first):.0f} s and "
                 f"answers on no port from rank(s) {who} (every connect dropped or "
                 f"unreachable) while its connection stays open: its link is down (or its "
                 f"host lost power)",
-        ranks=tuple(cut), hosts=hosts,
+        ranks=tuple(cut), hosts=hosts, sub_kind=LINK_DOWN,
+        witnesses=tuple(sorted({p.src_rank for p in probes})),
         evidence=(*lines, "a dead process would have closed its connection and a stopped one "
                           "would still answer; only a cut link (or a powered-off host) does "
                           "neither"),
@@ -286,10 +304,11 @@ def _drops_all(snapshot: Snapshot, stuck: Stuck,
     ages = ", ".join(f"{_age(snapshot, r):.0f} s" for r in targets[:4])
     return Diagnosis(
         kind=KIND,
-        summary=f"firewall: every new connection to {words} is dropped (all its ports time "
+        summary=f"{SUB_LABELS[FIREWALL]}: "
+                f"every new connection to {words} is dropped (all its ports time "
                 f"out), yet it published its state {ages} ago over an open connection: an "
                 f"inbound firewall rule, not a dead link",
-        ranks=tuple(targets), hosts=hosts,
+        ranks=tuple(targets), hosts=hosts, sub_kind=FIREWALL, witnesses=_witnesses(down),
         evidence=_evidence(stuck, snapshot.taken, states, [p for ps in down.values()
                                                            for p in ps]),
         hint=f"on {hosts[0]}: `nft list ruleset` / `iptables -S INPUT` shows the rule; allow the "
@@ -316,9 +335,10 @@ def _firewall(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     rules = " ".join(f"tcp dport {p} accept;" for p in ports)
     return Diagnosis(
         kind=KIND,
-        summary=f"firewall: {words} answers on its side channel but TCP port(s) {shown} are "
+        summary=f"{SUB_LABELS[FIREWALL]}: "
+                f"{words} answers on its side channel but TCP port(s) {shown} are "
                 f"{'/'.join(how)}: a firewall rule blocks the backend's connections",
-        ranks=ranks, hosts=hosts,
+        ranks=ranks, hosts=hosts, sub_kind=FIREWALL, witnesses=_witnesses(blocked),
         evidence=_evidence(stuck, snapshot.taken, states,
                            [p for ps in blocked.values() for p in ps]),
         hint=f"on {hosts[0]}: `nft list ruleset` / `iptables -S INPUT` shows the rule; allow "
@@ -343,9 +363,10 @@ def _mtu(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     iface = _field(states, first.src_rank, "interface", "<iface>")
     return Diagnosis(
         kind=KIND,
-        summary=f"MTU: {words}: connections open but full-size packets are dropped (the "
-                f"MTU differs along the path)",
-        ranks=ranks, hosts=hosts,
+        summary=f"{SUB_LABELS[MTU]}: {words}: connections open but full-size packets are "
+                f"dropped (the MTU differs along the path)",
+        ranks=ranks, hosts=hosts, sub_kind=MTU,
+        witnesses=tuple(sorted({p.src_rank for p in stalled})),
         evidence=_evidence(stuck, snapshot.taken, states, stalled),
         hint=f"compare `ip link show {iface}` (mtu) on every node and the switch; from "
              f"{_host(states, first.src_rank)}: `ping -c2 -M do -s 1472 {peer}` (1500) and "
@@ -402,9 +423,11 @@ def _slow_node(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     iface = _field(states, ranks[0], "interface", "<iface>")
     return Diagnosis(
         kind=KIND,
-        summary=f"slow link: {words} carries {worst:.3g} Gb/s where the fastest pair carries "
+        summary=f"{SUB_LABELS[SLOW_LINK]}: "
+                f"{words} carries {worst:.3g} Gb/s where the fastest pair carries "
                 f"{fastest:.3g} Gb/s",
-        ranks=ranks, hosts=hosts,
+        ranks=ranks, hosts=hosts, sub_kind=SLOW_LINK,
+        witnesses=tuple(sorted({p.src_rank for p in found.streams})),
         evidence=_evidence(stuck, snapshot.taken, states, found.streams),
         hint=f"on {hosts[0]}: `ethtool {iface}` (Speed, Duplex), `ip -s link show {iface}` "
              f"(errors, drops), `tc qdisc show dev {iface}` (a shaper?)",

@@ -369,6 +369,12 @@ class ProbeSink:
         self._sock.close()
         self._thread.join(1.0)
 
+    def forget(self) -> None:
+        """In a forked child: close this process's copy of the listener (a close, never a
+        shutdown: the parent's keeps listening); its thread is the parent's."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
     def __enter__(self) -> ProbeSink:
         return self
 

@@ -426,10 +426,20 @@ class Session:
         a peer's failure is handled is that failure caught by a wrapper (mp.spawn's child,
         a framework's ``except Exception: sys.exit(1)``): the excepthook never sees it, so
         it waits for the verdict here, as the excepthook would have."""
+        if os.getpid() != self.beacon.owner:  # a forked child's exit is not this rank's
+            return
         self.exit_error = error
         if isinstance(handling, Exception) and self.waits_for(type(handling), str(handling)):
             self.await_peer_verdict(short_error(type(handling).__name__, str(handling)),
                                     lambda: None)
+
+    def disown(self) -> None:
+        """In a forked child: announce nothing, and give back the excepthook it inherited
+        (the beacon refuses to speak there by itself: ``Beacon.owner``)."""
+        self.recorder.announce = lambda _record: None
+        self.beacon.forget_in_child()
+        if sys.excepthook == self.excepthook:
+            sys.excepthook = self.previous_hook
 
     def stop(self) -> None:
         # a job that ends while its rank still connects says goodbye once connected: else
@@ -541,6 +551,18 @@ def stop() -> None:
     session, _session = _session, None
     if session is not None:
         session.stop()
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker, a raw ``os.fork()``) is not its parent's rank:
+    it has no session, so its exit (``atexit``: :func:`stop`) says goodbye for nobody."""
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        session.disown()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def active() -> bool:

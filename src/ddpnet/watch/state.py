@@ -151,6 +151,25 @@ class LinkProbe:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+#: what a ``network`` verdict found, as data (``Diagnosis.sub_kind``): what a launcher's
+#: recovery decides by (``launch.blame``), and the label its summary begins with
+LINK_DOWN, FIREWALL, CUT_OFF, MTU, SLOW_LINK = "link-down", "firewall", "cut-off", "mtu", \
+    "slow-link"
+#: the hub's node or its link is down, as a rank cut from it alone sees it; the hub is gone or
+#: stuck; every rank waits on the network and nothing was probed yet
+HUB_UNREACHABLE, HUB_SILENT, UNPROBED = "hub-unreachable", "hub-silent", "unprobed"
+SUB_LABELS = {LINK_DOWN: "link down", FIREWALL: "firewall", CUT_OFF: "cut off", MTU: "MTU",
+              SLOW_LINK: "slow link"}
+
+
+def legacy_sub_kind(kind: str, summary: str) -> str:
+    """The sub-kind of a verdict written before verdicts carried one (a report.json of an
+    older ddpnet): its summary's label, the one place a summary's wording is read (pure)."""
+    if kind != "network":
+        return ""
+    return next((sub for sub, label in SUB_LABELS.items() if summary.startswith(label)), "")
+
+
 #: how a rank that died of a peer's failure (gloo's "Connection closed by peer") is said to
 #: have left: a victim, named after the ranks that caused it
 PEER_FAILED = "stopped by a peer's failure: "
@@ -217,6 +236,9 @@ class Snapshot:
                         {r: why for r, why in self.gone.items() if r in keep})
 
 
+_LISTS = ("ranks", "hosts", "evidence", "signals", "contradicts", "witnesses")
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """The named cause: what, where (ranks and hosts), the evidence, and the fix."""
@@ -231,16 +253,24 @@ class Diagnosis:
     #: how we know (``watch.signals``): the signals that agree, and what would contradict it
     signals: tuple[str, ...] = ()
     contradicts: tuple[str, ...] = ()
+    #: what was found within ``kind``, as data (``LINK_DOWN``, ``FIREWALL``, ...; "" for
+    #: none): ``ranks``/``hosts`` are the culprits, ``witnesses`` the ranks whose probes or
+    #: waits showed it
+    sub_kind: str = ""
+    witnesses: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = flat_fields(self)
-        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
+        for key in _LISTS:
             out[key] = list(getattr(self, key))
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("ranks", "hosts", "evidence", "signals", "contradicts"):
+        for key in _LISTS:
             values[key] = tuple(values.get(key, ()))
+        if "sub_kind" not in values:  # written before verdicts carried it
+            values["sub_kind"] = legacy_sub_kind(str(values.get("kind", "")),
+                                                 str(values.get("summary", "")))
         return cls(**values)

@@ -7,8 +7,9 @@ only in the main thread and only between bytecodes, and a rank blocked in a coll
 in C there, so the signal is learnt through Python's wakeup fd by a thread of ours: it waits
 up to ``GRACE_S`` for the verdict (the heartbeat thread exits with the verdict's code), and
 otherwise ends the process by SIGTERM as if nothing had caught it. A SIGTERM that is the
-user's intent (scancel, kill) therefore takes up to ``GRACE_S`` longer, the script running on
-meanwhile: the main thread's own handler returns at once. It must: Python runs it between any
+user's intent (scancel, kill) is told apart by the hub, which answers that no peer failed
+(``watch.termination``): the wait ends then, ~0.6 s on, the script running on meanwhile: the
+main thread's own handler returns at once. It must: Python runs it between any
 two bytecodes, inside the watch's own locks too (a collective's announcement holds the
 recorder's and the socket's), and a handler that waited there for the verdict kept the
 heartbeat thread, which reads the verdict, from the state it needs; the rank then died by

@@ -168,8 +168,8 @@ class Watchdog:
             self.key, self.since, self.began = key, now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
             self.held, self.warning, self.note = {}, None, ""
-        for rank in snapshot.gone:
-            self.gone_since.setdefault(rank, now)
+        # a rank back (it connected anew: its channel broke, it lived) is gone no more
+        self.gone_since = {r: self.gone_since.get(r, now) for r in snapshot.gone}
         if self.fired:
             return None
         if self.gone_since and now - min(self.gone_since.values()) >= self.settings.grace:

@@ -2,7 +2,9 @@
 ``DDPNET_WATCH_ATTACH=1``, attach the watch to the script's own ``init_process_group``
 (``ddpnet.watch.attach``; imports no torch), then run the ``sitecustomize`` this one shadows
 (the user's, the venv's or the system's), as ``ddtrace-run`` and ``opentelemetry-instrument``
-do. A failure here is one warning line, never a failed start."""
+do. A failure here is one warning line, never a failed start; an interpreter where ddpnet
+is not importable at all (a system Python a rank's script starts, under the ranks'
+environment) is none of the watch's and hears nothing of it."""
 
 from __future__ import annotations
 
@@ -44,6 +46,10 @@ def _chain() -> None:
 if __name__ == "sitecustomize":  # the interpreter's start-up, not a test reading the above
     try:
         _attach()
-    except Exception as exc:  # no ddpnet in this interpreter, or a broken one: start anyway
+    except ModuleNotFoundError as exc:  # no ddpnet in this interpreter: not ours to watch
+        if (exc.name or "").partition(".")[0] != "ddpnet":
+            sys.stderr.write(f"ddpnet: warning: the watch is off: {type(exc).__name__}: "
+                             f"{exc}\n")
+    except Exception as exc:  # a broken ddpnet: start anyway
         sys.stderr.write(f"ddpnet: warning: the watch is off: {type(exc).__name__}: {exc}\n")
     _chain()
