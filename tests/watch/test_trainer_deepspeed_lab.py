@@ -1,34 +1,15 @@
-"""DeepSpeed (its CPU accelerator) under the watch, unchanged (``trainers_lab``)."""
+"""DeepSpeed (its CPU accelerator) under the watch, unchanged (``trainers_lab``: healthy, stopped, killed,
+link down)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from ddpnet.lab import Lab
-from tests.lab_util import fresh_lab, requires_netns
+from tests.lab_util import requires_netns
 from tests.watch import trainers_lab
 
 pytestmark = requires_netns
 SCRIPT = "deepspeed_loop.py"
 PORT = 29861
 
-
-@pytest.fixture(scope="module")
-def lab() -> Iterator[Lab]:
-    with fresh_lab("td", nodes=2) as lab:
-        yield lab
-
-
-def test_healthy_with_validation_and_checkpoints_same_loss_unwatched(lab: Lab,
-                                                                     tmp_path: Path) -> None:
-    trainers_lab.healthy(lab, SCRIPT, PORT, tmp_path)
-
-
-@pytest.mark.parametrize("fault", ["stop", "kill", "link-down"])
-def test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out(
-        lab: Lab, tmp_path: Path, fault: str) -> None:
-    trainers_lab.faulty(lab, SCRIPT, PORT + 2 + ["stop", "kill", "link-down"].index(fault),
-                        tmp_path, fault)
+(lab, test_healthy_with_validation_and_checkpoints_same_loss_unwatched,
+ test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out) = \
+    trainers_lab.matrix(SCRIPT, "td", PORT)

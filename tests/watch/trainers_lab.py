@@ -18,10 +18,14 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ddpnet.lab import Lab
+from tests.lab_util import fresh_lab
 from tests.watch.lab_watch import PREFIX, Watcher, report
 
 TRAINERS = Path(__file__).with_name("trainers")
@@ -143,3 +147,29 @@ def faulty(lab: Lab, script: str, port: int, tmp: Path, fault: str) -> None:
     for node, at in watcher.exits.items():
         start = watcher.resumed if node == FAULTY and fault == "stop" else verdict_at
         assert start is not None and at - start < OUT_S, (node, watcher.tail())
+
+
+FAULTS = ("stop", "kill", "link-down")
+
+
+def matrix(script: str, prefix: str, port: int
+           ) -> tuple[Callable[..., Any], Callable[..., None], Callable[..., None]]:
+    """One trainer's lab fixture and tests, for its module to bind as ``lab``,
+    ``test_healthy...`` and ``test_a_fault...`` (ports from ``port``: 2 healthy, 3 faults)."""
+
+    @pytest.fixture(scope="module")
+    def lab() -> Iterator[Lab]:
+        with fresh_lab(prefix, nodes=2) as lab:
+            yield lab
+
+    def test_healthy_with_validation_and_checkpoints_same_loss_unwatched(
+            lab: Lab, tmp_path: Path) -> None:
+        healthy(lab, script, port, tmp_path)
+
+    @pytest.mark.parametrize("fault", FAULTS)
+    def test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out(
+            lab: Lab, tmp_path: Path, fault: str) -> None:
+        faulty(lab, script, port + 2 + FAULTS.index(fault), tmp_path, fault)
+
+    return (lab, test_healthy_with_validation_and_checkpoints_same_loss_unwatched,
+            test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out)

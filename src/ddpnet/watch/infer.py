@@ -38,7 +38,6 @@ hook that fails turns inference off with one warning line and never raises into 
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -63,7 +62,10 @@ class Inferrer:
         #: bound once: an import in a hook costs more than the hook
         self.compiling: Callable[[], bool] = is_compiling
         self.grad_enabled: Callable[[], bool] = torch.is_grad_enabled
-        self.on = True
+        #: a failure of a hook turns them all off, said once (``watch.patches``)
+        self.guard = patches.Warns("steps and phases are no longer inferred",
+                                   "mark them with ddpnet.step(n) and ddpnet.phase(name)",
+                                   unwatched=False)
         self.step = -1
         #: an optimizer stepped since the step began; which ones (by id)
         self.pending = False
@@ -154,15 +156,18 @@ class Inferrer:
 
     # -- torch's hooks (never raise) ------------------------------------------------------
 
-    def fail(self, exc: BaseException) -> None:
-        from ddpnet.errors import short_error
+    @property
+    def on(self) -> bool:
+        """Whether the hooks work (off after a failure of theirs, or once the user marks
+        both steps and phases)."""
+        return self.guard.on
 
-        if not self.on:
-            return
-        self.on = False
-        sys.stderr.write(f"ddpnet: warning: watch: steps and phases are no longer inferred "
-                         f"({short_error(type(exc).__name__, str(exc))}); hint: mark them "
-                         f"with ddpnet.step(n) and ddpnet.phase(name)\n")
+    @on.setter
+    def on(self, value: bool) -> None:
+        self.guard.on = value
+
+    def fail(self, exc: BaseException) -> None:
+        self.guard.fail(exc)
 
     def on_optimizer_pre(self, optimizer: object, _args: object, _kwargs: object) -> None:
         if self.on:

@@ -111,11 +111,13 @@ class Guard(Protocol):
 
 
 class Warns:
-    """A :class:`Guard` that turns its hooks off at the first failure and says so once."""
+    """A :class:`Guard` that turns its hooks off at the first failure and says so once
+    (``unwatched``: adding that the job runs on as if unwatched there)."""
 
-    def __init__(self, lost: str, hint: str) -> None:
+    def __init__(self, lost: str, hint: str, unwatched: bool = True) -> None:
         self.on = True
         self.lost, self.hint = lost, hint
+        self.then = "the job runs on as if unwatched there; " if unwatched else ""
 
     def fail(self, exc: BaseException) -> None:
         from ddpnet.errors import short_error
@@ -124,8 +126,8 @@ class Warns:
             return
         self.on = False
         sys.stderr.write(f"ddpnet: warning: watch: {self.lost} "
-                         f"({short_error(type(exc).__name__, str(exc))}); the job runs on "
-                         f"as if unwatched there; hint: {self.hint}\n")
+                         f"({short_error(type(exc).__name__, str(exc))}); {self.then}"
+                         f"hint: {self.hint}\n")
 
 
 class Patched(wrapt.FunctionWrapper[Any, Any]):
