@@ -53,6 +53,10 @@ def due(fullname: str, argv: Sequence[str], said: frozenset[str] = frozenset()
     return None
 
 
+#: the imports a note is for (the finder's one look at every other import)
+_MODULES = frozenset(note.module for note in NOTES)
+
+
 class _NoteFinder(MetaPathFinder):
     """Finds nothing: says a framework's note the first time it is imported."""
 
@@ -61,6 +65,8 @@ class _NoteFinder(MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname not in _MODULES:  # every import of the process passes here
+            return None
         note = due(fullname, sys.argv, frozenset(self.said))
         if note is not None:
             self.said.add(note.module)
