@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,25 +72,35 @@ def _until_nodes(lab: Lab, head: str, count: int) -> None:
     raise AssertionError(f"the Ray cluster did not reach {count} nodes: {done.stderr[-2000:]}")
 
 
-class RayWatcher(Watcher):
-    """Reads the workers' lines from the driver's output (Ray's prefix off), by their rank."""
+@dataclass
+class RayWatcher(trainers_lab.Cutter):
+    """Reads the workers' lines from the driver's output (Ray's prefix off), by their rank;
+    each rank's host from its ``watched`` line: a cut is of rank 1's node, wherever Ray put
+    it."""
 
-    ranks: dict[int, int]
+    #: Ray worker pid -> rank, rank -> host
+    ranks: dict[int, int] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+
+    def cut_node(self) -> int:
+        return _node_of(self.lab, self.hosts[1])
 
     def on_line(self, node: Any, stream: str, raw: str) -> None:
         found = WORKER.match(raw)
         line = WORKER.sub("", raw)
-        if not hasattr(self, "ranks"):
-            self.ranks = {}
-        if found and line.startswith("step "):
-            self.ranks[int(found.group(1))] = int(line.split()[3])
+        if found and line.startswith(("step ", "watched ")):  # ... rank R [host H]
+            words = line.split()
+            self.ranks[int(found.group(1))] = int(words[3])
+            if words[0] == "watched":
+                self.hosts[int(words[3])] = words[5]
         rank = self.ranks.get(int(found.group(1)), node.index) if found else node.index
         super().on_line(self.lab.nodes[rank] if rank < len(self.lab.nodes) else node,
                         stream, line)
 
 
 def _run(lab: Lab, tmp: Path, watcher: Watcher, **env: str) -> Any:
-    results = lab.run([sys.executable, SCRIPT], nodes=[0], timeout=300, on_line=watcher.on_line,
+    results = lab.run([sys.executable, SCRIPT], nodes=[0], timeout=300,
+                      on_line=watcher.on_line,
                       env={**QUIET, "RAY_ADDRESS": f"{lab.nodes[0].address}:{PORT}",
                            "PYTHONPATH": trainers_lab.SRC, "CKPT_DIR": str(tmp / "ckpt"),
                            "DDPNET_WATCH_DIR": str(tmp), **env})
@@ -129,30 +140,15 @@ def test_a_fault_is_named_with_rank_and_host_and_every_rank_is_out(
     timer = threading.Timer(150, watcher.resume_if_never_named)
     timer.start()
     cut = fault == "link-down"
-    hosts: dict[int, str] = {}
-
-    def on_line(node: Any, stream: str, raw: str) -> None:
-        line = WORKER.sub("", raw)
-        if line.startswith("watched "):  # watched True rank R host H
-            hosts[int(line.split()[3])] = line.split()[5]
-        if cut and line.startswith("fault cut ") and not watcher.cutting:
-            watcher.cutting, watcher.link_down = True, _node_of(lab, hosts[1])
-            threading.Thread(target=watcher.cut, daemon=True).start()
-        watcher.on_line(node, stream, raw)
-
     try:
-        result = lab.run([sys.executable, SCRIPT], nodes=[0], timeout=300, on_line=on_line,
-                         env={**QUIET, "RAY_ADDRESS": f"{lab.nodes[0].address}:{PORT}",
-                              "PYTHONPATH": trainers_lab.SRC, "CKPT_DIR": str(tmp_path / "c"),
-                              "DDPNET_WATCH_DIR": str(tmp_path), "STEPS": "2000",
-                              "STEP_S": "0.01", "FAULT_STEP": "40",
-                              "FAULT_AFTER_S": str(trainers_lab.FAULT_AFTER_S),
-                              "FAULT": "cut" if cut else fault,
-                              "FAULT_RANK": "0" if cut else "1"})[0]
+        result = _run(lab, tmp_path, watcher, STEPS="2000", STEP_S="0.01", FAULT_STEP="40",
+                      FAULT_AFTER_S=str(trainers_lab.FAULT_AFTER_S),
+                      FAULT="cut" if cut else fault, FAULT_RANK="0" if cut else "1")
     finally:
         timer.cancel()
-        if cut:
-            lab.clear(_node_of(lab, hosts[1]))
+        if cut and watcher.link_down is not None:
+            lab.clear(watcher.link_down)
+    hosts = watcher.hosts
     assert result.returncode == 1 and "failed " in result.stdout, result.stdout[-2000:]
     if fault == "kill":
         _named_by_ray(lab, result, hosts[1], tmp_path)

@@ -43,12 +43,16 @@ LOSS = re.compile(r"^loss (\S+)$")
 
 
 class Cutter(Watcher):
-    """Cuts node 1's link when rank 0 says ``fault cut`` (its step count and time reached)."""
+    """Cuts the link of rank 1's node (:meth:`cut_node`) when rank 0 says ``fault cut`` (its
+    step count and time reached)."""
+
+    def cut_node(self) -> int:
+        return 1
 
     def on_line(self, node: Any, stream: str, raw: str) -> None:
         super().on_line(node, stream, raw)
         if PREFIX.sub("", raw).startswith("fault cut ") and not self.cutting:
-            self.cutting, self.link_down = True, 1
+            self.cutting, self.link_down = True, self.cut_node()
             threading.Thread(target=self.cut, daemon=True).start()
 
 
