@@ -118,7 +118,8 @@ def test_install_imports_no_torch_and_patches_on_first_import() -> None:
         "import sys\n"
         "from ddpnet.watch import attach\n"
         "attach.install()\n"
-        "print('torch' in sys.modules)\n"
+        "from ddpnet.watch import settle\n"
+        "print('torch' in sys.modules, settle._registered == [True])\n"
         "import torch.distributed as dist\n"
         "c10d = dist.distributed_c10d\n"
         "from ddpnet.watch.patches import is_patched\n"
@@ -126,7 +127,7 @@ def test_install_imports_no_torch_and_patches_on_first_import() -> None:
         "      dist.init_process_group is c10d.init_process_group,\n"
         "      type(dist.__spec__.loader).__name__ != '_PatchingLoader',\n"
         "      any(type(f).__name__ == '_Finder' for f in sys.meta_path))\n")
-    assert out.split() == ["False", "True", "True", "True", "False"]
+    assert out.split() == ["False", "True", "True", "True", "True", "False"]
 
 
 @pytest.mark.slow  # a Python that imports torch

@@ -255,8 +255,9 @@ def install() -> None:
     """Wrap ``init_process_group`` now if ``torch.distributed`` is loaded, else when it is
     first imported (torch is not imported here); say what a framework's own process model
     hides from the watch when the script imports it (``watch.frameworks``)."""
-    from ddpnet.watch import frameworks
+    from ddpnet.watch import frameworks, settle
 
+    settle.register()  # before the script's own handlers: it runs after them at exit
     frameworks.install()
     if "torch.distributed.distributed_c10d" in sys.modules:
         patch()

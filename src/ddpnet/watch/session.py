@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from ddpnet.config import DistConfig
 from ddpnet.errors import ConfigError, short_error
-from ddpnet.watch import exitnote, termguard
+from ddpnet.watch import exitnote, settle, termguard
 from ddpnet.watch.dump import watch_dir
 from ddpnet.watch.heartbeat import Beacon
 from ddpnet.watch.recorder import FR_ENTRIES, Recorder
@@ -517,6 +517,7 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     sys.excepthook = session.excepthook
     if session.verdict_wait > 0:
         session.unguard = termguard.install(beacon.verdict_within)
+    settle.register()  # first, if the boot did not: it runs after stop
     atexit.register(stop)
     session.connecting = threading.Thread(target=_connect, name="ddpnet-watch-connect",
                                           args=(session, cfg, wc, spawned, hub_address),
