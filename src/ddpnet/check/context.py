@@ -103,6 +103,8 @@ class Findings:
     stages: dict[str, str] = field(default_factory=dict)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the mesh's round trips, ``(prober, peer) -> ms``
+    rtt: dict[tuple[int, int], float] = field(default_factory=dict)
 
     #: rank -> label, for the roster it was built from (its identity and length)
     _labels: tuple[int, int, dict[int, str]] | None = field(default=None, repr=False,

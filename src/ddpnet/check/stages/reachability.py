@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ddpnet.check import loss, mesh, nat, paths, pmtu, tournament
+from ddpnet.check import latency, loss, mesh, nat, paths, pmtu, tournament
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.stages import pathmtu
 
@@ -259,6 +259,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, sampled is not None)
+    round_trips(found, rows, sampled is None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
@@ -349,6 +350,14 @@ def ring_note(links: Mapping[tuple[int, int], float]) -> str:
             f"{statistics.median(values):.3f} Gb/s, slowest {values[0]:.3f} (a screen for a "
             "slow node: a short stream reads a 100 Gb/s link low); --matrix measures every "
             "pair")
+
+
+def round_trips(found: Findings, rows: Mapping[int, Any], every_pair: bool) -> None:
+    """Rank 0: every probe's round trip, and the N x N matrix of them for the report (every
+    pair probed)."""
+    found.rtt = latency.rtt_pairs(rows, found.world)
+    if every_pair:
+        found.extra["rtt_ms"] = latency.rtt_matrix(found.rtt, found.world)
 
 
 def ring_links(rows: Mapping[int, Any]) -> dict[tuple[int, int], float]:
