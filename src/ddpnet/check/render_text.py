@@ -198,7 +198,7 @@ def _link_cell(report: CheckReport, i: int, j: int, marked: set[tuple[int, int]]
 
 
 #: the causes whose ranks the link matrix marks
-_LINK_CAUSES = ("slow-link", "slow-node")
+_LINK_CAUSES = ("slow-link", "slow-node", "high-latency")
 
 
 def _bandwidth(report: CheckReport, console: Any) -> None:

@@ -259,7 +259,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, sampled is not None)
-    round_trips(found, rows, sampled is None)
+    round_trips(found, rows, peers, sampled is None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
@@ -296,7 +296,11 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     go = not failing and not lost and not _blocking(found)
     judge_loss(found, rows)
     links = ring_links(rows) if not opts.matrix_on(world) else {}  # else: the tournament
-    found.causes.extend(tournament.ring_slow_nodes(links, found.labels))
+    found.rates = dict(links)
+    # a ring link slow because of its round trip is high-latency's (judged at the end)
+    latent = found.latency.explained() if found.latency is not None else frozenset()
+    found.causes.extend(tournament.ring_slow_nodes(
+        {p: v for p, v in links.items() if p not in latent}, found.labels))
     if links:
         found.extra["notes"] = (*found.extra.get("notes", ()), ring_note(links))
     ctx.store.set("stage/pg", {"go": go})
@@ -352,12 +356,15 @@ def ring_note(links: Mapping[tuple[int, int], float]) -> str:
             "pair")
 
 
-def round_trips(found: Findings, rows: Mapping[int, Any], every_pair: bool) -> None:
-    """Rank 0: every probe's round trip, and the N x N matrix of them for the report (every
-    pair probed)."""
+def round_trips(found: Findings, rows: Mapping[int, Any],
+                peers: Sequence[Sequence[Any] | None], every_pair: bool) -> None:
+    """Rank 0: every probe's round trip, the N x N matrix of them for the report (every
+    pair probed), and what they name (``check.latency.find``; judged once the bandwidth is
+    in, ``stages.latency``)."""
     found.rtt = latency.rtt_pairs(rows, found.world)
     if every_pair:
         found.extra["rtt_ms"] = latency.rtt_matrix(found.rtt, found.world)
+    found.latency = latency.find(found.rtt, [str(p[0]) if p else None for p in peers])
 
 
 def ring_links(rows: Mapping[int, Any]) -> dict[tuple[int, int], float]:
