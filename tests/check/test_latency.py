@@ -70,6 +70,29 @@ def test_two_sites_name_the_links_between_them_not_a_node() -> None:
     assert [(i, j) for i, j, _ in found.links] == [(0, 2), (0, 3), (1, 2), (1, 3)]
 
 
+def test_a_pair_timed_one_way_only_is_not_judged() -> None:
+    # a sampled mesh probes most pairs one way: one probe queued behind a stream would do
+    one_way = {p: v for p, v in _delayed(2).items() if p[0] < p[1]}
+    assert latency.find(one_way, ADDRESSES) is None
+
+
+def test_a_rate_limited_node_whose_queue_slowed_the_probes_stays_slow_node() -> None:
+    # node 3 at 100 Mbit/s, its probes met a ring stream in its 50 ms tbf queue both ways:
+    # 0.09 Gb/s is far below the 0.42 Gb/s a 2 MiB window allows at 40 ms, so the round
+    # trip does not explain its links
+    found = latency.find(_delayed(3), ADDRESSES)
+    assert found is not None and [n.rank for n in found.nodes] == [3]
+    windows = {r: Window.of(DEFAULT) for r in range(4)}
+    assert latency.consistent(found, _rates({3: 0.09}), windows) is None
+    # the delayed node's 0.44 Gb/s is what the window allows: kept
+    delayed = latency.find(_delayed(2), ADDRESSES)
+    assert latency.consistent(delayed, _rates({2: 0.44}), windows) == delayed
+    # the window unread, or the links unmeasured: nothing to tell them apart, kept
+    assert latency.consistent(found, _rates({3: 0.09}), {}) == found
+    assert latency.consistent(found, {}, windows) == found
+    assert latency.consistent(None, {}, windows) is None
+
+
 def test_two_hosts_or_one_host_are_not_judged() -> None:
     assert latency.find({(0, 1): 40.0, (1, 0): 40.0}, ADDRESSES[:2]) is None
     # ranks of one host talk over loopback: no round trip of a network to judge
@@ -103,7 +126,9 @@ def test_the_labs_delayed_node_is_window_limited_and_fails_with_tunes_fix() -> N
     t = latency.throughput([(2, j, m) for j, m in found.nodes[0].pairs], _rates({2: 0.44}),
                            found.explained(), windows)
     assert t.bdp_bytes is not None and 4.6e6 < t.bdp_bytes < 4.8e6
-    assert t.window_bytes == 2097152 and t.window_limited and t.short and t.fails
+    assert t.window_bytes == 2097152 and t.window_limited and t.short and t.explained
+    # 2 MiB per 40.4 ms: 0.42 Gb/s, what the delayed node's links carry
+    assert t.allowed_gbps is not None and 0.40 < t.allowed_gbps < 0.43
     assert t.tight == (0, 1, 2, 3)
     assert "ddpnet tune --cluster-subnet 198.18.0.0/24 --profile guide --apply" in cause.fix
     assert "net.ipv4.tcp_wmem='4096 65536 16777216'" in cause.fix

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpnet.check import mesh
@@ -32,6 +32,10 @@ FACTOR, FLOOR_MS = 4.0, 2.0
 #: the share of a TCP buffer limit a flow gets in flight: the kernel charges its own
 #: per-packet overhead against it and advertises about half the receive buffer as window
 WINDOW_SHARE = 0.5
+#: a finding explains its links when they carry at least this share of what TCP's window
+#: allows at its round trip; well below it something else limits them (a rate limit whose
+#: queue a stream had filled when the probe met it): slow-node's, not high-latency's
+EXPLAINED = 0.5
 #: the sysctls that bound a flow's window (autotuning: the third field of tcp_rmem/tcp_wmem)
 #: and what a socket may ask for itself (gloo and NCCL do not ask)
 WINDOW_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.rmem_max",
@@ -59,9 +63,9 @@ class HighNode:
     rank: int
     pairs: tuple[tuple[int, float], ...]
 
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(ms for _, ms in self.pairs)
+    def triples(self) -> list[tuple[int, int, float]]:
+        """Its pairs as ``(rank, peer, ms)``."""
+        return [(self.rank, j, ms) for j, ms in self.pairs]
 
 
 @dataclass(frozen=True)
@@ -88,16 +92,17 @@ def _limit(ref: float) -> float:
 
 
 def undirected(rtt: Mapping[Pair, float], addresses: Sequence[str | None]) -> dict[Pair, float]:
-    """``(low, high) -> ms``: the faster direction of each pair that crosses a NIC (a
-    moment's queueing slows one probe, not both; ranks of one host talk over loopback)."""
+    """``(low, high) -> ms``: the faster direction of each pair that crosses a NIC and was
+    timed both ways (two probes at two moments: a moment's queueing, a loaded host, slows
+    one of them, a delay both; ranks of one host talk over loopback)."""
     out: dict[Pair, float] = {}
     for (i, j), ms in rtt.items():
+        back = rtt.get((j, i))
         a = addresses[i] if i < len(addresses) else None
         b = addresses[j] if j < len(addresses) else None
-        if a is None or b is None or same_host(a, b):
-            continue
-        key = (min(i, j), max(i, j))
-        out[key] = min(ms, out.get(key, ms))
+        if i < j and back is not None and a is not None and b is not None \
+                and not same_host(a, b):
+            out[(i, j)] = min(ms, back)
     return out
 
 
@@ -112,8 +117,8 @@ def _nearest(pairs: Mapping[Pair, float]) -> dict[int, float]:
 
 def find(rtt: Mapping[Pair, float], addresses: Sequence[str | None]) -> Latency | None:
     """The nodes and links whose round trips are high against the others' (pure,
-    O(pairs log pairs)); None when nothing is, or fewer than 3 hosts were measured (two
-    hosts have one pair: nothing to compare it with).
+    O(pairs log pairs)); None when nothing is, or fewer than 3 hosts were measured both
+    ways (two hosts have one pair: nothing to compare it with).
 
     A node whose fastest pair is high against the fastest pair of all is a candidate; the
     baseline is the other nodes' median round trip to their nearest peer (so two delayed
@@ -188,8 +193,8 @@ class Throughput:
     """What a latency finding means for bandwidth: the rate the other links carry (Gb/s,
     median; None unmeasured), the finding's own links measured, whether they fall short
     (below SLOW_FRACTION of it), the bandwidth-delay product at that rate and the
-    smallest window on its pairs (bytes), and the ranks whose limits are below what the
-    product needs."""
+    smallest window on its pairs (bytes), the ranks whose limits are below what the
+    product needs, and the round trip it was worked out at (the pairs' median, ms)."""
 
     rate_gbps: float | None
     mine_gbps: tuple[float, ...]
@@ -197,6 +202,7 @@ class Throughput:
     bdp_bytes: int | None
     window_bytes: int | None
     tight: tuple[int, ...]
+    rtt_ms: float
 
     @property
     def window_limited(self) -> bool:
@@ -204,23 +210,33 @@ class Throughput:
                 and self.bdp_bytes > self.window_bytes)
 
     @property
-    def fails(self) -> bool:
-        """Its links measured short, or unmeasured and capped below the rate by the
-        window; a latency the links carry at full rate is a warning (each collective
-        still waits it)."""
-        return self.short or (not self.mine_gbps and self.window_limited)
+    def allowed_gbps(self) -> float | None:
+        """What TCP carries at this round trip: a window per round trip, at most what the
+        other links carry (None: the window unread)."""
+        if self.window_bytes is None:
+            return None
+        cap = self.window_bytes * 8 / (self.rtt_ms / 1000) / 1e9
+        return cap if self.rate_gbps is None else min(cap, self.rate_gbps)
+
+    @property
+    def explained(self) -> bool:
+        """The round trip explains what its links carry: unmeasured, the window unread, or
+        at least EXPLAINED x what the window allows at that round trip."""
+        allowed = self.allowed_gbps
+        return (not self.mine_gbps or allowed is None
+                or statistics.median(self.mine_gbps) >= EXPLAINED * allowed)
 
 
 def throughput(pairs: Sequence[tuple[int, int, float]], rates: Mapping[Pair, float],
                explained: frozenset[Pair], windows: Mapping[int, Window]) -> Throughput:
     """Throughput of the pairs ``(i, j, ms)`` of one finding (pure): their measured rates
-    against the links no latency explains, the product of that rate and their slowest
+    against the links no latency explains, the product of that rate and their median
     round trip against their smallest window."""
     directed = [(a, b) for i, j, _ in pairs for a, b in ((i, j), (j, i))]
     mine = tuple(rates[p] for p in directed if p in rates)
     rest = [v for p, v in rates.items() if p not in explained]
     rate = statistics.median(rest) if rest else None
-    ms = max(m for _, _, m in pairs)
+    ms = statistics.median(m for _, _, m in pairs)
     bdp = int(rate * 1e9 / 8 * ms / 1000) if rate is not None else None
     flights = [f for a, b in directed
                if (f := in_flight(windows.get(a, Window()), windows.get(b, Window()))) is not None]
@@ -230,7 +246,25 @@ def throughput(pairs: Sequence[tuple[int, int, float]], rates: Mapping[Pair, flo
         v is not None and v * WINDOW_SHARE < bdp
         for v in (windows.get(r, Window()).tcp_rmem, windows.get(r, Window()).tcp_wmem)))
     short = rate is not None and bool(mine) and statistics.median(mine) < SLOW_FRACTION * rate
-    return Throughput(rate, mine, short, bdp, window, tight)
+    return Throughput(rate, mine, short, bdp, window, tight, ms)
+
+
+def consistent(found: Latency | None, rates: Mapping[Pair, float],
+               windows: Mapping[int, Window]) -> Latency | None:
+    """The finding less the nodes and links whose measured links carry well below what
+    the window allows at their round trip (pure): a rate-limited node whose queue a
+    stream had filled when a probe met it has high round trips too, and stays slow-node.
+    None when nothing is left."""
+    if found is None:
+        return None
+    explained = found.explained()
+    nodes = tuple(n for n in found.nodes
+                  if throughput(n.triples(), rates, explained, windows).explained)
+    links = tuple(link for link in found.links
+                  if throughput([link], rates, explained, windows).explained)
+    if not nodes and not links:
+        return None
+    return replace(found, nodes=nodes, links=links)
 
 
 def tier_for_bdp(bdp_bytes: int) -> Tier:
@@ -329,11 +363,11 @@ def node_cause(node: HighNode, found: Latency, t: Throughput, where: Where,
     """``high-latency`` for a node every round trip through which is high (pure)."""
     r, labels = node.rank, where.labels
     ms = [m for _, m in node.pairs]
-    pairs = [(r, j, m) for j, m in node.pairs]
+    pairs = node.triples()
     peer = min(node.pairs, key=lambda p: p[1])[0]
     why = (": TCP's window caps each flow at that round trip" if t.window_limited else "")
     return Cause(
-        id="high-latency", stage=stage, severity="fail" if t.fails else "warn",
+        id="high-latency", stage=stage, severity="fail" if t.short else "warn",
         hosts=(labels[r],), ranks=(r,),
         detail=f"every round trip through rank {r} on {labels[r]} takes {_span(ms, 1)} ms "
                "while the other nodes reach their nearest peer in "
@@ -361,7 +395,7 @@ def links_cause(found: Latency, t: Throughput, where: Where, windows: Mapping[in
     ranks = sorted({r for i, j, _ in links for r in (i, j)})
     i, j, ms = max(links, key=lambda link: link[2])
     return Cause(
-        id="high-latency", stage=stage, severity="fail" if t.fails else "warn",
+        id="high-latency", stage=stage, severity="fail" if t.short else "warn",
         hosts=tuple(labels[r] for r in ranks), ranks=tuple(ranks),
         detail="round trips above " f"{found.limit_ms:.2f} ms (the nodes' nearest peer: "
                f"{found.baseline_ms:.2f} ms, median): "
@@ -381,9 +415,8 @@ def causes(found: Latency, rates: Mapping[Pair, float], windows: Mapping[int, Wi
            where: Where, stage: str) -> list[Cause]:
     """Every ``high-latency`` cause of a finding (pure): one per node, one for the links."""
     explained = found.explained()
-    out = [node_cause(n, found, throughput([(n.rank, j, m) for j, m in n.pairs], rates,
-                                           explained, windows), where, windows, stage)
-           for n in found.nodes]
+    out = [node_cause(n, found, throughput(n.triples(), rates, explained, windows), where,
+                      windows, stage) for n in found.nodes]
     if found.links:
         out.append(links_cause(found, throughput(found.links, rates, explained, windows),
                                where, windows, stage))

@@ -9,7 +9,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import tournament
+from ddpnet.check import latency, tournament
 from ddpnet.check.causes import Cause
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.store import StageTimeout
@@ -91,6 +91,7 @@ def _judge(found: Findings, gbps: Matrix) -> list[Cause]:
         found.extra["notes"] = (*found.extra.get("notes", ()), note)
     found.rates = {(i, j): v for i, row in enumerate(judged) for j, v in enumerate(row)
                    if v is not None}
+    found.latency = latency.consistent(found.latency, found.rates, found.windows)
     return tournament.analyze(without(judged, found.latency.explained()
                                       if found.latency is not None else frozenset()),
                               found.labels)

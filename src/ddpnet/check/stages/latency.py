@@ -35,9 +35,8 @@ def judge(found: Findings, got: Mapping[int, Mapping[str, Any]]) -> None:
     if found.latency is None:
         return
     stage = "bandwidth" if "bandwidth" in found.stages else "reachability"
-    windows = {r: latency.Window.of(facts) for r, facts in got.items()}
-    named = latency.causes(found.latency, healthy_rates(found), windows, where(found, got),
-                           stage)
+    named = latency.causes(found.latency, healthy_rates(found), found.windows,
+                           where(found, got), stage)
     found.causes.extend(named)
     if any(c.severity == "fail" for c in named):
         found.stages[stage] = "fail"

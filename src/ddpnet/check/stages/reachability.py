@@ -259,7 +259,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, sampled is not None)
-    round_trips(found, rows, peers, sampled is None)
+    round_trips(found, rows, got, peers, sampled is None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
@@ -298,6 +298,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     links = ring_links(rows) if not opts.matrix_on(world) else {}  # else: the tournament
     found.rates = dict(links)
     # a ring link slow because of its round trip is high-latency's (judged at the end)
+    found.latency = latency.consistent(found.latency, links, found.windows)
     latent = found.latency.explained() if found.latency is not None else frozenset()
     found.causes.extend(tournament.ring_slow_nodes(
         {p: v for p, v in links.items() if p not in latent}, found.labels))
@@ -356,14 +357,17 @@ def ring_note(links: Mapping[tuple[int, int], float]) -> str:
             "pair")
 
 
-def round_trips(found: Findings, rows: Mapping[int, Any],
+def round_trips(found: Findings, rows: Mapping[int, Any], got: Mapping[int, Mapping[str, Any]],
                 peers: Sequence[Sequence[Any] | None], every_pair: bool) -> None:
-    """Rank 0: every probe's round trip, the N x N matrix of them for the report (every
-    pair probed), and what they name (``check.latency.find``; judged once the bandwidth is
-    in, ``stages.latency``)."""
+    """Rank 0: every probe's round trip; with every pair probed, the N x N matrix of them
+    for the report and what they name (``check.latency.find``, against every host's TCP
+    windows; judged once the bandwidth is in, ``stages.latency``). A sampled mesh times
+    most pairs one way only, while other hosts' ring streams already run: not judged."""
     found.rtt = latency.rtt_pairs(rows, found.world)
-    if every_pair:
-        found.extra["rtt_ms"] = latency.rtt_matrix(found.rtt, found.world)
+    if not every_pair:
+        return
+    found.extra["rtt_ms"] = latency.rtt_matrix(found.rtt, found.world)
+    found.windows = {r: latency.Window.of(facts) for r, facts in got.items()}
     found.latency = latency.find(found.rtt, [str(p[0]) if p else None for p in peers])
 
 
