@@ -117,8 +117,8 @@ def _nearest(pairs: Mapping[Pair, float]) -> dict[int, float]:
 
 def find(rtt: Mapping[Pair, float], addresses: Sequence[str | None]) -> Latency | None:
     """The nodes and links whose round trips are high against the others' (pure,
-    O(pairs log pairs)); None when nothing is, or fewer than 3 hosts were measured both
-    ways (two hosts have one pair: nothing to compare it with).
+    O(pairs log pairs)); None when nothing is, or fewer than 3 ranks have pairs timed both
+    ways across a NIC (two hosts have one pair: nothing to compare it with).
 
     A node whose fastest pair is high against the fastest pair of all is a candidate; the
     baseline is the other nodes' median round trip to their nearest peer (so two delayed
