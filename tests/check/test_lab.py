@@ -3,6 +3,7 @@ and every cause injected with lab faults or per-node environments."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,6 +138,37 @@ def test_slow_node_named(clean: Lab) -> None:
     assert cause["ranks"] == [3] and _host(clean, 3) in cause["hosts"][0]
     bw = report["bandwidth_gbps"]
     assert all(bw[3][j] < 0.15 for j in range(3)), bw
+    # a rate limit adds no round trip to an idle link: not high-latency (issue 57)
+    assert not [c for c in report["causes"] if c["id"] == "high-latency"], report["causes"]
+
+
+def test_a_delayed_node_is_high_latency_and_a_rate_limited_one_still_slow_node(
+        clean: Lab) -> None:
+    # one run, both faults (issue 57): node 2 behind a 40 ms delay (netem, else the lab's
+    # delay line), node 3 shaped to 100 Mbit/s; the delay was named slow-node before
+    clean.fault("delay", 2, ms=40)
+    clean.fault("rate", 3, rate="100mbit")
+    runs = run_check(clean, [*FAST, "--matrix"])
+    assert runs[0].returncode == 1, _diag(runs)
+    report = runs[0].json()
+    latent = _cause(report, "high-latency")
+    assert latent["ranks"] == [2] and _host(clean, 2) in latent["hosts"][0], latent
+    assert any("ms round trip" in e for e in latent["evidence"]), latent
+    assert "tc qdisc show dev eth0" in latent["fix"], latent
+    # the shaped node keeps a normal round trip: slow-node, not high-latency
+    assert _cause(report, "slow-node")["ranks"] == [3]
+    assert [c["ranks"] for c in report["causes"] if c["id"] == "high-latency"] == [[2]]
+    # the round trips shown: ~40 ms each way through node 2 (a busy delay line adds some);
+    # elsewhere well under a millisecond, the faster way of each pair (a connect queued
+    # behind a ring stream in the shaped node's 50 ms tbf queue: one way, not both)
+    rtt = report["rtt_ms"]
+    for i, j in itertools.combinations(range(4), 2):
+        if 2 in (i, j):
+            assert 35 <= rtt[i][j] <= 400 and 35 <= rtt[j][i] <= 400, rtt
+        else:
+            assert min(rtt[i][j], rtt[j][i]) < 10, rtt
+    print(f"time to verdict: {max(r.seconds for r in runs.values()):.1f} s; "
+          f"bandwidth {report['bandwidth_gbps']}; high-latency: {latent['detail']}")
 
 
 def test_hostname_loopback_with_loopback_interface(clean: Lab) -> None:

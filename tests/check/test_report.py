@@ -39,6 +39,9 @@ def _failing_report() -> CheckReport:
                                  for j in range(4)) for i in range(4)),
         bandwidth_gbps=tuple(tuple(None if i == j else (0.09 if i == 3 else 0.94)
                                    for j in range(4)) for i in range(4)),
+        # the mesh's round trips, ms: node 1 behind a 40 ms delay
+        rtt_ms=tuple(tuple(None if i == j else (40.31 if 1 in (i, j) else 0.05)
+                           for j in range(4)) for i in range(4)),
         allreduce={"ok": True, "ranks_ok": 4, "backend": "gloo"},
         timings={"rendezvous": 0.5, "total": 4.2},
         stages={"rendezvous": "pass", "reachability": "fail"},
@@ -48,7 +51,8 @@ def _failing_report() -> CheckReport:
 def test_json_schema_and_root_cause_first() -> None:
     data = json.loads(json.dumps(_failing_report().to_dict()))
     assert set(data) >= {"verdict", "causes", "nodes", "reachability", "bandwidth_gbps",
-                         "allreduce", "timings"}
+                         "rtt_ms", "allreduce", "timings"}
+    assert data["rtt_ms"][0][1] == 40.31 and data["rtt_ms"][2][2] is None
     assert data["verdict"] == "fail"
     # the earliest failing layer first (reachability before bandwidth), warnings last
     assert [c["id"] for c in data["causes"]] == ["peer-port-blocked", "slow-node",
@@ -73,6 +77,9 @@ def test_text_report_leads_with_the_root_cause() -> None:
     assert text.index("FAIL") < text.index("ROOT CAUSE: peer-port-blocked")
     assert text.index("peer-port-blocked") < text.index("slow-node")
     assert "filtered" in text and "0.09" in text
+    # each link's round trip beside its bandwidth
+    assert "bandwidth Gb/s · round trip ms" in text
+    assert "0.94 · 40.3" in text and "0.94 · 0.05" in text and "0.09 · 0.05" in text
     assert "eth0 (auto)" in text  # the interface and who chose it
 
 
@@ -84,6 +91,20 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert "id='verdict' class='fail'" in page
     # which interface each node uses and why
     assert "why this interface" in page and "auto: routes to MASTER_ADDR" in page
+    assert "id='rtt'" in page and ">40.3</td>" in page and ">0.05</td>" in page
+
+
+def test_a_report_without_the_bandwidth_matrix_shows_the_round_trips_alone() -> None:
+    from rich.console import Console
+
+    report = CheckReport(world_size=2, master="x:1", causes=(),
+                         rtt_ms=((None, 0.04), (0.06, None)))
+    console = Console(record=True, width=140)
+    render(report, console)
+    text = console.export_text()
+    title = " ".join(text.split())  # the title wraps to the table's width
+    assert "round trip ms (row connects to column)" in title and "bandwidth" not in text
+    assert "0.04" in text and "0.06" in text
 
 
 def _chromium(url: str, out: Path) -> tuple[str, list[str]]:
@@ -114,7 +135,7 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert console == []
     assert re.search(r'id="verdict" class="fail">FAIL<', dom)
     assert 'id="reachability"' in dom and 'id="bandwidth"' in dom
-    assert 'id="bandwidth-chart"' in dom and 'id="nodes"' in dom
+    assert 'id="bandwidth-chart"' in dom and 'id="nodes"' in dom and 'id="rtt"' in dom
     assert dom.count(">filtered</td>") == 3 and ">0.09</td>" in dom
     assert "Root cause" in dom and "peer-port-blocked" in dom
 

@@ -1,10 +1,10 @@
-"""The one DF / path-MTU socket option pair, on real sockets."""
+"""The one DF / path-MTU socket option pair and the kernel's TCP round trip, on real sockets."""
 
 from __future__ import annotations
 
 import socket
 
-from ddpnet.net.sockopt import path_mtu, set_dont_fragment
+from ddpnet.net.sockopt import path_mtu, set_dont_fragment, tcp_rtt_ms
 
 
 def test_stream_sockets_set_dont_fragment() -> None:
@@ -19,3 +19,14 @@ def test_path_mtu_of_a_connected_datagram_socket_and_none_unconnected() -> None:
         set_dont_fragment(sock)
         sock.connect(("127.0.0.1", 9))
         assert path_mtu(sock) in (65535, 65536)  # loopback: its MTU, as the kernel caps it
+
+
+def test_tcp_rtt_of_a_connected_socket_and_none_before() -> None:
+    with socket.socket() as listener, socket.socket() as sock:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        assert tcp_rtt_ms(sock) is None  # no handshake yet: nothing timed
+        sock.connect(listener.getsockname())
+        rtt = tcp_rtt_ms(sock)
+        # loopback: the handshake in microseconds (a loaded host's softirq: a few ms)
+        assert rtt is not None and 0 < rtt < 50, rtt

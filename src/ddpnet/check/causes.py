@@ -69,6 +69,9 @@ CAUSE_ORDER: tuple[str, ...] = (
     "path-mtu",
     # a node that loses a few percent of its packets: what its slow links follow from
     "packet-loss",
+    # round trips through a node (or across links) far above the others': what its slow
+    # links follow from (TCP's window per round trip), not its NIC (check.latency)
+    "high-latency",
     "clock-skew",
     # GPU and NCCL facts (issue 19): a shared GPU explains NCCL's "invalid usage"
     "ranks-share-gpu",

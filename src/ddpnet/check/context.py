@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ddpnet.check.causes import Cause, host_label
+from ddpnet.check.latency import Latency, Window
 from ddpnet.check.mesh import Listener
 from ddpnet.check.options import CheckOptions
 from ddpnet.check.registration import Registration
@@ -103,6 +104,14 @@ class Findings:
     stages: dict[str, str] = field(default_factory=dict)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the mesh's round trips, ``(prober, peer) -> ms``, what they name (check.latency) and
+    #: every host's TCP windows they are judged against
+    rtt: dict[tuple[int, int], float] = field(default_factory=dict)
+    latency: Latency | None = None
+    windows: dict[int, Window] = field(default_factory=dict)
+    #: measured rates of the links that cross a NIC, ``(from, to) -> Gb/s``: the matrix's,
+    #: else the sampled mesh's ring streams
+    rates: dict[tuple[int, int], float] = field(default_factory=dict)
 
     #: rank -> label, for the roster it was built from (its identity and length)
     _labels: tuple[int, int, dict[int, str]] | None = field(default=None, repr=False,

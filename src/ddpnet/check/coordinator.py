@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from ddpnet.check.causes import Cause, host_label
 from ddpnet.check.context import Findings, RankContext, RankOutcome
@@ -12,6 +13,7 @@ from ddpnet.check.stages import (
     allreduce,
     bandwidth,
     facts,
+    latency,
     networks,
     pathmtu,
     reachability,
@@ -55,7 +57,8 @@ def coordinate(ctx: RankContext) -> RankOutcome:
 
 def _stages(ctx: RankContext, found: Findings, plan: Plan) -> None:
     """Facts, mesh (and the networks compared beside it), process group, bandwidth, bench:
-    each runs only when the one before passed (the group stays up for the bench)."""
+    each runs only when the one before passed (the group stays up for the bench); then what
+    the mesh's round trips name, with the rates measured."""
     got = facts.compare(ctx, found)
     mesh = reachability.announce(ctx, found, got)
     if mesh is None:
@@ -63,12 +66,18 @@ def _stages(ctx: RankContext, found: Findings, plan: Plan) -> None:
     offered = networks.offer(ctx, got)
     passed = reachability.mesh_stage(ctx, found, got, mesh)
     networks.conclude(ctx, found, offered, passed)
-    if not passed:
-        return
+    if passed:
+        _group_on(ctx, found, plan, mesh.peers)
+    latency.judge(found, got)
+
+
+def _group_on(ctx: RankContext, found: Findings, plan: Plan,
+              peers: list[list[Any] | None]) -> None:
+    """The process group, and while it is up the bandwidth and the bench."""
     ok = allreduce.group_stage(ctx, found)
     ctx.store.set("stage/bw", {"go": ok and plan.matrix})
     if ok and plan.matrix:
-        bandwidth.matrix_stage(ctx, found, mesh.peers)
+        bandwidth.matrix_stage(ctx, found, peers)
     if plan.bench:
         sweep.sweep_stage(ctx, found, go=ok)
     t = time.monotonic()

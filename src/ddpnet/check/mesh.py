@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, overload
 
 from ddpnet.check.causes import Cause
 from ddpnet.net import probe as probe_outcomes
+from ddpnet.net.sockopt import tcp_rtt_ms
 
 OK, REFUSED, FILTERED, NO_ROUTE = "ok", "refused", "filtered", "no-route"
 SELF, UNKNOWN = "self", "?"
@@ -79,22 +80,30 @@ def parse_seen(data: bytes) -> str | None:
 
 
 class Outcome(NamedTuple):
-    """One probe: the connect's status and the address the listener saw it come from."""
+    """One probe: the connect's status, the address the listener saw it come from and the
+    connect's round trip in ms (None when it failed)."""
 
     status: str
     seen: str | None = None
+    rtt_ms: float | None = None
 
 
 def probe(address: str, port: int, timeout: float, rank: int | None = None,
           source: str | None = None) -> Outcome:
-    """Connect once (from ``source`` when given, else the kernel's choice), say who we are,
-    read where the listener saw us come from (bounded by ``timeout``; a listener that does
-    not answer leaves it unknown), close (edge)."""
+    """Connect once (from ``source`` when given, else the kernel's choice), time the round
+    trip, say who we are, read where the listener saw us come from (bounded by ``timeout``;
+    a listener that does not answer leaves it unknown), close (edge). The round trip is the
+    kernel's (``net.sockopt.tcp_rtt_ms``: the handshake, whatever this host's load), else
+    the connect timed here."""
+    start = time.perf_counter()
     try:
         with socket.create_connection((address, port), timeout=timeout,
                                       source_address=(source, 0) if source else None) as sock:
+            took = (time.perf_counter() - start) * 1000
+            rtt = tcp_rtt_ms(sock)
             sock.sendall(hello(rank))
-            return Outcome(OK, _read_seen(sock) if rank is not None else None)
+            return Outcome(OK, _read_seen(sock) if rank is not None else None,
+                           round(took if rtt is None else min(rtt, took), 3))
     except OSError as exc:
         return Outcome(classify_error(exc))
 
@@ -114,10 +123,12 @@ def _read_seen(sock: socket.socket) -> str | None:
 
 class Row(NamedTuple):
     """A rank's row of the matrix and, for the peers that saw it arrive from an address
-    other than the one it advertises, that address (by peer rank)."""
+    other than the one it advertises, that address (by peer rank); the round trip to each
+    peer it reached, in ms (by peer rank)."""
 
     statuses: list[str]
     seen: dict[int, str]
+    rtt: Mapping[int, float] = {}
 
 
 def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: float,
@@ -127,6 +138,7 @@ def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: floa
     row = [UNKNOWN] * len(peers)
     row[me] = SELF
     seen: dict[int, str] = {}
+    rtt: dict[int, float] = {}
     own = peers[me] if me < len(peers) else None
     mine = own[0] if own is not None else None
 
@@ -142,16 +154,20 @@ def probe_row(me: int, peers: Sequence[tuple[str, int] | None], *, timeout: floa
             row[j] = got.status
             if got.seen is not None and got.seen != mine:
                 seen[j] = got.seen
-    return Row(row, seen)
+            if got.rtt_ms is not None:
+                rtt[j] = got.rtt_ms
+    return Row(row, seen, rtt)
 
 
 def published(row: Row, probed: Sequence[int] | None = None) -> dict[str, Any]:
     """What a rank publishes for the mesh: O(N) statuses, or in a sampled mesh the
-    ``probed`` cells only; ``seen`` is empty without NAT."""
+    ``probed`` cells only; ``seen`` is empty without NAT; ``rtt`` the round trip (ms) to
+    each peer it reached."""
     seen = {str(j): a for j, a in sorted(row.seen.items())}
+    rtt = {str(j): ms for j, ms in sorted(row.rtt.items())}
     if probed is not None:
-        return {"cells": {str(j): row.statuses[j] for j in probed}, "seen": seen}
-    return {"row": row.statuses, "seen": seen}
+        return {"cells": {str(j): row.statuses[j] for j in probed}, "seen": seen, "rtt": rtt}
+    return {"row": row.statuses, "seen": seen, "rtt": rtt}
 
 
 def read_published(value: Any, world: int) -> Row:
@@ -169,7 +185,16 @@ def read_published(value: Any, world: int) -> Row:
     for j, address in (raw.items() if isinstance(raw, Mapping) else ()):
         if str(j).isdigit() and int(j) < world and isinstance(address, str):
             seen[int(j)] = address
-    return Row(list(statuses), seen)
+    return Row(list(statuses), seen, read_rtt(value, world))
+
+
+def read_rtt(value: Any, world: int) -> dict[int, float]:
+    """A published row's round trips (``{peer: ms}``); malformed or non-finite ones left
+    out (pure)."""
+    raw = value.get("rtt") if isinstance(value, Mapping) else None
+    return {int(j): float(ms) for j, ms in (raw.items() if isinstance(raw, Mapping) else ())
+            if str(j).isdigit() and int(j) < world and isinstance(ms, (int, float))
+            and not isinstance(ms, bool) and 0 <= ms < float("inf")}
 
 
 def read_cells(value: Any, world: int) -> dict[int, str]:

@@ -151,6 +151,29 @@ def _bw_chart(matrix: Sequence[Sequence[float | None]], same: set[tuple[int, int
     return "".join(parts)
 
 
+def _rtt_table(matrix: Sequence[Sequence[float | None]]) -> str:
+    """The round trips, coloured against their median (a high one red), as a heatmap like
+    the bandwidth's; a summary above HEATMAP_MAX ranks."""
+    from ddpnet.check.render_text import rtt_text
+
+    vals = [v for row in matrix for v in row if v is not None]
+    median = statistics.median(vals) if vals else 1.0
+    n = len(matrix)
+    if n > HEATMAP_MAX:
+        return (f"<p id='rtt'>{len(vals)} round trips, median {rtt_text(median)} ms, "
+                f"highest {rtt_text(max(vals, default=None))} ms.</p>")
+    rows = ["<table class='hm' id='rtt'><tr><th>from \\ to</th>"
+            + "".join(f"<th>{j}</th>" for j in range(n)) + "</tr>"]
+    for i, row in enumerate(matrix):
+        cells = "".join(
+            f"<td style='background:{_SAME_HOST}'>" + ("-" if i == j else "?") + "</td>"
+            if v is None else
+            f"<td style='background:{_heat(median, max(v, 1e-6))};color:#fff' "
+            f"title='{i}->{j}: {v:.3f} ms'>{rtt_text(v)}</td>" for j, v in enumerate(row))
+        rows.append(f"<tr><th>{i}</th>{cells}</tr>")
+    return "".join(rows) + "</table>"
+
+
 def _cell(value: Any) -> Any:
     if isinstance(value, dict) and "verdict" in value:  # the doctor's summary
         from ddpnet.check.render_text import doctor_cell
@@ -246,6 +269,9 @@ def _tables_html(report: CheckReport) -> list[str]:
         out.append("<h2>Bandwidth, Gb/s (row sends to column)</h2>"
                    + _bw_table(report.bandwidth_gbps, same))
         out.append("<h2>Per-link bandwidth</h2>" + _bw_chart(report.bandwidth_gbps, same))
+    if report.rtt_ms:
+        out.append("<h2>Round trip, ms (row connects to column)</h2>"
+                   + _rtt_table(report.rtt_ms))
     if report.networks:
         out.append(_networks_html(report.networks))
     if report.allreduce:

@@ -147,7 +147,8 @@ def _interface(node: dict[str, Any]) -> str:
 
 
 def _too_big(report: CheckReport) -> bool:
-    return len(report.reachability) > TABLE_MAX or len(report.bandwidth_gbps) > TABLE_MAX
+    return max(len(report.reachability), len(report.bandwidth_gbps),
+               len(report.rtt_ms)) > TABLE_MAX
 
 
 def _reachability(report: CheckReport, console: Any) -> None:
@@ -168,27 +169,56 @@ def _reachability(report: CheckReport, console: Any) -> None:
         console.print(table)
 
 
-def _bandwidth_cell(v: float | None, i: int, j: int, slow: set[tuple[int, int]]) -> str:
-    if v is None:
-        return "-" if i == j else "[yellow]?[/]"
-    style = "yellow" if (i, j) in slow or (j, i) in slow else "default"
-    return f"[{style}]{v:.2f}[/]"
+def rtt_text(ms: float | None) -> str:
+    """A round trip as the matrices show it (ms): two decimals below 10 ms (a LAN's are
+    tens of microseconds), fewer above."""
+    if ms is None:
+        return "?"
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _at(matrix: tuple[tuple[float | None, ...], ...], i: int, j: int) -> float | None:
+    return matrix[i][j] if i < len(matrix) and j < len(matrix[i]) else None
+
+
+def _link_cell(report: CheckReport, i: int, j: int, marked: set[tuple[int, int]]) -> str:
+    """``Gb/s · ms`` of one link, each where measured, yellow when a cause names it."""
+    if i == j:
+        return "-"
+    parts = []
+    if report.bandwidth_gbps:
+        v = _at(report.bandwidth_gbps, i, j)
+        parts.append("?" if v is None else f"{v:.2f}")
+    if report.rtt_ms:
+        parts.append(rtt_text(_at(report.rtt_ms, i, j)))
+    text = " · ".join(parts)
+    unknown = all(p == "?" for p in parts)
+    style = "yellow" if unknown or (i, j) in marked or (j, i) in marked else "default"
+    return f"[{style}]{text}[/]"
+
+
+#: the causes whose ranks the link matrix marks
+_LINK_CAUSES = ("slow-link", "slow-node", "high-latency")
 
 
 def _bandwidth(report: CheckReport, console: Any) -> None:
+    """The links: Gb/s each way (the tournament) and the round trip (the mesh's connect),
+    side by side in one matrix."""
     from ddpnet.output import table as new_table
 
-    bw = report.bandwidth_gbps
-    if not bw or len(bw) > TABLE_MAX:
+    bw, rtt = report.bandwidth_gbps, report.rtt_ms
+    n = max(len(bw), len(rtt))
+    if not n or n > TABLE_MAX:
         return
-    table = new_table("bandwidth Gb/s (row sends to column)")
+    what = " · ".join(w for w, on in (("bandwidth Gb/s", bw), ("round trip ms", rtt)) if on)
+    table = new_table(f"{what} (row {'sends' if bw else 'connects'} to column)")
     table.add_column("from\\to")
-    for j in range(len(bw)):
+    for j in range(n):
         table.add_column(str(j), justify="right")
-    slow = {(i, j) for c in report.causes if c.id in ("slow-link", "slow-node")
-            for i in range(len(bw)) for j in c.ranks}
-    for i, bw_row in enumerate(bw):
-        table.add_row(str(i), *[_bandwidth_cell(v, i, j, slow) for j, v in enumerate(bw_row)])
+    marked = {(i, j) for c in report.causes if c.id in _LINK_CAUSES
+              for i in range(n) for j in c.ranks}
+    for i in range(n):
+        table.add_row(str(i), *[_link_cell(report, i, j, marked) for j in range(n)])
     console.print(table)
 
 

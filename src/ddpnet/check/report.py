@@ -16,6 +16,8 @@ class CheckReport:
     nodes: tuple[dict[str, Any], ...] = ()
     reachability: tuple[tuple[str, ...], ...] = ()
     bandwidth_gbps: tuple[tuple[float | None, ...], ...] = ()
+    #: the mesh's round trips, ms: ``rtt_ms[i][j]`` rank i timed connecting to rank j
+    rtt_ms: tuple[tuple[float | None, ...], ...] = ()
     allreduce: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -49,6 +51,7 @@ class CheckReport:
             "nodes": list(self.nodes),
             "reachability": [list(r) for r in self.reachability],
             "bandwidth_gbps": [list(r) for r in self.bandwidth_gbps],
+            "rtt_ms": [list(r) for r in self.rtt_ms],
             "allreduce": dict(self.allreduce),
             "bench": self.bench,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},

@@ -1,12 +1,14 @@
 """Socket options for probes: the one place that sets DF and reads the kernel's path MTU
 (options Python's socket module does not name, ``<linux/in.h>``, ``<linux/in6.h>``), for the
 check's UDP MTU probes and the watch's TCP stream probes, and that sizes a probe socket's
-receive buffer. Linux only; edge module."""
+receive buffer, and that reads the kernel's round-trip time of a connected TCP socket.
+Linux only; edge module."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 
 _IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
 
@@ -43,3 +45,26 @@ def set_rcvbuf(sock: socket.socket, size: int) -> None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, opt, size)
                 return
+
+
+#: ``struct tcp_info`` (``<linux/tcp.h>``): 8 one-byte fields, then u32s; ``tcpi_rtt`` (the
+#: smoothed round trip, microseconds) is the 16th u32
+_TCP_INFO_LEN, _TCPI_RTT_AT = 104, 68
+
+
+def tcp_rtt_ms(sock: socket.socket) -> float | None:
+    """The kernel's round-trip time of a connected TCP socket in ms (``TCP_INFO``), or None
+    where it cannot say. Read right after connect it is the SYN/SYN-ACK round trip timed in
+    the kernel on both ends: a busy process, a slow thread start or a late reply does not
+    count, as it would in a round trip timed here."""
+    option = getattr(socket, "TCP_INFO", None)
+    if option is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_LEN)
+    except OSError:
+        return None
+    if len(info) < _TCPI_RTT_AT + 4:
+        return None
+    (micros,) = struct.unpack_from("=I", info, _TCPI_RTT_AT)
+    return micros / 1000 if micros else None

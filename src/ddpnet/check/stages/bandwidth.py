@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ddpnet.check import tournament
+from ddpnet.check import latency, tournament
 from ddpnet.check.causes import Cause
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.store import StageTimeout
@@ -79,7 +79,9 @@ def assemble(cols: Mapping[int, Sequence[float | None]], world: int) -> Matrix:
 def _judge(found: Findings, gbps: Matrix) -> list[Cause]:
     """Slow links and nodes among the links that cross a NIC only: ranks of one host talk
     over loopback, where the streams compete for CPUs, and "check the switch ports" would
-    be a false alarm (``make demo``)."""
+    be a false alarm (``make demo``). Links whose round trip is high are left to
+    ``high-latency`` (``check.latency``): TCP's window per round trip slows them, not a
+    NIC."""
     by_rank = {r.rank: r.address for r in found.roster}
     judged, blanked = tournament.cross_nic(gbps, [by_rank.get(r, "") for r in range(len(gbps))])
     if blanked:
@@ -87,7 +89,18 @@ def _judge(found: Findings, gbps: Matrix) -> list[Cause]:
                 "contention, not the network); slow-link/slow-node compare only links that "
                 "cross a NIC")
         found.extra["notes"] = (*found.extra.get("notes", ()), note)
-    return tournament.analyze(judged, found.labels)
+    found.rates = {(i, j): v for i, row in enumerate(judged) for j, v in enumerate(row)
+                   if v is not None}
+    found.latency = latency.consistent(found.latency, found.rates, found.windows)
+    return tournament.analyze(without(judged, found.latency.explained()
+                                      if found.latency is not None else frozenset()),
+                              found.labels)
+
+
+def without(gbps: Matrix, pairs: Collection[tuple[int, int]]) -> Matrix:
+    """The matrix with ``pairs`` blanked (pure)."""
+    return [[None if (i, j) in pairs else v for j, v in enumerate(row)]
+            for i, row in enumerate(gbps)]
 
 
 def matrix_stage(ctx: RankContext, found: Findings, peers: Sequence[Sequence[Any] | None]

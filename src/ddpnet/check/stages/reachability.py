@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ddpnet.check import loss, mesh, nat, paths, pmtu, tournament
+from ddpnet.check import latency, loss, mesh, nat, paths, pmtu, tournament
 from ddpnet.check.context import Findings, RankContext
 from ddpnet.check.stages import pathmtu
 
@@ -259,6 +259,7 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
         probe(ctx, expand(mine, world), mine[RING])
     rows = ctx.store.gather("mesh", found.ranks, opts.stage_timeout + opts.connect_timeout * 2)
     matrix, seen = _matrix(rows, world, sampled is not None)
+    round_trips(found, rows, got, peers, sampled is None)
     lost = [r for r in found.ranks if r not in rows]
     if lost:
         found.causes.append(found.timeout_cause("reachability", lost))
@@ -295,7 +296,12 @@ def mesh_stage(ctx: RankContext, found: Findings, got: Mapping[int, Mapping[str,
     go = not failing and not lost and not _blocking(found)
     judge_loss(found, rows)
     links = ring_links(rows) if not opts.matrix_on(world) else {}  # else: the tournament
-    found.causes.extend(tournament.ring_slow_nodes(links, found.labels))
+    found.rates = dict(links)
+    # a ring link slow because of its round trip is high-latency's (judged at the end)
+    found.latency = latency.consistent(found.latency, links, found.windows)
+    latent = found.latency.explained() if found.latency is not None else frozenset()
+    found.causes.extend(tournament.ring_slow_nodes(
+        {p: v for p, v in links.items() if p not in latent}, found.labels))
     if links:
         found.extra["notes"] = (*found.extra.get("notes", ()), ring_note(links))
     ctx.store.set("stage/pg", {"go": go})
@@ -349,6 +355,20 @@ def ring_note(links: Mapping[tuple[int, int], float]) -> str:
             f"{statistics.median(values):.3f} Gb/s, slowest {values[0]:.3f} (a screen for a "
             "slow node: a short stream reads a 100 Gb/s link low); --matrix measures every "
             "pair")
+
+
+def round_trips(found: Findings, rows: Mapping[int, Any], got: Mapping[int, Mapping[str, Any]],
+                peers: Sequence[Sequence[Any] | None], every_pair: bool) -> None:
+    """Rank 0: every probe's round trip; with every pair probed, the N x N matrix of them
+    for the report and what they name (``check.latency.find``, against every host's TCP
+    windows; judged once the bandwidth is in, ``stages.latency``). A sampled mesh times
+    most pairs one way only, while other hosts' ring streams already run: not judged."""
+    found.rtt = latency.rtt_pairs(rows, found.world)
+    if not every_pair:
+        return
+    found.extra["rtt_ms"] = latency.rtt_matrix(found.rtt, found.world)
+    found.windows = {r: latency.Window.of(facts) for r, facts in got.items()}
+    found.latency = latency.find(found.rtt, [str(p[0]) if p else None for p in peers])
 
 
 def ring_links(rows: Mapping[int, Any]) -> dict[tuple[int, int], float]:
