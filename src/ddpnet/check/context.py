@@ -57,6 +57,8 @@ class RankContext:
     #: the address the mesh probes leave from (None: the kernel's choice, as gloo's own);
     #: simulated ranks sharing one host each give their own (benchmarks/scale_sim.py)
     probe_from: str | None = None
+    #: rank 0: causes known before the run (``--local``'s shell variables), in its verdict
+    given: tuple[Cause, ...] = ()
 
     @property
     def rank(self) -> int:

@@ -88,6 +88,10 @@ def _group_on(ctx: RankContext, found: Findings, plan: Plan,
 def _conclude(ctx: RankContext, found: Findings) -> RankOutcome:
     """Publish the verdict, wait (briefly) until every rank read it, and report."""
     ctx.took("total", ctx.started)
+    if ctx.given:
+        found.causes.extend(ctx.given)
+        if "facts" in found.stages:
+            found.stages["facts"] = "fail"
     report = found.report(ctx.timings)
     root = report.root
     ctx.store.set("result", result_record(report.verdict, root))

@@ -89,19 +89,15 @@ def _run_local(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
     shell = _shell_cause(environ)
     with _terminated_raises(), LocalRanks(worker_argv(options), options.local, first=1,
                                           capture=True, environ=environ) as ranks:
-        result = run_rank(options, ranks.environ(0), tools, progress)
+        # the shell's own finding goes into rank 0's verdict, so every rank's line says it
+        result = run_rank(options, ranks.environ(0), tools, progress,
+                          given=() if shell is None else (shell,))
         if result.failure is not None:
             return result  # the workers wait for a rank 0 that is not coming
         done = ranks.wait(timeout=WORKER_WAIT, grace=WORKER_WAIT)
     if done.signals:  # forwarded to the workers while they finished: leave the same way
         signum = done.signals[-1]
         raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
-    report = result.report
-    if shell is not None and report is not None and result.outcome is not None:
-        stages = {**report.stages, **({"facts": "fail"} if "facts" in report.stages else {})}
-        outcome = replace(result.outcome, report=replace(
-            report, causes=(*report.causes, shell), stages=stages))
-        result = replace(result, outcome=outcome)
     return replace(result, workers=tuple(WorkerLine.of(e) for e in done.exits))
 
 
@@ -135,15 +131,16 @@ def _terminated_raises() -> Iterator[None]:
 
 
 def run_rank(options: CheckOptions, environ: Mapping[str, str], tools: Tools,
-             progress: Progress | None = None) -> CheckResult:
-    """One rank; a rank that cannot even join is a result with its own cause."""
+             progress: Progress | None = None, given: tuple[Cause, ...] = ()) -> CheckResult:
+    """One rank; a rank that cannot even join is a result with its own cause. ``given``:
+    causes rank 0 knew before the run (``--local``'s shell variables), in its verdict."""
     from ddpnet.check.render_text import progress_line
     from ddpnet.env.resolve import resolve
 
     cfg = resolve(environ)
     say = progress or (progress_line if cfg.rank == 0 else _quiet)
     try:
-        outcome = check_rank(cfg, options, tools, environ, say)
+        outcome = check_rank(cfg, options, tools, environ, say, given)
     except RendezvousError as exc:
         return CheckResult(cfg.rank, exc.host or socket.gethostname(), failure=exc)
     finally:
@@ -156,7 +153,7 @@ def _quiet(_message: str) -> None:
 
 
 def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mapping[str, str],
-               progress: Progress) -> RankOutcome:
+               progress: Progress, given: tuple[Cause, ...] = ()) -> RankOutcome:
     """Run every stage on this rank. Raises RendezvousError when this rank cannot even join."""
     host = socket.gethostname()
     started = time.monotonic()
@@ -175,7 +172,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
     early = listen_early(cfg, host) if cfg.rank == 0 else None
     try:
         return _join_and_run(cfg, opts, sel, facts, tools, environ, progress, host, started,
-                             early.fd if early is not None else None)
+                             early.fd if early is not None else None, given)
     finally:
         if early is not None:
             early.close()
@@ -184,7 +181,7 @@ def check_rank(cfg: DistConfig, opts: CheckOptions, tools: Tools, environ: Mappi
 def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
                   facts: Future[dict[str, Any]], tools: Tools, environ: Mapping[str, str],
                   progress: Progress, host: str, started: float,
-                  listen_fd: int | None) -> RankOutcome:
+                  listen_fd: int | None, given: tuple[Cause, ...] = ()) -> RankOutcome:
     """Import torch, open (or join) the store and run this rank's stages."""
     # is what answers on MASTER_PORT a TCPStore? asked while torch imports (rank 0's store
     # answers once it imported torch too); as patient as a rank waits for rank 0
@@ -200,7 +197,7 @@ def _join_and_run(cfg: DistConfig, opts: CheckOptions, sel: Selection,
                 join_store(cfg, opts, host)
             try:
                 ctx = RankContext(cfg, opts, sel, store, listener, facts, tools.bench, host,
-                                  started, progress)
+                                  started, progress, given=given)
                 ctx.took("connect", started)
                 return coordinate(ctx) if cfg.rank == 0 else follow(ctx)
             finally:
