@@ -580,11 +580,14 @@ wait (its word lags: a gap that waited
         hub (``term``) and give it up to ``wait`` s to send the verdict, which exits the
         process from the heartbeat thread (``obey``); return at once when the hub answers
         that no peer failed (``no-fault``: the caller ends the rank as SIGTERM would), or
-        when no hub can be told (none can name anything)."""
+        when no hub can be told (none can name anything). A rank still connecting (a stop
+        in the job's first seconds) finishes its handshake first: else the hub, never told,
+        took its closing channel for a death and named it ("rank 1 is gone", exit 4)."""
         self.no_fault.clear()
+        deadline = time.monotonic() + wait
+        self.settled.wait(wait)
         if not self.send({"t": "term", "rank": self.ident.rank}):
             return
-        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self.stopped.is_set():
             if self.obeyed.wait(0.05) or self.no_fault.is_set():
                 return
