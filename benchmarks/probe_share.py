@@ -11,7 +11,8 @@ busy, and the share of the link that is per round at ``--every`` and at the defa
 (``watch.session``: 300 s) and per minute. Each round streams ``watch.probe.STREAM_SECONDS``
 to every peer at once from every rank, then waits for the acknowledgements: so a node sends
 about that long at the link's rate, plus what its send buffers held. The job's own probe
-figures (``ddpnet_probe_bandwidth_bytes_per_second``) are kept beside the rate.
+figures (``ddpnet_probe_bandwidth_bytes_per_second``, scraped every 2 s: each round's) are kept
+beside the rate, with what ``DdpnetLinkSlow`` (below half the pair's best) makes of them.
 
     sudo .venv/bin/python benchmarks/probe_share.py [--nodes 3] [--rate 100mbit]
         [--every 15] [--seconds 70] [--out benchmarks/results/probe_share.json]
@@ -145,16 +146,47 @@ def sample(pids: Sequence[int], ifname: str, every: float, seconds: float
     return out
 
 
-def job_figures(lab: Any) -> dict[str, float]:
-    """The job's own probe figures (bytes/s per host pair) from its metrics (edge)."""
-    url = f"http://{lab.nodes[0].address}:{PORT}/metrics"
-    out = lab.exec(0, [sys.executable, "-c", GET, url], timeout=30)
-    found = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("ddpnet_probe_bandwidth_bytes_per_second{"):
+def probe_lines(text: str) -> dict[str, tuple[float, float]]:
+    """``{"host -> peer_host": (probe timestamp, bytes/s)}`` from a scrape of the job (pure)."""
+    found: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        name = line.partition("{")[0]
+        if name in ("ddpnet_probe_bandwidth_bytes_per_second", "ddpnet_probe_timestamp_seconds"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            found[f"{labels['host']} -> {labels['peer_host']}"] = float(line.split()[-1])
-    return found
+            pair = f"{labels['host']} -> {labels['peer_host']}"
+            found.setdefault(pair, {})[name] = float(line.split()[-1])
+    return {pair: (got["ddpnet_probe_timestamp_seconds"],
+                   got["ddpnet_probe_bandwidth_bytes_per_second"])
+            for pair, got in found.items() if len(got) == 2}
+
+
+def slow_alerts(figures: dict[str, list[float]]) -> dict[str, Any]:
+    """What ``DdpnetLinkSlow`` (a pair's probe below half its best so far) makes of a healthy
+    link's rounds (pure): per pair its spread, and the rounds it would fire on."""
+    fired, rounds = 0, 0
+    spread = {}
+    for pair, values in figures.items():
+        best = 0.0
+        for value in values:
+            rounds += 1
+            fired += best > 0 and value < 0.5 * best
+            best = max(best, value)
+        spread[pair] = {"min": min(values), "median": statistics.median(values),
+                        "max": max(values)}
+    return {"pair_rounds": rounds, "would_fire": fired, "per_pair": spread}
+
+
+def job_figures(lab: Any, stop: threading.Event, every: float
+                ) -> dict[str, dict[float, float]]:
+    """The job's own probe figures, each round's once (``{pair: {timestamp: bytes/s}}``),
+    scraped every ``every`` s until ``stop`` (edge)."""
+    url = f"http://{lab.nodes[0].address}:{PORT}/metrics"
+    seen: dict[str, dict[float, float]] = {}
+    while not stop.wait(every):
+        out = lab.exec(0, [sys.executable, "-c", GET, url], timeout=30)
+        for pair, (at, value) in probe_lines(out.stdout).items():
+            seen.setdefault(pair, {})[at] = value
+    return seen
 
 
 def wait_for_ranks(lab: Any, nodes: int, timeout: float) -> None:
@@ -188,11 +220,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                kwargs={"env": env, "timeout": args.seconds + 300})
         job.start()
         wait_for_ranks(lab, args.nodes, 240)
+        stop, figures = threading.Event(), {}
+        scraper = threading.Thread(target=lambda: figures.update(job_figures(lab, stop, 2.0)),
+                                   daemon=True)
+        scraper.start()
         series = sample([h.pid for h in holders], lab.nodes[0].ifname, args.sample,
                         args.seconds)
-        figures = job_figures(lab)
+        stop.set()
+        scraper.join(60)
     found = {n.hostname: rounds_in(s, link) for n, s in zip(lab.nodes, series, strict=True)}
-    return {"link_bytes_per_second": link, "found": found, "probe_figures": figures,
+    per_round = {pair: [v for _at, v in sorted(got.items())] for pair, got in figures.items()}
+    return {"link_bytes_per_second": link, "found": found, "probe_figures": per_round,
             "loop_tx_bytes_per_second": {
                 n.hostname: round(statistics.median(r for _a, _b, r in rates(s)))
                 for n, s in zip(lab.nodes, series, strict=True)}}
@@ -231,6 +269,7 @@ def main() -> int:
         "loop_tx_bytes_per_second": got["loop_tx_bytes_per_second"],
         "nodes": nodes,
         "probe_figures_bytes_per_second": got["probe_figures"],
+        "link_slow_alert": slow_alerts(got["probe_figures"]),
         "rounds": {h: [asdict(r) for r in rs] for h, rs in got["found"].items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -241,6 +280,9 @@ def main() -> int:
               f"{fig['busy_s_per_round_median']:.2f} s): {100 * fig['share_at_every']:.2f} % "
               f"of the link at one round every {args.every:g} s, "
               f"{100 * fig['share_at_default']:.3f} % at {DEFAULT_EVERY_S:g} s")
+    slow = result["link_slow_alert"]
+    print(f"the job's probe figures: DdpnetLinkSlow would fire on {slow['would_fire']} of "
+          f"{slow['pair_rounds']} pair-rounds of this healthy link")
     print(f"wrote {args.out}")
     return 0 if nodes else 1
 
