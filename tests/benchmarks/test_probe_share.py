@@ -61,3 +61,16 @@ def test_no_burst_no_round_and_rates_parse() -> None:
     assert ps.rate_bits("100mbit") == 1e8 and ps.rate_bits("1gbit") == 1e9
     with pytest.raises(ValueError):
         ps.rate_bits("fast")
+
+
+def test_each_rounds_probe_figures_and_what_the_old_one_round_alert_made_of_them() -> None:
+    ps = _module()
+    text = ('ddpnet_probe_bandwidth_bytes_per_second{host="a",job_id="j",peer_host="b"} 5e6\n'
+            'ddpnet_probe_timestamp_seconds{host="a",job_id="j",peer_host="b"} 100.5\n'
+            'ddpnet_probe_rtt_seconds{host="a",job_id="j",peer_host="b"} 0.001\n'
+            'ddpnet_probe_timestamp_seconds{host="b",job_id="j",peer_host="a"} 100.5\n')
+    assert ps.probe_lines(text) == {"a -> b": (100.5, 5e6)}  # b -> a: no rate, not counted
+    slow = ps.slow_alerts({"a -> b": [8e6, 3e6, 9e6, 5e6], "b -> a": [4e6, 4e6]})
+    # 3e6 is under half the best so far (8e6): it fires; 5e6 is not under 4.5e6
+    assert slow["pair_rounds"] == 6 and slow["would_fire"] == 1
+    assert slow["per_pair"]["a -> b"] == {"min": 3e6, "median": 6.5e6, "max": 9e6}
