@@ -8,8 +8,9 @@ defaults and nobody scraping ("served"), and with a scraper GETting /metrics eve
 the four in a fresh random order; each arm's figure is its ratio to the same round's "off"
 (paired, so load that hits a round hits all its arms), summarised as the median and the
 10th-90th percentiles over the rounds. Serving adds measurable step time only where its
-ratios sit outside the control's. (Link probe rounds come 300 s after start: none in these
-runs; their cost is the watch's probes', probe_costs.json.)
+ratios sit outside the control's. (The train arms in results/ predate the first link probe
+round 5 s after every rank published, issue 58: they had none; what a round puts on the link
+is probe_share.py's.)
 
 Hub: one render by ``watch.metrics.JobCollector`` over a view of N ranks whose histograms
 hold steps, in CPU seconds (text and OpenMetrics, which Prometheus asks for). Since issue 58
@@ -281,12 +282,13 @@ def main() -> None:
         result["train"] = overhead(args.rounds, steps, args.scrape_every, args.seed)
     elif args.out.exists():  # the hub re-measured: the file's train arms stay, marked as such
         before = json.loads(args.out.read_text())
-        for key in ("train", "train_note"):
+        for key in ("rounds", "scrape_every_s", "train", "train_note"):
             if key in before:
                 result[key] = before[key]
         if "train" in before and "train_note" not in before:
             result["train_note"] = (f"from an earlier run ({before.get('rounds')} rounds, "
-                                    "not interleaved with an A/A control)")
+                                    f"load {before['machine'].get('loadavg_before')} before); "
+                                    "only the hub was measured again")
     result["machine"]["loadavg_after"] = os.getloadavg()
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -118,6 +118,8 @@ SMALLEST = {
 #: test-fast``; those that print their point as JSON instead of writing OUT say so (None)
 SMALLEST_LAB: dict[str, tuple[list[str], str | None]] = {
     "doctor_speed.py": (["--runs", "1", "--out", "OUT"], "OUT"),
+    "probe_share.py": (["--nodes", "2", "--every", "5", "--seconds", "12", "--out", "OUT"],
+                       "OUT"),
     "scale_sim.py": (["--command", "watch", "--ranks", "64", "--json"], None),
 }
 

@@ -720,6 +720,41 @@ def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         sock.close()
 
 
+def test_a_links_round_due_as_a_straggler_round_starts_waits_for_it(tmp_path: Path) -> None:
+    """Both in one tick: the links round replaced the straggler's (whose warning then waited
+    for a later check) and every rank was asked for two rounds at once, streaming twice."""
+    from ddpnet.watch.hub import LINKS, Peer
+
+    hub, sock = metrics_hub(tmp_path)
+    hub.states = slowed_states()  # a network slowdown: the straggler check probes it
+    hub.next_links = 999.0  # and the links round is due
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        for rank, (ours, _theirs) in enumerate(pairs):
+            hub.peers[ours] = Peer(ours, Lines(), rank)
+        hub.read_as_of = (1000.0, time.time())
+        hub.tick()
+        assert hub.probing is not None and hub.probing.straggler is not None
+        for _ours, theirs in pairs:
+            theirs.setblocking(False)
+            assert len(Lines().feed(theirs.recv(1 << 16))) == 1  # one round asked
+        ident = hub.probing.ident
+        for rank in range(3):
+            hub.add_probes(rank, {"id": ident, "probes": []})
+        hub.read_as_of = (1000.5, time.time())
+        hub.tick()  # the straggler's round is over: its warning
+        assert hub.probing is None
+        hub.read_as_of = (1000.6, time.time())
+        hub.tick()  # then the links round that waited
+        assert hub.probing is not None and hub.probing.trigger == LINKS
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        hub.metrics.close()
+        sock.close()
+
+
 def test_with_metrics_a_verdict_waits_for_the_next_scrape_only_while_something_scrapes(
         tmp_path: Path) -> None:
     hub, sock = metrics_hub(tmp_path)

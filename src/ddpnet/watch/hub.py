@@ -571,7 +571,8 @@ class Hub:
         self.release(now)
         if probing is None:
             self.check_stragglers(now)
-            self.probe_links(now)
+            if self.probing is None:  # a straggler's round just asked: the links' waits
+                self.probe_links(now)
         elif probing.trigger != LINKS and probing.over(now):
             self.probing = None
             self.warn_probed(probing)
@@ -716,8 +717,9 @@ class Hub:
     def probe_links(self, now: float) -> None:
         """With metrics on, a probe round :data:`FIRST_LINKS_S` after every rank published
         (a new job's dashboard has its link matrix within seconds), then every
-        ``probe_every`` s, never while a rank left or a verdict stands: each host pair's
-        bandwidth and RTT."""
+        ``probe_every`` s, never while a rank left, a verdict stands or another round runs
+        (``tick``: two at once streamed twice, and the later replaced the first): each host
+        pair's bandwidth and RTT."""
         every = self.options.probe_every
         if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
                 len(self.states) < self.options.world_size:

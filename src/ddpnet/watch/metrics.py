@@ -230,7 +230,8 @@ class JobCollector:
         labels = ["job_id", "host", "peer_host"]
         rate = GaugeMetricFamily(f"{PREFIX}_probe_bandwidth_bytes_per_second", "The watch's "
                                  "last stream probe from host to peer_host (mean over its "
-                                 "rank pairs)", labels=labels)
+                                 "rank pairs): its share of the link while every peer "
+                                 "streams too, not the link's rate", labels=labels)
         rtt = GaugeMetricFamily(f"{PREFIX}_probe_rtt_seconds", "The kernel's smoothed round "
                                 "trip of the last stream probe from host to peer_host",
                                 labels=labels)
