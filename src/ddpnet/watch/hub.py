@@ -247,8 +247,9 @@ class Hub:
         #: the last select returned, once what it returned is handled (``serve``); the
         #: watchdog judges silence and stalls as of it. None: now (a hub not serving)
         self.read_as_of: tuple[float, float] | None = None
-        #: when each rank was last heard (this hub's monotonic clock: a rank's own clock may
-        #: be off by minutes), what says a rank went silent
+        #: when this hub received each rank's state (its own monotonic clock: a rank's clock
+        #: may be off by minutes), beside ``states``: every age and silence is measured from
+        #: it (``Snapshot.ages``), the rank's timestamps only relative to its ``published``
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
@@ -457,12 +458,13 @@ class Hub:
                 self.acknowledge(peer, rank)
 
     def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
-        self.heard[rank] = time.monotonic()
         if kind == "state":
             self.states[rank] = RankState.from_dict(message["state"])
+            self.heard[rank] = time.monotonic()
             self.published += 1
         elif kind == "call":
             self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+            self.heard[rank] = time.monotonic()
             self.published += 1
         elif kind == "probes":
             self.add_probes(rank, message)
@@ -506,7 +508,9 @@ class Hub:
         # a rank announces a call only once the one before returned (or was async)
         recent = tuple(replace(r, ended=record.started, state="completed")
                        if r.ended is None and r.seq < record.seq else r for r in state.recent)
-        self.states[rank] = replace(state, recent=(*recent, record)[-64:])
+        # received now, sent when it began by the rank's clock: the state's time from here on
+        self.states[rank] = replace(state, recent=(*recent, record)[-64:],
+                                    published=max(state.published, record.started))
 
     def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
         """Queue ``message`` whole (``bytes``: one already encoded; ``key``: it replaces a
@@ -539,7 +543,9 @@ class Hub:
                 gone.setdefault(rank, termination.TERMINATED)
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
-        return Snapshot(self.options.world_size, self.as_of()[1], states, gone)
+        mono, wall = self.as_of()
+        ages = {r: mono - at for r, at in self.heard.items() if r in self.states}
+        return Snapshot(self.options.world_size, wall, states, gone, ages=ages)
 
     def as_of(self) -> tuple[float, float]:
         """(monotonic, wall) time of the state the hub has read (``read_as_of``)."""
@@ -707,11 +713,12 @@ class Hub:
                      and r not in self.terminated)
 
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
-        """Ranks whose connection stays open but whose heartbeats stopped (at most 8)."""
+        """Ranks whose connection stays open but whose heartbeats stopped (at most 8), by the
+        snapshot's ages (this hub's clock)."""
         stale = self.watchdog.stale_after
-        return tuple(r for r, s in sorted(self.states.items())
+        return tuple(r for r in sorted(self.states)
                      if r not in self.left and r not in self.finished
-                     and snapshot.taken - s.published > stale)[:8]
+                     and snapshot.age(r) > stale)[:8]
 
     def probe_links(self, now: float) -> None:
         """With metrics on, a probe round :data:`FIRST_LINKS_S` after every rank published

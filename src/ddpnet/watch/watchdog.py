@@ -75,9 +75,9 @@ def working_laggards(snapshot: Snapshot, threshold: float,
         return ()
     for rank in found[2]:
         state = snapshot.states.get(rank)
-        idle = activity.idle_for(state, snapshot.taken)
+        idle = activity.idle_for(snapshot, rank)
         if state is None or idle is None or idle >= threshold or \
-                snapshot.taken - state.published > stale_after:
+                snapshot.age(rank) > stale_after:
             return ()
     return found[2]
 
