@@ -56,8 +56,9 @@ class Decisions(ProbeRounds):
                 self.probing = None
                 self.act(probing.trigger, tuple(probing.found))
             return
-        trigger = self.watchdog.due(self.snapshot(leavers_only=True), now,
-                                    silent=self.quiet(now)) or self.desync_due(now)
+        snapshot = self.snapshot(leavers_only=True)
+        trigger = self.watchdog.due(snapshot, now, silent=self.silent(snapshot)) or \
+            self.desync_due(now)
         working, self.watchdog.warning = self.watchdog.warning, None
         self.warn(working)  # working ranks hold a stall's verdict: said once per stall
         if trigger is not None:

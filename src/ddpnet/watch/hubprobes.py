@@ -61,7 +61,7 @@ class ProbeRounds(HubState):
         stuck = network.stuck_collective(snapshot)
         # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
         # where a full round would stream into a process that reads nothing (8 s)
-        silent = self.silent(snapshot)
+        silent = self.silent(snapshot)[:8]
         if not (silent or network.wants_probes(snapshot)):
             return False
         group = stuck.ranks if stuck is not None and not silent else \

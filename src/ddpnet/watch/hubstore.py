@@ -240,28 +240,20 @@ class HubState:
         states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
         states.update(self.states)
         mono, wall = self.as_of()
-        ages = {r: mono - at for r, at in self.heard.items() if r in self.states}
+        ages = {r: mono - at for r, at in self.heard.items()}
         return Snapshot(self.options.world_size, wall, states, gone, ages=ages)
 
     def as_of(self) -> tuple[float, float]:
         """(monotonic, wall) time of the state the hub has read (``read_as_of``)."""
         return self.read_as_of or (time.monotonic(), time.time())
 
-    def quiet(self, now: float) -> tuple[int, ...]:
-        """Ranks heard from before but not for ``stale_after`` s by this hub's clock (whose
-        goodbye did not come): frozen, or cut off."""
-        stale = self.watchdog.stale_after
-        return tuple(r for r, at in sorted(self.heard.items())
-                     if now - at > stale and r not in self.left and r not in self.finished
-                     and r not in self.terminated)
-
     def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
-        """Ranks whose connection stays open but whose heartbeats stopped (at most 8), by the
-        snapshot's ages (this hub's clock)."""
-        stale = self.watchdog.stale_after
-        return tuple(r for r in sorted(self.states)
-                     if r not in self.left and r not in self.finished
-                     and snapshot.age(r) > stale)[:8]
+        """Ranks heard from before but not for ``stale_after`` s as of ``snapshot`` (its
+        ages: this hub's clock since it received their state), whose goodbye did not come
+        and whose connection stays open: frozen, or cut off."""
+        stale, away = self.watchdog.stale_after, {*self.left, *self.finished, *self.terminated}
+        heard = {*snapshot.ages, *(r for r, s in snapshot.states.items() if s is not None)}
+        return tuple(r for r in sorted(heard) if r not in away and snapshot.age(r) > stale)
 
     def unheard(self) -> bool:
         """Whether a rank of the job was never heard and has not left (its watch may still
