@@ -17,7 +17,7 @@ from pathlib import Path
 from ddpnet.watch import activity
 from ddpnet.watch.activity import Activity, Sampler, doing, idle_for, working
 from ddpnet.watch.probe import PORTS_KEY, SINK, STREAM, ProbeSink, probe_pairs
-from ddpnet.watch.state import RankState
+from ddpnet.watch.state import RankState, Snapshot
 
 STACK = ("serialization.py:650 in _save", "torch/serialization.py:965 in save",
          "train.py:88 in main")
@@ -57,15 +57,18 @@ def test_activity_round_trips_through_a_ranks_state_as_json() -> None:
     assert activity.of(RankState(rank=0, world_size=2)) is None
     assert activity.of(RankState(rank=0, world_size=2, extra={activity.KEY: "junk"})) is None
     wrong = RankState(rank=0, world_size=2, extra={activity.KEY: {"cpu_at": "soon"}})
-    assert activity.of(wrong) is None and idle_for(wrong, 1.0) is None
+    assert activity.of(wrong) is None and idle_for(Snapshot(2, 1.0, {0: wrong}), 0) is None
 
 
 def test_idle_counts_from_the_last_movement_and_the_heartbeats_age() -> None:
     found = act(20.0, cpu_at=12.0, io_at=15.0, stack_at=10.0)
     state = RankState(rank=0, world_size=2, published=20.0,
                       extra={activity.KEY: found.to_dict()})
-    assert idle_for(state, 23.0) == 8.0  # moved at 15 by its clock, heartbeat 3 s old
-    assert idle_for(RankState(rank=0, world_size=2), 23.0) is None
+    # moved at 15 by its clock, heartbeat 3 s old: by the hub's clock from when it received
+    # it, whatever the hub's wall clock says; a dump's own time against the snapshot's
+    assert idle_for(Snapshot(2, 9999.0, {0: state}, ages={0: 3.0}), 0) == 8.0
+    assert idle_for(Snapshot(2, 23.0, {0: state}), 0) == 8.0
+    assert idle_for(Snapshot(2, 23.0, {0: RankState(rank=0, world_size=2)}), 0) is None
 
 
 def test_doing_names_the_library_call_the_users_line_cpu_and_bytes_since() -> None:

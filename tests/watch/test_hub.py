@@ -507,6 +507,37 @@ def test_silence_is_judged_as_of_what_the_hub_had_read_not_the_clock_after_readi
     sock.close()
 
 
+@pytest.mark.parametrize("skew", [300.0, -300.0])
+@pytest.mark.parametrize("stops", [0, 1])
+def test_a_rank_whose_clock_is_minutes_off_is_judged_by_when_the_hub_heard_it(
+        tmp_path: Path, skew: float, stops: int) -> None:
+    """Rank 1's clock is ``skew`` seconds off the hub's. Every age is the hub's own, from
+    when it received a state: the skewed rank is not silent while it is heard (-300 s read
+    as 5 minutes of silence), and its silence is not hidden when it stops (+300 s hid it)."""
+    from ddpnet.watch.analyze import Options, analyze
+
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 2, 30, "exit", str(tmp_path), TOKEN), sock)
+    wall = time.time()
+    for rank, clock in ((0, wall), (1, wall + skew)):  # both in all_reduce #3 for 2 s
+        hub.handle_rank(rank, "state", {"state": RankState(
+            rank=rank, world_size=2, host=f"h{rank}", step=5, last_seq=2, published=clock,
+            recent=(CollectiveRecord(seq=3, op="all_reduce", started=clock - 2),)).to_dict()})
+    mono = time.monotonic()
+    hub.read_as_of = (mono, wall)
+    assert hub.silent(hub.snapshot()) == ()
+    assert analyze(hub.snapshot(), Options(stale_after=hub.watchdog.stale_after)).kind in \
+        ("network", "stalled")  # every rank waits in one collective: nobody is gone
+    hub.heard[stops] = mono - 20.0  # its last state came 20 s ago; the other's just now
+    assert hub.silent(hub.snapshot()) == (stops,)
+    found = analyze(hub.snapshot(), Options(stale_after=hub.watchdog.stale_after))
+    assert found.kind == "rank-gone" and found.ranks == (stops,)
+    assert f"rank {stops} (h{stops}) is gone: no heartbeat for 20 s" in found.summary
+    assert any(line.startswith(f"rank {1 - stops} (h{1 - stops}) waits in all_reduce seq 3 "
+                               "for 2 s") for line in found.evidence)
+    sock.close()
+
+
 def test_a_serving_hub_reads_as_of_its_last_select_and_reports_how_far_behind_it_ran(
         tmp_path: Path) -> None:
     exits: list[tuple[int, int]] = []
@@ -592,9 +623,11 @@ def test_quiet_is_by_the_hubs_own_clock_and_skips_ranks_that_left(tmp_path: Path
     now = time.monotonic()
     hub.heard = {0: now - 0.5, 1: now - 30.0, 2: now - 30.0}
     hub.left[2] = "its process exited"
-    assert hub.quiet(now) == (1,)
+    hub.read_as_of = (now, time.time())
+    assert hub.silent(hub.snapshot()) == (1,)
     hub.handle_rank(1, "call", {"record": {"seq": 1, "op": "all_reduce"}})
-    assert hub.quiet(time.monotonic()) == ()
+    hub.read_as_of = None
+    assert hub.silent(hub.snapshot()) == ()
     sock.close()
 
 

@@ -5,6 +5,7 @@ return None."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,14 @@ def healthy(world: int = 3) -> list[LinkProbe]:
 def test_stuck_collective_found_when_every_rank_is_inside_the_same_one() -> None:
     stuck = network.stuck_collective(snapshot())
     assert stuck is not None
-    assert (stuck.group, stuck.seq, stuck.op, stuck.since) == ("default", 7, "all_reduce", 960.0)
+    assert (stuck.group, stuck.seq, stuck.op, stuck.waited) == ("default", 7, "all_reduce", 40.0)
+    # a rank whose clock runs 300 s ahead, in it for 50 s by its own clock, heard 1 s ago:
+    # the longest wait, on the hub's clock (the earliest start across clocks said 40 s)
+    skewed = replace(rank_state(1, 3), published=NOW + 300, recent=(
+        CollectiveRecord(seq=7, op="all_reduce", started=NOW + 250),))
+    found = network.stuck_collective(replace(snapshot(), states={
+        **snapshot().states, 1: skewed}, ages={0: 1.0, 1: 1.0, 2: 1.0}))
+    assert found is not None and found.waited == 51.0
 
 
 def test_not_all_ranks_in_the_same_collective_is_not_network() -> None:

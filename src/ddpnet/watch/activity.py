@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ddpnet.watch.state import RankState, flat_fields
+from ddpnet.watch.state import RankState, Snapshot, flat_fields
 
 #: where a rank's heartbeat publishes its activity (``RankState.extra``)
 KEY = "activity"
@@ -162,13 +162,13 @@ def of(state: RankState | None) -> Activity | None:
         return None
 
 
-def idle_for(state: RankState | None, taken: float) -> float | None:
-    """Seconds since ``state``'s rank last moved as of ``taken`` (pure): by its own clock up
-    to its last heartbeat, then the heartbeat's age. None when it published no activity."""
-    found = of(state)
-    if state is None or found is None or found.active_at <= 0:
+def idle_for(snapshot: Snapshot, rank: int) -> float | None:
+    """Seconds since ``rank`` last moved as of the snapshot (pure; ``Snapshot.since``: its
+    own clock up to its state, then the hub's). None when it published no activity."""
+    found = of(snapshot.states.get(rank))
+    if found is None or found.active_at <= 0:
         return None
-    return max(0.0, state.published - found.active_at) + max(0.0, taken - state.published)
+    return snapshot.since(rank, found.active_at)
 
 
 def doing(found: Activity, since: Activity | None = None) -> str:

@@ -101,8 +101,8 @@ def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
             continue
         if state is None:
             out[rank] = "never published its state" if options.live else "left no dump"
-        elif options.live and snapshot.taken - state.published > options.stale_after:
-            out[rank] = (f"no heartbeat for {snapshot.taken - state.published:.0f} s while its "
+        elif options.live and snapshot.age(rank) > options.stale_after:
+            out[rank] = (f"no heartbeat for {snapshot.age(rank):.0f} s while its "
                          f"side-channel connection stays open" + _why_silent(snapshot, rank))
     return {**out, **victims}
 
@@ -155,7 +155,7 @@ def _waiting_lines(snapshot: Snapshot, exclude: set[int]) -> list[str]:
         flight = state.in_flight() if state is not None and rank not in exclude else None
         if flight is not None:
             lines.append(f"{_where(rank, state)} waits in {describe(flight)} for "
-                         f"{max(0.0, snapshot.taken - flight.started):.0f} s")
+                         f"{snapshot.since(rank, flight.started):.0f} s")
     return lines[:_NAMED]
 
 
@@ -286,14 +286,13 @@ def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagn
         return None
     states = snapshot.states
     evidence = [line for r in late[:_NAMED]
-                for line in (_late_line(r, states[r], snapshot.taken),
-                             _idle_line(r, states[r], snapshot.taken)) if line]
+                for line in (_late_line(snapshot, r), _idle_line(snapshot, r)) if line]
     evidence += _waiting_lines(snapshot, exclude=set(late))
     first = states[late[0]]
     assert first is not None
     ranks = tuple(late)
     hosts = tuple(sorted({_host(states[r]) for r in late}))
-    summary = (f"{_late_line(late[0], first, snapshot.taken)}; {len(flights)} rank(s) wait "
+    summary = (f"{_late_line(snapshot, late[0])}; {len(flights)} rank(s) wait "
                f"for it in {describe(target)}")
     return Diagnosis("rank-not-arriving", summary, ranks, hosts, tuple(evidence),
                      _late_hint(first.phase))
@@ -314,10 +313,11 @@ def behind(snapshot: Snapshot) -> tuple[CollectiveRecord, tuple[int, ...],
     return (target, tuple(sorted(flights)), late) if late else None
 
 
-def _idle_line(rank: int, state: RankState | None, now: float) -> str:
+def _idle_line(snapshot: Snapshot, rank: int) -> str:
     """What a late rank's main thread is in and how long it stood still
     (:mod:`ddpnet.watch.activity`), "" when it published no activity."""
-    found, idle = activity.of(state), activity.idle_for(state, now)
+    state = snapshot.states.get(rank)
+    found, idle = activity.of(state), activity.idle_for(snapshot, rank)
     if found is None or idle is None:
         return ""
     if idle < activity.STILL_S:
@@ -326,11 +326,13 @@ def _idle_line(rank: int, state: RankState | None, now: float) -> str:
             f"same stack): {activity.doing(found)}")
 
 
-def _late_line(rank: int, state: RankState | None, now: float) -> str:
+def _late_line(snapshot: Snapshot, rank: int) -> str:
+    state = snapshot.states.get(rank)
     if state is None:
         return f"rank {rank} (?) has not arrived"
     phase = state.phase or "unmarked code"
-    since = f" for {max(0.0, now - state.phase_since):.0f} s" if state.phase_since else ""
+    since = f" for {snapshot.since(rank, state.phase_since):.0f} s" if state.phase_since \
+        else ""
     return (f"{_where(rank, state)} has not arrived: in {phase!r}{since} at step {state.step}, "
             f"last collective seq {state.last_seq}")
 

@@ -53,6 +53,7 @@ from ddpnet.watch.probe import (
     listening_ports,
     probe_pairs,
 )
+from ddpnet.watch.progress import progressed
 from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
@@ -112,7 +113,8 @@ class Beacon:
         self.peers: dict[int, RankState] = {}
         #: monotonic and wall time of the hub's last message, of this rank's last progress
         self.heard, self.heard_at = time.monotonic(), time.time()
-        self.progress: tuple[object, ...] = ()
+        #: this rank's state when it last moved (``watch.progress``), and when (monotonic)
+        self.moved: RankState | None = None
         self.progressed = time.monotonic()
         self.judged = False
         #: this connection's outbox (``watch.transport``): a state or call is queued whole
@@ -376,13 +378,11 @@ wait (its word lags: a gap that waited
         """When this rank heard nothing from the hub for its threshold and made no progress
         either, nobody can tell it the verdict: check its own link, route, the hub and its
         peers (``watch.cutoff``), then write its dump, print the verdict and exit 4."""
-        key = (state.step, state.phase, state.phase_since, state.long_phase, state.last_seq,
-               getattr(state.in_flight(), "seq", None))
         own = learned({self.ident.rank: gaps.Summary.from_dict(state.extra.get(gaps.KEY))})
         self.judge_by = self_judged(self.threshold, self.base, own, state)
         now = time.monotonic()
-        if key != self.progress:
-            self.progress, self.progressed = key, now
+        if progressed(self.moved, state):
+            self.moved, self.progressed = state, now
         if self.judged or self.stopped.is_set() or self.obeyed.is_set() or \
                 now < self.recheck_at:
             return

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpnet.watch.progress import moved_at
 from ddpnet.watch.state import PHASES, STEP_BUCKETS, Diagnosis, LinkProbe, RankState
 
 PREFIX = "ddpnet"
@@ -79,19 +80,10 @@ class JobView:
     version: str = ""
 
 
-def last_progress(state: RankState) -> float:
-    """When this rank last moved, by its own clock: a phase mark, a collective started or
-    ended (pure)."""
-    times = [state.phase_since, state.long_since]
-    for record in state.recent:
-        times.append(record.ended if record.ended is not None else record.started)
-    return max(times)
-
-
 def since_progress(state: RankState, heard_ago: float) -> float:
     """Seconds since ``state``'s rank last moved as of now (pure): measured on its own clock
     up to its last heartbeat, plus how long ago the hub heard that (clocks may differ)."""
-    moved = last_progress(state)
+    moved = moved_at(state)
     behind = state.published - moved if moved > 0 else 0.0
     return max(0.0, behind) + max(0.0, heard_ago)
 

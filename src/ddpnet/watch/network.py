@@ -58,7 +58,7 @@ class Stuck:
     group: str
     seq: int
     op: str
-    since: float          # the earliest rank's start
+    waited: float         # seconds the earliest rank has waited, as of the snapshot
     ranks: tuple[int, ...]
 
 
@@ -80,8 +80,10 @@ def stuck_collective(snapshot: Snapshot) -> Stuck | None:
     if len({g for g, _, _ in keys}) != 1 or len(keys) != len(seqs) or seqs[-1] - seqs[0] > 1:
         return None
     group, seq, op = min(keys, key=lambda k: k[1])
-    since = min(f.started for f in flights)
-    return Stuck(group, seq, op, since, tuple(range(snapshot.world_size)))
+    # each rank's start by its own clock, measured to the snapshot through it (never the
+    # earliest start across ranks: their clocks differ)
+    waited = max(snapshot.since(r, f.started) for r, f in enumerate(flights))
+    return Stuck(group, seq, op, waited, tuple(range(snapshot.world_size)))
 
 
 def wants_probes(snapshot: Snapshot) -> bool:
@@ -134,10 +136,9 @@ def _field(states: States, rank: int, attr: str, default: str) -> str:
     return str(value) if value else default
 
 
-def _stuck_line(stuck: Stuck, taken: float) -> str:
-    age = max(0.0, taken - stuck.since)
+def _stuck_line(stuck: Stuck) -> str:
     return (f"all {len(stuck.ranks)} ranks are inside {stuck.op} #{stuck.seq} (group "
-            f"{stuck.group}) since {age:.0f} s and none progresses")
+            f"{stuck.group}) since {stuck.waited:.0f} s and none progresses")
 
 
 def culprit(pairs: Sequence[Pair]) -> int | None:
@@ -161,12 +162,12 @@ def _where(states: States, pairs: Sequence[Pair], node: int | None = None
     return words, ranks, tuple(dict.fromkeys(_host(states, r) for r in ranks))
 
 
-def _evidence(stuck: Stuck, taken: float, states: States,
+def _evidence(stuck: Stuck, states: States,
               probes: Sequence[LinkProbe]) -> tuple[str, ...]:
     lines = [f"rank {p.src_rank} -> {name(states, p.dst_rank)}: {p.detail}" for p in probes]
     extra = [f"(+{len(lines) - MAX_EVIDENCE} more probe results)"] if len(lines) > MAX_EVIDENCE \
         else []
-    return (_stuck_line(stuck, taken), *lines[:MAX_EVIDENCE], *extra)
+    return (_stuck_line(stuck), *lines[:MAX_EVIDENCE], *extra)
 
 
 # ---- the sub-kinds --------------------------------------------------------------------------
@@ -182,10 +183,10 @@ def _unprobed(snapshot: Snapshot, stuck: Stuck) -> Diagnosis:
     addrs = " ".join(_field(states, r, "address", "") for r in stuck.ranks[1:]).strip()
     return Diagnosis(
         kind=KIND,
-        summary=_stuck_line(stuck, snapshot.taken) + "; the links were not probed yet",
+        summary=_stuck_line(stuck) + "; the links were not probed yet",
         ranks=stuck.ranks, sub_kind=UNPROBED,
         hosts=tuple(dict.fromkeys(_host(states, r) for r in stuck.ranks)),
-        evidence=(_stuck_line(stuck, snapshot.taken),
+        evidence=(_stuck_line(stuck),
                   "no rank is behind and no rank skipped it: they wait on the network"),
         hint=(f"probe the links: from {_host(states, 0)} `for a in {addrs or '<peer>'}; do "
               f"ping -c2 -W1 $a; done` (the watchdog probes them itself next)"),
@@ -219,7 +220,7 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
         summary=f"{SUB_LABELS[LINK_DOWN]}: {words} answers on no port (dropped or "
                 f"unreachable) while every rank waits in {stuck.op} #{stuck.seq}",
         ranks=ranks, hosts=hosts, sub_kind=LINK_DOWN, witnesses=_witnesses(down),
-        evidence=_evidence(stuck, snapshot.taken, states, [p for ps in down.values()
+        evidence=_evidence(stuck, states, [p for ps in down.values()
                                                            for p in ps]),
         hint=f"on {at}: `ip -br link show {iface}` (state UP, carrier) and `ip -s link show "
              f"{iface}` (errors); check its cable / switch port; `ping -c3 {peer}` from a peer",
@@ -242,7 +243,7 @@ def cut_off(snapshot: Snapshot, rank: int, silent_after: float = FRESH_S) -> boo
     open (no FIN, no RST: the process did not die) and that answers on no port: its link is
     down (pure). A dead process closes its connection and its host refuses; a stopped one
     still has a kernel that answers."""
-    return (rank not in snapshot.gone and _age(snapshot, rank) > silent_after
+    return (rank not in snapshot.gone and snapshot.age(rank) > silent_after
             and bool(unreachable_from(snapshot, rank)))
 
 
@@ -264,7 +265,7 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
     return Diagnosis(
         kind=KIND,
         summary=f"{SUB_LABELS[LINK_DOWN]}: "
-                f"{words} sent no heartbeat for {_age(snapshot, first):.0f} s and "
+                f"{words} sent no heartbeat for {snapshot.age(first):.0f} s and "
                 f"answers on no port from rank(s) {who} (every connect dropped or "
                 f"unreachable) while its connection stays open: its link is down (or its "
                 f"host lost power)",
@@ -279,18 +280,10 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
     )
 
 
-def _age(snapshot: Snapshot, rank: int) -> float:
-    """Seconds since the rank last published; infinite when never (or unknown: 0)."""
-    state = snapshot.states.get(rank)
-    if state is None or state.published <= 0:
-        return float("inf")
-    return snapshot.taken - state.published
-
-
 def fresh(snapshot: Snapshot, rank: int) -> bool:
     """The rank published its state within :data:`FRESH_S` of the snapshot (pure): its host
     is up and its own connections work."""
-    return _age(snapshot, rank) <= FRESH_S
+    return snapshot.age(rank) <= FRESH_S
 
 
 def _drops_all(snapshot: Snapshot, stuck: Stuck,
@@ -301,7 +294,7 @@ def _drops_all(snapshot: Snapshot, stuck: Stuck,
     targets = sorted({dst for _, dst in down})
     words = "; ".join(name(states, r) for r in targets[:4])
     hosts = tuple(dict.fromkeys(_host(states, r) for r in targets))
-    ages = ", ".join(f"{_age(snapshot, r):.0f} s" for r in targets[:4])
+    ages = ", ".join(f"{snapshot.age(r):.0f} s" for r in targets[:4])
     return Diagnosis(
         kind=KIND,
         summary=f"{SUB_LABELS[FIREWALL]}: "
@@ -309,7 +302,7 @@ def _drops_all(snapshot: Snapshot, stuck: Stuck,
                 f"out), yet it published its state {ages} ago over an open connection: an "
                 f"inbound firewall rule, not a dead link",
         ranks=tuple(targets), hosts=hosts, sub_kind=FIREWALL, witnesses=_witnesses(down),
-        evidence=_evidence(stuck, snapshot.taken, states, [p for ps in down.values()
+        evidence=_evidence(stuck, states, [p for ps in down.values()
                                                            for p in ps]),
         hint=f"on {hosts[0]}: `nft list ruleset` / `iptables -S INPUT` shows the rule; allow the "
              f"cluster's nodes, e.g. `nft insert rule inet filter input ip saddr "
@@ -339,7 +332,7 @@ def _firewall(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                 f"{words} answers on its side channel but TCP port(s) {shown} are "
                 f"{'/'.join(how)}: a firewall rule blocks the backend's connections",
         ranks=ranks, hosts=hosts, sub_kind=FIREWALL, witnesses=_witnesses(blocked),
-        evidence=_evidence(stuck, snapshot.taken, states,
+        evidence=_evidence(stuck, states,
                            [p for ps in blocked.values() for p in ps]),
         hint=f"on {hosts[0]}: `nft list ruleset` / `iptables -S INPUT` shows the rule; allow "
              f"the cluster's nodes, e.g. `nft insert rule inet filter input {rules}` or "
@@ -367,7 +360,7 @@ def _mtu(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                 f"dropped (the MTU differs along the path)",
         ranks=ranks, hosts=hosts, sub_kind=MTU,
         witnesses=tuple(sorted({p.src_rank for p in stalled})),
-        evidence=_evidence(stuck, snapshot.taken, states, stalled),
+        evidence=_evidence(stuck, states, stalled),
         hint=f"compare `ip link show {iface}` (mtu) on every node and the switch; from "
              f"{_host(states, first.src_rank)}: `ping -c2 -M do -s 1472 {peer}` (1500) and "
              f"`-s 8972` (9000); set one MTU everywhere, e.g. `ip link set {iface} mtu 1500`",
@@ -428,7 +421,7 @@ def _slow_node(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                 f"{fastest:.3g} Gb/s",
         ranks=ranks, hosts=hosts, sub_kind=SLOW_LINK,
         witnesses=tuple(sorted({p.src_rank for p in found.streams})),
-        evidence=_evidence(stuck, snapshot.taken, states, found.streams),
+        evidence=_evidence(stuck, states, found.streams),
         hint=f"on {hosts[0]}: `ethtool {iface}` (Speed, Duplex), `ip -s link show {iface}` "
              f"(errors, drops), `tc qdisc show dev {iface}` (a shaper?)",
     )

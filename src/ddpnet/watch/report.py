@@ -29,14 +29,15 @@ def warning_line(diagnosis: Diagnosis) -> str:
     return f"ddpnet: watch: warning: {diagnosis.kind}: {diagnosis.summary}{evidence}"
 
 
-def _row(rank: int, state: RankState | None, now: float, gone: str, width: int = 14) -> str:
+def _row(snapshot: Snapshot, rank: int, width: int = 14) -> str:
     """One rank's row; ``width``: the host column, as wide as the longest host shown (a host
     name is never cut: a cut one names another node)."""
+    state, gone = snapshot.states.get(rank), snapshot.gone.get(rank, "")
     if state is None:
         return f"  {rank:>4}  {'?':<{width}} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
     flight = state.in_flight()
     doing = f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"
-    age = f"{max(0.0, now - state.phase_since):.0f}s" if state.phase_since else "-"
+    age = f"{snapshot.since(rank, state.phase_since):.0f}s" if state.phase_since else "-"
     note = f"  [{gone}]" if gone else ""
     return (f"  {rank:>4}  {state.host:<{width}} {state.step:>6}  {state.phase or '-':<9} "
             f"{age:>6}  {doing}{note}")
@@ -57,8 +58,8 @@ def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> 
     width = max([14, *(len(s.host) for _, s in shown if s is not None)])
     lines.append(f"  {'rank':>4}  {'host':<{width}} {'step':>6}  {'phase':<9} {'for':>6}  "
                  "collective")
-    for rank, state in shown:
-        lines.append(_row(rank, state, snapshot.taken, snapshot.gone.get(rank, ""), width))
+    for rank, _state in shown:
+        lines.append(_row(snapshot, rank, width))
     if len(ranks) > _ROWS:
         lines.append(f"  ... {len(ranks) - _ROWS} more ranks in the JSON report")
     return "\n".join(lines)

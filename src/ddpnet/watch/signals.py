@@ -31,8 +31,8 @@ def _ranks(ranks: Iterable[int]) -> str:
 def heartbeat(snapshot: Snapshot, named: tuple[int, ...]) -> str:
     """The named ranks' last heartbeat against the others'."""
     states = snapshot.states
-    ages = {r: snapshot.taken - s.published for r, s in states.items()
-            if s is not None and s.published}
+    ages = {r: snapshot.age(r) for r, s in states.items()
+            if s is not None and (s.published or r in snapshot.ages)}
     if not ages:
         return ""
     mine = [f"rank {r} {ages[r]:.0f} s ago" for r in named[:_SHOWN] if r in ages]

@@ -8,6 +8,7 @@ live store, a dump file and a unit-test fixture are the same thing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,7 +197,11 @@ class Snapshot:
     """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
 
     ``states`` maps rank -> its last state, or None when that rank never published;
-    ``gone`` names ranks whose side channel closed or whose host stopped answering, with why.
+    ``gone`` names ranks whose side channel closed or whose host stopped answering, with why;
+    ``ages``: seconds from when the hub received each rank's state to ``taken``, on the hub's
+    own monotonic clock. A rank's clock may be minutes off the hub's, so every age and wait
+    is measured through :meth:`age` and :meth:`since`; the rank's own timestamps are compared
+    only with each other (and shown). ``taken`` is the hub's wall time, for display.
     """
 
     world_size: int
@@ -204,13 +209,34 @@ class Snapshot:
     states: Mapping[int, RankState | None]
     gone: Mapping[int, str] = field(default_factory=dict)
     probes: tuple[LinkProbe, ...] = ()
+    ages: Mapping[int, float] = field(default_factory=dict)
+
+    def age(self, rank: int) -> float:
+        """Seconds since ``rank``'s state was received, as of ``taken`` (the hub's clock);
+        infinite when it never published. A state no hub received (a dump file, a fixture)
+        has only its own ``published`` to go by, against ``taken``."""
+        if rank in self.ages:
+            return max(0.0, self.ages[rank])
+        state = self.states.get(rank)
+        if state is None or state.published <= 0:
+            return math.inf
+        return max(0.0, self.taken - state.published)
+
+    def since(self, rank: int, at: float) -> float:
+        """Seconds from ``at`` (a time by ``rank``'s own clock, e.g. a collective's start) to
+        ``taken``: its own clock up to its state, then the hub's since it received it."""
+        state = self.states.get(rank)
+        if rank in self.ages and state is not None:
+            return max(0.0, state.published - at + self.ages[rank])
+        return max(0.0, self.taken - at)
 
     def to_dict(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "taken": self.taken,
                 "states": {str(r): (s.to_dict() if s is not None else None)
                            for r, s in sorted(self.states.items())},
                 "gone": {str(r): why for r, why in self.gone.items()},  # in the order they left
-                "probes": [p.to_dict() for p in self.probes]}
+                "probes": [p.to_dict() for p in self.probes],
+                "ages": {str(r): age for r, age in sorted(self.ages.items())}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
@@ -219,7 +245,8 @@ class Snapshot:
         return cls(world_size=int(data["world_size"]), taken=float(data.get("taken", 0.0)),
                    states=states,
                    gone={int(r): str(w) for r, w in dict(data.get("gone", {})).items()},
-                   probes=tuple(LinkProbe.from_dict(p) for p in data.get("probes", ())))
+                   probes=tuple(LinkProbe.from_dict(p) for p in data.get("probes", ())),
+                   ages={int(r): float(a) for r, a in dict(data.get("ages", {})).items()})
 
     def around(self, diagnosis: Diagnosis, limit: int = AROUND_LIMIT) -> Snapshot:
         """What a verdict needs to say which node it blames (``launch.blame``), sent to every
@@ -233,7 +260,8 @@ class Snapshot:
         keep = {*diagnosis.ranks[:limit], *first, *([ahead.rank] if ahead else [])}
         return Snapshot(self.world_size, self.taken,
                         {r: self.states[r] for r in sorted(keep) if r in self.states},
-                        {r: why for r, why in self.gone.items() if r in keep})
+                        {r: why for r, why in self.gone.items() if r in keep},
+                        ages={r: a for r, a in self.ages.items() if r in keep})
 
 
 _LISTS = ("ranks", "hosts", "evidence", "signals", "contradicts", "witnesses")

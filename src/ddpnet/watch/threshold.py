@@ -96,7 +96,7 @@ def long_phases(snapshot: Snapshot, silent_after: float = math.inf
     out: dict[str, list[int]] = {}
     for rank, state in sorted(snapshot.states.items()):
         if state is not None and state.long_phase in LONG_PHASES and \
-                rank not in snapshot.gone and snapshot.taken - state.published <= silent_after \
+                rank not in snapshot.gone and snapshot.age(rank) <= silent_after \
                 and state.in_flight() is None:
             out.setdefault(state.long_phase, []).append(rank)
     return {phase: tuple(ranks) for phase, ranks in out.items()}

@@ -27,6 +27,7 @@ from ddpnet.watch import activity
 from ddpnet.watch import threshold as thresholds
 from ddpnet.watch.analyze import behind, describe
 from ddpnet.watch.network import name
+from ddpnet.watch.progress import any_progressed
 from ddpnet.watch.state import Diagnosis, Snapshot
 
 #: seconds without progress before the watchdog acts while nothing is learned yet (torch:
@@ -49,18 +50,6 @@ class Settings:
     period: float = thresholds.PERIOD_S
 
 
-def progress_key(snapshot: Snapshot) -> tuple[object, ...]:
-    """What changes whenever any rank makes progress (pure)."""
-    key: list[object] = []
-    for rank, state in sorted(snapshot.states.items()):
-        if state is None:
-            continue
-        flight = state.in_flight()
-        key.append((rank, state.last_seq, state.step, state.phase, state.phase_since,
-                    flight.seq if flight else None))
-    return tuple(key)
-
-
 def someone_waits(snapshot: Snapshot) -> bool:
     return any(s is not None and s.in_flight() is not None for s in snapshot.states.values())
 
@@ -75,9 +64,9 @@ def working_laggards(snapshot: Snapshot, threshold: float,
         return ()
     for rank in found[2]:
         state = snapshot.states.get(rank)
-        idle = activity.idle_for(state, snapshot.taken)
+        idle = activity.idle_for(snapshot, rank)
         if state is None or idle is None or idle >= threshold or \
-                snapshot.taken - state.published > stale_after:
+                snapshot.age(rank) > stale_after:
             return ()
     return found[2]
 
@@ -113,7 +102,6 @@ class Watchdog:
     """Tracks progress across ticks; :meth:`due` says why to act now, or None."""
 
     settings: Settings
-    key: tuple[object, ...] = ()
     since: float | None = None
     gone_since: dict[int, float] = field(default_factory=dict)
     fired: bool = False
@@ -125,7 +113,8 @@ class Watchdog:
     base: thresholds.Threshold = field(default_factory=lambda: thresholds.learned({}))
     threshold: thresholds.Threshold = field(
         default_factory=lambda: thresholds.learn(thresholds.learned({})))
-    #: the snapshot when the current gap began (what working ranks had done by then)
+    #: the snapshot when the current gap began (what working ranks had done by then; what
+    #: progress is measured from: ``watch.progress``)
     began: Snapshot | None = None
     #: the working ranks holding this stall's verdict and when each last moved (their
     #: clock); the warning for it, once per stall, until the hub takes it
@@ -162,10 +151,9 @@ class Watchdog:
         """Why to act now, or None. ``silent``: ranks the hub has not heard from for
         ``stale_after`` s (its own clock): while others wait that is a stall at once, whatever
         the threshold (a frozen rank or a cut link in the warm-up's first minute)."""
-        key = progress_key(snapshot)
         self.learn(snapshot)
-        if key != self.key or self.since is None:
-            self.key, self.since, self.began = key, now, snapshot
+        if self.since is None or any_progressed(self.began, snapshot):
+            self.since, self.began = now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
             self.held, self.warning, self.note = {}, None, ""
         # a rank back (it connected anew: its channel broke, it lived) is gone no more

@@ -1,0 +1,263 @@
+"""The hub's state store: every rank's last state beside when this hub received it, who left,
+finished or was terminated, the probe round under way, and the snapshot that the decisions
+(:mod:`ddpnet.watch.hubdecide`) read. Every age in a snapshot is this hub's monotonic time
+since it received a rank's state (``Snapshot.ages``): a rank's clock may be minutes off.
+
+:class:`HubState` holds what the hub knows; the transport (:class:`ddpnet.watch.hub.Hub`)
+feeds it the messages it reads and owns the connections.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ddpnet.watch import termination
+from ddpnet.watch.channel import Checks
+from ddpnet.watch.metrics import Probed
+from ddpnet.watch.probe import STREAM
+from ddpnet.watch.state import (
+    FINISHED,
+    PEER_FAILED,
+    CollectiveRecord,
+    Diagnosis,
+    LinkProbe,
+    RankState,
+    Snapshot,
+)
+from ddpnet.watch.threshold import period_for
+from ddpnet.watch.transport import Outbox
+from ddpnet.watch.watchdog import Settings, Watchdog
+from ddpnet.watch.wire import Lines
+
+#: with metrics on, the longest the hub stays after a verdict for a scrape to see it (the
+#: default of ``HubOptions.metrics_linger``: 4 of Prometheus's default 15 s intervals)
+METRICS_LINGER_S = 60.0
+#: a probe round's trigger when it only measures the links for the metrics
+LINKS = "links"
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    bind: str
+    port: int
+    world_size: int
+    #: the user's override; None: learned (watch.threshold)
+    timeout: float | None
+    action: str
+    directory: str
+    #: the job's rendezvous: a rank of another job (or a stray client) is told it is wrong
+    token: str = ""
+    #: the metrics socket rank 0 bound and passed down (-1: metrics off), the job's id
+    #: there, seconds between link probe rounds for them (0: none), ddpnet's version
+    metrics_fd: int = -1
+    job_id: str = ""
+    probe_every: float = 300.0
+    version: str = ""
+    #: with metrics on, the longest it stays after a verdict for a scrape to render it
+    metrics_linger: float = METRICS_LINGER_S
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+@dataclass
+class Peer:
+    sock: socket.socket
+    lines: Lines
+    rank: int | None = None
+    #: when this rank was last acknowledged, and the thresholds it was told then (the
+    #: watchdog's and its learned base: a cut-off rank judges itself by the base)
+    acked_at: float = float("-inf")
+    told: tuple[float, str, float, str] | None = None
+    #: what waits to be written to it, whole messages only (``watch.transport``)
+    outbox: Outbox = field(default_factory=Outbox)
+
+
+@dataclass
+class Probing:
+    """One probe round: the ranks asked and not answered yet, what came back. A stall's round
+    ends in the verdict (``trigger``); a straggler's (``straggler``: what was found without
+    probes) in a warning naming the slow node or link."""
+
+    ident: int
+    trigger: str
+    deadline: float
+    waiting: set[int]
+    found: list[LinkProbe]
+    straggler: Diagnosis | None = None
+    #: a straggler round's snapshot (what showed the slowdown): its probes are judged on it
+    seen: Snapshot | None = None
+
+    def over(self, now: float) -> bool:
+        return not self.waiting or now > self.deadline
+
+
+class HubState:
+    """What the hub knows of the job (no sockets of its own: the transport's are declared
+    here, set by :class:`ddpnet.watch.hub.Hub`)."""
+
+    sock: socket.socket
+    selector: selectors.BaseSelector
+    #: every connection, and each rank's current one (a rank that connects anew replaces
+    #: its old one); connections with messages waiting for the socket to take them
+    peers: dict[socket.socket, Peer]
+    channels: dict[int, Peer]
+    writing: set[socket.socket]
+
+    def __init__(self, options: HubOptions) -> None:
+        self.options = options
+        self.settings = Settings(timeout=options.timeout, action=options.action,
+                                 period=period_for(options.world_size))
+        self.watchdog = Watchdog(self.settings)
+        self.states: dict[int, RankState] = {}
+        self.left: dict[int, str] = {}
+        self.finished: set[int] = set()
+        self.last_bye = 0.0
+        self.started = time.monotonic()
+        self.verdict_at: float | None = None
+        #: the exit verdict sent, for a rank whose hello comes after it
+        self.verdict: dict[str, Any] | None = None
+        self.probing: Probing | None = None
+        self.rounds = 0
+        self.next_straggler = 0.0
+        #: the network's wait per step (straggler.recent_wait) when this slowdown was first
+        #: probed, the probes of a round that named its node or link (kept for the later
+        #: checks), and the rounds that named nothing; reset when the job is even again
+        self.probed_wait: float | None = None
+        self.straggler_probes: tuple[LinkProbe, ...] = ()
+        self.slowdown_rounds = 0
+        self.warnings: list[Diagnosis] = []
+        self.warned: list[dict[str, Any]] = []
+        #: ranks told their peers' side ports
+        self.introduced: set[int] = set()
+        self.next_desync = 0.0
+        #: states received, and how many the last desync comparison saw (none new: skip it)
+        self.published = self.desync_seen = 0
+        #: ranks whose clean goodbye waits for the hub's word, since when
+        self.leaving: dict[int, float] = {}
+        self.desync_named = False
+        #: the encoded ack and the thresholds it carries (the watchdog's, its learned base)
+        self.ack: tuple[tuple[float, str, float, str] | None, bytes] = (None, b"")
+        #: (monotonic, wall) time as of which every message that had come was read: when
+        #: the last select returned, once what it returned is handled (``serve``); the
+        #: watchdog judges silence and stalls as of it. None: now (a hub not serving)
+        self.read_as_of: tuple[float, float] | None = None
+        #: when this hub received each rank's state (its own monotonic clock: a rank's clock
+        #: may be off by minutes), beside ``states``: every age and silence is measured from
+        #: it (``Snapshot.ages``), the rank's timestamps only relative to its ``published``
+        self.heard: dict[int, float] = {}
+        #: how far behind its sockets the hub ran at worst (seconds), for the report
+        self.most_behind = 0.0
+        #: metrics (``serve_metrics``): the verdicts given, each rank pair's last stream
+        #: probe, when the next link round is due, the server
+        self.verdicts: list[Diagnosis] = []
+        #: when the last verdict was given (monotonic; either action), None: none yet
+        self.judged_at: float | None = None
+        self.link_probes: dict[tuple[int, int], Probed] = {}
+        self.next_links: float | None = None
+        self.metrics: Any = None
+        #: ranks whose channel closed without a goodbye while their process answers
+        #: (``watch.channel``): unheard, not gone, until they reconnect or the silent-rank
+        #: probes judge them; the checks under way; ranks dropped as too slow a reader
+        self.broken: dict[int, str] = {}
+        self.checks = Checks()
+        self.slow_readers: set[int] = set()
+        #: ranks that told the hub of a SIGTERM (``watch.termination``): when each asked,
+        #: until answered; all that did (away once their connection closes)
+        self.terms: dict[int, float] = {}
+        self.terminated: set[int] = set()
+
+    def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
+        """Queue ``message`` whole for ``peer`` (the transport's: ``Hub.send``)."""
+        raise NotImplementedError
+
+    # -- what arrives ------------------------------------------------------------------------
+
+    def handle_rank(self, rank: int, kind: Any, message: dict[str, Any]) -> None:
+        """Record what ``rank`` said; a state or an announced call with when it came."""
+        if kind == "state":
+            self.states[rank] = RankState.from_dict(message["state"])
+            self.heard[rank] = time.monotonic()
+            self.published += 1
+        elif kind == "call":
+            self.add_call(rank, CollectiveRecord.from_dict(message["record"]))
+            self.heard[rank] = time.monotonic()
+            self.published += 1
+        elif kind == "probes":
+            self.add_probes(rank, message)
+        elif kind == "term":
+            self.terms[rank] = time.monotonic()
+            self.terminated.add(rank)
+        elif kind == "bye":
+            error = str(message.get("error", ""))
+            if error and message.get("peer"):
+                self.left[rank] = PEER_FAILED + error
+            elif error:
+                self.left[rank] = f"exited with an error: {error}"
+            else:
+                self.finished.add(rank)
+                self.last_bye = time.monotonic()
+                if message.get("wait"):
+                    self.leaving[rank] = time.monotonic()
+
+    def add_call(self, rank: int, record: CollectiveRecord) -> None:
+        state = self.states.get(rank) or RankState(rank=rank, world_size=self.options.world_size)
+        if any(r.seq == record.seq and r.group == record.group for r in state.recent):
+            return
+        # a rank announces a call only once the one before returned (or was async)
+        recent = tuple(replace(r, ended=record.started, state="completed")
+                       if r.ended is None and r.seq < record.seq else r for r in state.recent)
+        # received now, sent when it began by the rank's clock: the state's time from here on
+        self.states[rank] = replace(state, recent=(*recent, record)[-64:],
+                                    published=max(state.published, record.started))
+
+    def add_probes(self, rank: int, message: dict[str, Any]) -> None:
+        probing = self.probing
+        if probing is None or message.get("id") != probing.ident or rank not in probing.waiting:
+            return  # late, or from an earlier stall
+        probing.waiting.discard(rank)
+        found = [LinkProbe.from_dict(p) for p in message.get("probes", ()) if isinstance(p, dict)]
+        probing.found += found
+        at = time.time()
+        for probe in found:
+            if probe.what == STREAM:
+                self.link_probes[(probe.src_rank, probe.dst_rank)] = Probed(probe, at)
+
+    # -- what the decisions read -------------------------------------------------------------
+
+    def snapshot(self, *, leavers_only: bool = False) -> Snapshot:
+        gone = dict(self.left)
+        if not leavers_only:
+            for rank in self.finished:
+                gone.setdefault(rank, f"{FINISHED} while others may still call collectives")
+            for rank in self.terminated - set(self.channels):
+                gone.setdefault(rank, termination.TERMINATED)
+        states: dict[int, RankState | None] = {r: None for r in range(self.options.world_size)}
+        states.update(self.states)
+        mono, wall = self.as_of()
+        ages = {r: mono - at for r, at in self.heard.items()}
+        return Snapshot(self.options.world_size, wall, states, gone, ages=ages)
+
+    def as_of(self) -> tuple[float, float]:
+        """(monotonic, wall) time of the state the hub has read (``read_as_of``)."""
+        return self.read_as_of or (time.monotonic(), time.time())
+
+    def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
+        """Ranks heard from before but not for ``stale_after`` s as of ``snapshot`` (its
+        ages: this hub's clock since it received their state), whose goodbye did not come
+        and whose connection stays open: frozen, or cut off."""
+        stale, away = self.watchdog.stale_after, {*self.left, *self.finished, *self.terminated}
+        heard = {*snapshot.ages, *(r for r, s in snapshot.states.items() if s is not None)}
+        return tuple(r for r in sorted(heard) if r not in away and snapshot.age(r) > stale)
+
+    def unheard(self) -> bool:
+        """Whether a rank of the job was never heard and has not left (its watch may still
+        connect)."""
+        away = self.finished | set(self.left) | self.terminated
+        return any(r not in self.heard and r not in away
+                   for r in range(self.options.world_size))

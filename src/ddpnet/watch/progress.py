@@ -1,0 +1,64 @@
+"""What "a rank progressed" means, in one place (pure): the watchdog (has any rank of the job
+moved?), a rank judging itself while the hub is silent (has it moved?) and the metrics
+(seconds since it moved) all read it here, so that they never disagree on what a stall is.
+
+A rank moves when its step, its phase mark (a new phase, its long phase), its last completed
+collective or the collective it waits in changes. The times here are the rank's own clock:
+compare them only with its other timestamps (``Snapshot.since`` measures them to now).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddpnet.watch.state import RankState, Snapshot
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What moved between two states of one rank (all False: it stood still)."""
+
+    step: bool = False
+    collective: bool = False
+    phase: bool = False
+
+    def __bool__(self) -> bool:
+        return self.step or self.collective or self.phase
+
+
+#: a rank's first state: everything it shows is new
+FIRST = Progress(step=True, collective=True, phase=True)
+STILL = Progress()
+
+
+def progressed(before: RankState | None, after: RankState) -> Progress:
+    """What ``after`` moved since ``before`` (the same rank's earlier state; None: it had
+    none, so everything is new). Its heartbeat time alone is no progress."""
+    if before is None:
+        return FIRST
+    if before is after:
+        return STILL  # the hub's snapshots share a state until a new one arrives
+    first, then = before.in_flight(), after.in_flight()
+    return Progress(
+        step=before.step != after.step,
+        collective=(before.last_seq != after.last_seq or
+                    (first.seq if first else None) != (then.seq if then else None)),
+        phase=(before.phase, before.phase_since, before.long_phase) !=
+              (after.phase, after.phase_since, after.long_phase))
+
+
+def any_progressed(before: Snapshot | None, after: Snapshot) -> bool:
+    """Whether any rank moved between two snapshots of the job (None: the first one)."""
+    if before is None:
+        return True
+    return any(progressed(before.states.get(r), s)
+               for r, s in after.states.items() if s is not None)
+
+
+def moved_at(state: RankState) -> float:
+    """When the rank last moved by its own clock: its latest phase mark, or a collective's
+    start or end (0.0: none seen). A step mark carries no time of its own."""
+    times = [state.phase_since, state.long_since]
+    for record in state.recent:
+        times.append(record.ended if record.ended is not None else record.started)
+    return max(times)
