@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,10 +169,12 @@ def run_job(lab: Any, plan: Plan, soak_s: float, port: int) -> tuple[Job, dict[s
         job.cancel()
     path = directory / "report.json"
     report = json.loads(path.read_text()) if path.exists() else None
-    return job, {"codes": [r.returncode for r in results], "report": report,
-                 "report_at": path.stat().st_mtime if report else None,
-                 "directory": str(directory),
-                 "stderr_tail": [r.stderr[-1500:] for r in results]}
+    end = {"codes": [r.returncode for r in results], "report": report,
+           "report_at": path.stat().st_mtime if report else None, "directory": str(directory),
+           "stderr_tail": [r.stderr[-1500:] for r in results]}
+    if job.fault_at is not None:  # the freeze's: its report is in the JSON; a false
+        shutil.rmtree(directory, ignore_errors=True)  # verdict's dumps stay to be read
+    return job, end
 
 
 def frozen_named(lab: Any, job: Job, end: dict[str, Any]) -> dict[str, Any]:
