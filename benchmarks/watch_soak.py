@@ -13,10 +13,11 @@ the unchanged script ``tests/watch/soak_job.py``, default watch settings):
   the hub and the master) goes down for ``--flap-s`` (4) seconds, then up.
 
 After ``--minutes`` (no pause and no flap in its last ``--quiet-end`` seconds), rank 2 stops
-itself (SIGSTOP). A verdict before that is a false one: its report is kept in the JSON, and
-a new job soaks the rest of the time. Output: the duration, steps, verdicts (must be 0),
-flaps, pauses, and the seconds from the freeze to the hub's report. Exit 0 when there was no
-false verdict and the frozen rank was named within the bound. Needs root (namespaces).
+itself (SIGSTOP; ``--freeze sleep``: it sleeps in its step, alive: ``rank-not-arriving``). A
+verdict before that is a false one: its report is kept in the JSON, and a new job soaks the
+rest of the time. Output: the duration, steps, verdicts (must be 0), flaps, pauses, and the
+seconds from the freeze to the hub's report. Exit 0 when there was no false verdict and the
+frozen rank was named within the bound. Needs root (namespaces).
 
     .venv/bin/python benchmarks/watch_soak.py [--minutes 30] [--out FILE]
 """
@@ -63,6 +64,7 @@ class Plan:
     """What the soak does, from the command line."""
 
     seconds: float
+    freeze: str
     flap_every: float
     flap_s: float
     pause_every: float
@@ -89,7 +91,7 @@ class Job:
 
     def on_line(self, node: Any, stream: str, line: str) -> None:
         words = line.split()
-        if line.startswith("fault stop "):
+        if line.startswith(("fault stop ", "fault sleep ")):
             self.fault_at, self.pid, self.steps = float(words[2]), int(words[3]), int(words[5])
             self.timer = threading.Timer(self.give_up_s, self.resume)
             self.timer.start()
@@ -163,7 +165,8 @@ def run_job(lab: Any, plan: Plan, soak_s: float, port: int) -> tuple[Job, dict[s
                                "PAUSE_EVERY_S": str(plan.pause_every),
                                "CKPT_S": str(plan.ckpt_s), "EVAL_S": str(plan.eval_s),
                                "QUIET_END_S": str(plan.quiet_end),
-                               "FREEZE_RANK": str(FROZEN), "DDPNET_WATCH_DIR": str(directory),
+                               "FREEZE_RANK": str(FROZEN), "FREEZE": plan.freeze,
+                               "DDPNET_WATCH_DIR": str(directory),
                                "OMP_NUM_THREADS": "1"})
     finally:
         job.cancel()
@@ -177,7 +180,12 @@ def run_job(lab: Any, plan: Plan, soak_s: float, port: int) -> tuple[Job, dict[s
     return job, end
 
 
-def frozen_named(lab: Any, job: Job, end: dict[str, Any]) -> dict[str, Any]:
+#: the freeze -> the kind that names it and the words of its cause
+NAMED_AS = {"stop": ("rank-gone", "process stopped"), "sleep": ("rank-not-arriving",
+                                                                "has not arrived")}
+
+
+def frozen_named(lab: Any, job: Job, end: dict[str, Any], freeze: str) -> dict[str, Any]:
     """How the freeze was named: seconds to the report, kind, rank, host, cause."""
     from tests.watch.lab_watch import BOUND_S
 
@@ -186,8 +194,9 @@ def frozen_named(lab: Any, job: Job, end: dict[str, Any]) -> dict[str, Any]:
     text = " ".join([diagnosis.get("summary", ""), *diagnosis.get("evidence", [])])
     host = lab.nodes[FROZEN].hostname
     seconds = end["report_at"] - job.fault_at if end["report_at"] and job.fault_at else None
-    named = (report.get("kind") == "rank-gone" and diagnosis.get("ranks") == [FROZEN]
-             and f"rank {FROZEN} ({host})" in text and "process stopped" in text)
+    kind, cause = NAMED_AS[freeze]
+    named = (report.get("kind") == kind and diagnosis.get("ranks") == [FROZEN]
+             and f"rank {FROZEN} ({host}" in text and cause in text)
     return {"seconds": round(seconds, 2) if seconds is not None else None,
             "bound_s": BOUND_S, "within_bound": bool(named and seconds is not None
                                                      and seconds < BOUND_S),
@@ -201,8 +210,11 @@ def frozen_named(lab: Any, job: Job, end: dict[str, Any]) -> dict[str, Any]:
 def false_verdict(job: Job, end: dict[str, Any], started: float) -> dict[str, Any]:
     """A job that ended before its freeze: the verdict (or crash) and what the hub saw."""
     report = end["report"] or {}
+    diagnosis = report.get("diagnosis", {})
     return {"after_s": round(time.time() - started, 1), "steps": job.steps,
-            "kind": report.get("kind"), "summary": report.get("diagnosis", {}).get("summary"),
+            "kind": report.get("kind"), "summary": diagnosis.get("summary"),
+            "ranks": diagnosis.get("ranks"), "signals": diagnosis.get("signals"),
+            "evidence": diagnosis.get("evidence"),
             "trigger": report.get("trigger"), "threshold": report.get("threshold"),
             "warnings": report.get("warnings"), "codes": end["codes"],
             "report": end["directory"] + "/report.json" if report else None,
@@ -226,7 +238,7 @@ def soak(lab: Any, plan: Plan, port: int) -> dict[str, Any]:
                 print(f"watch_soak: job {len(jobs)} ended before its freeze: "
                       f"{falses[-1]['kind']}: {falses[-1]['summary']}", file=sys.stderr)
             else:
-                frozen = frozen_named(lab, job, end)
+                frozen = frozen_named(lab, job, end, plan.freeze)
     finally:
         flapper.stop.set()
     ended = jobs[-1].fault_at if frozen and jobs[-1].fault_at else time.time()
@@ -242,6 +254,8 @@ def soak(lab: Any, plan: Plan, port: int) -> dict[str, Any]:
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--freeze", choices=tuple(NAMED_AS), default="stop",
+                        help="how rank 2 hangs after the soak: stop (SIGSTOP) or sleep")
     parser.add_argument("--flap-every", type=float, default=60.0, help="seconds (60)")
     parser.add_argument("--flap-s", type=float, default=4.0, help="seconds down (4)")
     parser.add_argument("--pause-every", type=float, default=150.0, help="seconds (150)")
@@ -259,9 +273,9 @@ def parse() -> argparse.Namespace:
 
 def main() -> int:
     args = parse()
-    plan = Plan(seconds=args.minutes * 60, flap_every=args.flap_every, flap_s=args.flap_s,
-                pause_every=args.pause_every, ckpt_s=args.ckpt_s, eval_s=args.eval_s,
-                quiet_end=args.quiet_end, spin_duty=args.spin_duty)
+    plan = Plan(seconds=args.minutes * 60, freeze=args.freeze, flap_every=args.flap_every,
+                flap_s=args.flap_s, pause_every=args.pause_every, ckpt_s=args.ckpt_s,
+                eval_s=args.eval_s, quiet_end=args.quiet_end, spin_duty=args.spin_duty)
     sys.path.insert(0, str(ROOT))
     from tests.lab_util import fresh_lab
 

@@ -1,7 +1,8 @@
 """A healthy DDP job for the watch's soak (``benchmarks/watch_soak.py``), with NO ddpnet
 import (the watch attaches: ``ddpnet exec``): its own ``init_process_group("gloo")``, DDP, SGD
 and one metric ``all_reduce`` a step, for ``SOAK_S`` seconds; then rank ``FREEZE_RANK`` stops
-itself (SIGSTOP), the fault the watch must still name after the soak.
+itself (SIGSTOP; ``FREEZE=sleep``: it sleeps in its step instead, alive and stuck), the fault
+the watch must still name after the soak.
 
 Rank 0 pauses, unmarked, every ``PAUSE_EVERY_S`` seconds while the others wait in the next
 all_reduce: a checkpoint (``CKPT_S`` s of fsynced 1 MiB ``torch.save`` writes, I/O-bound) and
@@ -10,7 +11,7 @@ an evaluation (``EVAL_S`` s of forward passes, CPU-bound), in turn; none starts 
 
 Environment: SOAK_S (60), STEP_S (0.02), PAUSE_EVERY_S (150), CKPT_S (25), EVAL_S (20),
 QUIET_END_S (30), FREEZE_RANK (2), LOG_EVERY (500 steps). Prints ``step N`` every LOG_EVERY
-steps, ``pause KIND START SECONDS`` after each pause, and ``fault stop TIME PID step N``.
+steps, ``pause KIND START SECONDS`` after each pause, and ``fault FREEZE TIME PID step N``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PAUSE_EVERY_S = float(os.environ.get("PAUSE_EVERY_S", "150"))
 QUIET_END_S = float(os.environ.get("QUIET_END_S", "30"))
 FREEZE_RANK = int(os.environ.get("FREEZE_RANK", "2"))
 LOG_EVERY = int(os.environ.get("LOG_EVERY", "500"))
+FREEZE = os.environ.get("FREEZE", "stop")
 
 
 def say(text: str) -> None:
@@ -94,7 +96,9 @@ def main() -> int:
     step = 0
     while True:
         if rank == FREEZE_RANK and time.monotonic() - start >= SOAK_S:
-            say(f"fault stop {time.time():.3f} {os.getpid()} step {step}")
+            say(f"fault {FREEZE} {time.time():.3f} {os.getpid()} step {step}")
+            if FREEZE == "sleep":
+                time.sleep(3600)
             os.kill(os.getpid(), signal.SIGSTOP)
         x = torch.randn(8, 16)
         loss = nn.functional.mse_loss(model(x), x.pow(2).sum(1, keepdim=True))
