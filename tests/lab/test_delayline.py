@@ -36,3 +36,13 @@ def test_packet_ids_and_errors_are_parsed() -> None:
     err = struct.pack("=IHHII", 36, netlink.NLMSG_ERROR, 0, 0, 0) + struct.pack("=i", -1) + b"\0" * 16
     ids, errors = d.packet_ids(_packet(7) + _packet(8) + err)
     assert ids == [7, 8] and errors == [1]
+
+
+def test_jitter_varies_the_delay_but_never_reorders() -> None:
+    """A batch's release: the delay +- the jitter, never before the batch ahead of it (a
+    batch verdict accepts every id up to one: arrival order is the order out)."""
+    assert d.due_at(10.0, 0.02, 0.0, 0.0, 0.7) == 10.02
+    assert abs(d.due_at(10.0, 0.02, 0.01, 0.0, 1.0) - 10.03) < 1e-9
+    assert abs(d.due_at(10.0, 0.02, 0.01, 0.0, -1.0) - 10.01) < 1e-9
+    assert d.due_at(10.0, 0.02, 0.01, 10.05, -1.0) == 10.05  # behind a later release
+    assert d.due_at(10.0, 0.005, 0.01, 0.0, -1.0) == 10.0  # never a negative delay

@@ -15,7 +15,9 @@ def test_normalize_validates_each_kind() -> None:
     assert faults.normalize("block-ephemeral", {}) == {"kind": "block-ephemeral", "port": 29500}
     rec = faults.normalize("link-down", {"for_s": 2}, now=100.0)
     assert rec == {"kind": "link-down", "for_s": 2.0, "until": 102.0}
-    assert faults.normalize("delay", {"ms": "20ms"})["ms"] == 20.0
+    assert faults.normalize("delay", {"ms": "20ms"}) == {"kind": "delay", "ms": 20.0}
+    assert faults.normalize("delay", {"ms": 20, "jitter_ms": 5}) == {
+        "kind": "delay", "ms": 20.0, "jitter_ms": 5.0}
     assert faults.normalize("loss", {"percent": "5%"})["percent"] == 5.0
     assert faults.normalize("extra-iface", {})["iface"] == "docker0"
     for kind, opts, needle in (
@@ -30,6 +32,7 @@ def test_normalize_validates_each_kind() -> None:
         ("link-down", {"for_s": float("nan")}, "must be positive"),
         ("delay", {"ms": float("nan")}, "bad delay"),
         ("delay", {"ms": -5.0}, "bad delay"),
+        ("delay", {"ms": 5.0, "jitter_ms": -1.0}, "bad delay"),
         ("extra-iface", {"iface": "bad name"}, "bad interface name"),
         ("extra-iface", {"iface": "br0"}, "bad interface name"),
     ):

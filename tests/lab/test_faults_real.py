@@ -221,3 +221,15 @@ def test_delay_adds_latency_then_clear(lab: Lab) -> None:
     assert lab.status()["nodes"][1]["shaping"]["delay_ms"] == 80
     lab.clear(1)
     assert _connect_ms(lab, 1) < 40
+
+
+def test_delay_with_jitter_varies_around_the_delay(lab: Lab) -> None:
+    """``delay --ms 80 --jitter 40``: each connect's round trip holds 40-120 ms (plus the
+    host's scheduling), its median near 80; the soak's jittery links (issue 56)."""
+    lab.fault("delay", 1, ms=80, jitter_ms=40)
+    try:
+        assert 35 <= _connect_ms(lab, 1) < 160
+        assert lab.status()["nodes"][1]["shaping"]["jitter_ms"] == 40
+    finally:
+        lab.clear(1)
+    assert _connect_ms(lab, 1) < 40

@@ -84,6 +84,9 @@ def test_qdisc_lines() -> None:
     assert len(port) == 2 and "netem" not in port[1]
     assert qdisc_lines("eth0", Shaping(delay_ms=5))[1] == (
         "qdisc add dev eth0 root handle 1: netem delay 5ms limit 100000")
+    assert qdisc_lines("eth0", Shaping(delay_ms=5, jitter_ms=2))[1] == (
+        "qdisc add dev eth0 root handle 1: netem delay 5ms 2ms limit 100000")
+    assert Shaping(delay_ms=5, jitter_ms=2).describe() == "delay 5ms jitter 2ms"
     assert rate_bits("200mbit") == 2e8 and rate_bits("1gbit") == 1e9
 
 

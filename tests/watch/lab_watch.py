@@ -1,12 +1,11 @@
 """What the watch's lab tests share (test_lab_default: a ``ddpnet.init()`` script;
 test_attach_lab: an unchanged one): a follower of the ranks' lines that times the fault, cuts
-a link on cue and resumes a stopped rank, the hub's report, and the bounds on the time to the
-verdict and on a cut-off rank's own exit.
+a link on cue and resumes a stopped rank, the hub's report, and the fixed bound on the time to
+the verdict and on a cut-off rank's own exit.
 
-The bound is the issue's 15 s where the job's learned threshold allows it; on a loaded
-machine the job's steps are slower, the threshold it learns is longer, and the verdict is
-rightly later: the bound is then that threshold plus the probes' wait and a heartbeat,
-read from the same run's report (a bound from the measured load, not a luckier machine)."""
+The bound never comes from the run under test (issue 56): one taken from the report's learned
+threshold passed a threshold stuck at the warm-up's 60 s too. How fast a fault is named is a
+measurement, in ``benchmarks/watch_detect.py`` and its committed results, not a test."""
 
 from __future__ import annotations
 
@@ -21,11 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from ddpnet.lab import Lab, LabNode
-from ddpnet.watch.hub import PROBE_WAIT_S
-from ddpnet.watch.threshold import FLOOR_S
+from ddpnet.watch.threshold import WARMUP_S
 
-#: named within this many seconds of the fault (the issues' bound, at a learned 5-10 s)
-NAMED_S = 15.0
+#: seconds from the fault to the verdict, and to a cut-off rank's own exit, fixed: 5-9x what a
+#: quiet lab takes (5-8 s, a cut-off rank 11 s: benchmarks/results/watch_detect.json), room
+#: for a loaded 2-core host's longer learned threshold (3x its p99 gap) plus the probes' 8 s,
+#: and under the warm-up's 60 s, so that a job that never learned its threshold fails
+BOUND_S = 45.0
+assert BOUND_S < WARMUP_S
+#: a rank's exit after the verdict (the hub's, or its SIGCONT for a stopped one): the hub's
+#: 10 s hold for a rank that waits on a peer's failure, and a heartbeat
+LEAVE_S = 15.0
 #: from a threshold's expiry to the report: the hub's heartbeat view lags up to 2 beats
 BEATS_S = 2.0
 #: torchrun's prefix on each rank's lines
@@ -114,24 +119,8 @@ def named_after(directory: Path, watcher: Watcher) -> float:
     return (directory / "report.json").stat().st_mtime - watcher.fault_at
 
 
-def named_bound(directory: Path, watcher: Watcher) -> float:
-    """The time-to-verdict bound for this run: NAMED_S, or the threshold the job judged
-    by plus the probes' wait and two heartbeats when its load made that longer."""
-    threshold = float(report(directory, watcher)["threshold"]["seconds"])
-    return max(NAMED_S, threshold + PROBE_WAIT_S + BEATS_S)
-
-
-def alone_bound(directory: Path, watcher: Watcher) -> float:
-    """How soon a rank that hears nobody leaves by itself: NAMED_S at the floor threshold
-    (it judges at threshold + ``cutoff.MARGIN_S``, then connects for ``cutoff.CONNECT_S``:
-    ~10 s at 5 s), later by as much as the threshold it judges by (the hub's learned one, in
-    the report) is above the floor when its load made the job learn a longer one."""
-    threshold = float(report(directory, watcher)["threshold"]["seconds"])
-    return NAMED_S + max(0.0, threshold - FLOOR_S)
-
-
 def assert_named_in_time(directory: Path, watcher: Watcher, what: str) -> float:
-    took, bound = named_after(directory, watcher), named_bound(directory, watcher)
+    took, bound = named_after(directory, watcher), BOUND_S
     print(f"time to verdict: {what} {took:.1f} s (bound {bound:.1f} s)")
     found = report(directory, watcher)
     # late: the trigger says whether the stall was seen late or held (working ranks), the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.watch.endings import ended_by
 from tests.watch.scenario import Job, run_job
 
 WATCH_TIMEOUT = 4.0
@@ -22,13 +23,13 @@ def named(job: Job, kind: str) -> str:
     return report
 
 
-def check_exits(job: Job, *, killed: int | None = None) -> None:
+def check_exits(job: Job, kind: str, *, killed: int | None = None) -> None:
     assert job.left == [], "something still ran after the verdict"
+    # each rank ended by the verdict (4, also where gloo saw the peer go first and raised:
+    # the exception hook waits for it) or by gloo's abort on a mismatch (-6), saying which
     for rank, code in job.codes.items():
         if rank != killed:
-            assert code in (4, -6), (rank, code, job.stderr[rank][-2000:])
-    # 4: the verdict (also where gloo saw the peer go first and raised: the exception hook
-    # waits for it); -6: gloo aborted on a mismatch
+            ended_by(rank, code, job.stderr[rank], kind)
     assert job.fault_at is not None and job.report_at is not None
     assert job.report_at - job.fault_at < WATCH_TIMEOUT + 15
 
@@ -41,7 +42,7 @@ def test_fault_is_named_and_every_rank_exits(mode: str, kind: str, tmp_path: Pat
     report = named(job, kind)
     host = socket.gethostname()
     assert f"rank 1 ({host})" in report or "rank(s) 1 called" in report
-    check_exits(job, killed=1 if mode == "kill" else None)
+    check_exits(job, kind, killed=1 if mode == "kill" else None)
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["kind"] == kind
     if mode == "sleepdata":
@@ -91,7 +92,7 @@ def test_ranks_that_die_of_a_killed_peer_exit_4_naming_it(tmp_path: Path) -> Non
     assert waited, job.stderr  # gloo raised "Connection reset by peer" into the loop
     for rank in (0, 2):
         err = job.stderr[rank]
-        assert job.codes[rank] in (4, -6), (rank, job.codes, err[-2000:])  # -6: gloo aborted
+        ended_by(rank, job.codes[rank], err, "rank-gone")  # the verdict, or gloo's abort
         if rank in waited:
             assert job.codes[rank] == 4, err[-2000:]
             assert f"rank {rank} exits (4): rank-gone: rank 1 ({host}) is gone" in err, err
@@ -107,7 +108,7 @@ def test_a_data_loader_stall_at_step_40_is_named_in_seconds_at_default_settings(
         "WATCH_TIMEOUT": "", "FAULT_STEP": "40", "STEPS": "100"})
     report = named(job, "rank-not-arriving")
     assert "in 'data' for" in report
-    check_exits(job)
+    check_exits(job, "rank-not-arriving")
     threshold = json.loads((tmp_path / "report.json").read_text())["threshold"]
     assert threshold["source"] == "learned" and threshold["seconds"] <= 10, threshold
     assert job.fault_at is not None and job.report_at is not None

@@ -102,6 +102,8 @@ def run_cmd(name: str, nodes: str, timeout: float | None, env: tuple[str, ...],
 @click.option("--rate", default=None, help="rate: the link rate (100mbit).")
 @click.option("--percent", type=float, default=None, help="loss: percent dropped.")
 @click.option("--ms", type=float, default=None, help="delay: milliseconds added.")
+@click.option("--jitter", "jitter_ms", type=float, default=None,
+              help="delay: each packet's delay varies by up to this many ms either way.")
 @click.option("--mtu", type=int, default=None,
               help="mtu: the node's interface MTU; port-mtu: its switch port's.")
 @click.option("--iface", default=None,
@@ -118,7 +120,8 @@ def fault_cmd(name: str, kind: str, node: str, as_json: bool, **opts: Any) -> in
 
     \b
     KIND: block-port --port P [--reject] | block-ephemeral [--port MASTER_PORT] [--reject]
-          link-down [--for S] | rate --rate R | loss --percent X | delay --ms X
+          link-down [--for S] | rate --rate R | loss --percent X
+          delay --ms X [--jitter J]
           mtu --mtu M | port-mtu --mtu M | hostname-loopback
           extra-iface [--iface NAME] | hosts-entry --host NAME --address IP
           vip --address IP | twin-nic --address CIDR [--iface eth1]

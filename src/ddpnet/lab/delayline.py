@@ -8,8 +8,10 @@ Why arriving, not leaving: a packet held on its way out still belongs to the sen
 and TCP Small Queues then throttles the sender to a trickle (a few Mb/s at 20 ms); arriving
 packets are already orphaned, so TCP runs at full rate with the added latency. One catch:
 ``ping`` reports kernel receive timestamps, taken before the hold; use ``ping -U`` (user-to-
-user latency) or any TCP measurement to see the delay. Every packet gets the same
-delay, so verdicts go out in arrival order and one ``VERDICT_BATCH`` accepts all packets due.
+user latency) or any TCP measurement to see the delay. With ``--jitter-ms`` each batch of
+packets read gets the delay plus a uniform draw within ± the jitter, but never leaves before
+the packets ahead of it (:func:`due_at`): verdicts go out in arrival order, as TCP sees netem's
+jitter behind a rate (no reordering), and one ``VERDICT_BATCH`` accepts all packets due.
 The rule uses ``--queue-bypass`` and the queue ``FAIL_OPEN``: if this process is gone or
 behind, packets pass undelayed rather than being dropped.
 
@@ -24,6 +26,7 @@ import argparse
 import collections
 import contextlib
 import os
+import random
 import select
 import signal
 import socket
@@ -96,7 +99,14 @@ def packet_ids(data: bytes) -> tuple[list[int], list[int]]:
     return ids, errors
 
 
-def serve(queue: int, delay_s: float, ready: bool = True) -> None:
+def due_at(now: float, delay_s: float, jitter_s: float, behind: float, draw: float) -> float:
+    """When packets read at ``now`` are released (pure): ``delay_s`` varied by ``draw``
+    (-1..1) x ``jitter_s``, never below 0 nor before ``behind`` (the last release queued):
+    a batch verdict accepts every id up to one, so the order of arrival is the order out."""
+    return max(behind, now + max(0.0, delay_s + draw * jitter_s))
+
+
+def serve(queue: int, delay_s: float, ready: bool = True, jitter_s: float = 0.0) -> None:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     with contextlib.suppress(OSError):
@@ -116,7 +126,8 @@ def serve(queue: int, delay_s: float, ready: bool = True) -> None:
         readable, _, _ = select.select([sock], [], [], wait)
         if readable:
             data = sock.recv(1 << 20)
-            due = time.monotonic() + delay_s
+            behind = pending[-1][0] if pending else 0.0
+            due = due_at(time.monotonic(), delay_s, jitter_s, behind, random.uniform(-1, 1))
             ids, _ = packet_ids(data)
             pending.extend((due, i) for i in ids)
         now = time.monotonic()
@@ -131,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpnet.lab.delayline")
     parser.add_argument("--queue", type=int, default=0)
     parser.add_argument("--ms", type=float, required=True)
+    parser.add_argument("--jitter-ms", type=float, default=0.0,
+                        help="each batch's delay varies by up to this much either way")
     parser.add_argument("--tag", default="", help="a marker for finding this process")
     args = parser.parse_args(argv)
 
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    serve(args.queue, args.ms / 1000.0)
+    serve(args.queue, args.ms / 1000.0, jitter_s=args.jitter_ms / 1000.0)
     return 0
 
 

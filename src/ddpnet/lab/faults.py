@@ -39,7 +39,8 @@ KINDS: dict[str, str] = {
     "link-down": "take the node's lab interface down (back up after --for S)",
     "rate": "limit the node's link to --rate (both directions)",
     "loss": "drop --percent of the packets the node sends",
-    "delay": "add --ms of delay to the packets the node sends",
+    "delay": "add --ms of delay (each packet's varying by up to --jitter ms either way) to "
+             "the packets the node sends",
     "mtu": "set the node's interface MTU to --mtu (the switch keeps the lab MTU)",
     "port-mtu": "set the MTU of the node's switch port to --mtu (the node keeps its own)",
     "hostname-loopback": "map the node's hostname to 127.0.1.1 in its /etc/hosts",
@@ -88,7 +89,7 @@ def _number(value: Any, convert: Any, what: str, hint: str) -> Any:
 #: kind -> the options it takes (CLI spelling with ``_`` for ``-``)
 _OPTIONS: dict[str, set[str]] = {
     "block-port": {"port", "reject"}, "block-ephemeral": {"port", "reject"},
-    "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms"},
+    "link-down": {"for_s"}, "rate": {"rate"}, "loss": {"percent"}, "delay": {"ms", "jitter_ms"},
     "mtu": {"mtu"}, "port-mtu": {"mtu"}, "hostname-loopback": set(),
     "extra-iface": {"iface", "address"},
     "hosts-entry": {"host", "address"}, "vip": {"address"},
@@ -166,7 +167,10 @@ def _loss(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
 
 
 def _delay(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
-    return {"ms": delay_ms(_need(o, "ms", "delay", "a delay", "--ms 20"))}
+    rec = {"ms": delay_ms(_need(o, "ms", "delay", "a delay", "--ms 20"))}
+    if o.get("jitter_ms"):
+        rec["jitter_ms"] = delay_ms(o["jitter_ms"])
+    return rec
 
 
 def _mtu(o: Mapping[str, Any], now: float | None) -> dict[str, Any]:
@@ -333,7 +337,7 @@ def combine(p: Plan, index: int, faults: Sequence[Mapping[str, Any]],
         elif kind == "loss":
             shaping = replace(shaping, loss_pct=f["percent"])
         elif kind == "delay":
-            shaping = replace(shaping, delay_ms=f["ms"])
+            shaping = replace(shaping, delay_ms=f["ms"], jitter_ms=f.get("jitter_ms"))
         elif kind == "mtu":
             mtu = f["mtu"]
         elif kind == "link-down":

@@ -411,7 +411,8 @@ class Lab:
         netem = bool(nf.shaping.delay_ms) and system.netem_available()
         system.tc_batch(qdisc_lines(n.ifname, nf.shaping, egress_netem=netem), n.namespace)
         system.tc_batch(qdisc_lines(n.port, nf.shaping, egress_netem=False), p.switch)
-        self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0))
+        self._delayline(n, 0.0 if netem else (nf.shaping.delay_ms or 0.0),
+                        nf.shaping.jitter_ms or 0.0)
         # hosts file
         system.write_file(_hosts_path(n), hosts_file(p, n, hostname_loopback=nf.hostname_loopback,
                                                      entries=nf.hosts_entries))
@@ -438,9 +439,10 @@ class Lab:
             system.ip_batch(r.switch, self.plan.switch)
         system.run(node_argv(n.namespace, n.hostname, ["sysctl", "-qw", *r.sysctl]))
 
-    def _delayline(self, n: LabNode, delay_ms: float) -> None:
-        """Without netem: hold what node ``n`` receives for ``delay_ms`` in a userspace delay
-        line (NFQUEUE); 0 removes it. See :mod:`ddpnet.lab.delayline` for why ingress."""
+    def _delayline(self, n: LabNode, delay_ms: float, jitter_ms: float = 0.0) -> None:
+        """Without netem: hold what node ``n`` receives for ``delay_ms`` (± ``jitter_ms``) in a
+        userspace delay line (NFQUEUE); 0 removes it. See :mod:`ddpnet.lab.delayline` for why
+        ingress."""
         had = _kill_tagged(n, _DELAY_TAG)
         rule = ["-t", "mangle", "PREROUTING", "-i", n.ifname, "-j", "NFQUEUE",
                 "--queue-num", "0", "--queue-bypass"]
@@ -453,6 +455,7 @@ class Lab:
         daemon = subprocess.Popen(
             node_argv(n.namespace, n.hostname,
                       [sys.executable, "-m", "ddpnet.lab.delayline", "--ms", f"{delay_ms:g}",
+                       "--jitter-ms", f"{jitter_ms:g}",
                        "--tag", _DELAY_TAG]),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)

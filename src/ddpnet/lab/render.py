@@ -21,6 +21,7 @@ def shaping_text(shaping: Mapping[str, Any]) -> str:
         f"{k} {v}" for k, v in (
             ("rate", shaping["rate"]),
             ("delay", f"{shaping['delay_ms']:g}ms" if shaping["delay_ms"] else None),
+            ("jitter", f"{shaping['jitter_ms']:g}ms" if shaping.get("jitter_ms") else None),
             ("loss", f"{shaping['loss_pct']:g}%" if shaping["loss_pct"] else None))
         if v) or "-"
 

@@ -133,6 +133,8 @@ class Shaping:
     rate: str | None = None
     delay_ms: float | None = None
     loss_pct: float | None = None
+    #: each packet's delay varies by up to this much either way (uniform), order kept
+    jitter_ms: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -143,7 +145,8 @@ class Shaping:
         if self.rate:
             parts.append(f"rate {self.rate}")
         if self.delay_ms:
-            parts.append(f"delay {self.delay_ms:g}ms")
+            jitter = f" jitter {self.jitter_ms:g}ms" if self.jitter_ms else ""
+            parts.append(f"delay {self.delay_ms:g}ms{jitter}")
         if self.loss_pct:
             parts.append(f"loss {self.loss_pct:g}%")
         return ", ".join(parts) or "none"
@@ -641,7 +644,8 @@ def qdisc_lines(dev: str, shaping: Shaping, *, egress_netem: bool = True) -> lis
     loss is done in nftables, see :func:`ddpnet.lab.faults.nft_ruleset`). Starts by deleting
     the root (a missing one is fine)."""
     lines = [f"qdisc del dev {dev} root"]
-    netem = f"netem delay {shaping.delay_ms:g}ms limit 100000" if (
+    jitter = f" {shaping.jitter_ms:g}ms" if shaping.jitter_ms else ""
+    netem = f"netem delay {shaping.delay_ms:g}ms{jitter} limit 100000" if (
         egress_netem and shaping.delay_ms) else ""
     if shaping.rate:
         burst = tbf_burst_bytes(shaping.rate)
