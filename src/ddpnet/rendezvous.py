@@ -201,20 +201,29 @@ def _lead(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
 
 
 def _follow(store: Any, cfg: DistConfig, host: str, join_timeout: float) -> None:
-    """Any other rank: wait for rank 0's word (a little longer than rank 0 waits)."""
+    """Any other rank: wait for rank 0's word (a little longer than rank 0 waits). It polls
+    with ``check`` (one short request a slice) rather than blocking in ``wait`` slices: each
+    slice a wait timed out printed torch's C++ ``waitForInput ... timed out after 250ms``
+    twice on the rank's stderr (``bench --local 4``: eight lines before the first row)."""
     deadline = time.monotonic() + join_timeout + 10.0
     while True:
         try:
-            store.wait([GO], timedelta(seconds=wait_slice(cfg.world_size)))
-            break
-        except Exception as exc:  # torch: DistStoreError on timeout, a closed store
-            if time.monotonic() > deadline or "timeout" not in str(exc).lower():
-                raise RendezvousError(
-                    "missing-ranks",
-                    f"rank {cfg.rank} on {host} joined the rendezvous at {cfg.master_addr}:"
-                    f"{cfg.master_port} but rank 0 never said every rank had joined "
-                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
-                    MISSING_HINT, host=host, rank=cfg.rank) from None
+            if store.check([GO]):
+                break
+        except Exception as exc:  # torch: a closed or unreachable store
+            raise RendezvousError(
+                "missing-ranks",
+                f"rank {cfg.rank} on {host} joined the rendezvous at {cfg.master_addr}:"
+                f"{cfg.master_port} but lost rank 0's store before it said every rank had "
+                f"joined ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+                MISSING_HINT, host=host, rank=cfg.rank) from None
+        if time.monotonic() > deadline:
+            raise RendezvousError(
+                "missing-ranks",
+                f"rank {cfg.rank} on {host} joined the rendezvous at {cfg.master_addr}:"
+                f"{cfg.master_port} but rank 0 never said every rank had joined "
+                f"(waited {join_timeout + 10.0:g} s)", MISSING_HINT, host=host, rank=cfg.rank)
+        time.sleep(wait_slice(cfg.world_size))
     word = store.get(GO).decode()
     if word.startswith("stop:"):
         problem = _problem(store)

@@ -162,3 +162,14 @@ def test_check_with_a_missing_gloo_interface_never_says_ok_first(run_cli: RunCli
     assert "cluster verdict pass" not in proc.stdout + proc.stderr
     assert "rank 1 " in proc.stderr and "cluster verdict fail: doctor-failed: this shell's " \
         "GLOO_SOCKET_IFNAME=eth9" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow  # four local ranks of torch
+def test_bench_with_four_ranks_prints_no_torch_store_warnings(run_cli: RunCli) -> None:
+    """The ranks waiting for the others to join polled rank 0's store in 0.25 s blocking
+    waits, and torch printed two ``waitForInput ... timed out after 250ms`` lines for each
+    (eight on ``bench --local 4``, every run)."""
+    proc = run_cli("bench", "--local", "4", "-b", "1K", "-e", "1K", "--collectives",
+                   "all_reduce", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "waitForInput" not in proc.stderr, proc.stderr
