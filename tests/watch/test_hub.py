@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -674,6 +675,26 @@ def metrics_hub(tmp_path: Path, world: int = 3) -> tuple[Hub, socket.socket]:
     return hub, sock
 
 
+
+@contextlib.contextmanager
+def three_ranks(hub: Hub, sock: socket.socket) -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    """Three ranks connected to a metrics hub (``metrics_hub``) over socket pairs: the hub's
+    end and the rank's; everything closed after."""
+    from ddpnet.watch.hub import Peer
+
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        for rank, (ours, _theirs) in enumerate(pairs):
+            hub.peers[ours] = Peer(ours, Lines(), rank)
+        yield pairs
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        assert hub.metrics is not None
+        hub.metrics.close()
+        sock.close()
+
 def scrape(hub: Hub) -> str:
     import urllib.request
 
@@ -707,14 +728,11 @@ def test_the_hub_serves_each_ranks_own_counts_from_its_last_state(tmp_path: Path
 
 def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ddpnet.watch.hub import FIRST_LINKS_S, LINKS, Peer
+    from ddpnet.watch.hub import FIRST_LINKS_S, LINKS
 
     hub, sock = metrics_hub(tmp_path)
     hub.states = slowed_states(steps=2)  # too few steps for any straggler analysis
-    pairs = [socket.socketpair() for _ in range(3)]
-    try:
-        for rank, (ours, _theirs) in enumerate(pairs):
-            hub.peers[ours] = Peer(ours, Lines(), rank)
+    with three_ranks(hub, sock) as pairs:
         hub.read_as_of = (1000.0, time.time())
         hub.tick()
         assert hub.probing is None  # every rank just published: the first round waits
@@ -745,26 +763,17 @@ def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         hub.read_as_of = (1000.0 + FIRST_LINKS_S + 0.5 + hub.options.probe_every + 1, time.time())
         hub.tick()
         assert hub.probing is not None and hub.probing.trigger == LINKS
-    finally:
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
-        hub.metrics.close()
-        sock.close()
 
 
 def test_a_links_round_due_as_a_straggler_round_starts_waits_for_it(tmp_path: Path) -> None:
     """Both in one tick: the links round replaced the straggler's (whose warning then waited
     for a later check) and every rank was asked for two rounds at once, streaming twice."""
-    from ddpnet.watch.hub import LINKS, Peer
+    from ddpnet.watch.hub import LINKS
 
     hub, sock = metrics_hub(tmp_path)
     hub.states = slowed_states()  # a network slowdown: the straggler check probes it
     hub.next_links = 999.0  # and the links round is due
-    pairs = [socket.socketpair() for _ in range(3)]
-    try:
-        for rank, (ours, _theirs) in enumerate(pairs):
-            hub.peers[ours] = Peer(ours, Lines(), rank)
+    with three_ranks(hub, sock) as pairs:
         hub.read_as_of = (1000.0, time.time())
         hub.tick()
         assert hub.probing is not None and hub.probing.straggler is not None
@@ -780,12 +789,6 @@ def test_a_links_round_due_as_a_straggler_round_starts_waits_for_it(tmp_path: Pa
         hub.read_as_of = (1000.6, time.time())
         hub.tick()  # then the links round that waited
         assert hub.probing is not None and hub.probing.trigger == LINKS
-    finally:
-        for ours, theirs in pairs:
-            ours.close()
-            theirs.close()
-        hub.metrics.close()
-        sock.close()
 
 
 def test_with_metrics_a_verdict_waits_for_the_next_scrape_only_while_something_scrapes(
