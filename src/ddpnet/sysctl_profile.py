@@ -83,11 +83,19 @@ class SysctlTarget:
 
     def satisfied_by(self, current: str) -> bool | None:
         """True/False for a readable value, None when it cannot be parsed."""
-        try:
-            number = int(current.split()[-1])
-        except (IndexError, ValueError):
+        number = last_field(current)
+        if number is None:
             return None
         return number >= self.value if self.op == "min" else number <= self.value
+
+
+def last_field(value: object) -> int | None:
+    """A sysctl value's last field as a number (``4096 131072 6291456`` -> 6291456: the
+    maximum of tcp_rmem/tcp_wmem; a one-field value is itself), None when unparsable."""
+    try:
+        return int(str(value).split()[-1])
+    except (IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

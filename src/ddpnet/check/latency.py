@@ -23,7 +23,7 @@ from typing import Any
 from ddpnet.check import mesh
 from ddpnet.check.causes import Cause
 from ddpnet.check.tournament import SLOW_FRACTION, same_host
-from ddpnet.sysctl_profile import TIERS, Tier, profile_of
+from ddpnet.sysctl_profile import TIERS, Tier, last_field, profile_of
 
 #: a round trip is high at FACTOR x the nearest-peer round trip of the healthy nodes, and at
 #: least FLOOR_MS more: a ring all_reduce waits it 2(N-1) times per collective, while a
@@ -148,13 +148,9 @@ def find(rtt: Mapping[Pair, float], addresses: Sequence[str | None]) -> Latency 
                    tuple(links))
 
 
-def _last_field(value: Any) -> int | None:
-    """The maximum of a sysctl value (``4096 131072 6291456`` -> 6291456), None unread."""
-    try:
-        number = int(str(value).split()[-1])
-    except (IndexError, ValueError):
-        return None
-    return number if number > 0 else None
+def _positive(number: int | None) -> int | None:
+    """A buffer limit read (None: unread, or 0 and below: no limit worth the name)."""
+    return number if number is not None and number > 0 else None
 
 
 @dataclass(frozen=True)
@@ -172,7 +168,7 @@ class Window:
         """From a rank's published facts (the doctor's ``sysctl`` readings)."""
         raw = facts.get("sysctl")
         values = raw if isinstance(raw, Mapping) else {}
-        return cls(*(_last_field(values.get(k)) for k in WINDOW_KEYS))
+        return cls(*(_positive(last_field(values.get(k))) for k in WINDOW_KEYS))
 
     def text(self) -> str:
         shown = zip(("net.ipv4.tcp_rmem max", "net.ipv4.tcp_wmem max", *WINDOW_KEYS[2:]),
