@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import socket
-import struct
 import time
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ import pytest
 
 from ddpnet.net.ports import free_port, listen_socket
 from ddpnet.net.probe import Attempt
+from ddpnet.net.sockopt import TcpInfo
 from ddpnet.watch import probe
 from ddpnet.watch.state import RankState
 
@@ -86,7 +86,7 @@ def test_connect_result_classifies_the_last_attempt() -> None:
 
 def test_stream_result_tells_a_blackhole_from_a_slow_link() -> None:
     t = probe.Target(2, "198.18.0.3", {"sink": 9})
-    info = probe.TcpInfo(snd_mss=8948, pmtu=9000, rtt_us=100)
+    info = TcpInfo(snd_mss=8948, pmtu=9000, rtt_us=100)
     stalled = probe.stream_result(0, t, 1 << 20, (1 << 20) - 1000, 2.0, info)
     assert (stalled.reachable, stalled.outcome, stalled.rate_gbps) == (False, "stalled", None)
     assert stalled.detail.startswith("mtu: connected to sink port 9, but only 1000 of 1048576")
@@ -97,13 +97,6 @@ def test_stream_result_tells_a_blackhole_from_a_slow_link() -> None:
     fast = probe.stream_result(0, t, 10_000_000, 0, 2.0, info)
     assert fast.rtt_s == pytest.approx(100e-6)  # the kernel's smoothed RTT, for the metrics
     assert "7500000 still unacked" in slow.detail
-
-
-def test_parse_tcp_info_reads_mss_pmtu_rtt() -> None:
-    raw = bytes(8) + struct.pack("3I", 0, 0, 1448) + bytes(60 - 20) + struct.pack("3I", 1500,
-                                                                                  0, 250)
-    assert probe.parse_tcp_info(raw + bytes(32)) == probe.TcpInfo(1448, 1500, 250)
-    assert probe.parse_tcp_info(b"short") is None
 
 
 # ---- real sockets on loopback ---------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+from dataclasses import dataclass
 
 _IP_MTU_DISCOVER, _IP_MTU, _IPV6_MTU_DISCOVER, _IPV6_MTU, _PMTUDISC_DO = 10, 14, 23, 24, 2
 
@@ -47,9 +48,38 @@ def set_rcvbuf(sock: socket.socket, size: int) -> None:
                 return
 
 
-#: ``struct tcp_info`` (``<linux/tcp.h>``): 8 one-byte fields, then u32s; ``tcpi_rtt`` (the
-#: smoothed round trip, microseconds) is the 16th u32
-_TCP_INFO_LEN, _TCPI_RTT_AT = 104, 68
+#: ``struct tcp_info`` (``<linux/tcp.h>``) as read: 8 one-byte fields, then u32s
+_TCP_INFO_LEN = 104
+
+
+@dataclass(frozen=True)
+class TcpInfo:
+    """What the probes read of ``struct tcp_info``: the MSS, the path MTU and the smoothed
+    round trip (microseconds)."""
+
+    snd_mss: int
+    pmtu: int
+    rtt_us: int
+
+
+def parse_tcp_info(raw: bytes) -> TcpInfo | None:
+    """MSS, path MTU and RTT from ``struct tcp_info`` (linux/tcp.h: 8 bytes of u8 fields,
+    then u32 rto, ato, snd_mss, ..., pmtu (14th), rcv_ssthresh, rtt); None when short."""
+    if len(raw) < 72:
+        return None
+    snd_mss, = struct.unpack_from("I", raw, 16)
+    pmtu, _, rtt = struct.unpack_from("III", raw, 60)
+    return TcpInfo(snd_mss, pmtu, rtt)
+
+
+def tcp_info(sock: socket.socket) -> TcpInfo | None:
+    """The kernel's ``TCP_INFO`` of a TCP socket (:func:`parse_tcp_info`), or None where it
+    cannot say."""
+    try:
+        return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO,
+                                              _TCP_INFO_LEN))
+    except (OSError, AttributeError):
+        return None
 
 
 def tcp_rtt_ms(sock: socket.socket) -> float | None:
@@ -57,14 +87,5 @@ def tcp_rtt_ms(sock: socket.socket) -> float | None:
     where it cannot say. Read right after connect it is the SYN/SYN-ACK round trip timed in
     the kernel on both ends: a busy process, a slow thread start or a late reply does not
     count, as it would in a round trip timed here."""
-    option = getattr(socket, "TCP_INFO", None)
-    if option is None:
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, option, _TCP_INFO_LEN)
-    except OSError:
-        return None
-    if len(info) < _TCPI_RTT_AT + 4:
-        return None
-    (micros,) = struct.unpack_from("=I", info, _TCPI_RTT_AT)
-    return micros / 1000 if micros else None
+    info = tcp_info(sock)
+    return info.rtt_us / 1000 if info is not None and info.rtt_us else None

@@ -45,7 +45,7 @@ from typing import Any
 
 from ddpnet.net.ports import listen_socket
 from ddpnet.net.probe import CONNECTED, RESET, TIMEOUT, Attempt, connect_loop, outcome_of
-from ddpnet.net.sockopt import set_dont_fragment
+from ddpnet.net.sockopt import TcpInfo, set_dont_fragment, tcp_info
 from ddpnet.watch.activity import WATCH_THREADS
 from ddpnet.watch.state import LinkProbe, RankState
 
@@ -142,23 +142,6 @@ def connect_result(me: int, target: Target, purpose: str, attempts: Sequence[Att
                      what=CONNECT, port=port, purpose=purpose, outcome=last.outcome)
 
 
-@dataclass(frozen=True)
-class TcpInfo:
-    snd_mss: int
-    pmtu: int
-    rtt_us: int
-
-
-def parse_tcp_info(raw: bytes) -> TcpInfo | None:
-    """MSS, path MTU and RTT from ``struct tcp_info`` (linux/tcp.h: 8 bytes of u8 fields,
-    then u32 rto, ato, snd_mss, ..., pmtu (14th), rcv_ssthresh, rtt); None when short."""
-    if len(raw) < 72:
-        return None
-    snd_mss, = struct.unpack_from("I", raw, 16)
-    pmtu, _, rtt = struct.unpack_from("III", raw, 60)
-    return TcpInfo(snd_mss, pmtu, rtt)
-
-
 def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: float,
                   info: TcpInfo | None) -> LinkProbe:
     """A stream probe's LinkProbe (pure). Less than two segments acked after connecting is a
@@ -195,13 +178,6 @@ def _unacked(sock: socket.socket) -> int:
     """Bytes sent and not yet acknowledged (SIOCOUTQ, which is TIOCOUTQ on Linux)."""
     raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
     return int(struct.unpack("i", raw)[0])
-
-
-def _tcp_info(sock: socket.socket) -> TcpInfo | None:
-    try:
-        return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104))
-    except (OSError, AttributeError):
-        return None
 
 
 def _push(sock: socket.socket, nbytes: int, deadline: float, note: Note = _nothing) -> int:
@@ -256,7 +232,7 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
                              f"{got.outcome} mid-stream ({got.error})", what=STREAM,
                              port=port, purpose=SINK, outcome=got.outcome)
         return stream_result(me, target, sent, unacked, time.monotonic() - t0,
-                             _tcp_info(sock))
+                             tcp_info(sock))
 
 
 def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: float,
