@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tutorial import evaluations, saves  # beside it: the script's own directory
 
 SOAK_S = float(os.environ.get("SOAK_S", "60"))
 STEP_S = float(os.environ.get("STEP_S", "0.02"))
@@ -42,13 +42,24 @@ def say(text: str) -> None:
 
 
 def checkpoint(model: nn.Module) -> None:
-    """A long save to slow storage: little CPU, bytes moving (tutorial.py's)."""
-    saves(model, float(os.environ.get("CKPT_S", "25")))
+    """A long save to slow storage: little CPU, bytes moving (tests/watch/tutorial.py's)."""
+    end = time.monotonic() + float(os.environ.get("CKPT_S", "25"))
+    with tempfile.TemporaryDirectory() as tmp:
+        while time.monotonic() < end:
+            with open(os.path.join(tmp, "ckpt.pt"), "wb") as out:
+                torch.save({"model": model.state_dict(), "pad": torch.randn(1 << 18)}, out)
+                out.flush()
+                os.fsync(out.fileno())
+            time.sleep(0.05)
 
 
 def evaluate(model: nn.Module) -> float:
-    """A long evaluation on the CPU (tutorial.py's)."""
-    return evaluations(model, float(os.environ.get("EVAL_S", "20")))
+    """A long evaluation on the CPU."""
+    end, total = time.monotonic() + float(os.environ.get("EVAL_S", "20")), 0.0
+    with torch.no_grad():
+        while time.monotonic() < end:
+            total += float(model(torch.randn(256, 16)).sum())
+    return total
 
 
 class Pauses:

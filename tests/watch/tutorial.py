@@ -78,12 +78,14 @@ class Squares(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.x[i], self.y[i]
 
 
-def saves(model: nn.Module, seconds: float, pause: float = 0.05) -> None:
-    """Checkpoints for ``seconds`` (a long, working save) to slow storage: each 1 MiB
-    ``torch.save`` is fsynced, then the storage takes ``pause`` before the next: ~20 MiB/s
-    at ~5% of a core. A save is I/O-bound: its CPU would be no evidence (:func:`evaluations`
-    is the CPU-bound one), the bytes are. Unmarked: no line (the soak's job uses it too)."""
-    end = time.monotonic() + seconds
+def checkpoint(model: nn.Module) -> None:
+    """Rank 0 writes checkpoints for CHECKPOINT_S seconds (a long, working save) to slow
+    storage: each 1 MiB ``torch.save`` is fsynced, then the storage takes CKPT_PAUSE_S
+    (0.05) before the next: ~20 MiB/s at ~5% of a core. A save is I/O-bound: its CPU would
+    be no evidence (evaluate() is the CPU-bound one), the bytes are."""
+    inject("checkpoint")
+    end = time.monotonic() + float(os.environ.get("CHECKPOINT_S", "25"))
+    pause = float(os.environ.get("CKPT_PAUSE_S", "0.05"))
     with tempfile.TemporaryDirectory() as tmp:
         while time.monotonic() < end:
             with open(os.path.join(tmp, "ckpt.pt"), "wb") as out:
@@ -93,27 +95,15 @@ def saves(model: nn.Module, seconds: float, pause: float = 0.05) -> None:
             time.sleep(pause)
 
 
-def evaluations(model: nn.Module, seconds: float) -> float:
-    """Forward passes on the CPU for ``seconds`` (a long, working evaluation)."""
-    end = time.monotonic() + seconds
+def evaluate(model: nn.Module) -> float:
+    """Rank 0 evaluates for EVAL_S seconds on the CPU (a long, working evaluation)."""
+    inject("eval")
+    end = time.monotonic() + float(os.environ.get("EVAL_S", "20"))
     total = 0.0
     with torch.no_grad():
         while time.monotonic() < end:
             total += float(model(torch.randn(256, 16)).sum())
     return total
-
-
-def checkpoint(model: nn.Module) -> None:
-    """Rank 0 saves for CHECKPOINT_S seconds, CKPT_PAUSE_S between saves (:func:`saves`)."""
-    inject("checkpoint")
-    saves(model, float(os.environ.get("CHECKPOINT_S", "25")),
-          float(os.environ.get("CKPT_PAUSE_S", "0.05")))
-
-
-def evaluate(model: nn.Module) -> float:
-    """Rank 0 evaluates for EVAL_S seconds on the CPU (:func:`evaluations`)."""
-    inject("eval")
-    return evaluations(model, float(os.environ.get("EVAL_S", "20")))
 
 
 def fault_at(step: int, rank: int, model: nn.Module) -> bool:
