@@ -37,15 +37,17 @@ SCRIPTS = {"lightning": "lightning_trainer.py", "fabric": "lightning_fabric.py",
 LINE = re.compile(r"^(?:\[rank (\d+)\] )?(loss|timing) (.+)$")
 
 
-def run(script: str, watch: bool, steps: int, port: int) -> dict[str, Any]:
-    """One launch: its wall time, every rank's loss (repr) and rank 0's median step."""
+def run(script: str, watch: bool, steps: int) -> dict[str, Any]:
+    """One launch: its wall time, every rank's loss (repr) and rank 0's median step. Its
+    port is launch --local's own, free when it starts (ports chosen up front were taken by
+    then: a pre-flight refusal)."""
     with tempfile.TemporaryDirectory(prefix="trainers-bench-") as tmp:
         env = {**os.environ, "DDPNET_WATCH": "1" if watch else "0", "STEPS": str(steps),
                "CKPT_DIR": tmp, "DDPNET_WATCH_DIR": tmp, "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(ROOT / "src")}
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "ddpnet", "launch", "--local", "2",
-                               "--master-port", str(port), "--", str(TRAINERS / script)],
+        proc = subprocess.run([sys.executable, "-m", "ddpnet", "launch", "--local", "2", "--",
+                               str(TRAINERS / script)],
                               capture_output=True, text=True, env=env, timeout=600)
         wall = time.monotonic() - start
     if proc.returncode != 0:
@@ -65,12 +67,11 @@ def run(script: str, watch: bool, steps: int, port: int) -> dict[str, Any]:
     return {"wall_s": wall, "losses": losses, "step_s": step_s}
 
 
-def measure(name: str, rounds: int, steps: int, port: int) -> dict[str, Any]:
+def measure(name: str, rounds: int, steps: int) -> dict[str, Any]:
     runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     for i in range(rounds):
         for watch in ((True, False) if i % 2 == 0 else (False, True)):
-            port += 1
-            runs[watch].append(run(SCRIPTS[name], watch, steps, port))
+            runs[watch].append(run(SCRIPTS[name], watch, steps))
     losses = {loss for side in runs.values() for r in side for loss in r["losses"].values()}
 
     def median(watch: bool, key: str) -> float:
@@ -90,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--trainers", default=",".join(SCRIPTS))
-    parser.add_argument("--port", type=int, default=29900)
     parser.add_argument("--out", type=Path, default=RESULTS / "trainers_overhead.json")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.trainers.split(",") if n.strip()]
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown trainer(s) {', '.join(unknown)}: one of {', '.join(SCRIPTS)}")
     results = {}
-    for i, name in enumerate(names):
-        results[name] = measure(name, args.rounds, args.steps, args.port + 50 * i)
+    for name in names:
+        results[name] = measure(name, args.rounds, args.steps)
         print(f"{name}: {json.dumps(results[name])}", flush=True)
     doc = {"benchmark": "trainers_overhead", "host": platform.node(),
            "cpus": os.cpu_count(), "python": platform.python_version(),

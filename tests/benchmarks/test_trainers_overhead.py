@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.net.ports import free_port
-
 pytestmark = pytest.mark.slow  # four ranks that import torch and ignite
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trainers_overhead.py"
@@ -21,8 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trainers_overhead
 def test_the_smallest_run_gives_every_figure_and_the_same_loss(tmp_path: Path) -> None:
     out = tmp_path / "trainers.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "1", "--steps", "12",
-                           "--trainers", "ignite", "--port", str(free_port()),
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--trainers", "ignite", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(out.read_text())["trainers"]["ignite"]
     assert found["same_loss_bit_for_bit"] and len(found["losses"]) == 1, found

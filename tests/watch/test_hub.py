@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -585,6 +586,53 @@ def test_a_working_rank_is_warned_once_a_stall_and_named_only_once_it_stops(
     sock.close()
 
 
+def test_the_hubs_own_flap_holds_the_verdict_once_and_a_stop_after_it_is_named(
+        tmp_path: Path) -> None:
+    """Ranks 1 and 2, every rank off the hub's host, unheard together and answering the
+    probes again: no verdict for OUTAGE_HOLD_S; still unheard after it, the verdict, which
+    says it was held and why."""
+    from ddpnet.watch.state import LinkProbe
+    from ddpnet.watch.watchdog import OUTAGE_HOLD_S
+    from tests.watch.test_watchdog import FAST_GAPS, three_hosts
+
+    sock = listen_socket("127.0.0.1", 0)
+    hub = Hub(HubOptions("127.0.0.1", 0, 3, None, "exit", str(tmp_path), TOKEN), sock)
+    base = time.monotonic()
+    answered = [LinkProbe(src_rank=0, dst_rank=r, reachable=True) for r in (1, 2)]
+    rounds: list[str] = []
+
+    def ask_probes(trigger: str, now: float) -> bool:  # rank 0 reaches both (no sockets here)
+        rounds.append(trigger)
+        hub.probing = Probing(len(rounds), trigger, now + 2.0, set(), list(answered))
+        return True
+
+    hub.ask_probes = ask_probes  # type: ignore[method-assign]
+
+    def at(t: float, heard: dict[int, float]) -> None:
+        hub.states = {r: replace(s, extra=FAST_GAPS)
+                      for r, s in three_hosts({}).states.items() if s is not None}
+        hub.heard = {r: base + h for r, h in heard.items()}
+        hub.read_as_of = (base + t, base + t)
+        hub.tick()
+
+    at(0.0, {0: 0.0, 1: 0.0, 2: 0.0})
+    at(5.0, {0: 5.0, 1: 0.0, 2: 0.0})  # 1 and 2 silent past stale_after: probed
+    at(5.1, {0: 5.0, 1: 0.0, 2: 0.0})  # the round is over: held, not named
+    assert len(rounds) == 1 and hub.watchdog.unheard == {1, 2}
+    assert hub.watchdog.threshold.source == "unheard"
+    assert not (tmp_path / "report.json").exists() and hub.verdict_at is None
+    at(5.1 + OUTAGE_HOLD_S - 0.2, {0: 15.0, 1: 0.0, 2: 0.0})
+    assert len(rounds) == 1 and hub.verdict_at is None
+    at(5.1 + OUTAGE_HOLD_S + 0.1, {0: 15.0, 1: 0.0, 2: 0.0})  # probed again
+    at(5.1 + OUTAGE_HOLD_S + 0.2, {0: 15.0, 1: 0.0, 2: 0.0})  # named this time
+    assert len(rounds) == 2 and hub.verdict_at is not None
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["kind"] == "rank-gone" and report["diagnosis"]["ranks"] == [1, 2]
+    assert any(line.startswith(f"held {OUTAGE_HOLD_S:g} s: rank(s) 1, 2") for line in
+               report["diagnosis"]["evidence"])
+    sock.close()
+
+
 def test_a_rank_notes_its_long_phases_apart_and_the_hubs_as_points(tmp_path: Path) -> None:
     """Gaps over them teach nothing (``watch.gaps``). Each eval its own span: merged, ddpnet
     train's eval every 10 steps covered the steps between and the job never learned."""
@@ -615,6 +663,25 @@ def test_a_working_hold_told_by_the_hub_is_a_point_its_gaps_do_not_learn(
     assert b.threshold.seconds == 5.0 and b.threshold.source == "working"
     b.note_long("", 0.0, 101.0)
     assert b.long_seen == ((101.0, 101.0),)
+
+
+def test_a_rank_that_hears_no_ack_marks_a_point_its_gaps_do_not_learn(tmp_path: Path) -> None:
+    """Its link or the hub's is down (a flap): the gap it waits through is the network's, and
+    the hub cannot tell it so. Before any ack (no hub yet), nothing is marked."""
+    from ddpnet.watch.threshold import Threshold
+
+    b = beacon(1, tmp_path, [])
+    b.threshold = Threshold(5.0, "learned", "floor")
+    b.heard = time.monotonic() - 30.0
+    b.note_long("", 0.0, 100.0)
+    assert b.long_seen == ()  # never acked
+    b.known.set()
+    b.heard = time.monotonic() - 1.0
+    b.note_long("", 0.0, 101.0)
+    assert b.long_seen == ()
+    b.heard = time.monotonic() - 5.0  # past stale_after (4 s at a 5 s threshold)
+    b.note_long("", 0.0, 102.0)
+    assert b.long_seen == ((102.0, 102.0),)
 
 
 def test_quiet_is_by_the_hubs_own_clock_and_skips_ranks_that_left(tmp_path: Path) -> None:

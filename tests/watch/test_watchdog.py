@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ddpnet.errors import ConfigError
+from ddpnet.watch import threshold as thresholds
 from ddpnet.watch.activity import KEY, Activity
 from ddpnet.watch.gaps import KEY as GAPS_KEY
 from ddpnet.watch.session import short_error, torch_environ, watch_config
-from ddpnet.watch.state import CollectiveRecord, RankState, Snapshot
-from ddpnet.watch.watchdog import WORKING_MAX_S, Settings, Watchdog
+from ddpnet.watch.state import CollectiveRecord, LinkProbe, RankState, Snapshot
+from ddpnet.watch.threshold import Threshold, teaches_nothing
+from ddpnet.watch.watchdog import (
+    OUTAGE_HOLD_S,
+    WORKING_MAX_S,
+    Settings,
+    Watchdog,
+    back,
+    one_host_lost,
+)
 from ddpnet.watch.wire import Lines, encode
 
 
@@ -232,3 +243,89 @@ def test_a_silent_rank_while_others_wait_fires_at_stale_after_in_the_warm_up() -
     again = Watchdog(Settings())
     again.due(snap(3, True), 0.0)
     assert again.due(snap(3, True), 30.0) is None
+
+
+# -- one host's outage: held once, while its ranks are back -----------------------------------
+
+def three_hosts(ages: dict[int, float], probes: tuple[LinkProbe, ...] = (),
+                hosts: tuple[str, ...] = ("h0", "h1", "h2")) -> Snapshot:
+    """Every rank of a job of len(hosts) waits in all_reduce seq 3; ``ages``: seconds since
+    the hub heard each (its clock)."""
+    flight = CollectiveRecord(seq=3, op="all_reduce", started=0.0)
+    states: dict[int, RankState | None] = {
+        r: RankState(rank=r, world_size=len(hosts), host=h, last_seq=2, recent=(flight,))
+        for r, h in enumerate(hosts)}
+    return Snapshot(len(hosts), 0.0, states, probes=probes, ages=ages)
+
+
+def reached(*ranks: int, ok: bool = True) -> tuple[LinkProbe, ...]:
+    return tuple(LinkProbe(src_rank=0, dst_rank=r, reachable=ok) for r in ranks)
+
+
+def test_every_rank_off_one_host_unheard_is_that_hosts_link() -> None:
+    snap3 = three_hosts({0: 0.1, 1: 6.0, 2: 6.0})
+    assert one_host_lost(snap3, (1, 2))
+    assert not one_host_lost(snap3, (2,))  # ranks 0 and 1 heard on two hosts: rank 2 alone
+    assert not one_host_lost(snap3, ())
+    assert one_host_lost(snap3, (0, 1, 2))  # the hub hears nobody: its own link
+    # every rank on one host: a silent one sits beside heard ones, no link explains it
+    local = three_hosts({0: 0.1, 1: 6.0, 2: 0.1}, hosts=("a", "a", "a"))
+    assert not one_host_lost(local, (1,))
+
+
+def test_back_means_heard_again_or_answering_a_connect_probe() -> None:
+    assert back(three_hosts({0: 0.1, 1: 1.0, 2: 1.0}), (1, 2), stale_after=4.0)
+    assert back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1, 2)), (1, 2), 4.0)
+    assert not back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1)), (1, 2), 4.0)
+    assert not back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1, 2, ok=False)), (1, 2),
+                    4.0)
+
+
+def test_the_hubs_own_flap_is_held_once_then_a_stop_is_named() -> None:
+    """The soak's false verdict (issue 56): the hub's node lost its link 4 s, the others'
+    heartbeats sat in TCP's backoff and both were named "stopped". Held OUTAGE_HOLD_S once
+    while they answer again; a stall that outlives the hold is named."""
+    dog = Watchdog(Settings())
+    assert dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0) is None
+    silent = three_hosts({0: 0.1, 1: 10.0, 2: 10.0})
+    assert dog.due(silent, 10.0, silent=(1, 2)) is not None
+    assert dog.threshold.source == "unheard"  # the gap it causes teaches the ranks nothing
+    assert dog.outage(three_hosts({0: 0.1, 1: 10.5, 2: 10.5}, reached(1, 2)), 10.5)
+    assert "rank(s) 1, 2" in dog.outage_note
+    assert dog.due(silent, 10.6, silent=(1, 2)) is None
+    assert dog.due(silent, 10.5 + OUTAGE_HOLD_S - 0.1, silent=(1, 2)) is None
+    assert dog.due(silent, 10.5 + OUTAGE_HOLD_S, silent=(1, 2)) is not None
+    assert not dog.outage(three_hosts({0: 0.1, 1: 21.0, 2: 21.0}, reached(1, 2)), 21.0)
+
+
+def test_progress_after_the_flap_ends_the_hold_and_a_later_stall_may_hold_again() -> None:
+    dog = Watchdog(Settings())
+    dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
+    dog.due(three_hosts({0: 0.1, 1: 10.0, 2: 10.0}), 10.0, silent=(1, 2))
+    assert dog.outage(three_hosts({0: 0.1, 1: 0.5, 2: 0.5}), 10.5)
+    found = three_hosts({0: 0.1, 1: 0.1, 2: 0.1})
+    moved = replace(found, states={**found.states, 0: RankState(rank=0, world_size=3,
+                                                               host="h0", last_seq=3)})
+    assert dog.due(moved, 12.0) is None
+    assert dog.quiet_until is None and not dog.unheard and not dog.outage_note
+
+
+def test_a_link_still_down_or_a_lone_rank_is_not_held() -> None:
+    dog = Watchdog(Settings())
+    dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
+    dog.due(three_hosts({0: 0.1, 1: 10.0, 2: 10.0}), 10.0, silent=(1, 2))
+    # the probes time out: the link is down (a cut, not a flap): named at once
+    assert not dog.outage(three_hosts({0: 0.1, 1: 12.0, 2: 12.0}, reached(1, 2, ok=False)), 12)
+    lone = Watchdog(Settings())
+    lone.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
+    lone.due(three_hosts({0: 0.1, 1: 0.1, 2: 10.0}), 10.0, silent=(2,))
+    # rank 2 alone unheard while ranks on two other hosts are heard: a stopped rank
+    assert not lone.outage(three_hosts({0: 0.1, 1: 0.1, 2: 12.0}, reached(2)), 12.0)
+
+
+def test_a_gap_teaches_nothing_while_ranks_or_the_hub_are_unheard() -> None:
+    learned = Threshold(5.0, "learned", "floor")
+    assert not teaches_nothing(learned, 1.0)
+    assert teaches_nothing(thresholds.unheard(learned, (1, 2)), 0.0)
+    assert teaches_nothing(learned, 4.5)  # no ack for stale_after (4 s at a 5 s threshold)
+    assert teaches_nothing(Threshold(120.0, "phase", "eval"), 0.0)

@@ -57,7 +57,14 @@ from ddpnet.watch.progress import progressed
 from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
-from ddpnet.watch.threshold import Threshold, learn, learned, period_for, self_judged
+from ddpnet.watch.threshold import (
+    Threshold,
+    learn,
+    learned,
+    period_for,
+    self_judged,
+    teaches_nothing,
+)
 from ddpnet.watch.transport import Outbox, ready
 from ddpnet.watch.wire import MAX_LINE, Lines, encode
 
@@ -205,10 +212,10 @@ class Beacon:
 
     def note_long(self, own: str, since: float, now: float) -> None:
         """Note what teaches nothing: this rank's own long phase, from its start to the beat
-        that sees it over (the phase's end mark falls in between); and another rank's, as a
-        point now while the hub's threshold comes from one, or from ranks working while the others
-wait (its word lags: a gap that waited
-        on that phase spans the point, a step's gap seldom does)."""
+        that sees it over (the phase's end mark falls in between); and a point now while
+        ``threshold.teaches_nothing`` (another rank's phase, working or unheard ranks, or the
+        hub unheard: its word lags, but a gap that waited on it spans the point, a step's
+        gap seldom does)."""
         spans = list(self.long_seen)
         if own and spans and spans[-1][0] == since:
             spans[-1] = (since, now)
@@ -217,7 +224,8 @@ wait (its word lags: a gap that waited
         elif self.long_open and spans:  # it ended since the last beat
             spans[-1] = (spans[-1][0], now)
         self.long_open = bool(own)
-        if self.threshold.source in ("phase", "working"):  # a long phase, or a working hold
+        unheard_for = time.monotonic() - self.heard if self.known.is_set() else 0.0
+        if teaches_nothing(self.threshold, unheard_for, self.period):
             spans.append((now, now))
         self.long_seen = tuple(spans[-8:])
 

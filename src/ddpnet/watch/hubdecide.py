@@ -54,7 +54,7 @@ class Decisions(ProbeRounds):
             # a stall's round: the verdict waits for it
             if probing.over(now):
                 self.probing = None
-                self.act(probing.trigger, tuple(probing.found))
+                self.conclude(probing.trigger, tuple(probing.found), now)
             return
         snapshot = self.snapshot(leavers_only=True)
         trigger = self.watchdog.due(snapshot, now, silent=self.silent(snapshot)) or \
@@ -64,7 +64,7 @@ class Decisions(ProbeRounds):
         if trigger is not None:
             self.probing = None  # a stall outranks a straggler's probes
             if not self.ask_probes(trigger, now):
-                self.act(trigger)
+                self.conclude(trigger, (), now)
             return
         self.release(now)
         if probing is None:
@@ -165,11 +165,17 @@ class Decisions(ProbeRounds):
 
     # -- the verdict -------------------------------------------------------------------------
 
+    def conclude(self, trigger: str, probes: tuple[LinkProbe, ...], now: float) -> None:
+        """The verdict, unless a one-host outage holds it (``watchdog.Watchdog.outage``)."""
+        if not self.watchdog.outage(replace(self.snapshot(), probes=probes), now):
+            self.act(trigger, probes)
+
     def act(self, trigger: str, probes: tuple[LinkProbe, ...] = ()) -> None:
         snapshot = replace(self.snapshot(), probes=probes)
         diagnosis = analyze(snapshot, Options(stale_after=self.watchdog.stale_after))
-        if self.watchdog.note:  # working ranks held it: until when
-            diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, self.watchdog.note))
+        notes = tuple(n for n in (self.watchdog.note, self.watchdog.outage_note) if n)
+        if notes:  # working ranks or an outage held it: until when, why
+            diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, *notes))
         if diagnosis.kind == "network" and diagnosis.sub_kind == LINK_DOWN:
             # every other rank cut off may be this node's own link: read it (once a verdict)
             iface, link = cutoff.link_state(address=self.options.bind)

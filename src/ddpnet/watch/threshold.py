@@ -46,7 +46,9 @@ ALLOWANCE_S: Mapping[str, float] = {"warmup": 60.0, "checkpoint": 120.0, "eval":
 #: a long phase may take this many times the longest one of its kind seen so far
 PHASE_FACTOR = 3.0
 #: where a threshold came from
-SOURCES = ("override", "learned", "warm-up", "phase", "working")
+SOURCES = ("override", "learned", "warm-up", "phase", "working", "unheard")
+#: the sources during which a gap teaches nothing (:func:`teaches_nothing`)
+TEACH_NOTHING = ("phase", "working", "unheard")
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,22 @@ def held(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
     return Threshold(threshold.seconds, "working", f"rank(s) {shown} work while the others "
                      f"wait: held past {threshold.seconds:g} s ({threshold.source}: "
                      f"{threshold.reason})")
+
+
+def unheard(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
+    """The threshold while ranks are unheard (``watchdog``): its seconds, source
+    ``unheard``. A gap that spans it teaches nothing: a 4 s link flap stalls every rank ~10 s
+    (TCP's backoff after it), and learned, it raised the threshold past a minute."""
+    shown = ", ".join(str(r) for r in ranks[:8])
+    return Threshold(threshold.seconds, "unheard", f"rank(s) {shown} unheard: "
+                     f"{threshold.seconds:g} s ({threshold.source}: {threshold.reason})")
+
+
+def teaches_nothing(told: Threshold, unheard_for: float, period: float = PERIOD_S) -> bool:
+    """Whether a gap spanning now teaches a rank nothing: the hub's threshold comes from a
+    long phase, working ranks or unheard ones, or the rank has not heard the hub's acks for
+    ``stale_after`` (its own link or the hub's is down: the hub cannot say so)."""
+    return told.source in TEACH_NOTHING or unheard_for > stale_after(told.seconds, period)
 
 
 def self_judged(told: Threshold, base: Threshold | None, own: Threshold,

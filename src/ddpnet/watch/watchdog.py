@@ -16,11 +16,20 @@ stood still for the threshold (measured from when it stopped), or after
 :data:`WORKING_MAX_S`; the user's ``watch_timeout`` is not held. A rank that does not work
 (sleeping, blocked on a lock, a socket or storage; stopped: no heartbeat) is named at the
 threshold as before, and so is a stall with nobody behind (every rank in one collective).
+
+A stall whose unheard ranks are every rank off one host (the hub's own node lost its link:
+it hears none of the others at once) is held :data:`OUTAGE_HOLD_S` more, once, when they are
+back (heard again, or their ports answer the probes): TCP's retransmission backoff delays
+their heartbeats and collectives seconds after a flap, and naming them all "stopped" would
+drain healthy nodes. A link still down is named at once; a rank stopped for good, after the
+hold. While a rank is unheard the threshold's source is ``unheard``: the gap it causes
+teaches nothing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ddpnet.watch import activity
@@ -38,6 +47,9 @@ TIMEOUT_S = thresholds.WARMUP_S
 WORKING_MAX_S = 1800.0
 #: what the watchdog does with a verdict
 ACTIONS = ("exit", "warn")
+#: seconds a stall's verdict is held, once, when the ranks unheard in it are every rank off
+#: one host and they are back (a flap of that host's link; TCP's backoff after it: ~3 s)
+OUTAGE_HOLD_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,22 @@ def working_warning(snapshot: Snapshot, ranks: tuple[int, ...], began: Snapshot 
                      "ddpnet.phase('checkpoint' | 'eval'): ...; else see what it does")
 
 
+def one_host_lost(snapshot: Snapshot, unheard: Collection[int]) -> bool:
+    """Whether ``unheard`` is every live rank off one host (or every rank): that host lost
+    the others at once (its link), not that many processes stopped together (pure)."""
+    states = snapshot.states
+    live = [r for r, s in states.items() if s is not None and r not in snapshot.gone]
+    heard = {s.host for r in live if r not in unheard and (s := states[r]) is not None}
+    lost = {s.host for r in unheard if (s := states.get(r)) is not None}
+    return bool(unheard) and len(heard) <= 1 and not heard & lost
+
+
+def back(snapshot: Snapshot, unheard: Collection[int], stale_after: float) -> bool:
+    """Whether every rank in ``unheard`` is heard again or answered a connect probe."""
+    reached = {p.dst_rank for p in snapshot.probes if p.what == "connect" and p.reachable}
+    return all(r in reached or snapshot.age(r) <= stale_after for r in unheard)
+
+
 @dataclass
 class Watchdog:
     """Tracks progress across ticks; :meth:`due` says why to act now, or None."""
@@ -122,6 +150,11 @@ class Watchdog:
     warning: Diagnosis | None = None
     #: the verdict's word on them: until when they worked ("" when none held it)
     note: str = ""
+    #: the ranks unheard at some tick of this stall; until when a one-host outage holds it
+    #: (:meth:`outage`, once a stall), and the verdict's word on that hold
+    unheard: set[int] = field(default_factory=set)
+    quiet_until: float | None = None
+    outage_note: str = ""
 
     @property
     def stale_after(self) -> float:
@@ -156,12 +189,18 @@ class Watchdog:
             self.since, self.began = now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
             self.held, self.warning, self.note = {}, None, ""
+            self.unheard, self.quiet_until, self.outage_note = set(), None, ""
+        self.unheard.update(silent)
+        if silent:  # the gap they cause teaches nothing (told to every rank)
+            self.threshold = thresholds.unheard(self.threshold, silent)
         # a rank back (it connected anew: its channel broke, it lived) is gone no more
         self.gone_since = {r: self.gone_since.get(r, now) for r in snapshot.gone}
         if self.fired:
             return None
         if self.gone_since and now - min(self.gone_since.values()) >= self.settings.grace:
             return "a rank left"
+        if self.quiet_until is not None and now < self.quiet_until:
+            return None
         waited = now - self.since
         if silent and someone_waits(snapshot) and waited >= self.stale_after:
             shown = ", ".join(str(r) for r in silent[:8])
@@ -172,6 +211,20 @@ class Watchdog:
             self.note = self.worked(waited)
             return f"no progress for {waited:.0f} s" + (f"; {self.note}" if self.note else "")
         return None
+
+    def outage(self, snapshot: Snapshot, now: float) -> bool:
+        """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): the ranks
+        unheard in it are every rank off one host (:func:`one_host_lost`) and are back
+        (:func:`back`, ``snapshot`` with this stall's probes)."""
+        unheard = sorted(self.unheard)
+        if self.quiet_until is not None or not one_host_lost(snapshot, unheard) or \
+                not back(snapshot, unheard, self.stale_after):
+            return False
+        self.quiet_until = now + OUTAGE_HOLD_S
+        shown = ", ".join(str(r) for r in unheard[:8])
+        self.outage_note = (f"held {OUTAGE_HOLD_S:g} s: rank(s) {shown}, every rank off one "
+                            f"host, went unheard together and answered again (a link flap)")
+        return True
 
     def hold(self, snapshot: Snapshot, waited: float) -> bool:
         """Whether working ranks hold this stall's verdict (:func:`working_laggards`; not
