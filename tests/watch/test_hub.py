@@ -362,7 +362,7 @@ def test_a_stall_outranks_a_stragglers_probe_round(tmp_path: Path) -> None:
     hub.states = {0: RankState(rank=0, world_size=2)}
     hub.probing = Probing(1, "straggler", time.monotonic() + 60, {0}, [],
                           straggler=Diagnosis(kind="straggler", summary="slow network"))
-    hub.watchdog.due = lambda snapshot, now, silent=(): "no progress for 30 s"  # type: ignore[method-assign]
+    hub.watchdog.due = lambda snapshot, now, silent=(), late=(): "no progress for 30 s"  # type: ignore[method-assign]
     hub.tick()
     assert hub.probing is None or hub.probing.straggler is None
     assert (tmp_path / "report.json").exists()  # acted on the stall at once (nothing to probe)
@@ -682,6 +682,21 @@ def test_a_rank_that_hears_no_ack_marks_a_point_its_gaps_do_not_learn(tmp_path: 
     b.heard = time.monotonic() - 5.0  # past stale_after (4 s at a 5 s threshold)
     b.note_long("", 0.0, 102.0)
     assert b.long_seen == ((102.0, 102.0),)
+
+
+def test_a_teach_nothing_ack_is_a_point_at_the_next_beat_though_another_ack_replaced_it(
+        tmp_path: Path) -> None:
+    """The hub's word can be over before the rank's beat reads it (a flap's unheard seconds):
+    the next beat still marks the point."""
+    from ddpnet.watch.threshold import Threshold, unheard
+
+    b = beacon(1, tmp_path, [])
+    learned = Threshold(5.0, "learned", "floor")
+    b.handle({"t": "ack", "threshold": unheard(learned, (2,)).to_dict()})
+    b.handle({"t": "ack", "threshold": learned.to_dict()})
+    b.note_long("", 0.0, 100.0)
+    b.note_long("", 0.0, 101.0)
+    assert b.long_seen == ((100.0, 100.0),)
 
 
 def test_quiet_is_by_the_hubs_own_clock_and_skips_ranks_that_left(tmp_path: Path) -> None:

@@ -288,7 +288,7 @@ def test_the_hubs_own_flap_is_held_once_then_a_stop_is_named() -> None:
     dog = Watchdog(Settings())
     assert dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0) is None
     silent = three_hosts({0: 0.1, 1: 10.0, 2: 10.0})
-    assert dog.due(silent, 10.0, silent=(1, 2)) is not None
+    assert dog.due(silent, 10.0, silent=(1, 2), late=(1, 2)) is not None
     assert dog.threshold.source == "unheard"  # the gap it causes teaches the ranks nothing
     assert dog.outage(three_hosts({0: 0.1, 1: 10.5, 2: 10.5}, reached(1, 2)), 10.5)
     assert "rank(s) 1, 2" in dog.outage_note
@@ -329,3 +329,21 @@ def test_a_gap_teaches_nothing_while_ranks_or_the_hub_are_unheard() -> None:
     assert teaches_nothing(thresholds.unheard(learned, (1, 2)), 0.0)
     assert teaches_nothing(learned, 4.5)  # no ack for stale_after (4 s at a 5 s threshold)
     assert teaches_nothing(Threshold(120.0, "phase", "eval"), 0.0)
+
+
+def test_a_late_rank_makes_the_stalls_gaps_teach_nothing_until_progress() -> None:
+    """Late (a few heartbeats unheard: a flap's first seconds) is enough, and it lasts while
+    the stall does: heard again before the collective resumed, the gap is still the flap's."""
+    dog = Watchdog(Settings())
+    assert dog.late_after == 2.5
+    dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
+    assert dog.threshold.source == "warm-up"
+    dog.due(three_hosts({0: 0.1, 1: 3.0, 2: 0.1}), 3.0, late=(1,))
+    assert dog.threshold.source == "unheard" and "rank(s) 1 unheard" in dog.threshold.reason
+    dog.due(three_hosts({0: 0.1, 1: 0.1, 2: 0.1}), 5.0)  # heard again, no progress yet
+    assert dog.threshold.source == "unheard"
+    found = three_hosts({0: 0.1, 1: 0.1, 2: 0.1})
+    moved = replace(found, states={**found.states, 0: RankState(rank=0, world_size=3,
+                                                               host="h0", last_seq=3)})
+    dog.due(moved, 6.0)
+    assert dog.threshold.source == "warm-up"

@@ -58,6 +58,7 @@ from ddpnet.watch.recorder import RING, Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.straggler import StragglerWindow, waits_per_step
 from ddpnet.watch.threshold import (
+    TEACH_NOTHING,
     Threshold,
     learn,
     learned,
@@ -115,6 +116,9 @@ class Beacon:
         self.gaps = gaps.GapLog()
         self.long_seen: tuple[tuple[float, float], ...] = ()
         self.long_open = False
+        #: an ack since the last beat said that gaps now teach nothing (its word can be
+        #: replaced by the next ack before the beat reads it)
+        self.told_nothing = False
         self.hub: tuple[str, int] = ("", 0)
         #: the peers (address and side port) to check then, as the hub sent them
         self.peers: dict[int, RankState] = {}
@@ -225,8 +229,9 @@ class Beacon:
             spans[-1] = (spans[-1][0], now)
         self.long_open = bool(own)
         unheard_for = time.monotonic() - self.heard if self.known.is_set() else 0.0
-        if teaches_nothing(self.threshold, unheard_for, self.period):
-            spans.append((now, now))
+        if self.told_nothing or teaches_nothing(self.threshold, unheard_for, self.period):
+            spans.append((now, now))  # told since the last beat, or now
+        self.told_nothing = False
         self.long_seen = tuple(spans[-8:])
 
     def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
@@ -542,6 +547,7 @@ class Beacon:
         elif kind == "ack" and isinstance(message.get("threshold"), dict):
             self.known.set()
             self.threshold = Threshold.from_dict(message["threshold"])
+            self.told_nothing |= self.threshold.source in TEACH_NOTHING
             base = message.get("base")
             self.base = Threshold.from_dict(base) if isinstance(base, dict) else None
         elif kind == "peers":

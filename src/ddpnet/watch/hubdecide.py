@@ -57,8 +57,9 @@ class Decisions(ProbeRounds):
                 self.conclude(probing.trigger, tuple(probing.found), now)
             return
         snapshot = self.snapshot(leavers_only=True)
-        trigger = self.watchdog.due(snapshot, now, silent=self.silent(snapshot)) or \
-            self.desync_due(now)
+        late = self.silent(snapshot, after=self.watchdog.late_after)
+        trigger = self.watchdog.due(snapshot, now, silent=self.silent(snapshot), late=late) \
+            or self.desync_due(now)
         working, self.watchdog.warning = self.watchdog.warning, None
         self.warn(working)  # working ranks hold a stall's verdict: said once per stall
         if trigger is not None:

@@ -247,11 +247,12 @@ class HubState:
         """(monotonic, wall) time of the state the hub has read (``read_as_of``)."""
         return self.read_as_of or (time.monotonic(), time.time())
 
-    def silent(self, snapshot: Snapshot) -> tuple[int, ...]:
-        """Ranks heard from before but not for ``stale_after`` s as of ``snapshot`` (its
-        ages: this hub's clock since it received their state), whose goodbye did not come
-        and whose connection stays open: frozen, or cut off."""
-        stale, away = self.watchdog.stale_after, {*self.left, *self.finished, *self.terminated}
+    def silent(self, snapshot: Snapshot, after: float | None = None) -> tuple[int, ...]:
+        """Ranks heard from before but not for ``after`` s (``stale_after``) as of
+        ``snapshot`` (its ages: this hub's clock since it received their state), whose goodbye
+        did not come and whose connection stays open: frozen, or cut off."""
+        stale = self.watchdog.stale_after if after is None else after
+        away = {*self.left, *self.finished, *self.terminated}
         heard = {*snapshot.ages, *(r for r, s in snapshot.states.items() if s is not None)}
         return tuple(r for r in sorted(heard) if r not in away and snapshot.age(r) > stale)
 

@@ -22,8 +22,8 @@ it hears none of the others at once) is held :data:`OUTAGE_HOLD_S` more, once, w
 back (heard again, or their ports answer the probes): TCP's retransmission backoff delays
 their heartbeats and collectives seconds after a flap, and naming them all "stopped" would
 drain healthy nodes. A link still down is named at once; a rank stopped for good, after the
-hold. While a rank is unheard the threshold's source is ``unheard``: the gap it causes
-teaches nothing.
+hold. From a rank late (:attr:`Watchdog.late_after`) until progress, the threshold's source is
+``unheard``: the gap a flap causes teaches nothing.
 """
 
 from __future__ import annotations
@@ -150,9 +150,10 @@ class Watchdog:
     warning: Diagnosis | None = None
     #: the verdict's word on them: until when they worked ("" when none held it)
     note: str = ""
-    #: the ranks unheard at some tick of this stall; until when a one-host outage holds it
-    #: (:meth:`outage`, once a stall), and the verdict's word on that hold
+    #: the ranks silent at some tick of this stall, the last ranks late in it; until when a
+    #: one-host outage holds it (:meth:`outage`, once a stall), and the verdict's word on it
     unheard: set[int] = field(default_factory=set)
+    late: tuple[int, ...] = ()
     quiet_until: float | None = None
     outage_note: str = ""
 
@@ -161,6 +162,11 @@ class Watchdog:
         """A live rank silent this long is not answering (below the threshold, above a few
         heartbeats)."""
         return thresholds.stale_after(self.threshold.seconds, self.settings.period)
+
+    @property
+    def late_after(self) -> float:
+        """A rank unheard this long is late (a few heartbeats: a flap's first seconds)."""
+        return thresholds.STALE_PERIODS * self.settings.period
 
     def learn(self, snapshot: Snapshot) -> None:
         """Combine the ranks' gap summaries, note the long phases that ended; set the
@@ -180,19 +186,22 @@ class Watchdog:
         self.threshold = thresholds.learn(self.base, snapshot, override=self.settings.timeout,
                                           longest=self.longest, silent_after=self.stale_after)
 
-    def due(self, snapshot: Snapshot, now: float, silent: tuple[int, ...] = ()) -> str | None:
+    def due(self, snapshot: Snapshot, now: float, silent: tuple[int, ...] = (),
+            late: tuple[int, ...] = ()) -> str | None:
         """Why to act now, or None. ``silent``: ranks the hub has not heard from for
         ``stale_after`` s (its own clock): while others wait that is a stall at once, whatever
-        the threshold (a frozen rank or a cut link in the warm-up's first minute)."""
+        the threshold (a frozen rank or a cut link in the warm-up's first minute). ``late``:
+        unheard for :attr:`late_after`: this stall's gaps teach nothing."""
         self.learn(snapshot)
         if self.since is None or any_progressed(self.began, snapshot):
             self.since, self.began = now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
             self.held, self.warning, self.note = {}, None, ""
-            self.unheard, self.quiet_until, self.outage_note = set(), None, ""
+            self.unheard, self.late, self.quiet_until, self.outage_note = set(), (), None, ""
         self.unheard.update(silent)
-        if silent:  # the gap they cause teaches nothing (told to every rank)
-            self.threshold = thresholds.unheard(self.threshold, silent)
+        self.late = late or self.late
+        if self.late:  # until progress: the gap they cause teaches nothing (told to all)
+            self.threshold = thresholds.unheard(self.threshold, self.late)
         # a rank back (it connected anew: its channel broke, it lived) is gone no more
         self.gone_since = {r: self.gone_since.get(r, now) for r in snapshot.gone}
         if self.fired:
