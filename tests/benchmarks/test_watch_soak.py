@@ -27,8 +27,10 @@ RUN_S = 300
 @pytest.mark.timeout(RUN_S + 60)
 def test_a_minutes_soak_has_no_verdict_and_still_names_a_frozen_rank(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
+    # pauses from 10 s: the eval, second, starts by 40 s (the quiet end) though a flap's
+    # stall delays it ~8 s (every 14 s, a loaded run had no eval)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--minutes", "1", "--flap-every",
-                           "12", "--pause-every", "14", "--ckpt-s", "6", "--eval-s", "6",
+                           "12", "--pause-every", "10", "--ckpt-s", "6", "--eval-s", "6",
                            "--quiet-end", "20", "--out", str(out)],
                           capture_output=True, text=True, timeout=RUN_S, check=False)
     found = json.loads(out.read_text()) if out.exists() else {}
