@@ -176,6 +176,24 @@ def test_a_working_rank_holds_the_verdict_warns_once_and_is_named_once_it_stops(
     assert dog.threshold.source == "learned", dog.threshold
 
 
+def test_a_rank_silent_inside_the_collective_behind_a_working_rank_waits_for_it() -> None:
+    """A flap of rank 2's node during rank 0's unmarked checkpoint: the stall is the
+    checkpoint's (it named rank 0 "not arriving" 19 s in); rank 2 still silent once rank 0
+    stopped working is named."""
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0, world=3), 0.0)
+    working = held(6.0, 6.0, world=3)
+    silent = replace(working, ages={0: 0.1, 1: 0.1, 2: 6.0})
+    assert dog.due(silent, 6.0, silent=(2,)) is None and dog.warning is not None
+    stopped = replace(held(12.0, 6.0, world=3), ages={0: 0.1, 1: 0.1, 2: 12.0})
+    assert dog.due(stopped, 12.0, silent=(2,)) == "no progress for 12 s; rank(s) 2 silent"
+    # silent behind, not inside the collective: not the working rank's stall
+    lone = learned_dog()
+    lone.due(held(0.0, 0.0, world=3, idle=(2,)), 0.0)
+    behind = replace(held(6.0, 6.0, world=3, idle=(2,)), ages={0: 0.1, 1: 0.1, 2: 6.0})
+    assert lone.due(behind, 6.0, silent=(2,)) == "no progress for 6 s; rank(s) 2 silent"
+
+
 def test_a_rank_that_does_not_work_is_named_at_the_threshold() -> None:
     dog = learned_dog()
     dog.due(held(0.0, -1.0), 0.0)

@@ -211,7 +211,8 @@ class Watchdog:
         if self.quiet_until is not None and now < self.quiet_until:
             return None
         waited = now - self.since
-        if silent and someone_waits(snapshot) and waited >= self.stale_after:
+        if silent and someone_waits(snapshot) and waited >= self.stale_after and \
+                not self.behind_working(snapshot, silent):
             shown = ", ".join(str(r) for r in silent[:8])
             return f"no progress for {waited:.0f} s; rank(s) {shown} silent"
         if someone_waits(snapshot) and waited >= self.threshold.seconds:
@@ -220,6 +221,15 @@ class Watchdog:
             self.note = self.worked(waited)
             return f"no progress for {waited:.0f} s" + (f"; {self.note}" if self.note else "")
         return None
+
+    def behind_working(self, snapshot: Snapshot, silent: tuple[int, ...]) -> bool:
+        """Whether the silent ranks wait inside the collective behind working ranks: the
+        stall is theirs (a flap during an unmarked checkpoint named the checkpoint's rank),
+        and a silent rank still silent once they join is named then."""
+        states = snapshot.states
+        return all((s := states.get(r)) is not None and s.in_flight() is not None
+                   for r in silent) and \
+            bool(working_laggards(snapshot, self.threshold.seconds, self.stale_after))
 
     def outage(self, snapshot: Snapshot, now: float) -> bool:
         """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): the ranks
