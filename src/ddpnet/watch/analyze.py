@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.watch import activity, desync, network, signals, straggler
+from ddpnet.watch.desync import describe as describe  # the watchdog's
+from ddpnet.watch.network import names
 from ddpnet.watch.state import (
     KINDS,
     CollectiveRecord,
@@ -73,19 +75,6 @@ def _where(rank: int, state: RankState | None) -> str:
     return f"rank {rank} ({_host(state)})"
 
 
-def _names(ranks: list[int]) -> str:
-    shown = ", ".join(str(r) for r in ranks[:_NAMED])
-    return shown + (f" and {len(ranks) - _NAMED} more" if len(ranks) > _NAMED else "")
-
-
-def describe(record: CollectiveRecord) -> str:
-    """``all_reduce float32[110] seq 42 at train.py:40 in step``."""
-    shape = "[" + ",".join(str(n) for n in record.shape) + "]" if record.shape else ""
-    what = f"{record.op} {record.dtype}{shape}".strip()
-    site = f" at {record.site}" if record.site else ""
-    return f"{what} seq {record.seq}{site}"
-
-
 # -- rank-gone ---------------------------------------------------------------------------------
 
 def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
@@ -135,7 +124,7 @@ def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | N
         snapshot.states.get(r)) for r in ranks[:_NAMED]]
     evidence += _waiting_lines(snapshot, exclude=set(ranks))
     first = ranks[0]
-    after = f" (then {len(ranks) - 1} more rank(s): {_names(ranks[1:])})" if ranks[1:] else ""
+    after = f" (then {len(ranks) - 1} more rank(s): {names(ranks[1:])})" if ranks[1:] else ""
     summary = f"{_where(first, snapshot.states.get(first))} is gone: {gone[first]}{after}"
     return Diagnosis("rank-gone", summary, tuple(ranks), hosts, tuple(evidence),
                      "the job cannot go on without it: read that rank's own log on its host "
@@ -246,15 +235,15 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
         apart = [ranks for ranks in sides if keyed[tuple(ranks)] != expected]
         if expected is not None and len(apart) == 1:
             sides = [apart[0], *[r for r in sides if r is not apart[0]]]
-    evidence = [f"rank(s) {_names(ranks)} called {describe(records[ranks[0]])}"
+    evidence = [f"rank(s) {names(ranks)} called {describe(records[ranks[0]])}"
                 for ranks in groups.values()]
     ranks = tuple(sorted(records))
     hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
     other = sides[1] if len(sides) > 1 else sides[0]
     odd = (network.name(snapshot.states, sides[0][0]) if len(sides[0]) == 1
-           else f"rank(s) {_names(sides[0])}")  # one rank apart: with its host
+           else f"rank(s) {names(sides[0])}")  # one rank apart: with its host
     summary = (f"collective mismatch at seq {seq}: {odd} called "
-               f"{describe(records[sides[0][0]])}, rank(s) {_names(other)} "
+               f"{describe(records[sides[0][0]])}, rank(s) {names(other)} "
                f"{describe(records[other[0]])}")
     return Diagnosis("collective-mismatch", summary, ranks, hosts, tuple(evidence),
                      "every rank must call the same collectives in the same order with the same "

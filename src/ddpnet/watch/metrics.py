@@ -1,29 +1,13 @@
-"""The job's metrics in Prometheus's exposition format, from the watch's hub (issue 41).
+"""The job's metrics in Prometheus's exposition format, from the watch's hub (docs/watch.md,
+"Prometheus metrics", lists them).
 
-:class:`JobCollector` is a ``prometheus_client`` collector: each scrape asks the hub for a
-:class:`JobView` (a copy of what it already holds: every rank's last ``RankState``, the
-learned threshold, the warnings and verdicts, the last link probes) and renders it then,
-never per heartbeat; nothing is kept between scrapes. Counters are the ranks' own: each rank
-counts every step it finishes into the step buckets, their seconds and their collective wait
-since it started (``RankState.step_counts``, ``step_seconds``, ``wait_seconds``) and the hub
-serves the last counts it heard as they are, so ``ddpnet_step_seconds_count`` equals
-``ddpnet_steps_total`` in every scrape and no step is lost however fast a rank steps between
-two heartbeats (issue 58; the hub once rebuilt them from each state's 50-step window).
-
-Series are stable: every rank has one ``ddpnet_rank_phase`` series per phase of
-:data:`~ddpnet.watch.state.PHASES` (1 for the one it is in, 0 for the others), so a phase change
-flips values instead of making one series vanish and another appear.
-
-A scrape's cost is its samples' (``prometheus_client`` formats each for ~10 us), nearly all
-of them per rank: so a rank's step histogram has 14 buckets (it had 18) and its collective
-wait is a summary (``_sum`` and ``_count``: the mean wait per step, what the dashboard graphs)
-rather than a second histogram: 23 samples a rank instead of 45, half the render
-(benchmarks/metrics_overhead.py); the phase's one series per phase (issue 58) make it 30.
-
-Names follow Prometheus's rules (base units, ``_seconds``, ``_bytes``, ``_total`` for
-counters) and labels the ones DCGM's exporter and node_exporter use (``job_id``, ``rank``,
-``host``, ``peer_host``, ``kind``), so a query joins them by host. Nothing secret is served:
-no job token, no environment, no addresses beyond host names.
+:class:`JobCollector` renders a :class:`JobView` (a copy of what the hub holds) at each
+scrape, never per heartbeat. Counters are the ranks' own cumulative ones, served as last heard,
+so ``ddpnet_step_seconds_count`` equals ``ddpnet_steps_total`` in every scrape. A scrape costs
+~10 us a sample, nearly all per rank: the collective wait is a summary, not a second
+histogram, and the step histogram has 14 buckets (benchmarks/metrics_overhead.py). Every
+phase has its own series (1 or 0), so no series comes and goes. Labels are DCGM's exporter's
+and node_exporter's, so queries join by host; nothing secret is served.
 """
 
 from __future__ import annotations
@@ -97,10 +81,6 @@ def host_pairs(view: JobView) -> dict[tuple[str, str], list[Probed]]:
             continue
         pairs.setdefault((a.host, b.host), []).append(probed)
     return pairs
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
 
 
 class JobCollector:
@@ -239,9 +219,9 @@ class JobCollector:
             rtts = [p.probe.rtt_s for p in probed
                     if p.probe.reachable and p.probe.rtt_s is not None]
             if rates:
-                rate.add_metric(names, _mean(rates))
+                rate.add_metric(names, sum(rates) / len(rates))
             if rtts:
-                rtt.add_metric(names, _mean(rtts))
+                rtt.add_metric(names, sum(rtts) / len(rtts))
             up.add_metric(names, float(all(p.probe.reachable for p in probed)))
             when.add_metric(names, max(p.at for p in probed))
         yield from (rate, rtt, up, when)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ddpnet.watch.analyze import describe
+from ddpnet.watch.desync import describe
 from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
 #: ranks shown in the table of one screen (the JSON has them all)
@@ -35,8 +35,7 @@ def _row(snapshot: Snapshot, rank: int, width: int = 14) -> str:
     state, gone = snapshot.states.get(rank), snapshot.gone.get(rank, "")
     if state is None:
         return f"  {rank:>4}  {'?':<{width}} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
-    flight = state.in_flight()
-    doing = f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"
+    doing = _doing(state)
     age = f"{snapshot.since(rank, state.phase_since):.0f}s" if state.phase_since else "-"
     note = f"  [{gone}]" if gone else ""
     return (f"  {rank:>4}  {state.host:<{width}} {state.step:>6}  {state.phase or '-':<9} "

@@ -1,24 +1,17 @@
 """The "straggler" kind (no hang): one rank, or the network, consistently slower over a window
-of steps, from each rank's ``step_times`` (wall seconds per step) and ``wait_times`` (seconds
-inside collectives per step) (pure).
+of steps, from each rank's ``step_times`` and ``wait_times`` (seconds inside collectives) (pure).
 
 In DDP every rank's step takes the same wall time (the gradient all-reduce synchronises them),
-so the step time alone names nobody. What differs is how a step splits: compute = step - wait.
-A slow rank computes longer and waits *least*; the others wait for it. So:
+so what differs is how a step splits: compute = step - wait. A slow rank computes longer and
+waits *least*. So: a **slow rank** computes over ``ratio`` x the others' median in at least
+``consistent`` of the window's steps (one slow step, a checkpoint, names nobody); a **slow
+link**: compute even, exactly two ranks wait ``ratio`` x longer than the median rank; in a
+ring every rank waits alike, so a **slow network**: the waits rose ``ratio`` x from the first
+to the second half of the window on most ranks, compute unchanged. Stream probes in the
+snapshot name its pair or node; without them :func:`wants_probes` asks the hub to probe.
 
-- **slow rank**: its compute exceeds ``ratio`` x the median of the other ranks' compute in at
-  least ``consistent`` of the last ``min_steps``.. ``window`` steps (a single slow step, a
-  checkpoint, a GC pause, names nobody);
-- **slow link**: compute even, but exactly two ranks (the ends of one link) wait ``ratio`` x
-  longer than the median rank; in a ring every rank waits alike, so then
-- **slow network**: the collectives' wait rose ``ratio`` x from the first to the second half of
-  the window on most ranks, compute unchanged: a link or NIC slowed down. When the snapshot
-  carries stream probes (:mod:`ddpnet.watch.probe`), the slow pair or node is named from their
-  rates; otherwise :func:`wants_probes` asks the watchdog to probe.
-
-:class:`StragglerWindow` is what a heartbeat keeps to publish ``step_times`` / ``wait_times``,
-and :func:`waits_per_step` sums each step's collective time from the recorder's ring and the
-spans a comm hook timed (:func:`wait_in` for one step).
+A heartbeat keeps a :class:`StragglerWindow`; :func:`waits_per_step` sums each step's
+collective time from the recorder's ring and the spans a comm hook timed.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddpnet.watch.network import name, slow_where
+from ddpnet.watch.network import host, hosts, name, slow_where
 from ddpnet.watch.probe import STREAM
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
 
@@ -136,9 +129,6 @@ class Times:
         return Times.of({r: v[-n:] for r, v in self.step.items()},
                         {r: v[-n:] for r, v in self.wait.items()})
 
-    def compute(self, rank: int) -> tuple[float, ...]:
-        return self.comp[rank]
-
 
 def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
     """The last n steps of every rank with at least ``min_steps`` of both series, n the
@@ -203,7 +193,7 @@ def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
     t = aligned(snapshot.states, p)
     if t is None:
         return {}
-    medians = [_median(t.compute(r)) for r in t.ranks]
+    medians = [_median(t.comp[r]) for r in t.ranks]
     return {r: own / others for r, own, others
             in zip(t.ranks, medians, medians_without_self(medians), strict=True) if others > 0}
 
@@ -243,11 +233,9 @@ def _slow_rank(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         _slow_rank_in(snapshot, t.tail(half), p) if half >= p.min_steps else None)
 
 
-def wants_probes(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
-                 consistent: float = CONSISTENT, window: int = WINDOW) -> bool:
+def wants_probes(snapshot: Snapshot, p: Params = Params()) -> bool:
     """True when collectives slowed down on most ranks (no slow rank or link explains it)
     and no link was probed yet: probing names the slow pair or node."""
-    p = Params(ratio, min_steps, consistent, window)
     t = aligned(snapshot.states, p)
     if t is None or snapshot.probes:
         return False
@@ -265,17 +253,12 @@ def recent_wait(snapshot: Snapshot) -> float:
     return _median(_halves(t.wait[r])[1] for r in t.ranks)
 
 
-def _host(states: Mapping[int, RankState | None], rank: int) -> str:
-    state = states.get(rank)
-    return state.host if state is not None and state.host else f"rank {rank}'s host"
-
-
 def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
     counts = slow_counts(t, p.ratio)
     slow = [r for r in t.ranks if counts[r] >= p.consistent * t.steps]
     if not slow:
         return None
-    medians = {r: _median(t.compute(r)) for r in t.ranks}
+    medians = {r: _median(t.comp[r]) for r in t.ranks}
     worst = max(slow, key=lambda r: medians[r])
     others = _median(medians[r] for r in t.ranks if r != worst)
     waits = {r: _median(t.wait[r]) for r in t.ranks}
@@ -286,7 +269,7 @@ def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         kind=KIND,
         summary=f"{name(states, worst)} computes {times} the other ranks' time per step "
                 f"({medians[worst]:.3f} s vs {others:.3f} s); every step waits for it",
-        ranks=(worst,), hosts=(_host(states, worst),),
+        ranks=(worst,), hosts=(host(states, worst),),
         evidence=(
             f"compute (step - collective wait), median of the last {t.steps} steps: "
             + ", ".join(f"rank {r} {medians[r]:.3f} s" for r in t.ranks[:16]),
@@ -295,7 +278,7 @@ def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
             f"rank {worst} waits {waits[worst]:.3f} s per step in collectives, the others "
             f"{wait_others:.3f} s: they wait for it",
         ),
-        hint=f"on {_host(states, worst)}: look for what else runs there (`top`, `nvidia-smi`), "
+        hint=f"on {host(states, worst)}: look for what else runs there (`top`, `nvidia-smi`), "
              f"thermal or power throttling, a slower GPU/CPU, or a slow data loader for that "
              f"rank (`ddpnet.phase(\"data\")` marks it)",
     )
@@ -316,7 +299,7 @@ def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         summary=f"slow link: {name(states, a)} <-> {name(states, b)}: both wait "
                 f"{waits[a]:.3f} / {waits[b]:.3f} s per step in collectives, the median rank "
                 f"{overall:.3f} s",
-        ranks=(a, b), hosts=tuple(dict.fromkeys((_host(states, a), _host(states, b)))),
+        ranks=(a, b), hosts=hosts(states, (a, b)),
         evidence=("collective wait per step (median of the last "
                   f"{t.steps} steps): " + ", ".join(f"rank {r} {waits[r]:.3f} s"
                                                    for r in t.ranks[:16]),),
@@ -328,7 +311,7 @@ def _link_hint(states: Mapping[int, RankState | None], a: int, b: int) -> str:
     sa, sb = states.get(a), states.get(b)
     iface = (sa.interface if sa is not None else "") or "<iface>"
     peer = (sb.address if sb is not None else "") or "<peer address>"
-    return (f"on {_host(states, a)} and {_host(states, b)}: `ethtool {iface}` (Speed), "
+    return (f"on {host(states, a)} and {host(states, b)}: `ethtool {iface}` (Speed), "
             f"`ip -s link show {iface}` (errors, drops); `ddpnet bench` or `iperf3 -c {peer}` "
             f"between them after the job")
 
@@ -347,7 +330,7 @@ def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         return None
     rose = []
     for r in t.ranks:
-        (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.compute(r))
+        (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.comp[r])
         floor = cost_floor(p.ratio, _halves(t.step[r])[1])
         if exceeds(w1, w0, p.ratio, floor) and not exceeds(c1, c0, p.ratio, floor):
             rose.append((r, w0, w1))
@@ -389,7 +372,7 @@ def _named_by_probes(snapshot: Snapshot, evidence: tuple[str, ...],
         kind=KIND,
         summary=f"slow network: collectives take {factor:.1f}x longer; the probes name "
                 f"{where} (down to {worst:.3g} Gb/s)",
-        ranks=ranks, hosts=tuple(dict.fromkeys(_host(states, r) for r in ranks)),
+        ranks=ranks, hosts=hosts(states, ranks),
         evidence=(*evidence, *(f"rank {q.src_rank} -> rank {q.dst_rank}: {q.detail}"
                                for q in found.streams[:6])),
         hint=_link_hint(states, a, b),
