@@ -1,22 +1,11 @@
 """The side channel's hub (edge): a small process rank 0 starts, not a thread of rank 0, so it
 outlives rank 0 being killed or aborted by gloo and can still name that. Every rank's heartbeat
-connects to it; it keeps each rank's last state, notices who leaves without a goodbye, runs the
-watchdog, prints the report on rank 0's stderr, writes it under the watch directory and sends
-the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
-
-Its parts, one job each: this module is the transport and the loop (connections, messages in
-and out, when to leave); :mod:`ddpnet.watch.hubstore` keeps what the ranks said and when it
-came; :mod:`ddpnet.watch.hubdecide` decides (the watchdog, stragglers, the verdict);
-:mod:`ddpnet.watch.hubprobes` runs the probe rounds; :mod:`ddpnet.watch.hubmetrics` serves
-the metrics.
-
-With metrics on (``DDPNET_METRICS_PORT``) it also runs a link probe round
-``hubprobes.FIRST_LINKS_S`` after every rank published and then every
-``HubOptions.probe_every`` seconds so that each host pair's bandwidth is there to graph, and
-before it leaves after a verdict (exit, or warn then every rank gone) it waits for one scrape
-to have rendered it, so that an alert can fire: only while something scrapes (none ever did:
-it leaves at once; none came for twice the scraper's own interval: it stopped) and at most
-``HubOptions.metrics_linger`` seconds (``DDPNET_METRICS_LINGER_S``).
+connects to it; it keeps each rank's last state (:mod:`ddpnet.watch.hubstore`), decides
+(:mod:`ddpnet.watch.hubdecide`: the watchdog, stragglers, the verdict), prints the report on
+rank 0's stderr and sends the verdict that makes every rank exit; ``ddpnet diagnose`` asks it
+for a snapshot. This module is the transport, the loop and the metrics server: with metrics
+on it waits, before it leaves after a verdict, for one scrape to have rendered it
+(``HubOptions.metrics_linger`` at most; docs/watch.md, "Prometheus metrics").
 
 It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
 ``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
@@ -32,27 +21,17 @@ import sys
 import time
 from typing import Any
 
-from ddpnet.watch import termination
+from ddpnet.watch import straggler, termination
 from ddpnet.watch.channel import side_port
-from ddpnet.watch.hubdecide import DESYNC_EVERY_S, FAREWELL_HOLD_S, STRAGGLER_EVERY_S, Decisions
-from ddpnet.watch.hubmetrics import MetricsView
-from ddpnet.watch.hubprobes import (
-    FIRST_LINKS_S,
-    PROBE_TIMEOUT_S,
-    PROBE_WAIT_S,
-    probe_request,
-    side_ports,
-)
-from ddpnet.watch.hubstore import LINKS, METRICS_LINGER_S, HubOptions, Peer, Probing
+from ddpnet.watch.hubdecide import Decisions
+from ddpnet.watch.hubstore import HubOptions, Peer
+from ddpnet.watch.metrics import JobView
+from ddpnet.watch.probe import side_ports
 from ddpnet.watch.state import Snapshot
 from ddpnet.watch.transport import Outbox
 from ddpnet.watch.wire import Lines, encode
 
-__all__ = ["ACCEPT_BATCH", "ACK_EVERY_S", "AFTER_LAST_BYE_S", "AFTER_VERDICT_S", "CLOSED",
-           "DESYNC_EVERY_S", "FAREWELL_HOLD_S", "FIRST_LINKS_S", "FIRST_RANK_S", "LINKS",
-           "METRICS_LINGER_S", "PROBE_TIMEOUT_S", "PROBE_WAIT_S", "STRAGGLER_EVERY_S",
-           "UNHEARD_AFTER_VERDICT_S", "WRITE_DEADLINE_S", "Hub", "HubOptions", "Peer",
-           "Probing", "ask_snapshot", "main", "probe_request", "side_ports", "tick_every"]
+__all__ = ["Hub", "HubOptions", "ask_snapshot", "main", "tick_every"]
 
 
 #: seconds the hub waits for the first rank before it gives up
@@ -93,7 +72,7 @@ def tick_every(world_size: int) -> float:
     return TICK_S * max(1.0, world_size / TICK_RANKS)
 
 
-class Hub(Decisions, MetricsView):
+class Hub(Decisions):
     """The hub: its parts' state and decisions, served over the connections it owns."""
 
     def __init__(self, options: HubOptions, sock: socket.socket) -> None:
@@ -104,6 +83,39 @@ class Hub(Decisions, MetricsView):
         self.peers = {}
         self.channels = {}
         self.writing = set()
+
+    def serve_metrics(self, sock: socket.socket) -> None:
+        """Serve the job's metrics on ``sock`` (bound by rank 0) from a thread of its own."""
+        from prometheus_client import CollectorRegistry
+
+        from ddpnet.net.exposition import Server
+        from ddpnet.watch.metrics import JobCollector
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(JobCollector(self.metrics_view))
+        # a verdict (or the job moving again) shows in the very next scrape, never a render
+        # from before it (net.exposition serves a costly render again for a while)
+        self.metrics = Server(sock, registry,
+                              lambda: (len(self.verdicts), self.watchdog.fired))
+
+    def metrics_view(self) -> JobView:
+        """What a scrape renders (the server's thread: copies, each one atomic under the
+        GIL, of what the hub's thread changes)."""
+        now = time.monotonic()
+        states = dict(self.states)
+        verdicts = list(self.verdicts)
+        threshold = self.watchdog.threshold
+        snapshot = Snapshot(self.options.world_size, time.time(), dict(states))
+        return JobView(
+            job_id=self.options.job_id, world_size=self.options.world_size,
+            started=time.time() - (now - self.started), states=states,
+            heard_ago={r: now - at for r, at in dict(self.heard).items()},
+            threshold_s=threshold.seconds, threshold_source=threshold.source,
+            warnings=tuple(w.kind for w in list(self.warnings)),
+            verdicts=tuple(v.kind for v in verdicts),
+            standing=verdicts[-1] if verdicts and self.watchdog.fired else None,
+            probes=dict(self.link_probes), straggler_scores=straggler.scores(snapshot),
+            version=self.options.version)
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 """The hub's state store: every rank's last state beside when this hub received it, who left,
-finished or was terminated, the probe round under way, and the snapshot that the decisions
-(:mod:`ddpnet.watch.hubdecide`) read. Every age in a snapshot is this hub's monotonic time
-since it received a rank's state (``Snapshot.ages``): a rank's clock may be minutes off.
+finished or was terminated, and the snapshot the decisions (:mod:`ddpnet.watch.hubdecide`)
+read. Every age in a snapshot is this hub's monotonic time since it received a rank's state
+(``Snapshot.ages``): a rank's clock may be minutes off. The transport
+(:class:`ddpnet.watch.hub.Hub`) feeds it what it reads and owns the connections.
 
-:class:`HubState` holds what the hub knows; the transport (:class:`ddpnet.watch.hub.Hub`)
-feeds it the messages it reads and owns the connections.
+Probe rounds: when the ranks are stuck together, a silent rank is the lead, a straggler's
+network slowed down, or (metrics on) the links are due, every live rank is asked to probe
+its peers (:func:`ddpnet.watch.probe.probe_request`) and what comes back within
+:data:`PROBE_WAIT_S` is kept (``probing``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ddpnet.watch import termination
+from ddpnet.watch import network, termination
 from ddpnet.watch.channel import Checks
 from ddpnet.watch.metrics import Probed
-from ddpnet.watch.probe import STREAM
+from ddpnet.watch.probe import PROBE_TIMEOUT_S, STREAM, probe_request
 from ddpnet.watch.state import (
     FINISHED,
     PEER_FAILED,
@@ -39,6 +42,11 @@ from ddpnet.watch.wire import Lines
 METRICS_LINGER_S = 60.0
 #: a probe round's trigger when it only measures the links for the metrics
 LINKS = "links"
+#: how long the hub waits for every rank's probes
+PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
+#: with metrics on, seconds from every rank's first state to the first link round (the next
+#: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
+FIRST_LINKS_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -262,3 +270,52 @@ class HubState:
         away = self.finished | set(self.left) | self.terminated
         return any(r not in self.heard and r not in away
                    for r in range(self.options.world_size))
+
+    # -- probe rounds ------------------------------------------------------------------------
+
+    def ask_probes(self, trigger: str, now: float) -> bool:
+        """Ask every live rank to probe its peers when all are stuck in one collective;
+        False when there is nothing to probe (then the hub acts at once)."""
+        snapshot = self.snapshot()
+        stuck = network.stuck_collective(snapshot)
+        # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
+        # where a full round would stream into a process that reads nothing (8 s)
+        silent = self.silent(snapshot)[:8]
+        if not (silent or network.wants_probes(snapshot)):
+            return False
+        group = stuck.ranks if stuck is not None and not silent else \
+            tuple(range(self.options.world_size))
+        return self.send_probes(group, silent, now, trigger=trigger)
+
+    def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
+                    trigger: str, slowdown: Diagnosis | None = None,
+                    seen: Snapshot | None = None) -> bool:
+        """Send one probe round's requests to every live rank; False when none was asked."""
+        self.rounds += 1
+        asked = set()
+        group, skip = tuple(sorted(set(group))), {*self.left, *self.finished, *silent}
+        for peer in list(self.peers.values()):
+            rank = peer.rank
+            if rank is not None and rank not in skip:
+                self.send(peer, probe_request(self.rounds, self.states, rank, group, silent))
+                asked.add(rank)
+        if not asked:
+            return False
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown,
+                               seen)
+        return True
+
+    def probe_links(self, now: float) -> None:
+        """With metrics on, a round :data:`FIRST_LINKS_S` after every rank published, then
+        every ``probe_every`` s, never while a rank left, a verdict stands or another round
+        runs (two at once streamed twice, and the later replaced the first)."""
+        every = self.options.probe_every
+        if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
+                len(self.states) < self.options.world_size:
+            return
+        if self.next_links is None:
+            self.next_links = now + min(every, FIRST_LINKS_S)
+        if now < self.next_links:
+            return
+        self.next_links = now + every
+        self.send_probes(tuple(range(self.options.world_size)), (), now, trigger=LINKS)

@@ -56,6 +56,8 @@ SIDE, BACKEND, SINK = "side", "backend", "sink"
 CONNECT, STREAM = "connect", "stream"
 #: stream outcomes: every byte acked (rate measured) / connected but (almost) nothing acked
 STREAMED, STALLED = "streamed", "stalled"
+#: each link probe's bound when the hub asks for a round
+PROBE_TIMEOUT_S = 2.0
 #: above this many ranks in the group, probe ring neighbours only
 FULL_MESH_LIMIT = 64
 FANOUT = 16
@@ -101,6 +103,32 @@ def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMI
     if len(ranks) <= limit:
         return tuple(r for r in ranks if r != me)
     return tuple(sorted({ranks[i - 1], ranks[(i + 1) % len(ranks)]} - {me}))
+
+
+def probe_request(ident: int, states: Mapping[int, RankState], rank: int,
+                  group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
+    """What the hub asks ``rank`` to probe: only its peers, each with its address and
+    published ports (pure; ``group`` sorted). With ``silent`` (ranks that stopped answering)
+    only those, by connects: is their host still up?"""
+    if silent:
+        group = tuple(sorted({rank, *silent}))
+    peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
+             for r in peers_to_probe(rank, group, ordered=True)
+             if r in states and states[r].address}
+    return {"t": "probe", "id": ident, "group": list(group), "timeout": PROBE_TIMEOUT_S,
+            "peers": peers, "stream": not silent}
+
+
+def side_ports(states: Mapping[int, RankState], rank: int,
+               roster: Sequence[int]) -> dict[str, Any]:
+    """The peers ``rank`` checks when it hears the hub no more (``watch.cutoff``): each one's
+    address and side port (pure; ``roster``: ``states``' ranks, sorted once for all)."""
+    out = {}
+    for peer in peers_to_probe(rank, roster, ordered=True):
+        side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
+        if states[peer].address and side:
+            out[str(peer)] = {"address": states[peer].address, "ports": {SIDE: side}}
+    return out
 
 
 def ports_of(state: RankState, override: Mapping[str, int] | None = None) -> dict[str, int]:
