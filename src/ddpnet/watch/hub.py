@@ -38,26 +38,21 @@ __all__ = ["Hub", "HubOptions", "ask_snapshot", "main", "tick_every"]
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
-#: seconds after an exit verdict the hub stays for a rank it never heard: one whose
-#: heartbeat still connected when a peer died waits that long for its handshake and the
-#: verdict (session.VERDICT_WAIT_S), then 2 s
+#: seconds after an exit verdict the hub stays for a rank it never heard (one still
+#: connecting waits session.VERDICT_WAIT_S for its handshake and the verdict, then 2 s)
 UNHEARD_AFTER_VERDICT_S = 12.0
 #: seconds the hub stays after every rank it heard from said goodbye while others never
-#: connected (their watch was off): the job ended without them, nothing is left to watch
+#: connected (their watch was off): nothing is left to watch
 AFTER_LAST_BYE_S = 10.0
-#: the watchdog's pace: a tick is O(N) (a snapshot of every rank), so at most one every
-#: TICK_S however many messages arrive (one per heartbeat was N² work a second at 4,096),
-#: and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS: the ticks' work a second
-#: stays that of TICK_RANKS ranks (at 4,096, 10 ticks a second took 0.23 of a core and the
-#: heartbeats queued behind them); a verdict comes at most that much later (0.4 s)
+#: the watchdog's pace: a tick is O(N), so at most one every TICK_S however many messages
+#: arrive, and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS, so the ticks' work
+#: stays that of TICK_RANKS ranks (at 4,096, 10 a second took 0.23 of a core)
 TICK_S, TICK_RANKS = 0.1, 1024
 #: connections accepted at once when several wait (4,096 ranks say hello together)
 ACCEPT_BATCH = 256
-#: a rank's states are acknowledged at most this often (and at most every half threshold),
-#: and at once when the threshold changed: an ack tells a rank the hub still hears it, for a
-#: silence of threshold + ``cutoff.MARGIN_S`` (>= 7 s learned); one per heartbeat was 4,096
-#: sends a second at 4,096 ranks, ~40% of the hub's time. With 1 s heartbeats every second
-#: state is acked; with 2 s ones (4,096 ranks) each
+#: a rank's states are acknowledged at most this often (and every half threshold), at once
+#: when the threshold changed: an ack tells a rank the hub hears it (``watch.cutoff`` waits
+#: threshold + MARGIN_S); one per heartbeat was ~40% of the hub's time at 4,096 ranks
 ACK_EVERY_S = 1.5
 #: seconds a connection's outbox may hold a message with none finished before its reader is
 #: dropped as too slow (and marked: ``slow_readers`` in the report), never fed half of one
@@ -80,9 +75,6 @@ class Hub(Decisions):
         self.sock = sock
         self.selector = selectors.DefaultSelector()
         self.selector.register(sock, selectors.EVENT_READ)
-        self.peers = {}
-        self.channels = {}
-        self.writing = set()
 
     def serve_metrics(self, sock: socket.socket) -> None:
         """Serve the job's metrics on ``sock`` (bound by rank 0) from a thread of its own."""
@@ -125,10 +117,9 @@ class Hub(Decisions):
         while not self.done():
             # a SIGTERM'd rank waits for its answer (``answer_terms``): look again soon
             ready = self.selector.select(timeout=0.05 if self.terms else 0.25)
-            # what came before this moment is read below (heartbeats are far below a read's
-            # 64 KiB): a hub short of CPU reads them late, and judged by the clock after
-            # reading thousands of them it named live ranks silent (session 12: at 4,096
-            # ranks on 0.6 of a core, heartbeats read 20 s late)
+            # judged as of what came before this moment: a hub short of CPU reads heartbeats
+            # late, and judged by the clock after reading thousands it named live ranks
+            # silent (at 4,096 ranks on 0.6 of a core, read 20 s late)
             as_of = (time.monotonic(), time.time())
             for key, events in ready:
                 if key.fileobj is self.sock:

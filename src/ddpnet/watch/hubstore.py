@@ -111,14 +111,14 @@ class HubState:
 
     sock: socket.socket
     selector: selectors.BaseSelector
-    #: every connection, and each rank's current one (a rank that connects anew replaces
-    #: its old one); connections with messages waiting for the socket to take them
-    peers: dict[socket.socket, Peer]
-    channels: dict[int, Peer]
-    writing: set[socket.socket]
 
     def __init__(self, options: HubOptions) -> None:
         self.options = options
+        #: every connection, each rank's current one (a rank that connects anew replaces its
+        #: old one), and the connections with messages waiting for the socket to take them
+        self.peers: dict[socket.socket, Peer] = {}
+        self.channels: dict[int, Peer] = {}
+        self.writing: set[socket.socket] = set()
         self.settings = Settings(timeout=options.timeout, action=options.action,
                                  period=period_for(options.world_size))
         self.watchdog = Watchdog(self.settings)
@@ -133,9 +133,8 @@ class HubState:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
-        #: the network's wait per step (straggler.recent_wait) when this slowdown was first
-        #: probed, the probes of a round that named its node or link (kept for the later
-        #: checks), and the rounds that named nothing; reset when the job is even again
+        #: the wait per step when this slowdown was first probed, the probes of a round that
+        #: named its node or link, and the rounds that named nothing (reset once even again)
         self.probed_wait: float | None = None
         self.straggler_probes: tuple[LinkProbe, ...] = ()
         self.slowdown_rounds = 0
@@ -151,32 +150,27 @@ class HubState:
         self.desync_named = False
         #: the encoded ack and the thresholds it carries (the watchdog's, its learned base)
         self.ack: tuple[tuple[float, str, float, str] | None, bytes] = (None, b"")
-        #: (monotonic, wall) time as of which every message that had come was read: when
-        #: the last select returned, once what it returned is handled (``serve``); the
-        #: watchdog judges silence and stalls as of it. None: now (a hub not serving)
+        #: (monotonic, wall) time as of which every message that had come was read (when the
+        #: last select returned): silence and stalls are judged as of it. None: now
         self.read_as_of: tuple[float, float] | None = None
-        #: when this hub received each rank's state (its own monotonic clock: a rank's clock
-        #: may be off by minutes), beside ``states``: every age and silence is measured from
-        #: it (``Snapshot.ages``), the rank's timestamps only relative to its ``published``
+        #: when this hub received each rank's state (its monotonic clock): every age and
+        #: silence is measured from it (``Snapshot.ages``)
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
-        #: metrics (``serve_metrics``): the verdicts given, each rank pair's last stream
-        #: probe, when the next link round is due, the server
+        #: metrics (``serve_metrics``): the verdicts given and when the last was (monotonic),
+        #: each rank pair's last stream probe, when the next link round is due, the server
         self.verdicts: list[Diagnosis] = []
-        #: when the last verdict was given (monotonic; either action), None: none yet
         self.judged_at: float | None = None
         self.link_probes: dict[tuple[int, int], Probed] = {}
         self.next_links: float | None = None
         self.metrics: Any = None
-        #: ranks whose channel closed without a goodbye while their process answers
-        #: (``watch.channel``): unheard, not gone, until they reconnect or the silent-rank
-        #: probes judge them; the checks under way; ranks dropped as too slow a reader
+        #: ranks whose channel closed without a goodbye while their process answers: unheard,
+        #: not gone (``watch.channel``); the checks under way; ranks dropped as slow readers
         self.broken: dict[int, str] = {}
         self.checks = Checks()
         self.slow_readers: set[int] = set()
-        #: ranks that told the hub of a SIGTERM (``watch.termination``): when each asked,
-        #: until answered; all that did (away once their connection closes)
+        #: ranks that told the hub of a SIGTERM: when each asked, until answered; all that did
         self.terms: dict[int, float] = {}
         self.terminated: set[int] = set()
 

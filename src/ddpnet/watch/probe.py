@@ -1,30 +1,19 @@
-"""Probe this rank's links to its peers while a collective hangs (issue 20, "network at fault").
+"""Probe this rank's links to its peers while a collective hangs (pure planning, edge probing).
 
-Run by the watchdog on every rank when :func:`ddpnet.watch.network.wants_probes` says so; the
-:class:`~ddpnet.watch.state.LinkProbe` results go into the next ``Snapshot`` and
-:func:`ddpnet.watch.network.detect` names the link, port or node from them.
+The hub asks for a round (:func:`probe_request`) when :func:`ddpnet.watch.network.wants_probes`
+says so; the :class:`~ddpnet.watch.state.LinkProbe` results go into the next ``Snapshot`` and
+:func:`ddpnet.watch.network.detect` names the link, port or node from them. Per peer, within
+``timeout`` and ``fanout`` at once:
 
-What one rank does, bounded by ``timeout`` per probe and ``fanout`` probes at once:
+- a TCP connect to every port it publishes (``extra["ports"]``: ``side``, ``backend``, ``sink``),
+  classified by :mod:`ddpnet.net.probe`: one port answering while another times out is a
+  firewall; every port timing out, a link or host down;
+- a short stream into its :class:`ProbeSink`: the kernel's unacked bytes (``SIOCOUTQ``) tell a
+  path that drops full-size segments (MTU: nothing acked; TCP sets DF) from a slow one (the
+  rate), with no help from the peer beyond reading; ICMP needs privileges ranks lack.
 
-- a TCP connect to every port the peer listens on (``RankState.extra["ports"]``:
-  ``side`` = its heartbeat side channel, ``backend`` = gloo's/NCCL's listener when known,
-  ``sink`` = its :class:`ProbeSink`), retried and classified by :mod:`ddpnet.net.probe`
-  (``connect_loop`` / ``outcome_of``, the rendezvous preflight's): "connected", "refused",
-  "timeout" (dropped), "unreachable". One port answering while another times out is a
-  firewall; every port timing out is a link or host down.
-- a short data stream into the peer's sink (for ``stream_seconds``, default 0.3 s, at most
-  ``stream_bytes``, acknowledged within ``timeout``): the kernel's count of unacknowledged
-  bytes (``SIOCOUTQ``) tells a path that carries the handshake but drops full-size segments
-  (an MTU mismatch: nothing is acked) from a slow one (acked bytes over time = the rate,
-  Gb/s) without any help from the peer beyond reading. ICMP is not used (unprivileged ranks
-  cannot send it); TCP sets DF on Linux, so the stream is the path-MTU probe, and
-  ``TCP_INFO`` adds the kernel's path MTU and MSS.
-
-Scale: each rank probes O(peers) targets. Up to :data:`FULL_MESH_LIMIT` ranks that is every
-peer (N - 1, with ``fanout`` in flight: O(N / fanout * timeout) at worst); above it only its
-ring neighbours (rank - 1 and rank + 1 in the stuck collective's group, the links a ring
-collective uses), so a 1000-node job opens O(1) probes per rank and O(N) in all, and every
-ring link is still probed from both ends.
+Up to :data:`FULL_MESH_LIMIT` ranks every peer is probed, above only the ring neighbours:
+O(1) probes per rank, every ring link still from both ends.
 """
 
 from __future__ import annotations
@@ -66,10 +55,9 @@ FANOUT = 16
 STREAM_SECONDS = 0.3
 STREAM_BYTES = 1 << 30
 _CHUNK = 256 << 10
-#: the probes' threads and the sink's readers are the watch's, not the rank's work: they note
-#: their CPU (``note``: ``activity.Sampler.note_watch``) every this many chunks sent or reads,
-#: so a sample between two notes sees ~1 MiB's worth at most as the rank's (a round into a
-#: rank asleep in its data loader made it "work" and held the verdict, issue 39)
+#: the probes' and the sink's threads note their CPU as the watch's
+#: (``activity.Sampler.note_watch``) every this many chunks: at most ~1 MiB's worth reads as
+#: the rank's work (a round into a rank asleep in its data loader made it "work")
 NOTE_EVERY = 4
 Note = Callable[[], None]
 
@@ -234,15 +222,11 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
                  seconds: float = STREAM_SECONDS, note: Note = _nothing) -> LinkProbe:
     """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
     acknowledgements; all within ``timeout`` (edge)."""
-    port = target.ports[SINK]
     start = time.monotonic()
     try:
-        sock = socket.create_connection((target.address, port), timeout=timeout)
+        sock = socket.create_connection((target.address, target.ports[SINK]), timeout=timeout)
     except OSError as exc:
-        got = outcome_of(exc)
-        return LinkProbe(me, target.rank, False, f"stream: sink port {port}: {got.outcome} "
-                         f"({got.error})", what=STREAM, port=port, purpose=SINK,
-                         outcome=got.outcome)
+        return _stream_failed(me, target, exc)
     with sock:
         # close with a reset: what is still queued must not keep loading a slow link
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -255,12 +239,15 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
             sent = _push(sock, nbytes, min(deadline, t0 + seconds), note)
             unacked = _drain(sock, deadline)
         except OSError as exc:  # reset by the peer mid-stream
-            got = outcome_of(exc)
-            return LinkProbe(me, target.rank, False, f"stream: sink port {port}: "
-                             f"{got.outcome} mid-stream ({got.error})", what=STREAM,
-                             port=port, purpose=SINK, outcome=got.outcome)
+            return _stream_failed(me, target, exc, " mid-stream")
         return stream_result(me, target, sent, unacked, time.monotonic() - t0,
                              tcp_info(sock))
+
+
+def _stream_failed(me: int, target: Target, exc: OSError, when: str = "") -> LinkProbe:
+    got, port = outcome_of(exc), target.ports[SINK]
+    return LinkProbe(me, target.rank, False, f"stream: sink port {port}: {got.outcome}{when} "
+                     f"({got.error})", what=STREAM, port=port, purpose=SINK, outcome=got.outcome)
 
 
 def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: float,
@@ -269,14 +256,10 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
                 stream_seconds: float = STREAM_SECONDS,
                 fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT,
                 note: Note = _nothing) -> tuple[LinkProbe, ...]:
-    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge).
-
-    ``ports`` adds to or overrides what each peer published (rank -> {purpose: port});
-    ``group`` is the stuck collective's ranks (default: every rank in ``states``);
-    ``stream_bytes=0`` skips the stream, else it runs ``stream_seconds``. Each probe takes
-    at most ``timeout`` seconds and at most ``fanout`` run at once, so the call is bounded by
-    ceil(probes / fanout) * timeout. ``note`` is called from the probing threads (named
-    ``ddpnet-watch-probe-*``) as they work and once each probe is done."""
+    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge): bounded
+    by ceil(probes / fanout) * timeout. ``ports`` adds to or overrides what each peer
+    published; ``group``: the stuck collective's ranks (default: ``states``');
+    ``stream_bytes=0`` skips the stream; ``note`` is called from the probing threads."""
     ranks = [*states, me] if group is None else list(group)
     targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
     jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)

@@ -35,8 +35,7 @@ WINDOW = 50
 #: is a rank computing this much longer than the others (no slow rank is named)
 MIN_WAIT_S = 0.005
 #: a rank's extra compute must also cost (ratio - 1) x this share of the median step (6 %
-#: at the default ratio): 9 ms more on the rank that hosts the hub, in a 0.5 s step spent
-#: waiting on the network, slows no one (seen on a loaded 2-core host)
+#: at the default ratio): 9 ms more on the hub's rank in a 0.5 s step slows no one
 MIN_SHARE = 0.25
 
 
@@ -50,9 +49,8 @@ class Params:
 
 @dataclass(frozen=True)
 class StragglerWindow:
-    """The last ``size`` steps' wall and collective seconds (immutable: ``add`` returns the
-    next window). A heartbeat keeps one per rank and publishes its tuples as
-    ``RankState.step_times`` / ``wait_times``."""
+    """The last ``size`` steps' wall and collective seconds, as a heartbeat publishes them
+    (immutable: ``add`` returns the next window)."""
 
     size: int = WINDOW
     step_times: tuple[float, ...] = ()
@@ -86,8 +84,7 @@ def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
 def waits_per_step(steps: Sequence[tuple[float, float]],
                    spans: Iterable[tuple[float, float]]) -> list[float]:
     """For each step (start, end), the seconds inside any of ``spans`` (collectives; those
-    that overlap count once). Pure, O((steps + spans) log spans): a heartbeat feeds it every
-    step and timed bucket all-reduce since the last one."""
+    that overlap count once). Pure, O((steps + spans) log spans)."""
     merged = union(spans)
     ends = [hi for _, hi in merged]
     out = []
@@ -100,13 +97,9 @@ def waits_per_step(steps: Sequence[tuple[float, float]],
     return out
 
 
-# ---- the analysis ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Times:
-    """Aligned last-n steps of the ranks that published enough of them; ``comp`` is each
-    step's compute (step - wait), worked out once."""
+    """Aligned last-n steps of the ranks that published enough; ``comp``: step - wait."""
 
     ranks: tuple[int, ...]
     step: Mapping[int, tuple[float, ...]]
@@ -173,23 +166,20 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 
 def cost_floor(ratio: float, step_s: float) -> float:
-    """The fewest extra seconds a step must cost (compute on a slow rank, waits on a slow
-    link or network) to be named: over :data:`MIN_WAIT_S` and (ratio - 1) x
-    :data:`MIN_SHARE` of the step."""
+    """The fewest extra seconds a step must cost (compute, or waits) to be named: over
+    :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step."""
     return max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * step_s)
 
 
 def exceeds(value: float, base: float, ratio: float, floor: float) -> bool:
     """``value`` is over ``ratio`` x ``base`` and more than ``floor`` above it (pure): the one
-    test of "slower" for compute, waits and links, so a relative rise of a few milliseconds
-    names nothing."""
+    test of "slower", so a relative rise of a few milliseconds names nothing."""
     return value > ratio * base and value - base > floor
 
 
 def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
-    """Each rank's straggler score (pure): its median compute per step over the window,
-    over the median of the other ranks' (1.0 is even; :func:`detect` names a rank
-    consistently above ``ratio``). Empty with fewer than two ranks of ``min_steps`` steps."""
+    """Each rank's median compute per step over the other ranks' median (pure; 1.0 is even).
+    Empty with fewer than two ranks of ``min_steps`` steps."""
     t = aligned(snapshot.states, p)
     if t is None:
         return {}
@@ -199,10 +189,8 @@ def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
 
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
-    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
-    more by over :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step (1 ms
-    more of a 5 ms step is scheduling noise on a busy host, 9 ms of a 500 ms step nothing
-    anyone would act on)."""
+    """Per rank, the steps in which its compute :func:`exceeds` the other ranks' median (1 ms
+    more of a 5 ms step is a busy host's noise, 9 ms of a 500 ms step nothing to act on)."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
@@ -244,9 +232,8 @@ def wants_probes(snapshot: Snapshot, p: Params = Params()) -> bool:
 
 
 def recent_wait(snapshot: Snapshot) -> float:
-    """The median rank's collective wait per step over the second half of the window (0.0
-    without enough steps): how slow the network is now. The hub probes a slowdown again only
-    when this doubled since its last probe round."""
+    """The median rank's collective wait per step over the window's second half (0.0 without
+    enough steps): the hub probes a slowdown again once this doubled."""
     t = aligned(snapshot.states, Params())
     if t is None:
         return 0.0
