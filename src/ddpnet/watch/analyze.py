@@ -1,14 +1,9 @@
 """Name the cause of a stall from every rank's last state (pure: Snapshot -> Diagnosis).
 
-Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins.
-``rank-gone``, ``collective-mismatch`` and ``rank-not-arriving`` live here; ``network`` and
-``straggler`` come from :mod:`ddpnet.watch.network` and :mod:`ddpnet.watch.straggler` (each
-exposes ``detect(snapshot) -> Diagnosis | None``).
-
-Two exceptions to "first match wins", where ``rank-gone`` steps aside: a rank that died right
-after a mismatched collective died *of* the mismatch (gloo aborts a process that receives the
-wrong size), and a silent rank that no peer can reach on any port while its connection stays
-open has a link down (``network``), its process may well be alive.
+Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins,
+but ``rank-gone`` steps aside for a rank that died right after a mismatched collective (it
+died *of* it: gloo aborts a process that receives the wrong size) and for a silent rank no
+peer reaches while its connection stays open (a link down: its process may well be alive).
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
-"""A rank that hears the job no more judges itself (issue 27, "every rank leaves").
+"""A rank that hears the job no more judges itself (docs/watch.md, "A rank cut off leaves by
+itself").
 
-The hub acknowledges every heartbeat (with its current threshold and its learned base,
-``watch.threshold``). A rank that heard nothing from the hub for its threshold
-(``threshold.self_judged``: the learned base, raised only by its own long phase while it is
-not inside a collective) plus :data:`MARGIN_S`, while it made no progress of its own either,
-cannot be told the verdict: the hub cannot reach it, or the hub's
-node is gone. It then checks for itself, in its heartbeat thread (its main thread may sit in a
-C call: a gloo wait, ``torch.cuda.synchronize()``), and exits 4 naming what it found:
-
-- its interface's state (``net.interfaces``) and its route to the hub's address
-  (``net.routes``),
-- a fresh connect to the hub, and to each peer's side port (``watch.probe``; the hub sent
-  them once every rank had published),
-- when it last heard from the job.
-
-Reaching no peer either: this node is cut off. Reaching peers but not the hub: the hub's node
-(rank 0's, MASTER_ADDR) or its link is down. Either way no rank waits for the backend's
-timeout. :func:`due` and :func:`verdict` are pure; :func:`gather` is the edge.
+A rank that heard no ack from the hub for its threshold (``threshold.self_judged``) plus
+:data:`MARGIN_S`, while it made no progress of its own either, cannot be told the verdict.
+It checks for itself from its heartbeat thread (its main thread may sit in a C call): its
+interface's state, its route to the hub, fresh connects to the hub and to each peer's side
+port, and exits 4 naming what it found. Reaching no peer either: this node is cut off;
+reaching peers but not the hub: the hub's node or its link is down. :func:`due` and
+:func:`verdict` are pure; :func:`gather` is the edge.
 """
 
 from __future__ import annotations
@@ -38,6 +29,7 @@ from ddpnet.watch.state import (
     LinkProbe,
     RankState,
     Snapshot,
+    flat_fields,
 )
 
 #: seconds past the threshold before a rank that hears nothing judges itself
@@ -56,9 +48,8 @@ def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool
     return now - heard >= limit and now - progressed >= limit
 
 
-#: a rank that heard nothing and made no progress this long looks before its threshold is
-#: over (the warm-up's 60 s, a long phase's allowance), and leaves at once when what it finds
-#: is conclusive (:func:`conclusive`): a link cut in the first seconds of a job
+#: a rank that heard nothing and made no progress this long looks before a longer threshold
+#: is over (the warm-up's 60 s), and leaves at once when what it finds is :func:`conclusive`
 EARLY_S = 10.0
 
 
@@ -69,10 +60,9 @@ def early(now: float, heard: float, progressed: float, threshold_s: float) -> bo
 
 
 def conclusive(facts: Facts) -> bool:
-    """Whether what a rank found leaves no doubt that it is cut off, whatever its threshold
-    (pure): the hub's host does not answer, and neither does any peer it knows, or its link is
-    not UP, or it has no route at all. (Peers answering, or the hub's host: the cause may
-    lie elsewhere, and the threshold decides.)"""
+    """Whether what a rank found leaves no doubt that it is cut off (pure): neither the hub's
+    host nor any peer answers, or its link is not UP, or it has no route at all. (Anything
+    answering: the cause may lie elsewhere, and the threshold decides.)"""
     hub = facts.hub_probe
     if hub is not None and answered(hub):
         return False
@@ -110,7 +100,7 @@ class Facts:
     judged_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = flat_fields(self)
         out["hub_probe"] = self.hub_probe.to_dict() if self.hub_probe else None
         out["peers"] = [p.to_dict() for p in self.peers]
         return out
@@ -205,12 +195,6 @@ def doing(state: RankState) -> str:
     return f"in phase {state.phase or 'unmarked'!r} at step {state.step}"
 
 
-# ---- edge -----------------------------------------------------------------------------------
-
-def _link(interface: str) -> str:
-    return link_state(interface=interface)[1]
-
-
 def link_state(*, interface: str = "", address: str = "") -> tuple[str, str]:
     """The interface named, or holding ``address``, and its state: "UP", "DOWN", "absent"
     ("" when neither is given) (edge)."""
@@ -255,7 +239,7 @@ def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState
         hub_job = pool.submit(_hub_probe, state.rank, *hub)
         peer_job = pool.submit(probe_pairs, peers, state.rank, timeout=CONNECT_S,
                                group=[*peers, state.rank], stream_bytes=0)
-        link, route = _link(state.interface), _route(hub[0])
+        link, route = link_state(interface=state.interface)[1], _route(hub[0])
         hub_probe, found = hub_job.result(), peer_job.result()
     return Facts(rank=state.rank, host=state.host, interface=state.interface,
                  address=state.address, link=link, hub=f"{hub[0]}:{hub[1]}",

@@ -21,11 +21,6 @@ from typing import Any
 from ddpnet.watch import patches
 from ddpnet.watch.recorder import Recorder
 
-#: the FSDP module, patched only when the script imported it (importing it costs ~2 s);
-#: FSDP2's (``fully_shard``) per-module state, whose forward hooks it registers bound to
-#: itself: patched, where the script imported it, before the script shards its modules
-FSDP_MODULE, FSDP2_STATE = patches.FSDP_MODULE, patches.FSDP2_STATE
-
 
 class Inferrer:
     """The step count and phase a training thread's hooks imply, written to a recorder."""
@@ -101,7 +96,7 @@ class Inferrer:
 
     def optimizer_pre(self, optimizer: object) -> None:
         if self.rec.marked_steps and self.rec.marked_phases:
-            self.on = False  # the user marks both (``ddpnet train`` does): nothing to infer
+            self.guard.on = False  # the user marks both (``ddpnet train`` does): nothing to infer
             return
         if not self.training_thread():
             return
@@ -138,20 +133,13 @@ class Inferrer:
         both steps and phases)."""
         return self.guard.on
 
-    @on.setter
-    def on(self, value: bool) -> None:
-        self.guard.on = value
-
-    def fail(self, exc: BaseException) -> None:
-        self.guard.fail(exc)
-
     def guarded(self, work: Callable[..., None], *args: Any) -> None:
         """Run a hook's ``work`` while the hooks are on; a failure turns them off."""
         if self.on:
             try:
                 work(*args)
             except Exception as exc:
-                self.fail(exc)
+                self.guard.fail(exc)
 
     def on_optimizer_pre(self, optimizer: object, _args: object, _kwargs: object) -> None:
         self.guarded(self.optimizer_pre, optimizer)
@@ -197,10 +185,10 @@ def install(recorder: Recorder) -> Callable[[], None]:
     for target, hooks in _hooks(inferrer).items():
         where = patches.resolve(target)
         if where is not None:
-            undos.append(patches.wrap(*where, inferrer, **hooks))
+            undos.append(patches.wrap(*where, inferrer.guard, **hooks))
 
     def undo() -> None:
-        inferrer.on = False
+        inferrer.guard.on = False
         for step in reversed(undos):
             step()
         inferrer.unwatch()
