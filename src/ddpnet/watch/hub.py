@@ -29,7 +29,7 @@ from ddpnet.watch.metrics import JobView
 from ddpnet.watch.probe import side_ports
 from ddpnet.watch.state import Snapshot
 from ddpnet.watch.transport import Outbox
-from ddpnet.watch.wire import Lines, encode
+from ddpnet.watch.wire import MAX_SNAPSHOT, Lines, encode
 
 __all__ = ["Hub", "HubOptions", "ask_snapshot", "main", "tick_every"]
 
@@ -91,8 +91,8 @@ class Hub(Decisions):
                               lambda: (len(self.verdicts), self.watchdog.fired))
 
     def metrics_view(self) -> JobView:
-        """What a scrape renders (the server's thread: copies, each one atomic under the
-        GIL, of what the hub's thread changes)."""
+        """What a scrape renders, from the server's thread: copies (each atomic under the
+        GIL) of what the hub's thread changes."""
         now = time.monotonic()
         states = dict(self.states)
         verdicts = list(self.verdicts)
@@ -163,8 +163,7 @@ class Hub(Decisions):
 
     def verdict_seen(self, now: float) -> bool:
         """Whether the last verdict was scraped, or waiting for a scrape is pointless
-        (``exposition.seen_by_scrape``: nothing scrapes, the scraper stopped, or
-        ``metrics_linger`` passed); always without metrics or verdicts."""
+        (``exposition.seen_by_scrape``); always without metrics or verdicts."""
         if self.metrics is None or self.judged_at is None:
             return True
         return bool(self.metrics.seen(self.judged_at, now, self.options.metrics_linger))
@@ -193,8 +192,7 @@ class Hub(Decisions):
 
     def drop(self, peer: Peer) -> None:
         """Close a connection. Its rank, if it left without a goodbye, is gone once its
-        process does not answer (``watch.channel``: checked in a thread, unless it published
-        no side port or a verdict stands); answering, it is unheard, not gone."""
+        process does not answer (``watch.channel``); answering, it is unheard, not gone."""
         self.selector.unregister(peer.sock)
         peer.sock.close()
         self.peers.pop(peer.sock, None)
@@ -232,7 +230,7 @@ class Hub(Decisions):
 
     def answer_terms(self, now: float) -> None:
         """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the
-        verdict comes), once read what came with their word."""
+        verdict comes)."""
         fault = termination.fault_known(self.left, self.terminated, bool(self.checks.running),
                                         self.verdict is not None)
         for rank, asked in list(self.terms.items()):
@@ -245,9 +243,8 @@ class Hub(Decisions):
                 self.send(peer, {"t": "no-fault"})
 
     def attach(self, peer: Peer, rank: int) -> None:
-        """``peer`` is now ``rank``'s connection: one it had before is closed (it connected
-        anew), and a rank whose channel closed without a goodbye is back, unless a verdict
-        stands."""
+        """``peer`` is now ``rank``'s connection (one it had before is closed); a rank whose
+        channel closed without a goodbye is back, unless a verdict stands."""
         old = self.channels.get(rank)
         if old is not None and old is not peer:
             old.rank = None
@@ -301,9 +298,8 @@ class Hub(Decisions):
                 self.states, rank, range(self.options.world_size))})
 
     def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
-        """Queue ``message`` whole (``bytes``: one already encoded; ``key``: it replaces a
-        queued one of that key not begun) and write what the socket takes now, never
-        blocking; the rest goes at the selector's next writable event (:meth:`write`)."""
+        """Queue ``message`` whole (``key``: it replaces a queued one of that key not begun)
+        and write what the socket takes now; the rest at the next writable event."""
         peer.outbox.put(message if isinstance(message, bytes) else encode(message), key)
         self.write(peer)
 
@@ -324,8 +320,6 @@ class Hub(Decisions):
 def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
     """A running hub's snapshot and its ``stale_after`` (``ddpnet diagnose``); OSError when no
     hub answers, ValueError when what answers is not one."""
-    from ddpnet.watch.wire import MAX_SNAPSHOT
-
     deadline = time.monotonic() + timeout
     lines = Lines(MAX_SNAPSHOT)
     with socket.create_connection((address, port), timeout=timeout) as sock:
