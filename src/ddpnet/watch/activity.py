@@ -1,13 +1,12 @@
-"""Whether a rank works or is stuck: its CPU time, its I/O bytes and its Python stack.
+"""Whether a rank works or is stuck: its CPU time, its I/O bytes and its Python stack
+(docs/watch.md, "A working rank is not a hang").
 
-A rank that keeps the others waiting is either working (rank 0 writes a checkpoint nobody
-marked) or stuck (asleep, blocked on a lock, a socket or storage). Its heartbeat publishes an
-:class:`Activity` every second: the process's CPU without the watch's threads, plus its
-workers' (DataLoader workers) and, while the main thread waits on a subprocess, its other
-children's; the bytes it read and wrote (``rchar``/``wchar``: files and pipes, not sockets);
-the main thread's innermost frames; and when each last moved (:func:`working`: a polling loop
-alternating between two lines stands still). The :class:`Sampler` (edge) reads ``/proc`` and
-``sys._current_frames()``, ~0.2 ms a sample; without ``/proc`` what it reads is None.
+A rank keeping the others waiting either works (a checkpoint nobody marked) or is stuck
+(asleep, blocked on a lock, a socket or storage). Its heartbeat publishes an :class:`Activity`:
+CPU without the watch's threads (its workers' in, its other children's only while it waits
+on a subprocess), bytes read and written (files and pipes, not sockets), the main thread's
+innermost frames, and when each last moved (:func:`working`). The :class:`Sampler` (edge)
+reads ``/proc`` and ``sys._current_frames()``; without ``/proc`` what it reads is None.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.net.probe import REFUSED
+from ddpnet.watch.network import link_hint
 from ddpnet.watch.state import (
     CUT_OFF,
     HUB_SILENT,
@@ -154,10 +155,8 @@ def verdict(f: Facts) -> Diagnosis:
                    f"{me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
                    f"peer and {stalled}; {link}; last heard from the job {f.heard_ago:.0f} s "
                    f"ago")
-        iface = f.interface or "<iface>"
-        hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
-                f"show {iface}` (errors), `ip route get {master}`; check its cable / switch "
-                f"port; {restart}")
+        hint = link_hint(f.host, f.interface or "<iface>", f", `ip route get {master}`") + \
+            f"; {restart}"
     return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint, sub_kind=sub,
                      witnesses=witnesses)
 
@@ -182,9 +181,8 @@ def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link
               f"reached from it (they leave by themselves, naming this node)",
         tuple(here) or (0,), (host,),
         (f"interface {interface} on {host}: DOWN", *diagnosis.evidence),
-        f"on {host}: `ip -br link show {interface}` (state UP, carrier), `ip -s link show "
-        f"{interface}` (errors); check its cable / switch port; then restart the job from "
-        f"the last checkpoint", sub_kind=LINK_DOWN, witnesses=diagnosis.ranks)
+        link_hint(host, interface) + "; then restart the job from the last checkpoint",
+        sub_kind=LINK_DOWN, witnesses=diagnosis.ranks)
 
 
 def doing(state: RankState) -> str:

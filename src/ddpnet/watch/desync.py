@@ -1,16 +1,11 @@
 """Silent desync: ranks whose collectives pair up wrongly while nothing hangs (pure, except the
-per-rank :class:`StepLog` the recorder feeds).
+per-rank :class:`StepLog` the recorder feeds; docs/watch.md, "Silent desync").
 
-A rank that skips one collective (a data-dependent ``continue``) or makes an extra one does not
-hang while the next collectives have the same size: the ranks reduce different steps' tensors
-together and train on wrong gradients. Each rank keeps, per step, a digest: the default
-group's collective seq when the step began, how many it issued in the step, and each Python
-call's signature (op, dtype, shape, call site). The heartbeat publishes the last
-:data:`WINDOW` steps; the hub compares them every second and names the first step where they
-disagree, the odd rank and the call it skipped, made extra or made otherwise. A rank that said
-goodbye after seq ``S`` while another issued ``S + 1`` is named at once (:func:`ended_apart`).
-
-Cost on the rank: a dict lookup and a list append per Python collective, one C++ call per step.
+A rank that skips or adds one collective hangs nobody while the sizes match: the ranks reduce
+different steps' tensors together. Each rank publishes a digest of its last :data:`WINDOW`
+steps (the seq each began at, how many it issued, its Python calls' signatures); the hub
+names the first step where they disagree, and a rank that said goodbye while another issued
+more (:func:`ended_apart`). Cost: a dict lookup and an append per Python collective.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Each rank's own gaps between progress, and the summary it publishes (pure; docs/watch.md,
 "Thresholds learned from the job").
 
-The hub sees progress once a heartbeat (1 s): a 25 ms loop gave it one sample a second. Each
-rank sees every one of its own progress events instead (the collectives it issues and
-finishes, its step and phase marks), folds them into a :class:`GapLog` each heartbeat and
-publishes a :class:`Summary` of three numbers; the hub takes the largest p99, O(N) a tick.
-The percentile is weighted by time: a 25 ms loop pausing 2 s every 10 s spends 20% of its
-time in pauses, and the pause must not be called a hang. Two epochs of :data:`EPOCH_S` keep
-what a rank knows to its last 5-10 minutes. Gaps teach nothing before :data:`WARM_STEPS`
-steps (or :data:`WARM_COLLECTIVES` collectives: start-up, DDP's broadcast, the first
-compile), across a long phase (``skip``), or across events the rings dropped.
+The hub sees progress once a heartbeat; a rank sees every one of its own events (collectives
+issued and finished, step and phase marks), folds them into a :class:`GapLog` and publishes a
+:class:`Summary`. The p99 is weighted by time: a 25 ms loop pausing 2 s every 10 s spends 20%
+of its time in pauses, which must not be called a hang. Gaps teach nothing before the warm-up
+(:data:`WARM_STEPS`), across a long phase, or across events the rings dropped.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""The job's metrics in Prometheus's exposition format, from the watch's hub (docs/watch.md,
-"Prometheus metrics", lists them).
+"""The job's metrics in Prometheus's exposition format, from the hub (docs/watch.md,
+"Prometheus metrics", lists them and their cost).
 
 :class:`JobCollector` renders a :class:`JobView` (a copy of what the hub holds) at each
-scrape, never per heartbeat. Counters are the ranks' own cumulative ones, served as last heard,
-so ``ddpnet_step_seconds_count`` equals ``ddpnet_steps_total`` in every scrape. A scrape costs
-~10 us a sample, nearly all per rank: the collective wait is a summary, not a second
-histogram, and the step histogram has 14 buckets (benchmarks/metrics_overhead.py). Every
-phase has its own series (1 or 0), so no series comes and goes. Labels are DCGM's exporter's
-and node_exporter's, so queries join by host; nothing secret is served.
+scrape, never per heartbeat. Counters are the ranks' own cumulative ones, as last heard, so
+``ddpnet_step_seconds_count`` equals ``ddpnet_steps_total`` in every scrape. Every phase has
+its own series (1 or 0), so none comes and goes; nothing secret is served.
 """
 
 from __future__ import annotations

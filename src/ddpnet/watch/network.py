@@ -78,8 +78,7 @@ def stuck_collective(snapshot: Snapshot) -> Stuck | None:
 
 
 def wants_probes(snapshot: Snapshot) -> bool:
-    """True when every rank is stuck in one collective and no link was probed yet: the
-    watchdog should probe every rank's links, then analyse again."""
+    """Every rank is stuck in one collective and no link was probed yet: probe them first."""
     return not snapshot.probes and stuck_collective(snapshot) is not None
 
 
@@ -175,9 +174,10 @@ def _witnesses(probes: Iterable[LinkProbe]) -> tuple[int, ...]:
     return tuple(sorted({p.src_rank for p in probes}))
 
 
-def _link_hint(where: str, iface: str) -> str:
+def link_hint(where: str, iface: str, also: str = "") -> str:
+    """What to look at on a node whose link may be down (``also``: another command)."""
     return (f"on {where}: `ip -br link show {iface}` (state UP, carrier), `ip -s link show "
-            f"{iface}` (errors); check its cable / switch port")
+            f"{iface}` (errors){also}; check its cable / switch port")
 
 
 def _firewall_hint(where: str, rule: str) -> str:
@@ -228,7 +228,7 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
                 f"unreachable) while every rank waits in {stuck.op} #{stuck.seq}",
         ranks=ranks, hosts=where, sub_kind=LINK_DOWN, witnesses=_witnesses(probes),
         evidence=_evidence(stuck, states, probes),
-        hint=_link_hint(where[0] if who is not None else "each end", iface)
+        hint=link_hint(where[0] if who is not None else "each end", iface)
         + f"; `ping -c3 {peer}` from a peer",
     )
 
@@ -272,7 +272,7 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
         evidence=(*_probe_lines(states, probes[:MAX_EVIDENCE]),
                   "a dead process would have closed its connection and a stopped one would "
                   "still answer; only a cut link (or a powered-off host) does neither"),
-        hint=_link_hint(where[0], _field(states, first, "interface", "<iface>"))
+        hint=link_hint(where[0], _field(states, first, "interface", "<iface>"))
         + f"; from a peer `ping -c3 {peer}`; then restart the job from the last checkpoint",
     )
 

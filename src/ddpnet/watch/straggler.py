@@ -1,17 +1,13 @@
-"""The "straggler" kind (no hang): one rank, or the network, consistently slower over a window
-of steps, from each rank's ``step_times`` and ``wait_times`` (seconds inside collectives) (pure).
+"""The "straggler" kind (no hang): one rank, a link or the network consistently slower over a
+window of steps (pure; docs/watch.md, "Straggler warnings").
 
-In DDP every rank's step takes the same wall time (the gradient all-reduce synchronises them),
-so what differs is how a step splits: compute = step - wait. A slow rank computes longer and
-waits *least*. So: a **slow rank** computes over ``ratio`` x the others' median in at least
-``consistent`` of the window's steps (one slow step, a checkpoint, names nobody); a **slow
-link**: compute even, exactly two ranks wait ``ratio`` x longer than the median rank; in a
-ring every rank waits alike, so a **slow network**: the waits rose ``ratio`` x from the first
-to the second half of the window on most ranks, compute unchanged. Stream probes in the
-snapshot name its pair or node; without them :func:`wants_probes` asks the hub to probe.
-
-A heartbeat keeps a :class:`StragglerWindow`; :func:`waits_per_step` sums each step's
-collective time from the recorder's ring and the spans a comm hook timed.
+DDP's all-reduce makes every rank's step take the same wall time; what differs is how it
+splits: compute = step - wait. A slow rank computes longer and waits least; a slow link
+makes exactly its two ends wait longer; in a ring every rank waits alike, so a slow network
+shows as the waits rising from the window's first half to its second on most ranks. Stream
+probes in the snapshot name its pair or node; without them :func:`wants_probes` asks for
+them. A heartbeat keeps a :class:`StragglerWindow` and sums each step's collective time
+with :func:`waits_per_step`.
 """
 
 from __future__ import annotations
@@ -221,14 +217,12 @@ def _slow_rank(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         _slow_rank_in(snapshot, t.tail(half), p) if half >= p.min_steps else None)
 
 
-def wants_probes(snapshot: Snapshot, p: Params = Params()) -> bool:
+def wants_probes(snapshot: Snapshot) -> bool:
     """True when collectives slowed down on most ranks (no slow rank or link explains it)
-    and no link was probed yet: probing names the slow pair or node."""
-    t = aligned(snapshot.states, p)
-    if t is None or snapshot.probes:
-        return False
-    return (_slow_rank(snapshot, t, p) is None and _slow_link(snapshot, t, p) is None
-            and _slow_network(snapshot, t, p) is not None)
+    and no link was probed yet: probing names the slow pair or node (the one finding that
+    names no host)."""
+    found = None if snapshot.probes else detect(snapshot)
+    return found is not None and not found.hosts
 
 
 def recent_wait(snapshot: Snapshot) -> float:
