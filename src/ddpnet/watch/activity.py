@@ -314,10 +314,8 @@ class Sampler:
         """CPU seconds the process's children used since first seen: its workers' always, the
         others' (a ``wandb`` service) only while the main thread ``waits`` on a subprocess,
         the watch hub's never. Listed at most every CHILDREN_EVERY_S while ``listing``."""
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover - a dependency
-            return self.kids_cpu
+        import psutil
+
         if listing and mono - self.listed >= CHILDREN_EVERY_S:
             self.listed = mono
             self._list_children(psutil)

@@ -23,8 +23,6 @@ from ddpnet.watch.state import (
     victim,
 )
 
-Detector = Callable[[Snapshot], "Diagnosis | None"]
-
 #: a live rank whose last heartbeat is older than this (seconds) is not answering
 STALE_AFTER_S = 10.0
 #: at most this many ranks are named in one line (1000-rank jobs)
@@ -43,23 +41,15 @@ class Options:
 def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
     """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``, with
     the signals that agree and what would contradict it (:mod:`ddpnet.watch.signals`)."""
-    for kind in KINDS:
-        found = detector(kind, options)(snapshot)
-        if found is not None:
-            return signals.explain(found, snapshot)
-    return signals.explain(_nothing_named(snapshot), snapshot)
-
-
-def detector(kind: str, options: Options = Options()) -> Detector:
-    """The detector of ``kind``."""
-    if kind == "rank-gone":
-        return lambda snap: rank_gone(snap, options)
     silent = options.stale_after if options.live else network.FRESH_S
-    found: dict[str, Detector] = {
-        "collective-mismatch": lambda snap: mismatch_or_desync(snap, options.live),
-        "rank-not-arriving": lambda snap: rank_not_arriving(snap, options),
-        "network": lambda snap: network.detect(snap, silent), "straggler": straggler.detect}
-    return found[kind]
+    detectors: dict[str, Callable[[], Diagnosis | None]] = {
+        "rank-gone": lambda: rank_gone(snapshot, options),
+        "collective-mismatch": lambda: mismatch_or_desync(snapshot, options.live),
+        "rank-not-arriving": lambda: rank_not_arriving(snapshot, options),
+        "network": lambda: network.detect(snapshot, silent),
+        "straggler": lambda: straggler.detect(snapshot)}
+    found = next((d for d in (detectors[kind]() for kind in KINDS) if d is not None), None)
+    return signals.explain(found or _nothing_named(snapshot), snapshot)
 
 
 def _host(state: RankState | None) -> str:

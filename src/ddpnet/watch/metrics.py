@@ -91,8 +91,7 @@ class JobCollector:
         yield from self.identity(view)
         yield from self.histograms(view)
         yield from self.ranks(view)
-        yield from self.threshold(view)
-        yield from self.counted(view)
+        yield from self.judged(view)
         yield from self.links(view)
 
     def rank_labels(self, view: JobView, rank: int) -> list[str]:
@@ -165,18 +164,15 @@ class JobCollector:
                 score.add_metric(names, view.straggler_scores[rank])
         yield from (done, phase, still, heard, score)
 
-    def threshold(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+    def judged(self, view: JobView) -> Iterator[Any]:
+        """The threshold, the verdicts and warnings given, and the standing verdict."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         gauge = GaugeMetricFamily(f"{PREFIX}_hang_threshold_seconds", "Seconds without "
                                   "progress before the watch names a hang (learned, or "
                                   "watch_timeout)", labels=["job_id", "source"])
         gauge.add_metric([view.job_id, view.threshold_source], view.threshold_s)
         yield gauge
-
-    def counted(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
         for name, kinds, text in (("verdicts", view.verdicts, "Verdicts the watch gave"),
                                   ("warnings", view.warnings, "Warnings the watch gave")):
             family = CounterMetricFamily(f"{PREFIX}_{name}", f"{text}, by kind",
