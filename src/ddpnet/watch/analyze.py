@@ -202,11 +202,9 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
                         records: Mapping[int, CollectiveRecord],
                         live: bool = False) -> Diagnosis | None:
     """Ranks at one seq (``_first_mismatch``) calling different collectives. Live, an even
-    split waits for the ranks still coming to that seq (None): with 2 of 3 ranks there,
-    either could be the one apart (rank 2 skipped a metric all_reduce; rank 1, late, had not
-    announced it yet: rank 0 was named). An even split nobody else will settle (the late
-    rank died of it) names the side that broke the pattern of the calls before
-    (:func:`_expected`)."""
+    split waits (None) for the ranks still coming to that seq: with 2 of 3 there, either
+    could be the one apart. An even split nobody will settle names the side that broke the
+    pattern of the calls before (:func:`_expected`)."""
     groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
     for rank, record in sorted(records.items()):
         groups.setdefault((*_signature(record), record.site), []).append(rank)

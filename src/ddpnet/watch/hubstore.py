@@ -89,8 +89,7 @@ class Peer:
 @dataclass
 class Probing:
     """One probe round: the ranks asked and not answered yet, what came back. A stall's round
-    ends in the verdict (``trigger``); a straggler's (``straggler``: what was found without
-    probes) in a warning naming the slow node or link."""
+    ends in the verdict; a straggler's (``straggler``: found without probes) in a warning."""
 
     ident: int
     trigger: str

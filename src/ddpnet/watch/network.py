@@ -1,13 +1,10 @@
 """The "network" kind: every rank is inside the same collective and none progresses, so they
-all wait on the wire; the link probes (``Snapshot.probes``) say which link, port or node (pure).
+all wait on the wire; the link probes (``Snapshot.probes``) say which link, port or node (pure;
+docs/watch-causes.md, "network", lists the sub-kinds and the order they are tried in).
 
-Sub-kinds, the first that explains the failing probes wins: link down (no port of a peer
-answers; but a peer that published within ``FRESH_S`` over its open connection is up: a
-firewall dropping new connections); firewall (one port answers, another is refused or
-dropped); MTU (connects work, a stream gets almost nothing acked); slow node or link (streams
-far below the fastest pair's rate). A rank in every failing pair is named as the node, else
-each link. Without probes :func:`detect` says the ranks are stuck and :func:`wants_probes`
-asks the hub to probe.
+A peer whose every port stays silent has its link down, unless it published within
+``FRESH_S`` over its open connection (then a firewall drops new connections). A rank in every
+failing pair is named as the node, else each link.
 """
 
 from __future__ import annotations

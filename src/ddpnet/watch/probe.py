@@ -1,19 +1,11 @@
-"""Probe this rank's links to its peers while a collective hangs (pure planning, edge probing).
+"""Probe this rank's links to its peers while a collective hangs (pure planning, edge probing;
+docs/watch-causes.md, "network", says what each probe shows and how it scales).
 
-The hub asks for a round (:func:`probe_request`) when :func:`ddpnet.watch.network.wants_probes`
-says so; the :class:`~ddpnet.watch.state.LinkProbe` results go into the next ``Snapshot`` and
-:func:`ddpnet.watch.network.detect` names the link, port or node from them. Per peer, within
-``timeout`` and ``fanout`` at once:
-
-- a TCP connect to every port it publishes (``extra["ports"]``: ``side``, ``backend``, ``sink``),
-  classified by :mod:`ddpnet.net.probe`: one port answering while another times out is a
-  firewall; every port timing out, a link or host down;
-- a short stream into its :class:`ProbeSink`: the kernel's unacked bytes (``SIOCOUTQ``) tell a
-  path that drops full-size segments (MTU: nothing acked; TCP sets DF) from a slow one (the
-  rate), with no help from the peer beyond reading; ICMP needs privileges ranks lack.
-
-Up to :data:`FULL_MESH_LIMIT` ranks every peer is probed, above only the ring neighbours:
-O(1) probes per rank, every ring link still from both ends.
+Per peer, within ``timeout`` and ``fanout`` at once: a TCP connect to every port it
+publishes (``side``, ``backend``, ``sink``), classified by :mod:`ddpnet.net.probe`, and a
+short stream into its :class:`ProbeSink` whose unacked bytes (``SIOCOUTQ``) tell a path
+dropping full-size segments (MTU: TCP sets DF) from a slow one (the rate). ICMP needs
+privileges ranks lack. Above :data:`FULL_MESH_LIMIT` ranks only the ring neighbours.
 """
 
 from __future__ import annotations
@@ -77,13 +69,11 @@ class Target:
 
 # ---- pure: whom and what to probe -----------------------------------------------------------
 
-
 def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMIT,
                    ordered: bool = False) -> tuple[int, ...]:
     """The ranks ``me`` probes (pure): every other rank of ``group`` up to ``limit`` ranks,
-    else its ring neighbours in ``group``'s order; none when ``me`` is not in it.
-    ``ordered``: ``group`` is sorted without repeats already (the hub asks for every rank
-    of one group: O(log N) each, not a sort of N ranks each, ~4 s at 4,096 ranks)."""
+    else its ring neighbours; none when ``me`` is not in it. ``ordered``: ``group`` is sorted
+    and unique already (the hub asks every rank: a sort each took ~4 s at 4,096 ranks)."""
     ranks = group if ordered else sorted(set(group))
     i = bisect_left(ranks, me)
     if i == len(ranks) or ranks[i] != me:
@@ -182,7 +172,6 @@ def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: flo
 
 
 # ---- edge -----------------------------------------------------------------------------------
-
 
 def probe_connect(me: int, target: Target, purpose: str, timeout: float) -> LinkProbe:
     """Connect to one of ``target``'s ports until it works or ``timeout`` (edge)."""
@@ -283,11 +272,9 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
 
 
 def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
-    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil).
-
-    What a heartbeat publishes as ``backend``: after ``init_process_group`` gloo keeps one
-    listener per rank (its peers of higher rank connected to it) and NCCL's bootstrap and
-    socket transport keep theirs; exclude the side channel, the sink and MASTER_PORT."""
+    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil): what
+    a heartbeat publishes as ``backend`` (gloo keeps one listener per rank after
+    ``init_process_group``; exclude the side channel, the sink and MASTER_PORT)."""
     import psutil
 
     skip = set(exclude)
@@ -300,12 +287,10 @@ def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
 
 
 class ProbeSink:
-    """What a rank listens on for its peers' stream probes: accepts and discards, each
-    connection read in its own daemon thread until EOF or ``idle`` seconds of silence, at most
-    ``max_conns`` at once (more are closed at once). Publish ``port`` as
-    ``extra["ports"]["sink"]``; ``close()`` (or ``with``) stops it. Its threads are the
-    watch's (``ddpnet-watch-sink*``) and call ``note`` as they read: a peer's stream is no
-    work of this rank's."""
+    """What a rank listens on for its peers' stream probes (``port``): accepts and discards,
+    each connection in its own daemon thread until EOF or ``idle`` seconds of silence, at
+    most ``max_conns`` at once. Its threads call ``note``: a peer's stream is no work of
+    this rank's."""
 
     def __init__(self, address: str = "", port: int = 0, *, max_conns: int = 64,
                  idle: float = 10.0, note: Note = _nothing) -> None:

@@ -181,15 +181,10 @@ def finished(why: str) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
-
-    ``states`` maps rank -> its last state, or None when that rank never published;
-    ``gone`` names ranks whose side channel closed or whose host stopped answering, with why;
-    ``ages``: seconds from when the hub received each rank's state to ``taken``, on the hub's
-    own monotonic clock. A rank's clock may be minutes off the hub's, so every age and wait
-    is measured through :meth:`age` and :meth:`since`; the rank's own timestamps are compared
-    only with each other (and shown). ``taken`` is the hub's wall time, for display.
-    """
+    """Every rank's last state (None: never published) as the hub or ``diagnose`` sees it at
+    ``taken`` (wall time, for display); ``gone``: ranks that left, with why; ``ages``: seconds
+    since the hub received each state, on its own monotonic clock. A rank's clock may be
+    minutes off, so every age and wait goes through :meth:`age` and :meth:`since`."""
 
     world_size: int
     taken: float
@@ -236,11 +231,9 @@ class Snapshot:
                    ages={int(r): float(a) for r, a in dict(data.get("ages", {})).items()})
 
     def around(self, diagnosis: Diagnosis, limit: int = AROUND_LIMIT) -> Snapshot:
-        """What a verdict needs to say which node it blames (``launch.blame``), sent to every
-        rank with it: the states of the ranks it names, of the first ``limit`` ranks that
-        left (not a peer's victims) and of the rank furthest on (the step reached), and those
-        ranks' reasons for leaving; no probes. Bounded whatever the world size: N ranks each
-        get it, so a whole snapshot would be N^2 bytes."""
+        """What a verdict needs to say which node it blames (``launch.blame``): the ranks it
+        names, the first ``limit`` that left (not victims) and the one furthest on; no probes.
+        Bounded: every rank gets it, so a whole snapshot would be N^2 bytes."""
         first = [r for r, why in self.gone.items() if not victim(why)][:limit]
         ahead = max((s for s in self.states.values() if s is not None),
                     key=lambda s: s.step, default=None)

@@ -1,13 +1,10 @@
 """The "straggler" kind (no hang): one rank, a link or the network consistently slower over a
-window of steps (pure; docs/watch.md, "Straggler warnings").
+window of steps (pure; docs/watch-causes.md, "straggler", gives the rules).
 
 DDP's all-reduce makes every rank's step take the same wall time; what differs is how it
 splits: compute = step - wait. A slow rank computes longer and waits least; a slow link
-makes exactly its two ends wait longer; in a ring every rank waits alike, so a slow network
-shows as the waits rising from the window's first half to its second on most ranks. Stream
-probes in the snapshot name its pair or node; without them :func:`wants_probes` asks for
-them. A heartbeat keeps a :class:`StragglerWindow` and sums each step's collective time
-with :func:`waits_per_step`.
+makes its two ends wait longer; a slow network raises every rank's waits. A heartbeat keeps
+a :class:`StragglerWindow` and sums each step's collective time with :func:`waits_per_step`.
 """
 
 from __future__ import annotations
