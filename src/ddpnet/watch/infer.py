@@ -222,14 +222,3 @@ def _hooks(inferrer: Inferrer) -> dict[patches.Target, dict[str, Any]]:
         "FSDPState._post_forward": {"after": post},
         "_BaseDataLoaderIter.__next__": {"before": fetch}}
     return {t: by_path[t.path] for t in patches.TARGETS if t.path in by_path}
-
-
-def wrapper_classes() -> list[type]:
-    """The module wrappers whose constructors are patched: DDP, and FSDP where the script
-    imported it."""
-    out: list[type] = []
-    for target in patches.TARGETS:
-        where = patches.resolve(target) if target.path.endswith(".__init__") else None
-        if where is not None:
-            out.append(where[0])
-    return out
