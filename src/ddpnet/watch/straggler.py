@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ddpnet.watch.network import host, hosts, name, slow_where
 from ddpnet.watch.probe import STREAM
-from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
+from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
 KIND = "straggler"
 RATIO = 1.25
@@ -53,13 +53,6 @@ class StragglerWindow:
         keep = max(1, self.size)
         return replace(self, step_times=(*self.step_times, float(step_s))[-keep:],
                        wait_times=(*self.wait_times, float(min(wait_s, step_s)))[-keep:])
-
-
-def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> float:
-    """Seconds of [start, end] spent inside finished collectives (pure; overlapping calls,
-    e.g. DDP's bucketed async all-reduces, count once)."""
-    spans = [(c.started, c.ended) for c in records if c.ended is not None]
-    return waits_per_step([(start, end)], spans)[0]
 
 
 def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
