@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.watch import activity, desync, network, signals, straggler
+from ddpnet.watch.desync import Call, call_of
 from ddpnet.watch.desync import describe as describe  # the watchdog's
 from ddpnet.watch.network import names
 from ddpnet.watch.state import (
@@ -135,10 +136,6 @@ def _waiting_lines(snapshot: Snapshot, exclude: set[int]) -> list[str]:
 
 # -- collective-mismatch -----------------------------------------------------------------------
 
-def _signature(record: CollectiveRecord) -> tuple[str, str, tuple[int, ...]]:
-    return record.op, record.dtype, record.shape
-
-
 def _by_seq(snapshot: Snapshot) -> dict[tuple[str, int], dict[int, CollectiveRecord]]:
     table: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
     for rank, state in snapshot.states.items():
@@ -148,7 +145,7 @@ def _by_seq(snapshot: Snapshot) -> dict[tuple[str, int], dict[int, CollectiveRec
 
 
 def _differs(records: Mapping[int, CollectiveRecord]) -> bool:
-    if len({_signature(r) for r in records.values()}) > 1:
+    if len({call_of(r)[:3] for r in records.values()}) > 1:
         return True
     sites = {r.site for r in records.values() if r.site}
     return len(sites) > 1
@@ -177,17 +174,16 @@ def _still_coming(snapshot: Snapshot, group: str, seq: int,
     return False
 
 
-def _expected(snapshot: Snapshot, group: str, seq: int
-              ) -> tuple[str, str, tuple[int, ...], str] | None:
+def _expected(snapshot: Snapshot, group: str, seq: int) -> Call | None:
     """What the job's own pattern says ``seq`` should be: the collectives just before it
     (where the ranks agreed) repeat with a period p (a step's calls: a gradient bucket, a
     metric); the call p back. None when the last calls show no period twice over."""
-    calls: dict[int, tuple[str, str, tuple[int, ...], str]] = {}
+    calls: dict[int, Call] = {}
     for state in snapshot.states.values():
         for r in state.recent if state is not None else ():
             if r.group == group and r.seq < seq:
-                calls.setdefault(r.seq, (*_signature(r), r.site))
-    run: list[tuple[str, str, tuple[int, ...], str]] = []
+                calls.setdefault(r.seq, call_of(r))
+    run: list[Call] = []
     for s in range(seq - 1, 0, -1):  # the unbroken history just before seq, oldest first
         if s not in calls:
             break
@@ -205,9 +201,9 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
     split waits (None) for the ranks still coming to that seq: with 2 of 3 there, either
     could be the one apart. An even split nobody will settle names the side that broke the
     pattern of the calls before (:func:`_expected`)."""
-    groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
+    groups: dict[Call, list[int]] = {}
     for rank, record in sorted(records.items()):
-        groups.setdefault((*_signature(record), record.site), []).append(rank)
+        groups.setdefault(call_of(record), []).append(rank)
     sides = sorted(groups.values(), key=len)
     tied = len(sides) > 1 and len(sides[-1]) == len(sides[-2])
     if live and tied and _still_coming(snapshot, group, seq, records):

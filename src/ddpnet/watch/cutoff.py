@@ -221,20 +221,15 @@ def _route(address: str) -> str:
     return f"dev {route.iface} src {route.src}{via}"
 
 
-def _hub_probe(me: int, address: str, port: int) -> LinkProbe:
-    from ddpnet.watch.probe import Target, probe_connect
-
-    return probe_connect(me, Target(-1, address, {"hub": port}), "hub", CONNECT_S)
-
-
 def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
            heard_ago: float, heard_at: float, stalled_for: float, judged_by: str = "") -> Facts:
     """Read this rank's interface and route, connect to the hub and to each peer (edge;
     bounded: ~2 connect timeouts)."""
-    from ddpnet.watch.probe import probe_pairs
+    from ddpnet.watch.probe import Target, probe_connect, probe_pairs
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        hub_job = pool.submit(_hub_probe, state.rank, *hub)
+        hub_job = pool.submit(probe_connect, state.rank, Target(-1, hub[0], {"hub": hub[1]}),
+                              "hub", CONNECT_S)
         peer_job = pool.submit(probe_pairs, peers, state.rank, timeout=CONNECT_S,
                                group=[*peers, state.rank], stream_bytes=0)
         link, route = link_state(interface=state.interface)[1], _route(hub[0])

@@ -139,12 +139,6 @@ def issued(state: RankState | None) -> int:
     return max([count, *seqs])
 
 
-def _majority(groups: Mapping[Key, list[int]]) -> Key:
-    """The digest most ranks share; a tie goes to more collectives (a skipped call is the
-    usual bug), then to the lowest rank."""
-    return max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
-
-
 def first_parting(snapshot: Snapshot) -> Parting | None:
     """The first step, common to every rank that published digests, where they disagree
     (O(ranks x steps) dict operations)."""
@@ -160,7 +154,9 @@ def first_parting(snapshot: Snapshot) -> Parting | None:
             groups.setdefault(table[step], []).append(rank)
         if len(groups) < 2:
             continue
-        best = _majority(groups)
+        # the digest most ranks share; a tie goes to more collectives (a skipped call is the
+        # usual bug), then to the lowest rank
+        best = max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
         odd = sorted(r for key, ranks in groups.items() if key != best for r in ranks)
         return Parting(step, tuple(odd), tuple(groups[best]),
                        StepDigest(step, *tables[odd[0]][step]), StepDigest(step, *best))
@@ -175,9 +171,13 @@ def describe_call(call: Call, seq: int | None = None) -> str:
             + (f" at {site}" if site else ""))
 
 
+def call_of(record: CollectiveRecord) -> Call:
+    return record.op, record.dtype, record.shape, record.site
+
+
 def describe(record: CollectiveRecord) -> str:
     """``all_reduce float32[110] seq 42 at train.py:40 in step``."""
-    return describe_call((record.op, record.dtype, record.shape, record.site), record.seq)
+    return describe_call(call_of(record), record.seq)
 
 
 def _first_difference(mine: Sequence[Call], theirs: Sequence[Call]
