@@ -89,7 +89,6 @@ class JobCollector:
     def collect(self) -> Iterator[Any]:
         view = self.view()
         yield from self.identity(view)
-        yield from self.histograms(view)
         yield from self.ranks(view)
         yield from self.judged(view)
         yield from self.links(view)
@@ -118,8 +117,14 @@ class JobCollector:
         ranks.add_metric([view.job_id], float(len(view.states)))
         yield ranks
 
-    def histograms(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
+    def ranks(self, view: JobView) -> Iterator[Any]:
+        """Every rank's series, one pass over the ranks."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+            SummaryMetricFamily,
+        )
 
         labels = ["job_id", "rank", "host"]
         step = HistogramMetricFamily(f"{PREFIX}_step_seconds", "Wall seconds per training step, "
@@ -128,17 +133,6 @@ class JobCollector:
         wait = SummaryMetricFamily(f"{PREFIX}_collective_wait_seconds", "Seconds per step "
                                    "spent inside collectives, per rank (sum and count of "
                                    "steps)", labels=labels)
-        for rank, state in sorted(view.states.items()):
-            names = self.rank_labels(view, rank)
-            step.add_metric(names, cumulative(state.step_counts), state.step_seconds)
-            wait.add_metric(names, state.steps_done, state.wait_seconds)
-        yield step
-        yield wait
-
-    def ranks(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        labels = ["job_id", "rank", "host"]
         done = CounterMetricFamily(f"{PREFIX}_steps", "Training steps finished, per rank (the "
                                    "step histogram's count)", labels=labels)
         phase = GaugeMetricFamily(f"{PREFIX}_rank_phase", "1 for the phase each rank is in, 0 "
@@ -155,6 +149,8 @@ class JobCollector:
         for rank, state in sorted(view.states.items()):
             names = self.rank_labels(view, rank)
             ago = view.heard_ago.get(rank, 0.0)
+            step.add_metric(names, cumulative(state.step_counts), state.step_seconds)
+            wait.add_metric(names, state.steps_done, state.wait_seconds)
             done.add_metric(names, float(state.steps_done))
             for name in PHASES:
                 phase.add_metric([*names, name or UNMARKED], float(name == state.phase))
@@ -162,7 +158,7 @@ class JobCollector:
             heard.add_metric(names, max(0.0, ago))
             if rank in view.straggler_scores:
                 score.add_metric(names, view.straggler_scores[rank])
-        yield from (done, phase, still, heard, score)
+        yield from (step, wait, done, phase, still, heard, score)
 
     def judged(self, view: JobView) -> Iterator[Any]:
         """The threshold, the verdicts and warnings given, and the standing verdict."""
