@@ -1,13 +1,8 @@
-"""The hub's state store: every rank's last state beside when this hub received it, who left,
-finished or was terminated, and the snapshot the decisions (:mod:`ddpnet.watch.hubdecide`)
-read. Every age in a snapshot is this hub's monotonic time since it received a rank's state
-(``Snapshot.ages``): a rank's clock may be minutes off. The transport
+"""The hub's state store: every rank's last state beside when this hub received it (its own
+monotonic clock: a rank's may be minutes off), who left, the snapshot the decisions
+(:mod:`ddpnet.watch.hubdecide`) read, and the probe rounds: every live rank asked to probe
+its peers, what comes back within :data:`PROBE_WAIT_S` kept. The transport
 (:class:`ddpnet.watch.hub.Hub`) feeds it what it reads and owns the connections.
-
-Probe rounds: when the ranks are stuck together, a silent rank is the lead, a straggler's
-network slowed down, or (metrics on) the links are due, every live rank is asked to probe
-its peers (:func:`ddpnet.watch.probe.probe_request`) and what comes back within
-:data:`PROBE_WAIT_S` is kept (``probing``).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def names(ranks: Iterable[int], limit: int = 8) -> str:
 
 def host(states: States, rank: int) -> str:
     """The rank's host, or ``rank 3's host`` when it published none."""
-    return _field(states, rank, "host", f"rank {rank}'s host")
+    return field(states, rank, "host", f"rank {rank}'s host")
 
 
 def hosts(states: States, ranks: Iterable[int]) -> tuple[str, ...]:
@@ -124,7 +124,8 @@ def hosts(states: States, ranks: Iterable[int]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(host(states, r) for r in ranks))
 
 
-def _field(states: States, rank: int, attr: str, default: str) -> str:
+def field(states: States, rank: int, attr: str, default: str) -> str:
+    """A rank's state's ``attr`` (interface, address), ``default`` when it has none."""
     state = states.get(rank)
     value = getattr(state, attr, "") if state is not None else ""
     return str(value) if value else default
@@ -185,7 +186,7 @@ def _firewall_hint(where: str, rule: str) -> str:
 
 def _unprobed(snapshot: Snapshot, stuck: Stuck) -> Diagnosis:
     states = snapshot.states
-    addrs = " ".join(_field(states, r, "address", "") for r in stuck.ranks[1:]).strip()
+    addrs = " ".join(field(states, r, "address", "") for r in stuck.ranks[1:]).strip()
     return Diagnosis(
         kind=KIND,
         summary=_stuck_line(stuck) + "; the links were not probed yet",
@@ -216,8 +217,8 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     states = snapshot.states
     words, ranks, where = _where(states, list(down))
     who = culprit(list(down))
-    iface = _field(states, who, "interface", "<iface>") if who is not None else "<iface>"
-    peer = _field(states, next(iter(down))[1], "address", "<peer address>")
+    iface = field(states, who, "interface", "<iface>") if who is not None else "<iface>"
+    peer = field(states, next(iter(down))[1], "address", "<peer address>")
     probes = [p for ps in down.values() for p in ps]
     return Diagnosis(
         kind=KIND,
@@ -256,7 +257,7 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
     who = ", ".join(str(r) for r in unreachable_from(snapshot, first))
     words = "; ".join(name(states, r) for r in cut[:4])
     where = hosts(states, cut)
-    peer = _field(states, first, "address", "<its address>")
+    peer = field(states, first, "address", "<its address>")
     probes = [p for p in snapshot.probes if p.dst_rank in cut and p.what == CONNECT]
     return Diagnosis(
         kind=KIND,
@@ -269,7 +270,7 @@ def silent_link_down(snapshot: Snapshot, silent_after: float = FRESH_S) -> Diagn
         evidence=(*_probe_lines(states, probes[:MAX_EVIDENCE]),
                   "a dead process would have closed its connection and a stopped one would "
                   "still answer; only a cut link (or a powered-off host) does neither"),
-        hint=link_hint(where[0], _field(states, first, "interface", "<iface>"))
+        hint=link_hint(where[0], field(states, first, "interface", "<iface>"))
         + f"; from a peer `ping -c3 {peer}`; then restart the job from the last checkpoint",
     )
 
@@ -332,8 +333,8 @@ def _mtu(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     states = snapshot.states
     words, ranks, where = _where(states, [(p.src_rank, p.dst_rank) for p in stalled])
     first = stalled[0]
-    peer = _field(states, first.dst_rank, "address", "<peer address>")
-    iface = _field(states, first.src_rank, "interface", "<iface>")
+    peer = field(states, first.dst_rank, "address", "<peer address>")
+    iface = field(states, first.src_rank, "interface", "<iface>")
     return Diagnosis(
         kind=KIND,
         summary=f"{SUB_LABELS[MTU]}: {words}: connections open but full-size packets are "
@@ -384,7 +385,7 @@ def _slow_node(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
     words, ranks, where = _where(states, found.links, found.node)
     fastest = max(p.rate_gbps or 0.0 for p in streams)
     worst = min(p.rate_gbps or 0.0 for p in found.streams)
-    iface = _field(states, ranks[0], "interface", "<iface>")
+    iface = field(states, ranks[0], "interface", "<iface>")
     return Diagnosis(
         kind=KIND,
         summary=f"{SUB_LABELS[SLOW_LINK]}: "

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddpnet.watch.network import host, hosts, name, slow_where
+from ddpnet.watch.network import field, host, hosts, name, slow_where
 from ddpnet.watch.probe import STREAM
 from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
@@ -279,9 +279,8 @@ def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
 
 
 def _link_hint(states: Mapping[int, RankState | None], a: int, b: int) -> str:
-    sa, sb = states.get(a), states.get(b)
-    iface = (sa.interface if sa is not None else "") or "<iface>"
-    peer = (sb.address if sb is not None else "") or "<peer address>"
+    iface = field(states, a, "interface", "<iface>")
+    peer = field(states, b, "address", "<peer address>")
     return (f"on {host(states, a)} and {host(states, b)}: `ethtool {iface}` (Speed), "
             f"`ip -s link show {iface}` (errors, drops); `ddpnet bench` or `iperf3 -c {peer}` "
             f"between them after the job")
