@@ -1,13 +1,8 @@
 """A rank that hears the job no more judges itself (docs/watch.md, "A rank cut off leaves by
-itself").
-
-A rank that heard no ack from the hub for its threshold (``threshold.self_judged``) plus
-:data:`MARGIN_S`, while it made no progress of its own either, cannot be told the verdict.
-It checks for itself from its heartbeat thread (its main thread may sit in a C call): its
-interface's state, its route to the hub, fresh connects to the hub and to each peer's side
-port, and exits 4 naming what it found. Reaching no peer either: this node is cut off;
-reaching peers but not the hub: the hub's node or its link is down. :func:`due` and
-:func:`verdict` are pure; :func:`gather` is the edge.
+itself"): no ack from the hub for its threshold plus :data:`MARGIN_S` and no progress of its
+own, it checks its interface, its route and fresh connects to the hub and its peers from its
+heartbeat thread (its main thread may sit in a C call) and exits 4 naming what it found: this
+node cut off, or the hub's node or link down. :func:`due` and :func:`verdict` are pure.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""The side channel's hub (edge): a small process rank 0 starts, not a thread of rank 0, so it
+"""The side channel's hub (edge): a small process rank 0 starts, not a thread of it, so it
 outlives rank 0 being killed or aborted by gloo and can still name that. Every rank's heartbeat
-connects to it; it keeps each rank's last state (:mod:`ddpnet.watch.hubstore`), decides
-(:mod:`ddpnet.watch.hubdecide`: the watchdog, stragglers, the verdict), prints the report on
-rank 0's stderr and sends the verdict that makes every rank exit; ``ddpnet diagnose`` asks it
-for a snapshot. This module is the transport, the loop and the metrics server: with metrics
-on it waits, before it leaves after a verdict, for one scrape to have rendered it
-(``HubOptions.metrics_linger`` at most; docs/watch.md, "Prometheus metrics").
-
-It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
-``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
-when every rank has left, a few seconds after an exit verdict, or when no rank came at all.
+connects to it; it keeps their states (:mod:`ddpnet.watch.hubstore`), decides
+(:mod:`ddpnet.watch.hubdecide`), prints the report and sends the verdict that makes every rank
+exit. This module is the transport, the loop and the metrics server. It listens on
+MASTER_ADDR's own address only, reads lines of at most ``wire.MAX_LINE`` bytes and never
+blocks on a peer (non-blocking sockets, one selector).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Steps and phases for a script that marks none, inferred from torch's own hooks
-(docs/watch.md, "Steps and phases without marks", says which and how a step begins).
+(docs/watch.md, "Steps and phases without marks", says which and where a step begins).
 
-Without ``ddpnet.step()`` the watch has no desync digests and no step times; without
-``ddpnet.phase()`` it cannot say what a late rank was doing. The optimizers' step hooks give
-``step``; forward hooks on each DDP/FSDP module (registered as it is built) and around
-FSDP2's own give ``forward`` and ``backward``; the DataLoader iterator's ``__next__`` gives
-``data``. Every rank sees them at the same point of its collective sequence, so the digests
-compare across ranks. Only the training thread counts (the first to run a wrapped forward or
-an optimizer step): a prefetch thread's fetches would move the boundaries. Marks win
-(``Recorder.set_step/set_phase(inferred=True)``). ~2 us a hook call, five a step
-(benchmarks/watch_overhead.py); a failing hook turns inference off, said once.
+The optimizers' step hooks give ``step``; forward hooks on each DDP/FSDP module (registered
+as it is built) and around FSDP2's own give ``forward`` and ``backward``; the DataLoader
+iterator's ``__next__`` gives ``data``. Every rank sees them at the same point of its
+collective sequence, so the desync digests compare. Only the training thread counts (a
+prefetch thread's fetches would move the boundaries); marks win. A failing hook turns
+inference off, said once.
 """
 
 from __future__ import annotations
