@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ddpnet.lab import LabNode
 from ddpnet.watch.analyze import STALE_AFTER_S
-from ddpnet.watch.hub import PROBE_WAIT_S
+from ddpnet.watch.hubstore import PROBE_WAIT_S
 from tests.lab_util import fresh_lab, requires_netns
 from tests.watch.lab_watch import BEATS_S
 

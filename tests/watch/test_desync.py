@@ -10,7 +10,7 @@ import pytest
 
 from ddpnet.watch import desync
 from ddpnet.watch.analyze import analyze
-from ddpnet.watch.desync import Call, StepLog, detect, digests, ended_apart, first_parting
+from ddpnet.watch.desync import Call, StepLog, detect, ended_apart, first_parting, keys
 from ddpnet.watch.state import FINISHED, CollectiveRecord, RankState, Snapshot
 
 NOW = 1000.0
@@ -122,7 +122,7 @@ def test_a_step_number_seen_twice_in_a_window_is_not_compared() -> None:
     steplog = StepLog()
     for step, issued in ((0, 0), (1, 1), (2, 2), (0, 3), (1, 4)):
         steplog.begin(step, issued)
-    assert sorted(digests(state(0, steplog))) == [1, 2]  # 0 twice; the second 1 still runs
+    assert sorted(keys(state(0, steplog))) == [1, 2]  # 0 twice; the second 1 still runs
 
 
 def test_ranks_without_step_marks_are_left_out() -> None:

@@ -16,7 +16,9 @@ import pytest
 from ddpnet.net.ports import listen_socket
 from ddpnet.watch.activity import Activity
 from ddpnet.watch.heartbeat import Beacon
-from ddpnet.watch.hub import Hub, HubOptions, Probing, ask_snapshot, probe_request, tick_every
+from ddpnet.watch.hub import Hub, HubOptions, ask_snapshot, tick_every
+from ddpnet.watch.hubstore import Probing
+from ddpnet.watch.probe import probe_request
 from ddpnet.watch.recorder import Recorder
 from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState
 from ddpnet.watch.wire import Lines
@@ -266,7 +268,7 @@ Peered = tuple[Hub, list[tuple[socket.socket, socket.socket]]]
 def peered(tmp_path: Path) -> Iterator[Peered]:
     """A hub of 3 ranks, each a socket pair (ours is the hub's side), not serving: tests call
     its checks directly."""
-    from ddpnet.watch.hub import Peer
+    from ddpnet.watch.hubstore import Peer
 
     sock = listen_socket("127.0.0.1", 0)
     hub = Hub(HubOptions("127.0.0.1", 0, 3, 30, "exit", str(tmp_path), TOKEN), sock)
@@ -451,13 +453,14 @@ def test_a_ranks_states_are_acked_at_most_every_few_seconds_and_at_once_on_a_new
     """An ack is the hub's word that it hears the rank (``watch.cutoff`` waits threshold +
     margin without one): one per state was 4,096 sends a second at 4,096 ranks."""
     from ddpnet.watch import hub as hub_mod
+    from ddpnet.watch.hubstore import Peer
     from ddpnet.watch.threshold import Threshold
 
     listener = listen_socket("127.0.0.1", 0)
     hub = Hub(HubOptions("127.0.0.1", 0, 2, None, "exit", str(tmp_path), TOKEN), listener)
     mine, theirs = socket.socketpair()
     theirs.settimeout(0.2)
-    peer = hub_mod.Peer(mine, Lines(), rank=1)
+    peer = Peer(mine, Lines(), rank=1)
 
     def acks() -> list[dict[str, object]]:
         try:
@@ -762,7 +765,7 @@ def metrics_hub(tmp_path: Path, world: int = 3) -> tuple[Hub, socket.socket]:
 def three_ranks(hub: Hub, sock: socket.socket) -> Iterator[list[tuple[socket.socket, socket.socket]]]:
     """Three ranks connected to a metrics hub (``metrics_hub``) over socket pairs: the hub's
     end and the rank's; everything closed after."""
-    from ddpnet.watch.hub import Peer
+    from ddpnet.watch.hubstore import Peer
 
     pairs = [socket.socketpair() for _ in range(3)]
     try:
@@ -810,7 +813,7 @@ def test_the_hub_serves_each_ranks_own_counts_from_its_last_state(tmp_path: Path
 
 def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from ddpnet.watch.hub import FIRST_LINKS_S, LINKS
+    from ddpnet.watch.hubstore import FIRST_LINKS_S, LINKS
 
     hub, sock = metrics_hub(tmp_path)
     hub.states = slowed_states(steps=2)  # too few steps for any straggler analysis
@@ -850,7 +853,7 @@ def test_with_metrics_the_hub_probes_the_links_now_and_then_and_names_nothing(
 def test_a_links_round_due_as_a_straggler_round_starts_waits_for_it(tmp_path: Path) -> None:
     """Both in one tick: the links round replaced the straggler's (whose warning then waited
     for a later check) and every rank was asked for two rounds at once, streaming twice."""
-    from ddpnet.watch.hub import LINKS
+    from ddpnet.watch.hubstore import LINKS
 
     hub, sock = metrics_hub(tmp_path)
     hub.states = slowed_states()  # a network slowdown: the straggler check probes it

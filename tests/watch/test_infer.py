@@ -17,7 +17,7 @@ import torch.distributed.fsdp  # imported before the watch starts, as scripts do
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from ddpnet.watch import infer, session
+from ddpnet.watch import infer, patches, session
 from ddpnet.watch.recorder import Recorder
 
 UNMARKED = str(Path(__file__).with_name("unmarked.py"))
@@ -208,7 +208,8 @@ def test_nested_wrapped_modules_are_one_forward(rec: Log) -> None:
 def test_fsdp_is_patched_where_the_script_imported_it() -> None:
     import torch.distributed.fsdp as fsdp
 
-    assert fsdp.FullyShardedDataParallel in infer.wrapper_classes()
+    target = next(t for t in patches.TARGETS if t.path == "FullyShardedDataParallel.__init__")
+    assert patches.resolve(target) == (fsdp.FullyShardedDataParallel, "__init__")
 
 
 def _fsdp_loop(rec: Log, shard: Callable[[torch.nn.Module], torch.nn.Module]) -> Probe:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ddpnet.watch import straggler
-from ddpnet.watch.state import CollectiveRecord, LinkProbe, RankState, Snapshot
+from ddpnet.watch.state import LinkProbe, RankState, Snapshot
 
 
 def state(rank: int, compute: list[float], wait: list[float], world: int = 4) -> RankState:
@@ -152,14 +152,11 @@ def test_window_keeps_the_last_steps() -> None:
     assert straggler.StragglerWindow(size=2).add(0.1, 0.3).wait_times == (0.1,)  # wait <= step
 
 
-def test_wait_in_counts_overlapping_collectives_once() -> None:
-    recs = [CollectiveRecord(seq=1, op="all_reduce", started=1.0, ended=2.0),
-            CollectiveRecord(seq=2, op="all_reduce", started=1.5, ended=2.5),
-            CollectiveRecord(seq=3, op="all_reduce", started=3.0, ended=None),  # in flight
-            CollectiveRecord(seq=4, op="barrier", started=3.5, ended=4.5)]
-    assert straggler.wait_in(recs, 0.0, 4.0) == pytest.approx(2.0)
-    assert straggler.wait_in(recs, 2.0, 10.0) == pytest.approx(1.5)
-    assert straggler.wait_in([], 0.0, 1.0) == 0.0
+def test_waits_per_step_count_overlapping_collectives_once() -> None:
+    spans = [(1.0, 2.0), (1.5, 2.5), (3.5, 4.5)]  # bucketed async all-reduces overlap
+    assert straggler.waits_per_step([(0.0, 4.0), (2.0, 10.0)], spans) == pytest.approx(
+        [2.0, 1.5])
+    assert straggler.waits_per_step([(0.0, 1.0)], []) == [0.0]
 
 
 def test_medians_without_self_match_the_slow_way() -> None:

@@ -1,25 +1,12 @@
-"""Whether a rank works or is stuck: its CPU time, its I/O bytes and its Python stack.
+"""Whether a rank works or is stuck: its CPU time, its I/O bytes and its Python stack
+(docs/watch.md, "A working rank is not a hang").
 
-A rank that keeps the others waiting in a collective is either working (rank 0 writes a
-checkpoint or runs an evaluation nobody marked) or stuck (sleeping, blocked on a lock, a socket
-or storage). Its heartbeat publishes an :class:`Activity` every second (``RankState.extra
-["activity"]``):
-
-- the process's CPU seconds without the watch's own threads (``ddpnet-watch-*``), plus its
-  workers' (forked or multiprocessing children: DataLoader workers) and, while the main thread
-  waits on a subprocess, its other children's (never the hub rank 0 started); the main
-  thread's CPU;
-- the bytes it read and wrote (``/proc/self/io``'s ``rchar``/``wchar``: files and pipes, not
-  the watch's sockets; the sampler's own /proc reads left out);
-- the main thread's innermost Python frames, the library call the user's code is in and the
-  user's line;
-- when each last moved meaningfully (:func:`working`: CPU above :data:`CPU_SHARE` of one
-  core, at least :data:`IO_BYTES` moved, or a stack not among the last few: a polling loop
-  that alternates between two lines stands still).
-
-The pure part (:class:`Activity`, :func:`working`, :func:`idle_for`, :func:`doing`) judges;
-the :class:`Sampler` (edge) reads ``/proc`` and ``sys._current_frames()``, ~0.2 ms a sample.
-Without ``/proc`` the bytes and the main thread's CPU are None (unknown); nothing raises.
+A rank keeping the others waiting either works (a checkpoint nobody marked) or is stuck
+(asleep, blocked on a lock, a socket or storage). Its heartbeat publishes an :class:`Activity`:
+CPU without the watch's threads (its workers' in, its other children's only while it waits
+on a subprocess), bytes read and written (files and pipes, not sockets), the main thread's
+innermost frames, and when each last moved (:func:`working`). The :class:`Sampler` (edge)
+reads ``/proc`` and ``sys._current_frames()``; without ``/proc`` what it reads is None.
 """
 
 from __future__ import annotations
@@ -41,11 +28,10 @@ from ddpnet.watch.state import RankState, Snapshot, flat_fields
 KEY = "activity"
 #: the watch's own threads (heartbeat, probes): their CPU is not the rank's work
 WATCH_THREADS = "ddpnet-watch"
-#: CPU above this share of one core over a sample's interval is work (a sleeping or blocked
-#: process uses ~0; the heartbeat thread is left out)
+#: CPU above this share of one core over a sample's interval is work (asleep: ~0)
 CPU_SHARE = 0.05
-#: bytes read or written in one interval that are work (the sampler's own reads left out;
-#: what slips between two /proc reads is a few hundred bytes)
+#: bytes read or written in one interval that are work (what slips between two /proc
+#: reads of the sampler's own is a few hundred bytes)
 IO_BYTES = 64 * 1024
 #: a rank that moved within this many seconds is working now (a sample a second, and one late)
 STILL_S = 2.5
@@ -55,8 +41,7 @@ DEPTH = 4
 SEEN = 8
 #: the main thread in this file waits on a child (``subprocess.run``): its CPU is the rank's
 SUBPROCESS = "subprocess.py:"
-#: a sample younger than this is served again: the heartbeats of one process (tests,
-#: ``benchmarks/scale_sim.py``'s ranks as threads) share its one activity (:func:`shared`)
+#: a sample younger than this is served again to the heartbeats sharing a process
 FRESH_S = 0.5
 #: seconds between listings of the process's children while it stands still (a scan of
 #: /proc: ~2 ms at 75 processes; each child found is read every sample)
@@ -65,8 +50,8 @@ CHILDREN_EVERY_S = 5.0
 
 @dataclass(frozen=True)
 class Activity:
-    """One sample of a rank's work, and when each part last moved (``time.time()`` of the
-    rank; 0.0: never seen). None: unknown (no /proc)."""
+    """One sample of a rank's work, and when each part last moved (the rank's ``time.time()``;
+    0.0: never seen). None: unknown (no /proc)."""
 
     at: float = 0.0
     cpu: float | None = None       # process CPU s, the watch's threads out, children in
@@ -119,9 +104,8 @@ class Movement:
 
 
 def working(prev: Activity, now: Activity, seen: Sequence[tuple[str, ...]] = ()) -> Movement:
-    """Whether the rank moved meaningfully between ``prev`` and ``now`` (pure): CPU above
-    CPU_SHARE of the wall time, IO_BYTES read or written, or a stack other than ``prev``'s and
-    any in ``seen`` (the last distinct ones)."""
+    """Whether the rank moved meaningfully between ``prev`` and ``now`` (pure): CPU_SHARE,
+    IO_BYTES, or a stack other than ``prev``'s and those ``seen`` last."""
     wall = now.at - prev.at
     why = []
     cpu = io = False
@@ -144,11 +128,11 @@ def working(prev: Activity, now: Activity, seen: Sequence[tuple[str, ...]] = ())
 
 def size(n: float) -> str:
     """``12.3 MB``: bytes for people (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
+    for unit in ("B", "kB", "MB"):
+        if abs(n) < 1000:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover - the loop returns at GB
+    return f"{n:.1f} GB"
 
 
 def of(state: RankState | None) -> Activity | None:
@@ -163,8 +147,7 @@ def of(state: RankState | None) -> Activity | None:
 
 
 def idle_for(snapshot: Snapshot, rank: int) -> float | None:
-    """Seconds since ``rank`` last moved as of the snapshot (pure; ``Snapshot.since``: its
-    own clock up to its state, then the hub's). None when it published no activity."""
+    """Seconds since ``rank`` last moved as of the snapshot; None: no activity published."""
     found = of(snapshot.states.get(rank))
     if found is None or found.active_at <= 0:
         return None
@@ -182,15 +165,13 @@ def doing(found: Activity, since: Activity | None = None) -> str:
     parts = [where]
     if found.share is not None:
         parts.append(f"CPU {100 * found.share:.0f}%")
-    base = since if since is not None else Activity()
+    base = since or Activity()  # none: no bytes since
     for now, then, what in ((found.written, base.written, "wrote"),
                             (found.read, base.read, "read")):
         if now is not None and then is not None and now - then >= IO_BYTES:
-            parts.append(f"{what} {size(now - then)}" + (" since" if since else ""))
+            parts.append(f"{what} {size(now - then)} since")
     return ", ".join(parts)
 
-
-# -- the sampler (edge) ------------------------------------------------------------------------
 
 _TICK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
@@ -228,8 +209,7 @@ def io_bytes(task: Path) -> tuple[int, int] | None:
 
 
 def _library(path: str) -> str | None:
-    """``torch/serialization.py`` for a file under site-packages, ``threading.py`` for the
-    standard library's; None for the user's code."""
+    """``torch/serialization.py`` (site-packages), ``threading.py`` (stdlib); None: user's."""
     for mark in ("site-packages/", "dist-packages/"):
         if mark in path:
             return path.rsplit(mark, 1)[1]
@@ -240,13 +220,10 @@ def _library(path: str) -> str | None:
 
 
 class Sampler:
-    """Samples this process's activity (edge; called once per heartbeat, from any thread).
-
-    The watch's threads leave their CPU out themselves (:meth:`note_watch`: each adds what it
-    used since its last note, ``time.thread_time``, no /proc read per thread: 128 heartbeat
-    threads in one process of ``benchmarks/scale_sim.py`` cost 13 ms a sample read one by
-    one); they move no file bytes (their sockets' send/recv are not ``rchar``/``wchar``), but
-    the sampler's own /proc reads are: it measures and leaves them out."""
+    """Samples this process's activity (edge; once per heartbeat, from any thread). The watch's
+    threads leave their CPU out themselves (:meth:`note_watch`, ``time.thread_time``: a /proc
+    read per thread cost 13 ms a sample at 128 heartbeat threads); the sampler measures its
+    own /proc reads and leaves them out of the bytes read."""
 
     def __init__(self, proc: str = "/proc/self",
                  main: threading.Thread | None = None) -> None:
@@ -259,24 +236,22 @@ class Sampler:
         self.local = threading.local()
         #: bytes the sampler itself read (its /proc reads) since the first sample
         self.own_reads = 0
-        #: children (psutil.Process by pid) and their CPU at the last sample
+        #: children (psutil.Process by pid), their CPU at the last sample, those skipped, and
+        #: the workers (forked with its own command line, or by multiprocessing)
         self.children: dict[int, Any] = {}
         self.child_cpu: dict[int, float] = {}
         self.skip: set[int] = set()
-        #: children that are the process's workers (forked: its own command line, or
-        #: started by multiprocessing)
         self.workers: set[int] = set()
         self.listed = -CHILDREN_EVERY_S
-        #: CPU accumulated: the process's (watch out) and every child's, each only forward
+        #: CPU accumulated, only forward: the process's (watch out), and its children's
         self.own_cpu = 0.0
         self.kids_cpu = 0.0
-        #: each file (py path -> shown name, library or not) is classified once
+        #: py path -> (shown name, library or not), each classified once
         self.names: dict[str, tuple[str, bool]] = {}
         self.lock = threading.Lock()
 
     def note_watch(self) -> None:
-        """Called by a watch thread (``ddpnet-watch-*``): the CPU it used since its last note
-        is the watch's, not the rank's work."""
+        """From a watch thread: the CPU it used since its last note is not the rank's work."""
         if not threading.current_thread().name.startswith(WATCH_THREADS):
             return
         now = time.thread_time()
@@ -287,9 +262,8 @@ class Sampler:
 
     def sample(self, max_age: float = 0.0) -> Activity:
         """A new sample, or the last one while younger than ``max_age`` seconds. The calling
-        watch thread's CPU up to now is the watch's first: noted only after the sample, the
-        heartbeat's own second of work (a GC pass, a state's encoding) read as the rank's, and
-        a rank asleep in its data loader looked busy on a loaded host."""
+        thread's CPU is noted first: else the heartbeat's own work (a GC pass, an encoding)
+        read as the rank's, and a rank asleep in its data loader looked busy."""
         self.note_watch()
         try:
             with self.lock:
@@ -337,15 +311,11 @@ class Sampler:
         return found
 
     def _children(self, mono: float, *, listing: bool, waits: bool) -> float:
-        """CPU seconds the process's children used since they were first seen: its workers'
-        (forked or multiprocessing children: DataLoader workers) always, the others' (a
-        ``wandb`` service, an upload tool) only while the main thread ``waits`` on a
-        subprocess; the hub rank 0 started never. Listed at most every CHILDREN_EVERY_S
-        while ``listing``, each read every sample."""
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover - a dependency
-            return self.kids_cpu
+        """CPU seconds the process's children used since first seen: its workers' always, the
+        others' (a ``wandb`` service) only while the main thread ``waits`` on a subprocess,
+        the watch hub's never. Listed at most every CHILDREN_EVERY_S while ``listing``."""
+        import psutil
+
         if listing and mono - self.listed >= CHILDREN_EVERY_S:
             self.listed = mono
             self._list_children(psutil)

@@ -1,14 +1,9 @@
 """Name the cause of a stall from every rank's last state (pure: Snapshot -> Diagnosis).
 
-Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins.
-``rank-gone``, ``collective-mismatch`` and ``rank-not-arriving`` live here; ``network`` and
-``straggler`` come from :mod:`ddpnet.watch.network` and :mod:`ddpnet.watch.straggler` (each
-exposes ``detect(snapshot) -> Diagnosis | None``).
-
-Two exceptions to "first match wins", where ``rank-gone`` steps aside: a rank that died right
-after a mismatched collective died *of* the mismatch (gloo aborts a process that receives the
-wrong size), and a silent rank that no peer can reach on any port while its connection stays
-open has a link down (``network``), its process may well be alive.
+Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins,
+but ``rank-gone`` steps aside for a rank that died right after a mismatched collective (it
+died *of* it: gloo aborts a process that receives the wrong size) and for a silent rank no
+peer reaches while its connection stays open (a link down: its process may well be alive).
 """
 
 from __future__ import annotations
@@ -17,6 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddpnet.watch import activity, desync, network, signals, straggler
+from ddpnet.watch.desync import Call, call_of
+from ddpnet.watch.desync import describe as describe  # the watchdog's
+from ddpnet.watch.network import names
 from ddpnet.watch.state import (
     KINDS,
     CollectiveRecord,
@@ -25,8 +23,6 @@ from ddpnet.watch.state import (
     Snapshot,
     victim,
 )
-
-Detector = Callable[[Snapshot], "Diagnosis | None"]
 
 #: a live rank whose last heartbeat is older than this (seconds) is not answering
 STALE_AFTER_S = 10.0
@@ -46,23 +42,15 @@ class Options:
 def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
     """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``, with
     the signals that agree and what would contradict it (:mod:`ddpnet.watch.signals`)."""
-    for kind in KINDS:
-        found = detector(kind, options)(snapshot)
-        if found is not None:
-            return signals.explain(found, snapshot)
-    return signals.explain(_nothing_named(snapshot), snapshot)
-
-
-def detector(kind: str, options: Options = Options()) -> Detector:
-    """The detector of ``kind``."""
-    if kind == "rank-gone":
-        return lambda snap: rank_gone(snap, options)
     silent = options.stale_after if options.live else network.FRESH_S
-    found: dict[str, Detector] = {
-        "collective-mismatch": lambda snap: mismatch_or_desync(snap, options.live),
-        "rank-not-arriving": lambda snap: rank_not_arriving(snap, options),
-        "network": lambda snap: network.detect(snap, silent), "straggler": straggler.detect}
-    return found[kind]
+    detectors: dict[str, Callable[[], Diagnosis | None]] = {
+        "rank-gone": lambda: rank_gone(snapshot, options),
+        "collective-mismatch": lambda: mismatch_or_desync(snapshot, options.live),
+        "rank-not-arriving": lambda: rank_not_arriving(snapshot, options),
+        "network": lambda: network.detect(snapshot, silent),
+        "straggler": lambda: straggler.detect(snapshot)}
+    found = next((d for d in (detectors[kind]() for kind in KINDS) if d is not None), None)
+    return signals.explain(found or _nothing_named(snapshot), snapshot)
 
 
 def _host(state: RankState | None) -> str:
@@ -71,19 +59,6 @@ def _host(state: RankState | None) -> str:
 
 def _where(rank: int, state: RankState | None) -> str:
     return f"rank {rank} ({_host(state)})"
-
-
-def _names(ranks: list[int]) -> str:
-    shown = ", ".join(str(r) for r in ranks[:_NAMED])
-    return shown + (f" and {len(ranks) - _NAMED} more" if len(ranks) > _NAMED else "")
-
-
-def describe(record: CollectiveRecord) -> str:
-    """``all_reduce float32[110] seq 42 at train.py:40 in step``."""
-    shape = "[" + ",".join(str(n) for n in record.shape) + "]" if record.shape else ""
-    what = f"{record.op} {record.dtype}{shape}".strip()
-    site = f" at {record.site}" if record.site else ""
-    return f"{what} seq {record.seq}{site}"
 
 
 # -- rank-gone ---------------------------------------------------------------------------------
@@ -135,7 +110,7 @@ def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | N
         snapshot.states.get(r)) for r in ranks[:_NAMED]]
     evidence += _waiting_lines(snapshot, exclude=set(ranks))
     first = ranks[0]
-    after = f" (then {len(ranks) - 1} more rank(s): {_names(ranks[1:])})" if ranks[1:] else ""
+    after = f" (then {len(ranks) - 1} more rank(s): {names(ranks[1:])})" if ranks[1:] else ""
     summary = f"{_where(first, snapshot.states.get(first))} is gone: {gone[first]}{after}"
     return Diagnosis("rank-gone", summary, tuple(ranks), hosts, tuple(evidence),
                      "the job cannot go on without it: read that rank's own log on its host "
@@ -161,10 +136,6 @@ def _waiting_lines(snapshot: Snapshot, exclude: set[int]) -> list[str]:
 
 # -- collective-mismatch -----------------------------------------------------------------------
 
-def _signature(record: CollectiveRecord) -> tuple[str, str, tuple[int, ...]]:
-    return record.op, record.dtype, record.shape
-
-
 def _by_seq(snapshot: Snapshot) -> dict[tuple[str, int], dict[int, CollectiveRecord]]:
     table: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
     for rank, state in snapshot.states.items():
@@ -174,7 +145,7 @@ def _by_seq(snapshot: Snapshot) -> dict[tuple[str, int], dict[int, CollectiveRec
 
 
 def _differs(records: Mapping[int, CollectiveRecord]) -> bool:
-    if len({_signature(r) for r in records.values()}) > 1:
+    if len({call_of(r)[:3] for r in records.values()}) > 1:
         return True
     sites = {r.site for r in records.values() if r.site}
     return len(sites) > 1
@@ -203,17 +174,16 @@ def _still_coming(snapshot: Snapshot, group: str, seq: int,
     return False
 
 
-def _expected(snapshot: Snapshot, group: str, seq: int
-              ) -> tuple[str, str, tuple[int, ...], str] | None:
+def _expected(snapshot: Snapshot, group: str, seq: int) -> Call | None:
     """What the job's own pattern says ``seq`` should be: the collectives just before it
     (where the ranks agreed) repeat with a period p (a step's calls: a gradient bucket, a
     metric); the call p back. None when the last calls show no period twice over."""
-    calls: dict[int, tuple[str, str, tuple[int, ...], str]] = {}
+    calls: dict[int, Call] = {}
     for state in snapshot.states.values():
         for r in state.recent if state is not None else ():
             if r.group == group and r.seq < seq:
-                calls.setdefault(r.seq, (*_signature(r), r.site))
-    run: list[tuple[str, str, tuple[int, ...], str]] = []
+                calls.setdefault(r.seq, call_of(r))
+    run: list[Call] = []
     for s in range(seq - 1, 0, -1):  # the unbroken history just before seq, oldest first
         if s not in calls:
             break
@@ -228,14 +198,12 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
                         records: Mapping[int, CollectiveRecord],
                         live: bool = False) -> Diagnosis | None:
     """Ranks at one seq (``_first_mismatch``) calling different collectives. Live, an even
-    split waits for the ranks still coming to that seq (None): with 2 of 3 ranks there,
-    either could be the one apart (rank 2 skipped a metric all_reduce; rank 1, late, had not
-    announced it yet: rank 0 was named). An even split nobody else will settle (the late
-    rank died of it) names the side that broke the pattern of the calls before
-    (:func:`_expected`)."""
-    groups: dict[tuple[str, str, tuple[int, ...], str], list[int]] = {}
+    split waits (None) for the ranks still coming to that seq: with 2 of 3 there, either
+    could be the one apart. An even split nobody will settle names the side that broke the
+    pattern of the calls before (:func:`_expected`)."""
+    groups: dict[Call, list[int]] = {}
     for rank, record in sorted(records.items()):
-        groups.setdefault((*_signature(record), record.site), []).append(rank)
+        groups.setdefault(call_of(record), []).append(rank)
     sides = sorted(groups.values(), key=len)
     tied = len(sides) > 1 and len(sides[-1]) == len(sides[-2])
     if live and tied and _still_coming(snapshot, group, seq, records):
@@ -246,15 +214,15 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
         apart = [ranks for ranks in sides if keyed[tuple(ranks)] != expected]
         if expected is not None and len(apart) == 1:
             sides = [apart[0], *[r for r in sides if r is not apart[0]]]
-    evidence = [f"rank(s) {_names(ranks)} called {describe(records[ranks[0]])}"
+    evidence = [f"rank(s) {names(ranks)} called {describe(records[ranks[0]])}"
                 for ranks in groups.values()]
     ranks = tuple(sorted(records))
     hosts = tuple(sorted({_host(snapshot.states.get(r)) for r in ranks}))
     other = sides[1] if len(sides) > 1 else sides[0]
     odd = (network.name(snapshot.states, sides[0][0]) if len(sides[0]) == 1
-           else f"rank(s) {_names(sides[0])}")  # one rank apart: with its host
+           else f"rank(s) {names(sides[0])}")  # one rank apart: with its host
     summary = (f"collective mismatch at seq {seq}: {odd} called "
-               f"{describe(records[sides[0][0]])}, rank(s) {_names(other)} "
+               f"{describe(records[sides[0][0]])}, rank(s) {names(other)} "
                f"{describe(records[other[0]])}")
     return Diagnosis("collective-mismatch", summary, ranks, hosts, tuple(evidence),
                      "every rank must call the same collectives in the same order with the same "

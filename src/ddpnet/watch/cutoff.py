@@ -1,22 +1,8 @@
-"""A rank that hears the job no more judges itself (issue 27, "every rank leaves").
-
-The hub acknowledges every heartbeat (with its current threshold and its learned base,
-``watch.threshold``). A rank that heard nothing from the hub for its threshold
-(``threshold.self_judged``: the learned base, raised only by its own long phase while it is
-not inside a collective) plus :data:`MARGIN_S`, while it made no progress of its own either,
-cannot be told the verdict: the hub cannot reach it, or the hub's
-node is gone. It then checks for itself, in its heartbeat thread (its main thread may sit in a
-C call: a gloo wait, ``torch.cuda.synchronize()``), and exits 4 naming what it found:
-
-- its interface's state (``net.interfaces``) and its route to the hub's address
-  (``net.routes``),
-- a fresh connect to the hub, and to each peer's side port (``watch.probe``; the hub sent
-  them once every rank had published),
-- when it last heard from the job.
-
-Reaching no peer either: this node is cut off. Reaching peers but not the hub: the hub's node
-(rank 0's, MASTER_ADDR) or its link is down. Either way no rank waits for the backend's
-timeout. :func:`due` and :func:`verdict` are pure; :func:`gather` is the edge.
+"""A rank that hears the job no more judges itself (docs/watch.md, "A rank cut off leaves by
+itself"): no ack from the hub for its threshold plus :data:`MARGIN_S` and no progress of its
+own, it checks its interface, its route and fresh connects to the hub and its peers from its
+heartbeat thread (its main thread may sit in a C call) and exits 4 naming what it found: this
+node cut off, or the hub's node or link down. :func:`due` and :func:`verdict` are pure.
 """
 
 from __future__ import annotations
@@ -28,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpnet.net.probe import REFUSED
+from ddpnet.watch.network import link_hint
 from ddpnet.watch.state import (
     CUT_OFF,
     HUB_SILENT,
@@ -38,6 +25,7 @@ from ddpnet.watch.state import (
     LinkProbe,
     RankState,
     Snapshot,
+    flat_fields,
 )
 
 #: seconds past the threshold before a rank that hears nothing judges itself
@@ -56,9 +44,8 @@ def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool
     return now - heard >= limit and now - progressed >= limit
 
 
-#: a rank that heard nothing and made no progress this long looks before its threshold is
-#: over (the warm-up's 60 s, a long phase's allowance), and leaves at once when what it finds
-#: is conclusive (:func:`conclusive`): a link cut in the first seconds of a job
+#: a rank that heard nothing and made no progress this long looks before a longer threshold
+#: is over (the warm-up's 60 s), and leaves at once when what it finds is :func:`conclusive`
 EARLY_S = 10.0
 
 
@@ -69,10 +56,9 @@ def early(now: float, heard: float, progressed: float, threshold_s: float) -> bo
 
 
 def conclusive(facts: Facts) -> bool:
-    """Whether what a rank found leaves no doubt that it is cut off, whatever its threshold
-    (pure): the hub's host does not answer, and neither does any peer it knows, or its link is
-    not UP, or it has no route at all. (Peers answering, or the hub's host: the cause may
-    lie elsewhere, and the threshold decides.)"""
+    """Whether what a rank found leaves no doubt that it is cut off (pure): neither the hub's
+    host nor any peer answers, or its link is not UP, or it has no route at all. (Anything
+    answering: the cause may lie elsewhere, and the threshold decides.)"""
     hub = facts.hub_probe
     if hub is not None and answered(hub):
         return False
@@ -110,7 +96,7 @@ class Facts:
     judged_by: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = flat_fields(self)
         out["hub_probe"] = self.hub_probe.to_dict() if self.hub_probe else None
         out["peers"] = [p.to_dict() for p in self.peers]
         return out
@@ -164,10 +150,8 @@ def verdict(f: Facts) -> Diagnosis:
                    f"{me} reaches neither the watch hub at {f.hub} ({hub}) nor any "
                    f"peer and {stalled}; {link}; last heard from the job {f.heard_ago:.0f} s "
                    f"ago")
-        iface = f.interface or "<iface>"
-        hint = (f"on {f.host}: `ip -br link show {iface}` (state UP, carrier), `ip -s link "
-                f"show {iface}` (errors), `ip route get {master}`; check its cable / switch "
-                f"port; {restart}")
+        hint = link_hint(f.host, f.interface or "<iface>", f", `ip route get {master}`") + \
+            f"; {restart}"
     return Diagnosis(KIND, summary, (f.rank,), (f.host,), evidence, hint, sub_kind=sub,
                      witnesses=witnesses)
 
@@ -192,9 +176,8 @@ def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link
               f"reached from it (they leave by themselves, naming this node)",
         tuple(here) or (0,), (host,),
         (f"interface {interface} on {host}: DOWN", *diagnosis.evidence),
-        f"on {host}: `ip -br link show {interface}` (state UP, carrier), `ip -s link show "
-        f"{interface}` (errors); check its cable / switch port; then restart the job from "
-        f"the last checkpoint", sub_kind=LINK_DOWN, witnesses=diagnosis.ranks)
+        link_hint(host, interface) + "; then restart the job from the last checkpoint",
+        sub_kind=LINK_DOWN, witnesses=diagnosis.ranks)
 
 
 def doing(state: RankState) -> str:
@@ -203,12 +186,6 @@ def doing(state: RankState) -> str:
     if flight is not None:
         return f"inside {flight.op} seq {flight.seq}"
     return f"in phase {state.phase or 'unmarked'!r} at step {state.step}"
-
-
-# ---- edge -----------------------------------------------------------------------------------
-
-def _link(interface: str) -> str:
-    return link_state(interface=interface)[1]
 
 
 def link_state(*, interface: str = "", address: str = "") -> tuple[str, str]:
@@ -239,23 +216,18 @@ def _route(address: str) -> str:
     return f"dev {route.iface} src {route.src}{via}"
 
 
-def _hub_probe(me: int, address: str, port: int) -> LinkProbe:
-    from ddpnet.watch.probe import Target, probe_connect
-
-    return probe_connect(me, Target(-1, address, {"hub": port}), "hub", CONNECT_S)
-
-
 def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
            heard_ago: float, heard_at: float, stalled_for: float, judged_by: str = "") -> Facts:
     """Read this rank's interface and route, connect to the hub and to each peer (edge;
     bounded: ~2 connect timeouts)."""
-    from ddpnet.watch.probe import probe_pairs
+    from ddpnet.watch.probe import Target, probe_connect, probe_pairs
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        hub_job = pool.submit(_hub_probe, state.rank, *hub)
+        hub_job = pool.submit(probe_connect, state.rank, Target(-1, hub[0], {"hub": hub[1]}),
+                              "hub", CONNECT_S)
         peer_job = pool.submit(probe_pairs, peers, state.rank, timeout=CONNECT_S,
                                group=[*peers, state.rank], stream_bytes=0)
-        link, route = _link(state.interface), _route(hub[0])
+        link, route = link_state(interface=state.interface)[1], _route(hub[0])
         hub_probe, found = hub_job.result(), peer_job.result()
     return Facts(rank=state.rank, host=state.host, interface=state.interface,
                  address=state.address, link=link, hub=f"{hub[0]}:{hub[1]}",

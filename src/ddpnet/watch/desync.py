@@ -1,22 +1,11 @@
 """Silent desync: ranks whose collectives pair up wrongly while nothing hangs (pure, except the
-per-rank :class:`StepLog` the recorder feeds).
+per-rank :class:`StepLog` the recorder feeds; docs/watch.md, "Silent desync").
 
-A rank that skips one collective (a data-dependent ``continue``) or makes an extra one does not
-hang while the next collectives have the same size: from then on the ranks reduce different
-steps' tensors together, and the run trains on wrong gradients. Each rank keeps, per training
-step (``ddpnet.step(n)``), a digest: the default group's collective sequence number when the
-step began, how many collectives it issued in the step, and the signature (op, dtype, shape,
-call site) of each Python call. The heartbeat publishes the last :data:`WINDOW` steps
-(``RankState.extra["desync"]``); the hub compares them every second. The first step where
-ranks' digests disagree is where their counts parted, and the odd rank, its host and the call
-it skipped (or made extra, or made with another shape or dtype) are named.
-
-The end of a loop is the other case: a rank that said goodbye after collective ``S`` while
-another has issued ``S + 1`` (an extra collective at the end, or one rank stopping early)
-will never be matched: :func:`ended_apart` names it at once instead of after a stall timeout.
-
-Cost on the rank: a dict lookup and a list append per Python collective, one C++ call
-(the group's sequence number) per step.
+A rank that skips or adds one collective hangs nobody while the sizes match: the ranks reduce
+different steps' tensors together. Each rank publishes a digest of its last :data:`WINDOW`
+steps (the seq each began at, how many it issued, its Python calls' signatures); the hub
+names the first step where they disagree, and a rank that said goodbye while another issued
+more (:func:`ended_apart`). Cost: a dict lookup and an append per Python collective.
 """
 
 from __future__ import annotations
@@ -26,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpnet.watch.network import name
-from ddpnet.watch.state import Diagnosis, RankState, Snapshot, finished
+from ddpnet.watch.network import name, names
+from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot, finished
 
 #: where a rank's digest travels in ``RankState.extra``
 KEY = "desync"
@@ -94,9 +83,6 @@ class StepDigest:
     count: int
     calls: tuple[Call, ...]
 
-    def key(self) -> tuple[int, int, tuple[Call, ...]]:
-        return self.seq, self.count, self.calls
-
 
 @dataclass(frozen=True)
 class Parting:
@@ -142,11 +128,6 @@ def keys(state: RankState | None) -> dict[int, Key]:
     return {int(s): k for s, k in out.items() if s not in twice}
 
 
-def digests(state: RankState | None) -> dict[int, StepDigest]:
-    """:func:`keys` as StepDigests."""
-    return {s: StepDigest(s, *k) for s, k in keys(state).items()}
-
-
 def issued(state: RankState | None) -> int:
     """The last collective seq a rank issued in the default group (its digest's count, or
     the newest record it published)."""
@@ -156,12 +137,6 @@ def issued(state: RankState | None) -> int:
     count = int(raw.get("issued", 0)) if isinstance(raw, Mapping) else 0
     seqs = [r.seq for r in state.recent if r.group in ("default_pg", "default", "0")]
     return max([count, *seqs])
-
-
-def _majority(groups: Mapping[Key, list[int]]) -> Key:
-    """The digest most ranks share; a tie goes to more collectives (a skipped call is the
-    usual bug), then to the lowest rank."""
-    return max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
 
 
 def first_parting(snapshot: Snapshot) -> Parting | None:
@@ -179,18 +154,30 @@ def first_parting(snapshot: Snapshot) -> Parting | None:
             groups.setdefault(table[step], []).append(rank)
         if len(groups) < 2:
             continue
-        best = _majority(groups)
+        # the digest most ranks share; a tie goes to more collectives (a skipped call is the
+        # usual bug), then to the lowest rank
+        best = max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
         odd = sorted(r for key, ranks in groups.items() if key != best for r in ranks)
         return Parting(step, tuple(odd), tuple(groups[best]),
                        StepDigest(step, *tables[odd[0]][step]), StepDigest(step, *best))
     return None
 
 
-def describe_call(call: Call) -> str:
-    """``all_reduce float32[68] at train.py:42 in step``."""
+def describe_call(call: Call, seq: int | None = None) -> str:
+    """``all_reduce float32[68] seq 42 at train.py:42 in step`` (with ``seq``)."""
     op, dtype, shape, site = call
     dims = "[" + ",".join(str(n) for n in shape) + "]" if shape else ""
-    return f"{op} {dtype}{dims}".strip() + (f" at {site}" if site else "")
+    return (f"{op} {dtype}{dims}".strip() + (f" seq {seq}" if seq is not None else "")
+            + (f" at {site}" if site else ""))
+
+
+def call_of(record: CollectiveRecord) -> Call:
+    return record.op, record.dtype, record.shape, record.site
+
+
+def describe(record: CollectiveRecord) -> str:
+    """``all_reduce float32[110] seq 42 at train.py:40 in step``."""
+    return describe_call(call_of(record), record.seq)
 
 
 def _first_difference(mine: Sequence[Call], theirs: Sequence[Call]
@@ -200,11 +187,6 @@ def _first_difference(mine: Sequence[Call], theirs: Sequence[Call]
             return a, b
     n = min(len(mine), len(theirs))
     return (mine[n] if len(mine) > n else None), (theirs[n] if len(theirs) > n else None)
-
-
-def _names(ranks: Iterable[int]) -> str:
-    shown = [str(r) for r in ranks]
-    return ", ".join(shown[:8]) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
 
 
 def _what(p: Parting) -> str:
@@ -236,7 +218,7 @@ def _hosts(states: Mapping[int, RankState | None], ranks: Iterable[int]) -> tupl
 
 def _digest_line(ranks: Sequence[int], d: StepDigest) -> str:
     calls = "; ".join(describe_call(c) for c in d.calls) or "no Python collective"
-    return (f"rank(s) {_names(ranks)}: step {d.step} began after collective seq {d.seq} and "
+    return (f"rank(s) {names(ranks)}: step {d.step} began after collective seq {d.seq} and "
             f"issued {d.count} ({calls})")
 
 
@@ -247,7 +229,7 @@ def parting_diagnosis(snapshot: Snapshot, p: Parting) -> Diagnosis:
                f"the sizes match: from then on the ranks reduce different steps' tensors "
                f"together")
     if len(p.odd) > 1:
-        summary += f" (also rank(s) {_names(p.odd[1:])})"
+        summary += f" (also rank(s) {names(p.odd[1:])})"
     evidence = (_digest_line(p.odd, p.mine), _digest_line(p.others, p.theirs))
     return Diagnosis("collective-mismatch", summary, p.odd, _hosts(states, p.odd), evidence,
                      HINT)
@@ -281,11 +263,7 @@ def ended_apart(snapshot: Snapshot) -> EndApart | None:
 def _beyond(state: RankState | None, last: int) -> str:
     record = next((r for r in (state.recent if state is not None else ())
                    if r.seq == last + 1), None)
-    if record is None:
-        return f"collective seq {last + 1}"
-    shape = "[" + ",".join(str(n) for n in record.shape) + "]" if record.shape else ""
-    site = f" at {record.site}" if record.site else ""
-    return f"{record.op} {record.dtype}{shape} seq {record.seq}{site}".replace("  ", " ")
+    return describe(record) if record is not None else f"collective seq {last + 1}"
 
 
 def end_diagnosis(snapshot: Snapshot, e: EndApart) -> Diagnosis:
@@ -296,14 +274,14 @@ def end_diagnosis(snapshot: Snapshot, e: EndApart) -> Diagnosis:
     if extra:
         named = e.calling
         summary = (f"an extra collective at the end: {name(states, first)} called {beyond} "
-                   f"after rank(s) {_names(e.done)} finished with seq {e.last}: "
+                   f"after rank(s) {names(e.done)} finished with seq {e.last}: "
                    f"nobody will ever match it")
     else:
         named = e.done
         summary = (f"{name(states, e.done[0])} stopped calling collectives (finished after "
-                   f"seq {e.last}) while rank(s) {_names(e.calling)} went on to {beyond}: "
+                   f"seq {e.last}) while rank(s) {names(e.calling)} went on to {beyond}: "
                    f"they wait for it forever")
-    evidence = (f"rank(s) {_names(e.done)} said goodbye after collective seq {e.last}",
+    evidence = (f"rank(s) {names(e.done)} said goodbye after collective seq {e.last}",
                 *(f"{name(states, r)} issued up to seq {issued(states.get(r))}"
                   for r in e.calling[:8]))
     return Diagnosis("collective-mismatch", summary, tuple(named), _hosts(states, named),

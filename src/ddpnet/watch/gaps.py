@@ -1,28 +1,11 @@
-"""Each rank's own gaps between progress, and the summary it publishes (pure).
+"""Each rank's own gaps between progress, and the summary it publishes (pure; docs/watch.md,
+"Thresholds learned from the job").
 
-The stall threshold (``watch.threshold``) is learned from how long the job goes without
-progress. The hub sees progress once a heartbeat (1 s): a 25 ms loop gave it one sample a
-second, and after 40 steps the job was still in the 60 s warm-up. Each rank sees every one
-of its own progress events instead: the collectives it issues and finishes (the Flight
-Recorder's entries and the announced Python calls: their start, and their end where known;
-gloo records none for DDP's bucket all-reduces) and its step and phase marks. Its heartbeat
-folds the events since the last beat into a :class:`GapLog` and publishes a
-:class:`Summary` of three numbers (``RankState.extra["gaps"]``); the hub takes the largest
-p99 among the ranks, O(N) floats a tick whatever the step rate.
-
-The percentile is weighted by time: the gap below which 99% of the rank's time went, not
-99% of its gaps. A 25 ms loop with a 2 s pause every 10 s has 99.9% of its gaps at 25 ms but
-spends 20% of its time in pauses, and the pause is what must not be called a hang (the
-hub's one sample a second weighted by time too, by accident). Gaps go into a log-spaced
-histogram of seconds per bucket, in two epochs of :data:`EPOCH_S`: what a rank knows covers
-its last 5-10 minutes, so a job that slowed down is learned anew.
-
-What teaches nothing: gaps that began before the rank finished :data:`WARM_STEPS` steps
-(without step marks, :data:`WARM_COLLECTIVES` collectives): start-up, DDP's broadcast and the
-first compile (``torch.compile`` compiles in the first steps) keep the warm-up's allowance;
-gaps overlapping a long phase (``skip``: this rank's own, or one the hub reported); and a
-bridge across events the rings dropped (a heartbeat sees the last ``recorder.RING``
-collectives).
+The hub sees progress once a heartbeat; a rank sees every one of its own events (collectives
+issued and finished, step and phase marks), folds them into a :class:`GapLog` and publishes a
+:class:`Summary`. The p99 is weighted by time: a 25 ms loop pausing 2 s every 10 s spends 20%
+of its time in pauses, which must not be called a hang. Gaps teach nothing before the warm-up
+(:data:`WARM_STEPS`), across a long phase, or across events the rings dropped.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""The side channel's hub (edge): a small process rank 0 starts, not a thread of rank 0, so it
+"""The side channel's hub (edge): a small process rank 0 starts, not a thread of it, so it
 outlives rank 0 being killed or aborted by gloo and can still name that. Every rank's heartbeat
-connects to it; it keeps each rank's last state, notices who leaves without a goodbye, runs the
-watchdog, prints the report on rank 0's stderr, writes it under the watch directory and sends
-the verdict that makes every rank exit. ``ddpnet diagnose`` asks it for a snapshot.
-
-Its parts, one job each: this module is the transport and the loop (connections, messages in
-and out, when to leave); :mod:`ddpnet.watch.hubstore` keeps what the ranks said and when it
-came; :mod:`ddpnet.watch.hubdecide` decides (the watchdog, stragglers, the verdict);
-:mod:`ddpnet.watch.hubprobes` runs the probe rounds; :mod:`ddpnet.watch.hubmetrics` serves
-the metrics.
-
-With metrics on (``DDPNET_METRICS_PORT``) it also runs a link probe round
-``hubprobes.FIRST_LINKS_S`` after every rank published and then every
-``HubOptions.probe_every`` seconds so that each host pair's bandwidth is there to graph, and
-before it leaves after a verdict (exit, or warn then every rank gone) it waits for one scrape
-to have rendered it, so that an alert can fire: only while something scrapes (none ever did:
-it leaves at once; none came for twice the scraper's own interval: it stopped) and at most
-``HubOptions.metrics_linger`` seconds (``DDPNET_METRICS_LINGER_S``).
-
-It listens on one address (MASTER_ADDR's own, never every interface), reads lines of at most
-``wire.MAX_LINE`` bytes, never blocks on a peer (non-blocking sockets, one selector), and exits
-when every rank has left, a few seconds after an exit verdict, or when no rank came at all.
+connects to it; it keeps their states (:mod:`ddpnet.watch.hubstore`), decides
+(:mod:`ddpnet.watch.hubdecide`), prints the report and sends the verdict that makes every rank
+exit. This module is the transport, the loop and the metrics server. It listens on
+MASTER_ADDR's own address only, reads lines of at most ``wire.MAX_LINE`` bytes and never
+blocks on a peer (non-blocking sockets, one selector).
 """
 
 from __future__ import annotations
@@ -32,53 +16,38 @@ import sys
 import time
 from typing import Any
 
-from ddpnet.watch import termination
+from ddpnet.watch import straggler, termination
 from ddpnet.watch.channel import side_port
-from ddpnet.watch.hubdecide import DESYNC_EVERY_S, FAREWELL_HOLD_S, STRAGGLER_EVERY_S, Decisions
-from ddpnet.watch.hubmetrics import MetricsView
-from ddpnet.watch.hubprobes import (
-    FIRST_LINKS_S,
-    PROBE_TIMEOUT_S,
-    PROBE_WAIT_S,
-    probe_request,
-    side_ports,
-)
-from ddpnet.watch.hubstore import LINKS, METRICS_LINGER_S, HubOptions, Peer, Probing
+from ddpnet.watch.hubdecide import Decisions
+from ddpnet.watch.hubstore import HubOptions, Peer
+from ddpnet.watch.metrics import JobView
+from ddpnet.watch.probe import side_ports
 from ddpnet.watch.state import Snapshot
 from ddpnet.watch.transport import Outbox
-from ddpnet.watch.wire import Lines, encode
+from ddpnet.watch.wire import MAX_SNAPSHOT, Lines, encode
 
-__all__ = ["ACCEPT_BATCH", "ACK_EVERY_S", "AFTER_LAST_BYE_S", "AFTER_VERDICT_S", "CLOSED",
-           "DESYNC_EVERY_S", "FAREWELL_HOLD_S", "FIRST_LINKS_S", "FIRST_RANK_S", "LINKS",
-           "METRICS_LINGER_S", "PROBE_TIMEOUT_S", "PROBE_WAIT_S", "STRAGGLER_EVERY_S",
-           "UNHEARD_AFTER_VERDICT_S", "WRITE_DEADLINE_S", "Hub", "HubOptions", "Peer",
-           "Probing", "ask_snapshot", "main", "probe_request", "side_ports", "tick_every"]
+__all__ = ["Hub", "HubOptions", "ask_snapshot", "main", "tick_every"]
 
 
 #: seconds the hub waits for the first rank before it gives up
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
-#: seconds after an exit verdict the hub stays for a rank it never heard: one whose
-#: heartbeat still connected when a peer died waits that long for its handshake and the
-#: verdict (session.VERDICT_WAIT_S), then 2 s
+#: seconds after an exit verdict the hub stays for a rank it never heard (one still
+#: connecting waits session.VERDICT_WAIT_S for its handshake and the verdict, then 2 s)
 UNHEARD_AFTER_VERDICT_S = 12.0
 #: seconds the hub stays after every rank it heard from said goodbye while others never
-#: connected (their watch was off): the job ended without them, nothing is left to watch
+#: connected (their watch was off): nothing is left to watch
 AFTER_LAST_BYE_S = 10.0
-#: the watchdog's pace: a tick is O(N) (a snapshot of every rank), so at most one every
-#: TICK_S however many messages arrive (one per heartbeat was N² work a second at 4,096),
-#: and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS: the ticks' work a second
-#: stays that of TICK_RANKS ranks (at 4,096, 10 ticks a second took 0.23 of a core and the
-#: heartbeats queued behind them); a verdict comes at most that much later (0.4 s)
+#: the watchdog's pace: a tick is O(N), so at most one every TICK_S however many messages
+#: arrive, and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS, so the ticks' work
+#: stays that of TICK_RANKS ranks (at 4,096, 10 a second took 0.23 of a core)
 TICK_S, TICK_RANKS = 0.1, 1024
 #: connections accepted at once when several wait (4,096 ranks say hello together)
 ACCEPT_BATCH = 256
-#: a rank's states are acknowledged at most this often (and at most every half threshold),
-#: and at once when the threshold changed: an ack tells a rank the hub still hears it, for a
-#: silence of threshold + ``cutoff.MARGIN_S`` (>= 7 s learned); one per heartbeat was 4,096
-#: sends a second at 4,096 ranks, ~40% of the hub's time. With 1 s heartbeats every second
-#: state is acked; with 2 s ones (4,096 ranks) each
+#: a rank's states are acknowledged at most this often (and every half threshold), at once
+#: when the threshold changed: an ack tells a rank the hub hears it (``watch.cutoff`` waits
+#: threshold + MARGIN_S); one per heartbeat was ~40% of the hub's time at 4,096 ranks
 ACK_EVERY_S = 1.5
 #: seconds a connection's outbox may hold a message with none finished before its reader is
 #: dropped as too slow (and marked: ``slow_readers`` in the report), never fed half of one
@@ -93,7 +62,7 @@ def tick_every(world_size: int) -> float:
     return TICK_S * max(1.0, world_size / TICK_RANKS)
 
 
-class Hub(Decisions, MetricsView):
+class Hub(Decisions):
     """The hub: its parts' state and decisions, served over the connections it owns."""
 
     def __init__(self, options: HubOptions, sock: socket.socket) -> None:
@@ -101,9 +70,39 @@ class Hub(Decisions, MetricsView):
         self.sock = sock
         self.selector = selectors.DefaultSelector()
         self.selector.register(sock, selectors.EVENT_READ)
-        self.peers = {}
-        self.channels = {}
-        self.writing = set()
+
+    def serve_metrics(self, sock: socket.socket) -> None:
+        """Serve the job's metrics on ``sock`` (bound by rank 0) from a thread of its own."""
+        from prometheus_client import CollectorRegistry
+
+        from ddpnet.net.exposition import Server
+        from ddpnet.watch.metrics import JobCollector
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(JobCollector(self.metrics_view))
+        # a verdict (or the job moving again) shows in the very next scrape, never a render
+        # from before it (net.exposition serves a costly render again for a while)
+        self.metrics = Server(sock, registry,
+                              lambda: (len(self.verdicts), self.watchdog.fired))
+
+    def metrics_view(self) -> JobView:
+        """What a scrape renders, from the server's thread: copies (each atomic under the
+        GIL) of what the hub's thread changes."""
+        now = time.monotonic()
+        states = dict(self.states)
+        verdicts = list(self.verdicts)
+        threshold = self.watchdog.threshold
+        snapshot = Snapshot(self.options.world_size, time.time(), dict(states))
+        return JobView(
+            job_id=self.options.job_id, world_size=self.options.world_size,
+            started=time.time() - (now - self.started), states=states,
+            heard_ago={r: now - at for r, at in dict(self.heard).items()},
+            threshold_s=threshold.seconds, threshold_source=threshold.source,
+            warnings=tuple(w.kind for w in list(self.warnings)),
+            verdicts=tuple(v.kind for v in verdicts),
+            standing=verdicts[-1] if verdicts and self.watchdog.fired else None,
+            probes=dict(self.link_probes), straggler_scores=straggler.scores(snapshot),
+            version=self.options.version)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -113,10 +112,9 @@ class Hub(Decisions, MetricsView):
         while not self.done():
             # a SIGTERM'd rank waits for its answer (``answer_terms``): look again soon
             ready = self.selector.select(timeout=0.05 if self.terms else 0.25)
-            # what came before this moment is read below (heartbeats are far below a read's
-            # 64 KiB): a hub short of CPU reads them late, and judged by the clock after
-            # reading thousands of them it named live ranks silent (session 12: at 4,096
-            # ranks on 0.6 of a core, heartbeats read 20 s late)
+            # judged as of what came before this moment: a hub short of CPU reads heartbeats
+            # late, and judged by the clock after reading thousands it named live ranks
+            # silent (at 4,096 ranks on 0.6 of a core, read 20 s late)
             as_of = (time.monotonic(), time.time())
             for key, events in ready:
                 if key.fileobj is self.sock:
@@ -160,8 +158,7 @@ class Hub(Decisions, MetricsView):
 
     def verdict_seen(self, now: float) -> bool:
         """Whether the last verdict was scraped, or waiting for a scrape is pointless
-        (``exposition.seen_by_scrape``: nothing scrapes, the scraper stopped, or
-        ``metrics_linger`` passed); always without metrics or verdicts."""
+        (``exposition.seen_by_scrape``); always without metrics or verdicts."""
         if self.metrics is None or self.judged_at is None:
             return True
         return bool(self.metrics.seen(self.judged_at, now, self.options.metrics_linger))
@@ -190,8 +187,7 @@ class Hub(Decisions, MetricsView):
 
     def drop(self, peer: Peer) -> None:
         """Close a connection. Its rank, if it left without a goodbye, is gone once its
-        process does not answer (``watch.channel``: checked in a thread, unless it published
-        no side port or a verdict stands); answering, it is unheard, not gone."""
+        process does not answer (``watch.channel``); answering, it is unheard, not gone."""
         self.selector.unregister(peer.sock)
         peer.sock.close()
         self.peers.pop(peer.sock, None)
@@ -229,7 +225,7 @@ class Hub(Decisions, MetricsView):
 
     def answer_terms(self, now: float) -> None:
         """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the
-        verdict comes), once read what came with their word."""
+        verdict comes)."""
         fault = termination.fault_known(self.left, self.terminated, bool(self.checks.running),
                                         self.verdict is not None)
         for rank, asked in list(self.terms.items()):
@@ -242,9 +238,8 @@ class Hub(Decisions, MetricsView):
                 self.send(peer, {"t": "no-fault"})
 
     def attach(self, peer: Peer, rank: int) -> None:
-        """``peer`` is now ``rank``'s connection: one it had before is closed (it connected
-        anew), and a rank whose channel closed without a goodbye is back, unless a verdict
-        stands."""
+        """``peer`` is now ``rank``'s connection (one it had before is closed); a rank whose
+        channel closed without a goodbye is back, unless a verdict stands."""
         old = self.channels.get(rank)
         if old is not None and old is not peer:
             old.rank = None
@@ -298,9 +293,8 @@ class Hub(Decisions, MetricsView):
                 self.states, rank, range(self.options.world_size))})
 
     def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
-        """Queue ``message`` whole (``bytes``: one already encoded; ``key``: it replaces a
-        queued one of that key not begun) and write what the socket takes now, never
-        blocking; the rest goes at the selector's next writable event (:meth:`write`)."""
+        """Queue ``message`` whole (``key``: it replaces a queued one of that key not begun)
+        and write what the socket takes now; the rest at the next writable event."""
         peer.outbox.put(message if isinstance(message, bytes) else encode(message), key)
         self.write(peer)
 
@@ -321,8 +315,6 @@ class Hub(Decisions, MetricsView):
 def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
     """A running hub's snapshot and its ``stale_after`` (``ddpnet diagnose``); OSError when no
     hub answers, ValueError when what answers is not one."""
-    from ddpnet.watch.wire import MAX_SNAPSHOT
-
     deadline = time.monotonic() + timeout
     lines = Lines(MAX_SNAPSHOT)
     with socket.create_connection((address, port), timeout=timeout) as sock:

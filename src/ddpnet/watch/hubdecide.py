@@ -8,7 +8,7 @@ working rank holds back (``watchdog.Watchdog.hold``: it is busy, not stuck); whe
 slowed down on most ranks (``straggler.wants_probes``) it first runs one probe round, so that
 the warning names the slow node or link. When the watchdog fires and every rank is inside
 the same collective (``network.wants_probes``), it first asks every live rank to probe its
-peers and waits at most ``hubprobes.PROBE_WAIT_S`` for the answers: the verdict is analysed
+peers and waits at most ``hubstore.PROBE_WAIT_S`` for the answers: the verdict is analysed
 with the probes of this stall that arrived.
 """
 
@@ -23,8 +23,7 @@ from ddpnet.exitcodes import ExitCode
 from ddpnet.watch import cutoff, desync, straggler
 from ddpnet.watch.analyze import Options, analyze
 from ddpnet.watch.dump import write_report, write_warnings
-from ddpnet.watch.hubprobes import ProbeRounds
-from ddpnet.watch.hubstore import LINKS, Probing
+from ddpnet.watch.hubstore import LINKS, HubState, Probing
 from ddpnet.watch.report import render_html, render_text, report_dict, warning_line
 from ddpnet.watch.state import LINK_DOWN, Diagnosis, LinkProbe, Snapshot
 
@@ -39,7 +38,7 @@ DESYNC_EVERY_S = 1.0
 FAREWELL_HOLD_S = 2.5
 
 
-class Decisions(ProbeRounds):
+class Decisions(HubState):
     """The watchdog's ticks, the straggler and desync checks, and the verdict."""
 
     def tick(self) -> None:

@@ -1,10 +1,8 @@
-"""The hub's state store: every rank's last state beside when this hub received it, who left,
-finished or was terminated, the probe round under way, and the snapshot that the decisions
-(:mod:`ddpnet.watch.hubdecide`) read. Every age in a snapshot is this hub's monotonic time
-since it received a rank's state (``Snapshot.ages``): a rank's clock may be minutes off.
-
-:class:`HubState` holds what the hub knows; the transport (:class:`ddpnet.watch.hub.Hub`)
-feeds it the messages it reads and owns the connections.
+"""The hub's state store: every rank's last state beside when this hub received it (its own
+monotonic clock: a rank's may be minutes off), who left, the snapshot the decisions
+(:mod:`ddpnet.watch.hubdecide`) read, and the probe rounds: every live rank asked to probe
+its peers, what comes back within :data:`PROBE_WAIT_S` kept. The transport
+(:class:`ddpnet.watch.hub.Hub`) feeds it what it reads and owns the connections.
 """
 
 from __future__ import annotations
@@ -16,10 +14,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ddpnet.watch import termination
+from ddpnet.watch import network, termination
 from ddpnet.watch.channel import Checks
 from ddpnet.watch.metrics import Probed
-from ddpnet.watch.probe import STREAM
+from ddpnet.watch.probe import PROBE_TIMEOUT_S, STREAM, probe_request
 from ddpnet.watch.state import (
     FINISHED,
     PEER_FAILED,
@@ -39,6 +37,11 @@ from ddpnet.watch.wire import Lines
 METRICS_LINGER_S = 60.0
 #: a probe round's trigger when it only measures the links for the metrics
 LINKS = "links"
+#: how long the hub waits for every rank's probes
+PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
+#: with metrics on, seconds from every rank's first state to the first link round (the next
+#: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
+FIRST_LINKS_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,7 @@ class Peer:
 @dataclass
 class Probing:
     """One probe round: the ranks asked and not answered yet, what came back. A stall's round
-    ends in the verdict (``trigger``); a straggler's (``straggler``: what was found without
-    probes) in a warning naming the slow node or link."""
+    ends in the verdict; a straggler's (``straggler``: found without probes) in a warning."""
 
     ident: int
     trigger: str
@@ -103,14 +105,14 @@ class HubState:
 
     sock: socket.socket
     selector: selectors.BaseSelector
-    #: every connection, and each rank's current one (a rank that connects anew replaces
-    #: its old one); connections with messages waiting for the socket to take them
-    peers: dict[socket.socket, Peer]
-    channels: dict[int, Peer]
-    writing: set[socket.socket]
 
     def __init__(self, options: HubOptions) -> None:
         self.options = options
+        #: every connection, each rank's current one (a rank that connects anew replaces its
+        #: old one), and the connections with messages waiting for the socket to take them
+        self.peers: dict[socket.socket, Peer] = {}
+        self.channels: dict[int, Peer] = {}
+        self.writing: set[socket.socket] = set()
         self.settings = Settings(timeout=options.timeout, action=options.action,
                                  period=period_for(options.world_size))
         self.watchdog = Watchdog(self.settings)
@@ -125,9 +127,8 @@ class HubState:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
-        #: the network's wait per step (straggler.recent_wait) when this slowdown was first
-        #: probed, the probes of a round that named its node or link (kept for the later
-        #: checks), and the rounds that named nothing; reset when the job is even again
+        #: the wait per step when this slowdown was first probed, the probes of a round that
+        #: named its node or link, and the rounds that named nothing (reset once even again)
         self.probed_wait: float | None = None
         self.straggler_probes: tuple[LinkProbe, ...] = ()
         self.slowdown_rounds = 0
@@ -143,32 +144,27 @@ class HubState:
         self.desync_named = False
         #: the encoded ack and the thresholds it carries (the watchdog's, its learned base)
         self.ack: tuple[tuple[float, str, float, str] | None, bytes] = (None, b"")
-        #: (monotonic, wall) time as of which every message that had come was read: when
-        #: the last select returned, once what it returned is handled (``serve``); the
-        #: watchdog judges silence and stalls as of it. None: now (a hub not serving)
+        #: (monotonic, wall) time as of which every message that had come was read (when the
+        #: last select returned): silence and stalls are judged as of it. None: now
         self.read_as_of: tuple[float, float] | None = None
-        #: when this hub received each rank's state (its own monotonic clock: a rank's clock
-        #: may be off by minutes), beside ``states``: every age and silence is measured from
-        #: it (``Snapshot.ages``), the rank's timestamps only relative to its ``published``
+        #: when this hub received each rank's state (its monotonic clock): every age and
+        #: silence is measured from it (``Snapshot.ages``)
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
-        #: metrics (``serve_metrics``): the verdicts given, each rank pair's last stream
-        #: probe, when the next link round is due, the server
+        #: metrics (``serve_metrics``): the verdicts given and when the last was (monotonic),
+        #: each rank pair's last stream probe, when the next link round is due, the server
         self.verdicts: list[Diagnosis] = []
-        #: when the last verdict was given (monotonic; either action), None: none yet
         self.judged_at: float | None = None
         self.link_probes: dict[tuple[int, int], Probed] = {}
         self.next_links: float | None = None
         self.metrics: Any = None
-        #: ranks whose channel closed without a goodbye while their process answers
-        #: (``watch.channel``): unheard, not gone, until they reconnect or the silent-rank
-        #: probes judge them; the checks under way; ranks dropped as too slow a reader
+        #: ranks whose channel closed without a goodbye while their process answers: unheard,
+        #: not gone (``watch.channel``); the checks under way; ranks dropped as slow readers
         self.broken: dict[int, str] = {}
         self.checks = Checks()
         self.slow_readers: set[int] = set()
-        #: ranks that told the hub of a SIGTERM (``watch.termination``): when each asked,
-        #: until answered; all that did (away once their connection closes)
+        #: ranks that told the hub of a SIGTERM: when each asked, until answered; all that did
         self.terms: dict[int, float] = {}
         self.terminated: set[int] = set()
 
@@ -262,3 +258,52 @@ class HubState:
         away = self.finished | set(self.left) | self.terminated
         return any(r not in self.heard and r not in away
                    for r in range(self.options.world_size))
+
+    # -- probe rounds ------------------------------------------------------------------------
+
+    def ask_probes(self, trigger: str, now: float) -> bool:
+        """Ask every live rank to probe its peers when all are stuck in one collective;
+        False when there is nothing to probe (then the hub acts at once)."""
+        snapshot = self.snapshot()
+        stuck = network.stuck_collective(snapshot)
+        # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
+        # where a full round would stream into a process that reads nothing (8 s)
+        silent = self.silent(snapshot)[:8]
+        if not (silent or network.wants_probes(snapshot)):
+            return False
+        group = stuck.ranks if stuck is not None and not silent else \
+            tuple(range(self.options.world_size))
+        return self.send_probes(group, silent, now, trigger=trigger)
+
+    def send_probes(self, group: tuple[int, ...], silent: tuple[int, ...], now: float, *,
+                    trigger: str, slowdown: Diagnosis | None = None,
+                    seen: Snapshot | None = None) -> bool:
+        """Send one probe round's requests to every live rank; False when none was asked."""
+        self.rounds += 1
+        asked = set()
+        group, skip = tuple(sorted(set(group))), {*self.left, *self.finished, *silent}
+        for peer in list(self.peers.values()):
+            rank = peer.rank
+            if rank is not None and rank not in skip:
+                self.send(peer, probe_request(self.rounds, self.states, rank, group, silent))
+                asked.add(rank)
+        if not asked:
+            return False
+        self.probing = Probing(self.rounds, trigger, now + PROBE_WAIT_S, asked, [], slowdown,
+                               seen)
+        return True
+
+    def probe_links(self, now: float) -> None:
+        """With metrics on, a round :data:`FIRST_LINKS_S` after every rank published, then
+        every ``probe_every`` s, never while a rank left, a verdict stands or another round
+        runs (two at once streamed twice, and the later replaced the first)."""
+        every = self.options.probe_every
+        if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
+                len(self.states) < self.options.world_size:
+            return
+        if self.next_links is None:
+            self.next_links = now + min(every, FIRST_LINKS_S)
+        if now < self.next_links:
+            return
+        self.next_links = now + every
+        self.send_probes(tuple(range(self.options.world_size)), (), now, trigger=LINKS)

@@ -1,39 +1,12 @@
-"""Steps and phases for a script that marks none, inferred from torch's own hooks.
+"""Steps and phases for a script that marks none, inferred from torch's own hooks
+(docs/watch.md, "Steps and phases without marks", says which and where a step begins).
 
-Without ``ddpnet.step()`` the watch knows no steps: no per-step desync digests
-(``watch.desync``), no step times for the straggler window or the learned threshold; without
-``ddpnet.phase()`` it cannot say what a rank that does not arrive was doing. torch tells:
-
-- the optimizers' global step hooks: phase ``step`` while one steps. A new step begins when
-  the next iteration's work starts after an optimizer stepped: its fetch from the training
-  data (the dataset whose batch fed the step's first forward with grad) where there is one,
-  else its forward with grad enabled, else an optimizer that already stepped in this step
-  stepping again (a loop with no wrapped module: its steps begin at the optimizer). So two
-  optimizers in one iteration (param groups split, ZeRO's inner one, a GAN fed by a
-  DataLoader) and gradient accumulation count one step per iteration; a GAN without a
-  DataLoader counts two. An evaluation (fetched under no_grad or for no forward with grad,
-  forwards without grad), which one rank may make alone, begins none; one that a rank alone
-  makes after every step, fetching with grad on for a module that is not wrapped, in a loop
-  that feeds no DataLoader, would (and look like a desync).
-- forward pre/post hooks on each DDP- (and FSDP-) wrapped module, registered as it is built
-  (its ``__init__`` patched; both need the process group, so none exists before the watch
-  starts), and around FSDP2's own forward hooks for each ``fully_shard``-ed module (its
-  ``FSDPState._pre_forward``/``_post_forward``, private: where torch renames them, FSDP2
-  gets steps from its optimizer and no forward/backward phases): ``forward`` while it runs,
-  ``backward`` once it returned with grad enabled (the loss and its backward follow; under
-  ``no_grad``, an evaluation, it stays ``forward``).
-- the DataLoader iterator's ``__next__``: ``data`` while the next batch is awaited (until the
-  forward begins).
-
-Every rank sees these at the same point of its collective sequence, so the step digests
-compare across ranks. Only the training thread counts (the first that runs a wrapped forward
-or an optimizer step): a prefetch thread's fetches would place step boundaries anywhere.
-Marks win: the recorder ignores inferred steps once the user marks one, inferred phases once
-the user marks one that is not long (``Recorder.set_step/set_phase(inferred=True)``); once
-both are marked the hooks stop working.
-
-Cost: ~2 us per hook call, five a step (``infer_cost`` in benchmarks/watch_overhead.py). A
-hook that fails turns inference off with one warning line and never raises into the loop.
+The optimizers' step hooks give ``step``; forward hooks on each DDP/FSDP module (registered
+as it is built) and around FSDP2's own give ``forward`` and ``backward``; the DataLoader
+iterator's ``__next__`` gives ``data``. Every rank sees them at the same point of its
+collective sequence, so the desync digests compare. Only the training thread counts (a
+prefetch thread's fetches would move the boundaries); marks win. A failing hook turns
+inference off, said once.
 """
 
 from __future__ import annotations
@@ -44,11 +17,6 @@ from typing import Any
 
 from ddpnet.watch import patches
 from ddpnet.watch.recorder import Recorder
-
-#: the FSDP module, patched only when the script imported it (importing it costs ~2 s);
-#: FSDP2's (``fully_shard``) per-module state, whose forward hooks it registers bound to
-#: itself: patched, where the script imported it, before the script shards its modules
-FSDP_MODULE, FSDP2_STATE = patches.FSDP_MODULE, patches.FSDP2_STATE
 
 
 class Inferrer:
@@ -125,7 +93,7 @@ class Inferrer:
 
     def optimizer_pre(self, optimizer: object) -> None:
         if self.rec.marked_steps and self.rec.marked_phases:
-            self.on = False  # the user marks both (``ddpnet train`` does): nothing to infer
+            self.guard.on = False  # the user marks both (``ddpnet train`` does): nothing to infer
             return
         if not self.training_thread():
             return
@@ -162,58 +130,39 @@ class Inferrer:
         both steps and phases)."""
         return self.guard.on
 
-    @on.setter
-    def on(self, value: bool) -> None:
-        self.guard.on = value
-
-    def fail(self, exc: BaseException) -> None:
-        self.guard.fail(exc)
+    def guarded(self, work: Callable[..., None], *args: Any) -> None:
+        """Run a hook's ``work`` while the hooks are on; a failure turns them off."""
+        if self.on:
+            try:
+                work(*args)
+            except Exception as exc:
+                self.guard.fail(exc)
 
     def on_optimizer_pre(self, optimizer: object, _args: object, _kwargs: object) -> None:
-        if self.on:
-            try:
-                self.optimizer_pre(optimizer)
-            except Exception as exc:
-                self.fail(exc)
+        self.guarded(self.optimizer_pre, optimizer)
 
     def on_optimizer_post(self, optimizer: object, _args: object, _kwargs: object) -> None:
-        if self.on:
-            try:
-                self.optimizer_post(optimizer)
-            except Exception as exc:
-                self.fail(exc)
+        self.guarded(self.optimizer_post, optimizer)
 
     def on_forward_pre(self, _module: object, _args: object) -> None:
         if self.on and not self.compiling():  # traced by torch.compile: nothing to trace
-            try:
-                self.forward_pre(self.grad_enabled())
-            except Exception as exc:
-                self.fail(exc)
+            self.guarded(lambda: self.forward_pre(self.grad_enabled()))
 
     def on_forward(self, _module: object, _args: object, _out: object) -> None:
         if self.on and not self.compiling():
-            try:
-                self.forward_post(self.grad_enabled())
-            except Exception as exc:
-                self.fail(exc)
+            self.guarded(lambda: self.forward_post(self.grad_enabled()))
 
     def on_fetch(self, iterator: object) -> None:
-        if self.on:
-            try:
-                self.fetching(id(getattr(iterator, "_dataset", iterator)),
-                              self.grad_enabled())
-            except Exception as exc:
-                self.fail(exc)
+        self.guarded(lambda: self.fetching(id(getattr(iterator, "_dataset", iterator)),
+                                           self.grad_enabled()))
 
     def watch(self, module: Any) -> None:
         """A DDP/FSDP module just built: its forwards are phases."""
-        if self.on:
-            try:
-                self.handles.append(module.register_forward_pre_hook(self.on_forward_pre))
-                self.handles.append(module.register_forward_hook(self.on_forward,
-                                                                 always_call=True))
-            except Exception as exc:
-                self.fail(exc)
+        self.guarded(self._watch, module)
+
+    def _watch(self, module: Any) -> None:
+        self.handles.append(module.register_forward_pre_hook(self.on_forward_pre))
+        self.handles.append(module.register_forward_hook(self.on_forward, always_call=True))
 
     def unwatch(self) -> None:
         for handle in self.handles:
@@ -233,10 +182,10 @@ def install(recorder: Recorder) -> Callable[[], None]:
     for target, hooks in _hooks(inferrer).items():
         where = patches.resolve(target)
         if where is not None:
-            undos.append(patches.wrap(*where, inferrer, **hooks))
+            undos.append(patches.wrap(*where, inferrer.guard, **hooks))
 
     def undo() -> None:
-        inferrer.on = False
+        inferrer.guard.on = False
         for step in reversed(undos):
             step()
         inferrer.unwatch()
@@ -270,14 +219,3 @@ def _hooks(inferrer: Inferrer) -> dict[patches.Target, dict[str, Any]]:
         "FSDPState._post_forward": {"after": post},
         "_BaseDataLoaderIter.__next__": {"before": fetch}}
     return {t: by_path[t.path] for t in patches.TARGETS if t.path in by_path}
-
-
-def wrapper_classes() -> list[type]:
-    """The module wrappers whose constructors are patched: DDP, and FSDP where the script
-    imported it."""
-    out: list[type] = []
-    for target in patches.TARGETS:
-        where = patches.resolve(target) if target.path.endswith(".__init__") else None
-        if where is not None:
-            out.append(where[0])
-    return out

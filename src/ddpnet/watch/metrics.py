@@ -1,29 +1,10 @@
-"""The job's metrics in Prometheus's exposition format, from the watch's hub (issue 41).
+"""The job's metrics in Prometheus's exposition format, from the hub (docs/watch.md,
+"Prometheus metrics", lists them and their cost).
 
-:class:`JobCollector` is a ``prometheus_client`` collector: each scrape asks the hub for a
-:class:`JobView` (a copy of what it already holds: every rank's last ``RankState``, the
-learned threshold, the warnings and verdicts, the last link probes) and renders it then,
-never per heartbeat; nothing is kept between scrapes. Counters are the ranks' own: each rank
-counts every step it finishes into the step buckets, their seconds and their collective wait
-since it started (``RankState.step_counts``, ``step_seconds``, ``wait_seconds``) and the hub
-serves the last counts it heard as they are, so ``ddpnet_step_seconds_count`` equals
-``ddpnet_steps_total`` in every scrape and no step is lost however fast a rank steps between
-two heartbeats (issue 58; the hub once rebuilt them from each state's 50-step window).
-
-Series are stable: every rank has one ``ddpnet_rank_phase`` series per phase of
-:data:`~ddpnet.watch.state.PHASES` (1 for the one it is in, 0 for the others), so a phase change
-flips values instead of making one series vanish and another appear.
-
-A scrape's cost is its samples' (``prometheus_client`` formats each for ~10 us), nearly all
-of them per rank: so a rank's step histogram has 14 buckets (it had 18) and its collective
-wait is a summary (``_sum`` and ``_count``: the mean wait per step, what the dashboard graphs)
-rather than a second histogram: 23 samples a rank instead of 45, half the render
-(benchmarks/metrics_overhead.py); the phase's one series per phase (issue 58) make it 30.
-
-Names follow Prometheus's rules (base units, ``_seconds``, ``_bytes``, ``_total`` for
-counters) and labels the ones DCGM's exporter and node_exporter use (``job_id``, ``rank``,
-``host``, ``peer_host``, ``kind``), so a query joins them by host. Nothing secret is served:
-no job token, no environment, no addresses beyond host names.
+:class:`JobCollector` renders a :class:`JobView` (a copy of what the hub holds) at each
+scrape, never per heartbeat. Counters are the ranks' own cumulative ones, as last heard, so
+``ddpnet_step_seconds_count`` equals ``ddpnet_steps_total`` in every scrape. Every phase has
+its own series (1 or 0), so none comes and goes; nothing secret is served.
 """
 
 from __future__ import annotations
@@ -99,10 +80,6 @@ def host_pairs(view: JobView) -> dict[tuple[str, str], list[Probed]]:
     return pairs
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 class JobCollector:
     """A ``prometheus_client`` custom collector over the hub's :class:`JobView`."""
 
@@ -112,10 +89,8 @@ class JobCollector:
     def collect(self) -> Iterator[Any]:
         view = self.view()
         yield from self.identity(view)
-        yield from self.histograms(view)
         yield from self.ranks(view)
-        yield from self.threshold(view)
-        yield from self.counted(view)
+        yield from self.judged(view)
         yield from self.links(view)
 
     def rank_labels(self, view: JobView, rank: int) -> list[str]:
@@ -142,8 +117,14 @@ class JobCollector:
         ranks.add_metric([view.job_id], float(len(view.states)))
         yield ranks
 
-    def histograms(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import HistogramMetricFamily, SummaryMetricFamily
+    def ranks(self, view: JobView) -> Iterator[Any]:
+        """Every rank's series, one pass over the ranks."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+            SummaryMetricFamily,
+        )
 
         labels = ["job_id", "rank", "host"]
         step = HistogramMetricFamily(f"{PREFIX}_step_seconds", "Wall seconds per training step, "
@@ -152,17 +133,6 @@ class JobCollector:
         wait = SummaryMetricFamily(f"{PREFIX}_collective_wait_seconds", "Seconds per step "
                                    "spent inside collectives, per rank (sum and count of "
                                    "steps)", labels=labels)
-        for rank, state in sorted(view.states.items()):
-            names = self.rank_labels(view, rank)
-            step.add_metric(names, cumulative(state.step_counts), state.step_seconds)
-            wait.add_metric(names, state.steps_done, state.wait_seconds)
-        yield step
-        yield wait
-
-    def ranks(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        labels = ["job_id", "rank", "host"]
         done = CounterMetricFamily(f"{PREFIX}_steps", "Training steps finished, per rank (the "
                                    "step histogram's count)", labels=labels)
         phase = GaugeMetricFamily(f"{PREFIX}_rank_phase", "1 for the phase each rank is in, 0 "
@@ -179,6 +149,8 @@ class JobCollector:
         for rank, state in sorted(view.states.items()):
             names = self.rank_labels(view, rank)
             ago = view.heard_ago.get(rank, 0.0)
+            step.add_metric(names, cumulative(state.step_counts), state.step_seconds)
+            wait.add_metric(names, state.steps_done, state.wait_seconds)
             done.add_metric(names, float(state.steps_done))
             for name in PHASES:
                 phase.add_metric([*names, name or UNMARKED], float(name == state.phase))
@@ -186,20 +158,17 @@ class JobCollector:
             heard.add_metric(names, max(0.0, ago))
             if rank in view.straggler_scores:
                 score.add_metric(names, view.straggler_scores[rank])
-        yield from (done, phase, still, heard, score)
+        yield from (step, wait, done, phase, still, heard, score)
 
-    def threshold(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+    def judged(self, view: JobView) -> Iterator[Any]:
+        """The threshold, the verdicts and warnings given, and the standing verdict."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         gauge = GaugeMetricFamily(f"{PREFIX}_hang_threshold_seconds", "Seconds without "
                                   "progress before the watch names a hang (learned, or "
                                   "watch_timeout)", labels=["job_id", "source"])
         gauge.add_metric([view.job_id, view.threshold_source], view.threshold_s)
         yield gauge
-
-    def counted(self, view: JobView) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
         for name, kinds, text in (("verdicts", view.verdicts, "Verdicts the watch gave"),
                                   ("warnings", view.warnings, "Warnings the watch gave")):
             family = CounterMetricFamily(f"{PREFIX}_{name}", f"{text}, by kind",
@@ -239,9 +208,9 @@ class JobCollector:
             rtts = [p.probe.rtt_s for p in probed
                     if p.probe.reachable and p.probe.rtt_s is not None]
             if rates:
-                rate.add_metric(names, _mean(rates))
+                rate.add_metric(names, sum(rates) / len(rates))
             if rtts:
-                rtt.add_metric(names, _mean(rtts))
+                rtt.add_metric(names, sum(rtts) / len(rtts))
             up.add_metric(names, float(all(p.probe.reachable for p in probed)))
             when.add_metric(names, max(p.at for p in probed))
         yield from (rate, rtt, up, when)

@@ -1,30 +1,11 @@
-"""Probe this rank's links to its peers while a collective hangs (issue 20, "network at fault").
+"""Probe this rank's links to its peers while a collective hangs (pure planning, edge probing;
+docs/watch-causes.md, "network", says what each probe shows and how it scales).
 
-Run by the watchdog on every rank when :func:`ddpnet.watch.network.wants_probes` says so; the
-:class:`~ddpnet.watch.state.LinkProbe` results go into the next ``Snapshot`` and
-:func:`ddpnet.watch.network.detect` names the link, port or node from them.
-
-What one rank does, bounded by ``timeout`` per probe and ``fanout`` probes at once:
-
-- a TCP connect to every port the peer listens on (``RankState.extra["ports"]``:
-  ``side`` = its heartbeat side channel, ``backend`` = gloo's/NCCL's listener when known,
-  ``sink`` = its :class:`ProbeSink`), retried and classified by :mod:`ddpnet.net.probe`
-  (``connect_loop`` / ``outcome_of``, the rendezvous preflight's): "connected", "refused",
-  "timeout" (dropped), "unreachable". One port answering while another times out is a
-  firewall; every port timing out is a link or host down.
-- a short data stream into the peer's sink (for ``stream_seconds``, default 0.3 s, at most
-  ``stream_bytes``, acknowledged within ``timeout``): the kernel's count of unacknowledged
-  bytes (``SIOCOUTQ``) tells a path that carries the handshake but drops full-size segments
-  (an MTU mismatch: nothing is acked) from a slow one (acked bytes over time = the rate,
-  Gb/s) without any help from the peer beyond reading. ICMP is not used (unprivileged ranks
-  cannot send it); TCP sets DF on Linux, so the stream is the path-MTU probe, and
-  ``TCP_INFO`` adds the kernel's path MTU and MSS.
-
-Scale: each rank probes O(peers) targets. Up to :data:`FULL_MESH_LIMIT` ranks that is every
-peer (N - 1, with ``fanout`` in flight: O(N / fanout * timeout) at worst); above it only its
-ring neighbours (rank - 1 and rank + 1 in the stuck collective's group, the links a ring
-collective uses), so a 1000-node job opens O(1) probes per rank and O(N) in all, and every
-ring link is still probed from both ends.
+Per peer, within ``timeout`` and ``fanout`` at once: a TCP connect to every port it
+publishes (``side``, ``backend``, ``sink``), classified by :mod:`ddpnet.net.probe`, and a
+short stream into its :class:`ProbeSink` whose unacked bytes (``SIOCOUTQ``) tell a path
+dropping full-size segments (MTU: TCP sets DF) from a slow one (the rate). ICMP needs
+privileges ranks lack. Above :data:`FULL_MESH_LIMIT` ranks only the ring neighbours.
 """
 
 from __future__ import annotations
@@ -56,6 +37,8 @@ SIDE, BACKEND, SINK = "side", "backend", "sink"
 CONNECT, STREAM = "connect", "stream"
 #: stream outcomes: every byte acked (rate measured) / connected but (almost) nothing acked
 STREAMED, STALLED = "streamed", "stalled"
+#: each link probe's bound when the hub asks for a round
+PROBE_TIMEOUT_S = 2.0
 #: above this many ranks in the group, probe ring neighbours only
 FULL_MESH_LIMIT = 64
 FANOUT = 16
@@ -64,10 +47,9 @@ FANOUT = 16
 STREAM_SECONDS = 0.3
 STREAM_BYTES = 1 << 30
 _CHUNK = 256 << 10
-#: the probes' threads and the sink's readers are the watch's, not the rank's work: they note
-#: their CPU (``note``: ``activity.Sampler.note_watch``) every this many chunks sent or reads,
-#: so a sample between two notes sees ~1 MiB's worth at most as the rank's (a round into a
-#: rank asleep in its data loader made it "work" and held the verdict, issue 39)
+#: the probes' and the sink's threads note their CPU as the watch's
+#: (``activity.Sampler.note_watch``) every this many chunks: at most ~1 MiB's worth reads as
+#: the rank's work (a round into a rank asleep in its data loader made it "work")
 NOTE_EVERY = 4
 Note = Callable[[], None]
 
@@ -87,13 +69,11 @@ class Target:
 
 # ---- pure: whom and what to probe -----------------------------------------------------------
 
-
 def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMIT,
                    ordered: bool = False) -> tuple[int, ...]:
     """The ranks ``me`` probes (pure): every other rank of ``group`` up to ``limit`` ranks,
-    else its ring neighbours in ``group``'s order; none when ``me`` is not in it.
-    ``ordered``: ``group`` is sorted without repeats already (the hub asks for every rank
-    of one group: O(log N) each, not a sort of N ranks each, ~4 s at 4,096 ranks)."""
+    else its ring neighbours; none when ``me`` is not in it. ``ordered``: ``group`` is sorted
+    and unique already (the hub asks every rank: a sort each took ~4 s at 4,096 ranks)."""
     ranks = group if ordered else sorted(set(group))
     i = bisect_left(ranks, me)
     if i == len(ranks) or ranks[i] != me:
@@ -101,6 +81,32 @@ def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMI
     if len(ranks) <= limit:
         return tuple(r for r in ranks if r != me)
     return tuple(sorted({ranks[i - 1], ranks[(i + 1) % len(ranks)]} - {me}))
+
+
+def probe_request(ident: int, states: Mapping[int, RankState], rank: int,
+                  group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
+    """What the hub asks ``rank`` to probe: only its peers, each with its address and
+    published ports (pure; ``group`` sorted). With ``silent`` (ranks that stopped answering)
+    only those, by connects: is their host still up?"""
+    if silent:
+        group = tuple(sorted({rank, *silent}))
+    peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
+             for r in peers_to_probe(rank, group, ordered=True)
+             if r in states and states[r].address}
+    return {"t": "probe", "id": ident, "group": list(group), "timeout": PROBE_TIMEOUT_S,
+            "peers": peers, "stream": not silent}
+
+
+def side_ports(states: Mapping[int, RankState], rank: int,
+               roster: Sequence[int]) -> dict[str, Any]:
+    """The peers ``rank`` checks when it hears the hub no more (``watch.cutoff``): each one's
+    address and side port (pure; ``roster``: ``states``' ranks, sorted once for all)."""
+    out = {}
+    for peer in peers_to_probe(rank, roster, ordered=True):
+        side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
+        if states[peer].address and side:
+            out[str(peer)] = {"address": states[peer].address, "ports": {SIDE: side}}
+    return out
 
 
 def ports_of(state: RankState, override: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -167,7 +173,6 @@ def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: flo
 
 # ---- edge -----------------------------------------------------------------------------------
 
-
 def probe_connect(me: int, target: Target, purpose: str, timeout: float) -> LinkProbe:
     """Connect to one of ``target``'s ports until it works or ``timeout`` (edge)."""
     attempts, elapsed = connect_loop(target.address, target.ports[purpose], timeout)
@@ -206,15 +211,11 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
                  seconds: float = STREAM_SECONDS, note: Note = _nothing) -> LinkProbe:
     """Stream into ``target``'s sink for ``seconds`` (at most ``nbytes``), then wait for the
     acknowledgements; all within ``timeout`` (edge)."""
-    port = target.ports[SINK]
     start = time.monotonic()
     try:
-        sock = socket.create_connection((target.address, port), timeout=timeout)
+        sock = socket.create_connection((target.address, target.ports[SINK]), timeout=timeout)
     except OSError as exc:
-        got = outcome_of(exc)
-        return LinkProbe(me, target.rank, False, f"stream: sink port {port}: {got.outcome} "
-                         f"({got.error})", what=STREAM, port=port, purpose=SINK,
-                         outcome=got.outcome)
+        return _stream_failed(me, target, exc)
     with sock:
         # close with a reset: what is still queued must not keep loading a slow link
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -227,12 +228,15 @@ def probe_stream(me: int, target: Target, nbytes: int, timeout: float,
             sent = _push(sock, nbytes, min(deadline, t0 + seconds), note)
             unacked = _drain(sock, deadline)
         except OSError as exc:  # reset by the peer mid-stream
-            got = outcome_of(exc)
-            return LinkProbe(me, target.rank, False, f"stream: sink port {port}: "
-                             f"{got.outcome} mid-stream ({got.error})", what=STREAM,
-                             port=port, purpose=SINK, outcome=got.outcome)
+            return _stream_failed(me, target, exc, " mid-stream")
         return stream_result(me, target, sent, unacked, time.monotonic() - t0,
                              tcp_info(sock))
+
+
+def _stream_failed(me: int, target: Target, exc: OSError, when: str = "") -> LinkProbe:
+    got, port = outcome_of(exc), target.ports[SINK]
+    return LinkProbe(me, target.rank, False, f"stream: sink port {port}: {got.outcome}{when} "
+                     f"({got.error})", what=STREAM, port=port, purpose=SINK, outcome=got.outcome)
 
 
 def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: float,
@@ -241,14 +245,10 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
                 stream_seconds: float = STREAM_SECONDS,
                 fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT,
                 note: Note = _nothing) -> tuple[LinkProbe, ...]:
-    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge).
-
-    ``ports`` adds to or overrides what each peer published (rank -> {purpose: port});
-    ``group`` is the stuck collective's ranks (default: every rank in ``states``);
-    ``stream_bytes=0`` skips the stream, else it runs ``stream_seconds``. Each probe takes
-    at most ``timeout`` seconds and at most ``fanout`` run at once, so the call is bounded by
-    ceil(probes / fanout) * timeout. ``note`` is called from the probing threads (named
-    ``ddpnet-watch-probe-*``) as they work and once each probe is done."""
+    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge): bounded
+    by ceil(probes / fanout) * timeout. ``ports`` adds to or overrides what each peer
+    published; ``group``: the stuck collective's ranks (default: ``states``');
+    ``stream_bytes=0`` skips the stream; ``note`` is called from the probing threads."""
     ranks = [*states, me] if group is None else list(group)
     targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
     jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)
@@ -272,11 +272,9 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
 
 
 def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
-    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil).
-
-    What a heartbeat publishes as ``backend``: after ``init_process_group`` gloo keeps one
-    listener per rank (its peers of higher rank connected to it) and NCCL's bootstrap and
-    socket transport keep theirs; exclude the side channel, the sink and MASTER_PORT."""
+    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil): what
+    a heartbeat publishes as ``backend`` (gloo keeps one listener per rank after
+    ``init_process_group``; exclude the side channel, the sink and MASTER_PORT)."""
     import psutil
 
     skip = set(exclude)
@@ -289,12 +287,10 @@ def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
 
 
 class ProbeSink:
-    """What a rank listens on for its peers' stream probes: accepts and discards, each
-    connection read in its own daemon thread until EOF or ``idle`` seconds of silence, at most
-    ``max_conns`` at once (more are closed at once). Publish ``port`` as
-    ``extra["ports"]["sink"]``; ``close()`` (or ``with``) stops it. Its threads are the
-    watch's (``ddpnet-watch-sink*``) and call ``note`` as they read: a peer's stream is no
-    work of this rank's."""
+    """What a rank listens on for its peers' stream probes (``port``): accepts and discards,
+    each connection in its own daemon thread until EOF or ``idle`` seconds of silence, at
+    most ``max_conns`` at once. Its threads call ``note``: a peer's stream is no work of
+    this rank's."""
 
     def __init__(self, address: str = "", port: int = 0, *, max_conns: int = 64,
                  idle: float = 10.0, note: Note = _nothing) -> None:

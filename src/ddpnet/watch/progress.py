@@ -1,10 +1,6 @@
-"""What "a rank progressed" means, in one place (pure): the watchdog (has any rank of the job
-moved?), a rank judging itself while the hub is silent (has it moved?) and the metrics
-(seconds since it moved) all read it here, so that they never disagree on what a stall is.
-
-A rank moves when its step, its phase mark (a new phase, its long phase), its last completed
-collective or the collective it waits in changes. The times here are the rank's own clock:
-compare them only with its other timestamps (``Snapshot.since`` measures them to now).
+"""What "a rank progressed" means, in one place (pure), so that the watchdog, a rank judging
+itself and the metrics never disagree on what a stall is: its step, its phase mark, its last
+completed collective or the one it waits in changed. Times are the rank's own clock.
 """
 
 from __future__ import annotations

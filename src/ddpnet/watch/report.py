@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ddpnet.watch.analyze import describe
+from ddpnet.watch.desync import describe
 from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
 #: ranks shown in the table of one screen (the JSON has them all)
@@ -35,12 +35,10 @@ def _row(snapshot: Snapshot, rank: int, width: int = 14) -> str:
     state, gone = snapshot.states.get(rank), snapshot.gone.get(rank, "")
     if state is None:
         return f"  {rank:>4}  {'?':<{width}} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"
-    flight = state.in_flight()
-    doing = f"in {describe(flight)}" if flight is not None else f"last seq {state.last_seq}"
     age = f"{snapshot.since(rank, state.phase_since):.0f}s" if state.phase_since else "-"
     note = f"  [{gone}]" if gone else ""
     return (f"  {rank:>4}  {state.host:<{width}} {state.step:>6}  {state.phase or '-':<9} "
-            f"{age:>6}  {doing}{note}")
+            f"{age:>6}  {_doing(state)}{note}")
 
 
 def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> str:
@@ -58,8 +56,7 @@ def render_text(diagnosis: Diagnosis, snapshot: Snapshot, trigger: str = "") -> 
     width = max([14, *(len(s.host) for _, s in shown if s is not None)])
     lines.append(f"  {'rank':>4}  {'host':<{width}} {'step':>6}  {'phase':<9} {'for':>6}  "
                  "collective")
-    for rank, _state in shown:
-        lines.append(_row(snapshot, rank, width))
+    lines += [_row(snapshot, rank, width) for rank, _state in shown]
     if len(ranks) > _ROWS:
         lines.append(f"  ... {len(ranks) - _ROWS} more ranks in the JSON report")
     return "\n".join(lines)

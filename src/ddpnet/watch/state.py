@@ -1,9 +1,7 @@
-"""What each rank publishes about its progress, and what the analysis returns.
-
-One schema for the recorder (writes ``CollectiveRecord``), the heartbeat (publishes
-``RankState``), the watchdog and ``ddpnet diagnose`` (read ``Snapshot``, return ``Diagnosis``).
-Everything is a frozen dataclass that round-trips through ``to_dict``/``from_dict`` (JSON), so a
-live store, a dump file and a unit-test fixture are the same thing.
+"""What each rank publishes about its progress (``CollectiveRecord``, ``RankState``), what the
+hub and ``ddpnet diagnose`` read (``Snapshot``) and what the analysis returns (``Diagnosis``):
+frozen dataclasses that round-trip through JSON, so a live store, a dump file and a test
+fixture are the same thing.
 """
 
 from __future__ import annotations
@@ -23,9 +21,6 @@ LONG_PHASES = ("warmup", "checkpoint", "eval")
 #: (``RankState.step_counts``, the job's ``ddpnet_step_seconds`` histogram): 5 ms (a tiny
 #: model's step) to 2 minutes (beyond: a stall, which the watch names), about 2.5x apart
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
-
-#: states of one collective, as torch's Flight Recorder names them
-COLLECTIVE_STATES = ("scheduled", "started", "completed", "failed")
 
 #: the kinds of diagnosis, in the order the analysis tries them (first match wins)
 KINDS = (
@@ -56,7 +51,7 @@ class CollectiveRecord:
     nbytes: int = 0
     started: float = 0.0           # time.time() when called
     ended: float | None = None     # None while in flight
-    state: str = "started"         # one of COLLECTIVE_STATES
+    state: str = "started"         # the Flight Recorder's: scheduled, started, completed, failed
     site: str = ""                 # "train.py:42 in step" when known
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,14 +158,6 @@ SUB_LABELS = {LINK_DOWN: "link down", FIREWALL: "firewall", CUT_OFF: "cut off", 
               SLOW_LINK: "slow link"}
 
 
-def legacy_sub_kind(kind: str, summary: str) -> str:
-    """The sub-kind of a verdict written before verdicts carried one (a report.json of an
-    older ddpnet): its summary's label, the one place a summary's wording is read (pure)."""
-    if kind != "network":
-        return ""
-    return next((sub for sub, label in SUB_LABELS.items() if summary.startswith(label)), "")
-
-
 #: how a rank that died of a peer's failure (gloo's "Connection closed by peer") is said to
 #: have left: a victim, named after the ranks that caused it
 PEER_FAILED = "stopped by a peer's failure: "
@@ -194,15 +181,10 @@ def finished(why: str) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every rank's last state as the watchdog or ``diagnose`` sees it at ``taken``.
-
-    ``states`` maps rank -> its last state, or None when that rank never published;
-    ``gone`` names ranks whose side channel closed or whose host stopped answering, with why;
-    ``ages``: seconds from when the hub received each rank's state to ``taken``, on the hub's
-    own monotonic clock. A rank's clock may be minutes off the hub's, so every age and wait
-    is measured through :meth:`age` and :meth:`since`; the rank's own timestamps are compared
-    only with each other (and shown). ``taken`` is the hub's wall time, for display.
-    """
+    """Every rank's last state (None: never published) as the hub or ``diagnose`` sees it at
+    ``taken`` (wall time, for display); ``gone``: ranks that left, with why; ``ages``: seconds
+    since the hub received each state, on its own monotonic clock. A rank's clock may be
+    minutes off, so every age and wait goes through :meth:`age` and :meth:`since`."""
 
     world_size: int
     taken: float
@@ -249,11 +231,9 @@ class Snapshot:
                    ages={int(r): float(a) for r, a in dict(data.get("ages", {})).items()})
 
     def around(self, diagnosis: Diagnosis, limit: int = AROUND_LIMIT) -> Snapshot:
-        """What a verdict needs to say which node it blames (``launch.blame``), sent to every
-        rank with it: the states of the ranks it names, of the first ``limit`` ranks that
-        left (not a peer's victims) and of the rank furthest on (the step reached), and those
-        ranks' reasons for leaving; no probes. Bounded whatever the world size: N ranks each
-        get it, so a whole snapshot would be N^2 bytes."""
+        """What a verdict needs to say which node it blames (``launch.blame``): the ranks it
+        names, the first ``limit`` that left (not victims) and the one furthest on; no probes.
+        Bounded: every rank gets it, so a whole snapshot would be N^2 bytes."""
         first = [r for r, why in self.gone.items() if not victim(why)][:limit]
         ahead = max((s for s in self.states.values() if s is not None),
                     key=lambda s: s.step, default=None)
@@ -298,7 +278,10 @@ class Diagnosis:
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         for key in _LISTS:
             values[key] = tuple(values.get(key, ()))
-        if "sub_kind" not in values:  # written before verdicts carried it
-            values["sub_kind"] = legacy_sub_kind(str(values.get("kind", "")),
-                                                 str(values.get("summary", "")))
+        if "sub_kind" not in values and values.get("kind") == "network":
+            # written before verdicts carried it (an older report.json): its summary's label,
+            # the one place a summary's wording is read
+            said = str(values.get("summary", ""))
+            values["sub_kind"] = next((sub for sub, label in SUB_LABELS.items()
+                                       if said.startswith(label)), "")
         return cls(**values)

@@ -1,24 +1,10 @@
-"""The "straggler" kind (no hang): one rank, or the network, consistently slower over a window
-of steps, from each rank's ``step_times`` (wall seconds per step) and ``wait_times`` (seconds
-inside collectives per step) (pure).
+"""The "straggler" kind (no hang): one rank, a link or the network consistently slower over a
+window of steps (pure; docs/watch-causes.md, "straggler", gives the rules).
 
-In DDP every rank's step takes the same wall time (the gradient all-reduce synchronises them),
-so the step time alone names nobody. What differs is how a step splits: compute = step - wait.
-A slow rank computes longer and waits *least*; the others wait for it. So:
-
-- **slow rank**: its compute exceeds ``ratio`` x the median of the other ranks' compute in at
-  least ``consistent`` of the last ``min_steps``.. ``window`` steps (a single slow step, a
-  checkpoint, a GC pause, names nobody);
-- **slow link**: compute even, but exactly two ranks (the ends of one link) wait ``ratio`` x
-  longer than the median rank; in a ring every rank waits alike, so then
-- **slow network**: the collectives' wait rose ``ratio`` x from the first to the second half of
-  the window on most ranks, compute unchanged: a link or NIC slowed down. When the snapshot
-  carries stream probes (:mod:`ddpnet.watch.probe`), the slow pair or node is named from their
-  rates; otherwise :func:`wants_probes` asks the watchdog to probe.
-
-:class:`StragglerWindow` is what a heartbeat keeps to publish ``step_times`` / ``wait_times``,
-and :func:`waits_per_step` sums each step's collective time from the recorder's ring and the
-spans a comm hook timed (:func:`wait_in` for one step).
+DDP's all-reduce makes every rank's step take the same wall time; what differs is how it
+splits: compute = step - wait. A slow rank computes longer and waits least; a slow link
+makes its two ends wait longer; a slow network raises every rank's waits. A heartbeat keeps
+a :class:`StragglerWindow` and sums each step's collective time with :func:`waits_per_step`.
 """
 
 from __future__ import annotations
@@ -28,9 +14,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddpnet.watch.network import name, slow_where
+from ddpnet.watch.network import field, host, hosts, name, slow_where
 from ddpnet.watch.probe import STREAM
-from ddpnet.watch.state import CollectiveRecord, Diagnosis, RankState, Snapshot
+from ddpnet.watch.state import Diagnosis, RankState, Snapshot
 
 KIND = "straggler"
 RATIO = 1.25
@@ -42,8 +28,7 @@ WINDOW = 50
 #: is a rank computing this much longer than the others (no slow rank is named)
 MIN_WAIT_S = 0.005
 #: a rank's extra compute must also cost (ratio - 1) x this share of the median step (6 %
-#: at the default ratio): 9 ms more on the rank that hosts the hub, in a 0.5 s step spent
-#: waiting on the network, slows no one (seen on a loaded 2-core host)
+#: at the default ratio): 9 ms more on the hub's rank in a 0.5 s step slows no one
 MIN_SHARE = 0.25
 
 
@@ -57,9 +42,8 @@ class Params:
 
 @dataclass(frozen=True)
 class StragglerWindow:
-    """The last ``size`` steps' wall and collective seconds (immutable: ``add`` returns the
-    next window). A heartbeat keeps one per rank and publishes its tuples as
-    ``RankState.step_times`` / ``wait_times``."""
+    """The last ``size`` steps' wall and collective seconds, as a heartbeat publishes them
+    (immutable: ``add`` returns the next window)."""
 
     size: int = WINDOW
     step_times: tuple[float, ...] = ()
@@ -69,13 +53,6 @@ class StragglerWindow:
         keep = max(1, self.size)
         return replace(self, step_times=(*self.step_times, float(step_s))[-keep:],
                        wait_times=(*self.wait_times, float(min(wait_s, step_s)))[-keep:])
-
-
-def wait_in(records: Iterable[CollectiveRecord], start: float, end: float) -> float:
-    """Seconds of [start, end] spent inside finished collectives (pure; overlapping calls,
-    e.g. DDP's bucketed async all-reduces, count once)."""
-    spans = [(c.started, c.ended) for c in records if c.ended is not None]
-    return waits_per_step([(start, end)], spans)[0]
 
 
 def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -93,8 +70,7 @@ def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
 def waits_per_step(steps: Sequence[tuple[float, float]],
                    spans: Iterable[tuple[float, float]]) -> list[float]:
     """For each step (start, end), the seconds inside any of ``spans`` (collectives; those
-    that overlap count once). Pure, O((steps + spans) log spans): a heartbeat feeds it every
-    step and timed bucket all-reduce since the last one."""
+    that overlap count once). Pure, O((steps + spans) log spans)."""
     merged = union(spans)
     ends = [hi for _, hi in merged]
     out = []
@@ -107,13 +83,9 @@ def waits_per_step(steps: Sequence[tuple[float, float]],
     return out
 
 
-# ---- the analysis ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Times:
-    """Aligned last-n steps of the ranks that published enough of them; ``comp`` is each
-    step's compute (step - wait), worked out once."""
+    """Aligned last-n steps of the ranks that published enough; ``comp``: step - wait."""
 
     ranks: tuple[int, ...]
     step: Mapping[int, tuple[float, ...]]
@@ -135,9 +107,6 @@ class Times:
         """The last ``n`` steps only."""
         return Times.of({r: v[-n:] for r, v in self.step.items()},
                         {r: v[-n:] for r, v in self.wait.items()})
-
-    def compute(self, rank: int) -> tuple[float, ...]:
-        return self.comp[rank]
 
 
 def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
@@ -183,36 +152,31 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 
 def cost_floor(ratio: float, step_s: float) -> float:
-    """The fewest extra seconds a step must cost (compute on a slow rank, waits on a slow
-    link or network) to be named: over :data:`MIN_WAIT_S` and (ratio - 1) x
-    :data:`MIN_SHARE` of the step."""
+    """The fewest extra seconds a step must cost (compute, or waits) to be named: over
+    :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step."""
     return max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * step_s)
 
 
 def exceeds(value: float, base: float, ratio: float, floor: float) -> bool:
     """``value`` is over ``ratio`` x ``base`` and more than ``floor`` above it (pure): the one
-    test of "slower" for compute, waits and links, so a relative rise of a few milliseconds
-    names nothing."""
+    test of "slower", so a relative rise of a few milliseconds names nothing."""
     return value > ratio * base and value - base > floor
 
 
 def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
-    """Each rank's straggler score (pure): its median compute per step over the window,
-    over the median of the other ranks' (1.0 is even; :func:`detect` names a rank
-    consistently above ``ratio``). Empty with fewer than two ranks of ``min_steps`` steps."""
+    """Each rank's median compute per step over the other ranks' median (pure; 1.0 is even).
+    Empty with fewer than two ranks of ``min_steps`` steps."""
     t = aligned(snapshot.states, p)
     if t is None:
         return {}
-    medians = [_median(t.compute(r)) for r in t.ranks]
+    medians = [_median(t.comp[r]) for r in t.ranks]
     return {r: own / others for r, own, others
             in zip(t.ranks, medians, medians_without_self(medians), strict=True) if others > 0}
 
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
-    """Per rank, the steps in which it computed over ``ratio`` x the other ranks' median, and
-    more by over :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step (1 ms
-    more of a 5 ms step is scheduling noise on a busy host, 9 ms of a 500 ms step nothing
-    anyone would act on)."""
+    """Per rank, the steps in which its compute :func:`exceeds` the other ranks' median (1 ms
+    more of a 5 ms step is a busy host's noise, 9 ms of a 500 ms step nothing to act on)."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
@@ -243,31 +207,21 @@ def _slow_rank(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         _slow_rank_in(snapshot, t.tail(half), p) if half >= p.min_steps else None)
 
 
-def wants_probes(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
-                 consistent: float = CONSISTENT, window: int = WINDOW) -> bool:
+def wants_probes(snapshot: Snapshot) -> bool:
     """True when collectives slowed down on most ranks (no slow rank or link explains it)
-    and no link was probed yet: probing names the slow pair or node."""
-    p = Params(ratio, min_steps, consistent, window)
-    t = aligned(snapshot.states, p)
-    if t is None or snapshot.probes:
-        return False
-    return (_slow_rank(snapshot, t, p) is None and _slow_link(snapshot, t, p) is None
-            and _slow_network(snapshot, t, p) is not None)
+    and no link was probed yet: probing names the slow pair or node (the one finding that
+    names no host)."""
+    found = None if snapshot.probes else detect(snapshot)
+    return found is not None and not found.hosts
 
 
 def recent_wait(snapshot: Snapshot) -> float:
-    """The median rank's collective wait per step over the second half of the window (0.0
-    without enough steps): how slow the network is now. The hub probes a slowdown again only
-    when this doubled since its last probe round."""
+    """The median rank's collective wait per step over the window's second half (0.0 without
+    enough steps): the hub probes a slowdown again once this doubled."""
     t = aligned(snapshot.states, Params())
     if t is None:
         return 0.0
     return _median(_halves(t.wait[r])[1] for r in t.ranks)
-
-
-def _host(states: Mapping[int, RankState | None], rank: int) -> str:
-    state = states.get(rank)
-    return state.host if state is not None and state.host else f"rank {rank}'s host"
 
 
 def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
@@ -275,7 +229,7 @@ def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
     slow = [r for r in t.ranks if counts[r] >= p.consistent * t.steps]
     if not slow:
         return None
-    medians = {r: _median(t.compute(r)) for r in t.ranks}
+    medians = {r: _median(t.comp[r]) for r in t.ranks}
     worst = max(slow, key=lambda r: medians[r])
     others = _median(medians[r] for r in t.ranks if r != worst)
     waits = {r: _median(t.wait[r]) for r in t.ranks}
@@ -286,7 +240,7 @@ def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         kind=KIND,
         summary=f"{name(states, worst)} computes {times} the other ranks' time per step "
                 f"({medians[worst]:.3f} s vs {others:.3f} s); every step waits for it",
-        ranks=(worst,), hosts=(_host(states, worst),),
+        ranks=(worst,), hosts=(host(states, worst),),
         evidence=(
             f"compute (step - collective wait), median of the last {t.steps} steps: "
             + ", ".join(f"rank {r} {medians[r]:.3f} s" for r in t.ranks[:16]),
@@ -295,7 +249,7 @@ def _slow_rank_in(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
             f"rank {worst} waits {waits[worst]:.3f} s per step in collectives, the others "
             f"{wait_others:.3f} s: they wait for it",
         ),
-        hint=f"on {_host(states, worst)}: look for what else runs there (`top`, `nvidia-smi`), "
+        hint=f"on {host(states, worst)}: look for what else runs there (`top`, `nvidia-smi`), "
              f"thermal or power throttling, a slower GPU/CPU, or a slow data loader for that "
              f"rank (`ddpnet.phase(\"data\")` marks it)",
     )
@@ -316,7 +270,7 @@ def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         summary=f"slow link: {name(states, a)} <-> {name(states, b)}: both wait "
                 f"{waits[a]:.3f} / {waits[b]:.3f} s per step in collectives, the median rank "
                 f"{overall:.3f} s",
-        ranks=(a, b), hosts=tuple(dict.fromkeys((_host(states, a), _host(states, b)))),
+        ranks=(a, b), hosts=hosts(states, (a, b)),
         evidence=("collective wait per step (median of the last "
                   f"{t.steps} steps): " + ", ".join(f"rank {r} {waits[r]:.3f} s"
                                                    for r in t.ranks[:16]),),
@@ -325,10 +279,9 @@ def _slow_link(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
 
 
 def _link_hint(states: Mapping[int, RankState | None], a: int, b: int) -> str:
-    sa, sb = states.get(a), states.get(b)
-    iface = (sa.interface if sa is not None else "") or "<iface>"
-    peer = (sb.address if sb is not None else "") or "<peer address>"
-    return (f"on {_host(states, a)} and {_host(states, b)}: `ethtool {iface}` (Speed), "
+    iface = field(states, a, "interface", "<iface>")
+    peer = field(states, b, "address", "<peer address>")
+    return (f"on {host(states, a)} and {host(states, b)}: `ethtool {iface}` (Speed), "
             f"`ip -s link show {iface}` (errors, drops); `ddpnet bench` or `iperf3 -c {peer}` "
             f"between them after the job")
 
@@ -347,7 +300,7 @@ def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
         return None
     rose = []
     for r in t.ranks:
-        (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.compute(r))
+        (w0, w1), (c0, c1) = _halves(t.wait[r]), _halves(t.comp[r])
         floor = cost_floor(p.ratio, _halves(t.step[r])[1])
         if exceeds(w1, w0, p.ratio, floor) and not exceeds(c1, c0, p.ratio, floor):
             rose.append((r, w0, w1))
@@ -389,7 +342,7 @@ def _named_by_probes(snapshot: Snapshot, evidence: tuple[str, ...],
         kind=KIND,
         summary=f"slow network: collectives take {factor:.1f}x longer; the probes name "
                 f"{where} (down to {worst:.3g} Gb/s)",
-        ranks=ranks, hosts=tuple(dict.fromkeys(_host(states, r) for r in ranks)),
+        ranks=ranks, hosts=hosts(states, ranks),
         evidence=(*evidence, *(f"rank {q.src_rank} -> rank {q.dst_rank}: {q.detail}"
                                for q in found.streams[:6])),
         hint=_link_hint(states, a, b),
