@@ -1,25 +1,10 @@
 """How long the job may go without progress before the watchdog names a hang (pure).
 
-Learned from the job itself rather than a fixed minute: each rank measures its own gaps
-between progress events (every collective it issues and finishes, every step and phase mark:
-``watch.gaps``) and publishes their time-weighted p99 in its heartbeat; the hub takes the
-largest among the ranks, and the threshold is ``max(FLOOR_S, FACTOR x that p99)``. A job whose
-ranks step every 25 ms is named 5 s into a stall, 40 steps after its start; one whose forward
-alone takes 4 s, 12 s into it.
-
-Legitimately long phases get their own allowance instead of inflating the threshold: while any
-rank does the work of ``ddpnet.phase("checkpoint" | "eval" | "warmup")`` (``ddpnet train``
-marks its own; a rank inside a collective or silent does not) the threshold is at least that
-phase's allowance, ``max(ALLOWANCE_S[phase], PHASE_FACTOR
-x the longest such phase seen)``, and gaps that overlap such a phase teach nothing. Until every
-live rank has ``MIN_GAPS`` gaps, counted only once it finished its first steps (start-up,
-DDP's broadcast, the first compile: ``gaps.WARM_STEPS``), the threshold is ``WARMUP_S``.
-
-A rank that hears neither the hub nor its peers judges itself (``watch.cutoff``) by
-:func:`self_judged`: the hub's learned base (the ack carries it apart from the phase-raised
-one), else its own, raised only by its own long phase while it does that phase's work:
-another rank's phase, or the warm-up once learned, must not keep it waiting minutes.
-``watch_timeout`` / ``DDPNET_WATCH_TIMEOUT`` overrides all of it.
+Learned from the job rather than a fixed minute (docs/watch.md, "Thresholds learned from the
+job"): ``max(FLOOR_S, FACTOR x`` the largest of the ranks' time-weighted p99 gaps between
+progress ``)``, the warm-up's allowance until every rank has ``MIN_GAPS`` gaps, raised to a
+long phase's allowance while a rank does that phase's work; gaps over a long phase, a working
+hold or an unheard rank teach nothing. ``watch_timeout`` overrides all of it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
-"""When to name a cause (pure): the hub feeds every tick's snapshot; the watchdog answers
-whether the job has stalled or lost a rank, and so whether to analyze and act now.
+"""When to name a cause (pure): fed every tick's snapshot, the watchdog says whether the
+job stalled (someone waits in a collective and no rank progressed for the threshold,
+:mod:`ddpnet.watch.threshold`) or lost a rank, and so whether to analyze and act now.
 
-A stall is: at least one rank inside a collective (someone waits) and no rank's progress
-(its last collective, step, phase, in-flight collective) changed for the threshold: learned
-from the ranks' own gaps between progress and raised while a rank is in a long phase
-(:mod:`ddpnet.watch.threshold`), or the user's ``watch_timeout``. A rank that left without
-saying goodbye (killed, crashed, an exception) triggers after ``grace`` seconds, time for the
-survivors' last heartbeats to arrive.
-
-A rank that keeps the others waiting while it *works* (:mod:`ddpnet.watch.activity`: its CPU
-time or I/O bytes move, or its stack changes: an unmarked checkpoint or evaluation) is no
-hang: past the threshold the watchdog warns once per stall (:attr:`Watchdog.warning`) and
-holds the verdict while every rank behind the collective works. It comes once one of them
-stood still for the threshold (measured from when it stopped), or after
-:data:`WORKING_MAX_S`; the user's ``watch_timeout`` is not held. A rank that does not work
-(sleeping, blocked on a lock, a socket or storage; stopped: no heartbeat) is named at the
-threshold as before, and so is a stall with nobody behind (every rank in one collective).
-
-A stall whose unheard ranks are every rank off one host (the hub's own node lost its link:
-it hears none of the others at once) is held :data:`OUTAGE_HOLD_S` more, once, when they are
-back (heard again, or their ports answer the probes): TCP's retransmission backoff delays
-their heartbeats and collectives seconds after a flap, and naming them all "stopped" would
-drain healthy nodes. A link still down is named at once; a rank stopped for good, after the
-hold. From a rank late (:attr:`Watchdog.late_after`) until progress, the threshold's source is
-``unheard``: the gap a flap causes teaches nothing.
+Three things are not a hang (docs/watch.md): ranks that *work* while the others wait (an
+unmarked checkpoint: warned once, held while they work); silent ranks waiting behind them;
+and every rank off one host going unheard at once and coming back (that host's link
+flapped: held :data:`OUTAGE_HOLD_S`, once). While a rank is late, gaps teach nothing.
 """
 
 from __future__ import annotations
