@@ -622,7 +622,7 @@ def test_the_hubs_own_flap_holds_the_verdict_once_and_a_stop_after_it_is_named(
     at(5.0, {0: 5.0, 1: 0.0, 2: 0.0})  # 1 and 2 silent past stale_after: probed
     at(5.1, {0: 5.0, 1: 0.0, 2: 0.0})  # the round is over: held, not named
     assert len(rounds) == 1 and hub.watchdog.unheard == {1, 2}
-    assert hub.watchdog.threshold.source == "unheard"
+    assert hub.watchdog.told.source == "unheard"
     assert not (tmp_path / "report.json").exists() and hub.verdict_at is None
     at(5.1 + OUTAGE_HOLD_S - 0.2, {0: 15.0, 1: 0.0, 2: 0.0})
     assert len(rounds) == 1 and hub.verdict_at is None
@@ -631,6 +631,7 @@ def test_the_hubs_own_flap_holds_the_verdict_once_and_a_stop_after_it_is_named(
     assert len(rounds) == 2 and hub.verdict_at is not None
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["kind"] == "rank-gone" and report["diagnosis"]["ranks"] == [1, 2]
+    assert report["threshold"]["source"] == "learned"  # judged by; "unheard" is the ranks'
     assert any(line.startswith(f"held {OUTAGE_HOLD_S:g} s: rank(s) 1, 2") for line in
                report["diagnosis"]["evidence"])
     sock.close()

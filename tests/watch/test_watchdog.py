@@ -307,7 +307,7 @@ def test_the_hubs_own_flap_is_held_once_then_a_stop_is_named() -> None:
     assert dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0) is None
     silent = three_hosts({0: 0.1, 1: 10.0, 2: 10.0})
     assert dog.due(silent, 10.0, silent=(1, 2), late=(1, 2)) is not None
-    assert dog.threshold.source == "unheard"  # the gap it causes teaches the ranks nothing
+    assert dog.told.source == "unheard" and dog.threshold.source == "warm-up"  # the gap it causes teaches the ranks nothing
     assert dog.outage(three_hosts({0: 0.1, 1: 10.5, 2: 10.5}, reached(1, 2)), 10.5)
     assert "rank(s) 1, 2" in dog.outage_note
     assert dog.due(silent, 10.6, silent=(1, 2)) is None
@@ -355,13 +355,13 @@ def test_a_late_rank_makes_the_stalls_gaps_teach_nothing_until_progress() -> Non
     dog = Watchdog(Settings())
     assert dog.late_after == 2.5
     dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
-    assert dog.threshold.source == "warm-up"
+    assert dog.told.source == "warm-up"
     dog.due(three_hosts({0: 0.1, 1: 3.0, 2: 0.1}), 3.0, late=(1,))
-    assert dog.threshold.source == "unheard" and "rank(s) 1 unheard" in dog.threshold.reason
+    assert dog.told.source == "unheard" and "rank(s) 1 unheard" in dog.told.reason
     dog.due(three_hosts({0: 0.1, 1: 0.1, 2: 0.1}), 5.0)  # heard again, no progress yet
-    assert dog.threshold.source == "unheard"
+    assert dog.told.source == "unheard"
     found = three_hosts({0: 0.1, 1: 0.1, 2: 0.1})
     moved = replace(found, states={**found.states, 0: RankState(rank=0, world_size=3,
                                                                host="h0", last_seq=3)})
     dog.due(moved, 6.0)
-    assert dog.threshold.source == "warm-up"
+    assert dog.told.source == "warm-up"

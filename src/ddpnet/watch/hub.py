@@ -280,10 +280,11 @@ class Hub(Decisions):
         once every rank published, the peers it checks then."""
         dog, now = self.watchdog, time.monotonic()
         # a change of seconds or source is told at once (not each new count in a reason)
-        told = (dog.threshold.seconds, dog.threshold.source, dog.base.seconds, dog.base.source)
+        threshold = dog.told
+        told = (threshold.seconds, threshold.source, dog.base.seconds, dog.base.source)
         if told != peer.told or now - peer.acked_at >= min(ACK_EVERY_S, told[0] / 2):
             if told != self.ack[0]:  # the same bytes for every rank until it changes
-                self.ack = (told, encode({"t": "ack", "threshold": dog.threshold.to_dict(),
+                self.ack = (told, encode({"t": "ack", "threshold": threshold.to_dict(),
                                           "base": dog.base.to_dict()}))
             self.send(peer, self.ack[1], key="ack")
             peer.acked_at, peer.told = now, told

@@ -146,6 +146,13 @@ class Watchdog:
         return thresholds.stale_after(self.threshold.seconds, self.settings.period)
 
     @property
+    def told(self) -> thresholds.Threshold:
+        """The threshold the ranks are told: while a rank was late in this stall, source
+        ``unheard`` (the gap it causes teaches nothing); what it judges by stays
+        :attr:`threshold`."""
+        return thresholds.unheard(self.threshold, self.late) if self.late else self.threshold
+
+    @property
     def late_after(self) -> float:
         """A rank unheard this long is late (a few heartbeats: a flap's first seconds)."""
         return thresholds.STALE_PERIODS * self.settings.period
@@ -181,9 +188,7 @@ class Watchdog:
             self.held, self.warning, self.note = {}, None, ""
             self.unheard, self.late, self.quiet_until, self.outage_note = set(), (), None, ""
         self.unheard.update(silent)
-        self.late = late or self.late
-        if self.late:  # until progress: the gap they cause teaches nothing (told to all)
-            self.threshold = thresholds.unheard(self.threshold, self.late)
+        self.late = late or self.late  # until progress (:attr:`told`)
         # a rank back (it connected anew: its channel broke, it lived) is gone no more
         self.gone_since = {r: self.gone_since.get(r, now) for r in snapshot.gone}
         if self.fired:
