@@ -621,7 +621,7 @@ def test_the_hubs_own_flap_holds_the_verdict_once_and_a_stop_after_it_is_named(
     at(0.0, {0: 0.0, 1: 0.0, 2: 0.0})
     at(5.0, {0: 5.0, 1: 0.0, 2: 0.0})  # 1 and 2 silent past stale_after: probed
     at(5.1, {0: 5.0, 1: 0.0, 2: 0.0})  # the round is over: held, not named
-    assert len(rounds) == 1 and hub.watchdog.unheard == {1, 2}
+    assert len(rounds) == 1 and hub.watchdog.late == {1, 2}
     assert hub.watchdog.told.source == "unheard"
     assert not (tmp_path / "report.json").exists() and hub.verdict_at is None
     at(5.1 + OUTAGE_HOLD_S - 0.2, {0: 15.0, 1: 0.0, 2: 0.0})

@@ -19,7 +19,6 @@ from ddpnet.watch.watchdog import (
     Settings,
     Watchdog,
     back,
-    one_host_lost,
 )
 from ddpnet.watch.wire import Lines, encode
 
@@ -263,7 +262,7 @@ def test_a_silent_rank_while_others_wait_fires_at_stale_after_in_the_warm_up() -
     assert again.due(snap(3, True), 30.0) is None
 
 
-# -- one host's outage: held once, while its ranks are back -----------------------------------
+# -- an outage: held once, while its ranks are back -------------------------------------------
 
 def three_hosts(ages: dict[int, float], probes: tuple[LinkProbe, ...] = (),
                 hosts: tuple[str, ...] = ("h0", "h1", "h2")) -> Snapshot:
@@ -280,23 +279,13 @@ def reached(*ranks: int, ok: bool = True) -> tuple[LinkProbe, ...]:
     return tuple(LinkProbe(src_rank=0, dst_rank=r, reachable=ok) for r in ranks)
 
 
-def test_every_rank_off_one_host_unheard_is_that_hosts_link() -> None:
-    snap3 = three_hosts({0: 0.1, 1: 6.0, 2: 6.0})
-    assert one_host_lost(snap3, (1, 2))
-    assert not one_host_lost(snap3, (2,))  # ranks 0 and 1 heard on two hosts: rank 2 alone
-    assert not one_host_lost(snap3, ())
-    assert one_host_lost(snap3, (0, 1, 2))  # the hub hears nobody: its own link
-    # every rank on one host: a silent one sits beside heard ones, no link explains it
-    local = three_hosts({0: 0.1, 1: 6.0, 2: 0.1}, hosts=("a", "a", "a"))
-    assert not one_host_lost(local, (1,))
-
-
 def test_back_means_heard_again_or_answering_a_connect_probe() -> None:
-    assert back(three_hosts({0: 0.1, 1: 1.0, 2: 1.0}), (1, 2), stale_after=4.0)
-    assert back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1, 2)), (1, 2), 4.0)
-    assert not back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1)), (1, 2), 4.0)
+    assert back(three_hosts({0: 0.1, 1: 1.0, 2: 1.0}), (1, 2), late_after=2.5)
+    assert not back(three_hosts({0: 0.1, 1: 3.0, 2: 1.0}), (1, 2), 2.5)  # 1 still late
+    assert back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1, 2)), (1, 2), 2.5)
+    assert not back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1)), (1, 2), 2.5)
     assert not back(three_hosts({0: 0.1, 1: 9.0, 2: 9.0}, reached(1, 2, ok=False)), (1, 2),
-                    4.0)
+                    2.5)
 
 
 def test_the_hubs_own_flap_is_held_once_then_a_stop_is_named() -> None:
@@ -307,13 +296,31 @@ def test_the_hubs_own_flap_is_held_once_then_a_stop_is_named() -> None:
     assert dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0) is None
     silent = three_hosts({0: 0.1, 1: 10.0, 2: 10.0})
     assert dog.due(silent, 10.0, silent=(1, 2), late=(1, 2)) is not None
-    assert dog.told.source == "unheard" and dog.threshold.source == "warm-up"  # the gap it causes teaches the ranks nothing
+    assert dog.told.source == "unheard" and dog.threshold.source == "warm-up"
     assert dog.outage(three_hosts({0: 0.1, 1: 10.5, 2: 10.5}, reached(1, 2)), 10.5)
-    assert "rank(s) 1, 2" in dog.outage_note
+    assert "rank(s) 1, 2 went unheard" in dog.outage_note
     assert dog.due(silent, 10.6, silent=(1, 2)) is None
     assert dog.due(silent, 10.5 + OUTAGE_HOLD_S - 0.1, silent=(1, 2)) is None
     assert dog.due(silent, 10.5 + OUTAGE_HOLD_S, silent=(1, 2)) is not None
     assert not dog.outage(three_hosts({0: 0.1, 1: 21.0, 2: 21.0}, reached(1, 2)), 21.0)
+
+
+def test_a_flap_that_stalled_every_rank_is_held_once_its_rank_is_heard_again() -> None:
+    """At the 5 s floor a 4 s flap of node 2 stalls every rank past the threshold, rank 2
+    only late (not silent): "stalled, no detector named why" until held."""
+    dog = learned_dog()
+    dog.due(held(0.0, 0.0, world=3, everyone_waits=True), 0.0)
+    late = replace(held(3.0, 0.0, world=3, everyone_waits=True), ages={0: 0.1, 1: 0.1, 2: 3.0})
+    assert dog.due(late, 3.0, late=(2,)) is None
+    back_again = replace(held(5.0, 0.0, world=3, everyone_waits=True),
+                         ages={0: 0.1, 1: 0.1, 2: 0.5})
+    assert dog.due(back_again, 5.0) == "no progress for 5 s"
+    assert dog.outage(back_again, 5.0) and dog.due(back_again, 6.0) is None
+    # without a late rank in the stall, a hang is named at the threshold, no hold
+    plain = learned_dog()
+    plain.due(held(0.0, 0.0, world=3, everyone_waits=True), 0.0)
+    hung = held(5.0, 0.0, world=3, everyone_waits=True)
+    assert plain.due(hung, 5.0) == "no progress for 5 s" and not plain.outage(hung, 5.0)
 
 
 def test_progress_after_the_flap_ends_the_hold_and_a_later_stall_may_hold_again() -> None:
@@ -325,20 +332,17 @@ def test_progress_after_the_flap_ends_the_hold_and_a_later_stall_may_hold_again(
     moved = replace(found, states={**found.states, 0: RankState(rank=0, world_size=3,
                                                                host="h0", last_seq=3)})
     assert dog.due(moved, 12.0) is None
-    assert dog.quiet_until is None and not dog.unheard and not dog.outage_note
+    assert dog.quiet_until is None and not dog.late and not dog.outage_note
 
 
-def test_a_link_still_down_or_a_lone_rank_is_not_held() -> None:
+def test_a_link_still_down_is_not_held() -> None:
     dog = Watchdog(Settings())
     dog.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
-    dog.due(three_hosts({0: 0.1, 1: 10.0, 2: 10.0}), 10.0, silent=(1, 2))
-    # the probes time out: the link is down (a cut, not a flap): named at once
-    assert not dog.outage(three_hosts({0: 0.1, 1: 12.0, 2: 12.0}, reached(1, 2, ok=False)), 12)
-    lone = Watchdog(Settings())
-    lone.due(three_hosts({0: 0.0, 1: 0.0, 2: 0.0}), 0.0)
-    lone.due(three_hosts({0: 0.1, 1: 0.1, 2: 10.0}), 10.0, silent=(2,))
-    # rank 2 alone unheard while ranks on two other hosts are heard: a stopped rank
-    assert not lone.outage(three_hosts({0: 0.1, 1: 0.1, 2: 12.0}, reached(2)), 12.0)
+    dog.due(three_hosts({0: 0.1, 1: 0.1, 2: 10.0}), 10.0, silent=(2,))
+    # the probes' connects time out: the link is down (a cut, not a flap): named at once
+    assert not dog.outage(three_hosts({0: 0.1, 1: 0.1, 2: 12.0}, reached(2, ok=False)), 12)
+    # a stopped process answers connects: held once, then named
+    assert dog.outage(three_hosts({0: 0.1, 1: 0.1, 2: 12.0}, reached(2)), 12.0)
 
 
 def test_a_gap_teaches_nothing_while_ranks_or_the_hub_are_unheard() -> None:

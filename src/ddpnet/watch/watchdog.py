@@ -4,8 +4,9 @@ job stalled (someone waits in a collective and no rank progressed for the thresh
 
 Three things are not a hang (docs/watch.md): ranks that *work* while the others wait (an
 unmarked checkpoint: warned once, held while they work); silent ranks waiting behind them;
-and every rank off one host going unheard at once and coming back (that host's link
-flapped: held :data:`OUTAGE_HOLD_S`, once). While a rank is late, gaps teach nothing.
+and ranks that went unheard and are back (heard again, or answering the probes' connects: a
+link flapped, and TCP's backoff delays heartbeats and collectives after it): held
+:data:`OUTAGE_HOLD_S`, once a stall. While a rank is late, gaps teach nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ TIMEOUT_S = thresholds.WARMUP_S
 WORKING_MAX_S = 1800.0
 #: what the watchdog does with a verdict
 ACTIONS = ("exit", "warn")
-#: seconds a stall's verdict is held, once, when the ranks unheard in it are every rank off
-#: one host and they are back (a flap of that host's link; TCP's backoff after it: ~3 s)
+#: seconds a stall's verdict is held, once, when the ranks late in it are back (a link flap;
+#: TCP's retransmission backoff after it: a few seconds)
 OUTAGE_HOLD_S = 10.0
 
 
@@ -91,20 +92,10 @@ def working_warning(snapshot: Snapshot, ranks: tuple[int, ...], began: Snapshot 
                      "ddpnet.phase('checkpoint' | 'eval'): ...; else see what it does")
 
 
-def one_host_lost(snapshot: Snapshot, unheard: Collection[int]) -> bool:
-    """Whether ``unheard`` is every live rank off one host (or every rank): that host lost
-    the others at once (its link), not that many processes stopped together (pure)."""
-    states = snapshot.states
-    live = [r for r, s in states.items() if s is not None and r not in snapshot.gone]
-    heard = {s.host for r in live if r not in unheard and (s := states[r]) is not None}
-    lost = {s.host for r in unheard if (s := states.get(r)) is not None}
-    return bool(unheard) and len(heard) <= 1 and not heard & lost
-
-
-def back(snapshot: Snapshot, unheard: Collection[int], stale_after: float) -> bool:
-    """Whether every rank in ``unheard`` is heard again or answered a connect probe."""
+def back(snapshot: Snapshot, late: Collection[int], late_after: float) -> bool:
+    """Whether every rank in ``late`` is heard again or answered a connect probe (pure)."""
     reached = {p.dst_rank for p in snapshot.probes if p.what == "connect" and p.reachable}
-    return all(r in reached or snapshot.age(r) <= stale_after for r in unheard)
+    return all(r in reached or snapshot.age(r) <= late_after for r in late)
 
 
 @dataclass
@@ -132,10 +123,9 @@ class Watchdog:
     warning: Diagnosis | None = None
     #: the verdict's word on them: until when they worked ("" when none held it)
     note: str = ""
-    #: the ranks silent at some tick of this stall, the last ranks late in it; until when a
-    #: one-host outage holds it (:meth:`outage`, once a stall), and the verdict's word on it
-    unheard: set[int] = field(default_factory=set)
-    late: tuple[int, ...] = ()
+    #: the ranks late at some tick of this stall; until when their outage holds it
+    #: (:meth:`outage`, once a stall), and the verdict's word on that
+    late: set[int] = field(default_factory=set)
     quiet_until: float | None = None
     outage_note: str = ""
 
@@ -150,7 +140,9 @@ class Watchdog:
         """The threshold the ranks are told: while a rank was late in this stall, source
         ``unheard`` (the gap it causes teaches nothing); what it judges by stays
         :attr:`threshold`."""
-        return thresholds.unheard(self.threshold, self.late) if self.late else self.threshold
+        if not self.late:
+            return self.threshold
+        return thresholds.unheard(self.threshold, tuple(sorted(self.late)))
 
     @property
     def late_after(self) -> float:
@@ -186,9 +178,8 @@ class Watchdog:
             self.since, self.began = now, snapshot
             self.fired = False  # progress again: a warned stall may warn again later
             self.held, self.warning, self.note = {}, None, ""
-            self.unheard, self.late, self.quiet_until, self.outage_note = set(), (), None, ""
-        self.unheard.update(silent)
-        self.late = late or self.late  # until progress (:attr:`told`)
+            self.late, self.quiet_until, self.outage_note = set(), None, ""
+        self.late.update(late, silent)  # until progress (:attr:`told`, :meth:`outage`)
         # a rank back (it connected anew: its channel broke, it lived) is gone no more
         self.gone_since = {r: self.gone_since.get(r, now) for r in snapshot.gone}
         if self.fired:
@@ -219,17 +210,18 @@ class Watchdog:
             bool(working_laggards(snapshot, self.threshold.seconds, self.stale_after))
 
     def outage(self, snapshot: Snapshot, now: float) -> bool:
-        """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): the ranks
-        unheard in it are every rank off one host (:func:`one_host_lost`) and are back
-        (:func:`back`, ``snapshot`` with this stall's probes)."""
-        unheard = sorted(self.unheard)
-        if self.quiet_until is not None or not one_host_lost(snapshot, unheard) or \
-                not back(snapshot, unheard, self.stale_after):
+        """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): ranks went
+        late in it and every one is back (:func:`back`, ``snapshot`` with this stall's
+        probes). A stopped process answers connects too: it is named after the hold."""
+        late = sorted(self.late)
+        if self.quiet_until is not None or not late or \
+                not back(snapshot, late, self.late_after):
             return False
         self.quiet_until = now + OUTAGE_HOLD_S
-        shown = ", ".join(str(r) for r in unheard[:8])
-        self.outage_note = (f"held {OUTAGE_HOLD_S:g} s: rank(s) {shown}, every rank off one "
-                            f"host, went unheard together and answered again (a link flap)")
+        shown = ", ".join(str(r) for r in late[:8])
+        self.outage_note = (f"held {OUTAGE_HOLD_S:g} s: rank(s) {shown} went unheard in this "
+                            f"stall and answered again (heard, or the probes' connects): a "
+                            f"link flap's retransmission backoff")
         return True
 
     def hold(self, snapshot: Snapshot, waited: float) -> bool:
