@@ -321,6 +321,11 @@ def test_a_flap_that_stalled_every_rank_is_held_once_its_rank_is_heard_again() -
     plain.due(held(0.0, 0.0, world=3, everyone_waits=True), 0.0)
     hung = held(5.0, 0.0, world=3, everyone_waits=True)
     assert plain.due(hung, 5.0) == "no progress for 5 s" and not plain.outage(hung, 5.0)
+    # the user's watch_timeout is not held
+    told = Watchdog(Settings(timeout=5))
+    told.due(held(0.0, 0.0, world=3, everyone_waits=True), 0.0)
+    told.due(late, 3.0, late=(2,))
+    assert told.due(back_again, 5.0) == "no progress for 5 s" and not told.outage(back_again, 5)
 
 
 def test_progress_after_the_flap_ends_the_hold_and_a_later_stall_may_hold_again() -> None:

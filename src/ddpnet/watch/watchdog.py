@@ -6,7 +6,8 @@ Three things are not a hang (docs/watch.md): ranks that *work* while the others 
 unmarked checkpoint: warned once, held while they work); silent ranks waiting behind them;
 and ranks that went unheard and are back (heard again, or answering the probes' connects: a
 link flapped, and TCP's backoff delays heartbeats and collectives after it): held
-:data:`OUTAGE_HOLD_S`, once a stall. While a rank is late, gaps teach nothing.
+:data:`OUTAGE_HOLD_S`, once a stall. The user's ``watch_timeout`` is held by neither. While a
+rank is late, gaps teach nothing.
 """
 
 from __future__ import annotations
@@ -212,9 +213,10 @@ class Watchdog:
     def outage(self, snapshot: Snapshot, now: float) -> bool:
         """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): ranks went
         late in it and every one is back (:func:`back`, ``snapshot`` with this stall's
-        probes). A stopped process answers connects too: it is named after the hold."""
+        probes). A stopped process answers connects too: it is named after the hold. The
+        user's ``watch_timeout`` is not held."""
         late = sorted(self.late)
-        if self.quiet_until is not None or not late or \
+        if self.settings.timeout is not None or self.quiet_until is not None or not late or \
                 not back(snapshot, late, self.late_after):
             return False
         self.quiet_until = now + OUTAGE_HOLD_S
