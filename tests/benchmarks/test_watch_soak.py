@@ -2,7 +2,7 @@
 it once or twice (CPU noise, a checkpoint and an evaluation on rank 0, delay and jitter on
 every link, two 4 s link flaps), then the frozen rank: no verdict before it, and it named
 with its cause, rank and host within the fixed bound. A flap of the hub's own node (node 0)
-is in it: it named every other rank "gone" before the one-host outage hold
+is in it: it named every other rank "gone" before the outage hold
 (``watchdog.Watchdog.outage``). The 30-minute figure is committed in
 benchmarks/results/watch_soak.json."""
 
