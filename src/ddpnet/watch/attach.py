@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ddpnet.config import DistConfig
-    from ddpnet.watch.session import WatchConfig
+    from ddpnet.watch.settings import WatchConfig
 
 #: the variable that makes the boot directory's ``sitecustomize`` install the hook
 ATTACH_VAR = "DDPNET_WATCH_ATTACH"
@@ -141,14 +141,14 @@ def _plan(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     import inspect
 
     from ddpnet.errors import ConfigError
-    from ddpnet.watch import session
+    from ddpnet.watch import settings
 
     try:
         bound = inspect.signature(original).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return None  # the call itself is wrong: torch says how
     try:
-        wc = session.watch_config(os.environ)
+        wc = settings.watch_config(os.environ)
         if not wc.enabled:
             return None
         from ddpnet.env.resolve import resolve
@@ -255,9 +255,9 @@ def install() -> None:
     """Wrap ``init_process_group`` now if ``torch.distributed`` is loaded, else when it is
     first imported (torch is not imported here); say what a framework's own process model
     hides from the watch when the script imports it (``watch.frameworks``)."""
-    from ddpnet.watch import frameworks, settle
+    from ddpnet.watch import dying, frameworks
 
-    settle.register()  # before the script's own handlers: it runs after them at exit
+    dying.register_settle()  # before the script's own handlers: it runs after them at exit
     frameworks.install()
     if "torch.distributed.distributed_c10d" in sys.modules:
         patch()

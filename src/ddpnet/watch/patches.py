@@ -84,7 +84,7 @@ TARGETS: tuple[Target, ...] = (
            "infer: the data phase while the next batch is awaited; steps led by fetches",
            "no data phase; steps begin at the forward"),
     Target("sys", "exit",
-           "exitnote: a rank's sys.exit(code) is a rank that gave up, not one that finished",
+           "dying: a rank's sys.exit(code) is a rank that gave up, not one that finished",
            "(always present)"),
 )
 
