@@ -37,7 +37,7 @@ HOOKS: tuple[Hook, ...] = (
          "then removes itself",
          "a torch whose init_process_group moved: no watch unless the script calls "
          "ddpnet.init()"),
-    Hook("framework import finder", "ddpnet.watch.frameworks", "sys.meta_path",
+    Hook("framework import finder", "ddpnet.watch.attach", "sys.meta_path",
          "the import system: a one-line note when the script imports ray.train",
          "the note is not printed"),
     Hook("wrapped torch callables", "ddpnet.watch.patches", "wrapt.FunctionWrapper",
