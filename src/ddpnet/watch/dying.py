@@ -3,17 +3,15 @@
 - Its own code raises: the goodbye carries the error, then the previous excepthook prints
   it. Ctrl-C and SIGTERM (``errors.Terminated``) are someone's intent: a plain goodbye.
 - A peer died (:func:`peer_failure`): the traceback, then up to ``verdict_wait`` s for the
-  hub's verdict, which names the cause and exits with its code from the heartbeat thread;
-  SIGTERM is held meanwhile (launchers send it within 0.1 s of a peer dying).
-- SIGTERM from a launcher or a user (:func:`guard`): the hub is asked whether a peer failed;
-  the rank waits for the verdict if one did, else ends by SIGTERM at once.
-- ``sys.exit(code)`` that fails (:func:`note_exits`): the goodbye carries the code, else the
-  hub took the rank for finished and blamed the ranks still in the next collective. One
-  called while a peer's failure is handled (mp.spawn's child) waits as the excepthook would.
+  hub's verdict, which names the cause and exits with its code; SIGTERM is held meanwhile.
+- SIGTERM (:func:`guard`): the hub is asked whether a peer failed; the rank waits for the
+  verdict if one did, else ends by SIGTERM at once.
+- A failing ``sys.exit(code)`` (:func:`note_exits`): the goodbye carries the code, else the
+  hub took the rank for finished and blamed the ranks still in the next collective.
 - Any exit: :func:`settle` hands the GIL to torch's backend threads last.
 
-The rank's training thread may sit inside a C++ collective, so a verdict exits with
-``os._exit`` and a signal is learnt through Python's wakeup fd by a thread of ours.
+The training thread may sit inside a C++ collective: a verdict exits with ``os._exit``, and
+a signal is learnt through Python's wakeup fd by a thread of ours.
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def peer_failure(kind: type[BaseException], text: str) -> bool:
 @contextlib.contextmanager
 def uncaptured(stream: TextIO) -> Iterator[None]:
     """sys.stderr as the watch started while a rank waits for its verdict: torch's
-    excepthook runs ours with sys.stderr swapped for a StringIO and prints it once ours
-    returns, but the verdict exits first (the traceback and the verdict's line were lost)."""
+    excepthook runs ours with sys.stderr swapped for a StringIO, and the verdict exits first."""
     captured = sys.stderr
     if not isinstance(captured, io.StringIO) or captured is stream:
         yield
@@ -95,7 +92,7 @@ class Ending:
 
     def install(self) -> None:
         """The excepthook, the ``sys.exit`` note, the SIGTERM guard where the watch's action
-        exits, and the settle (first, if the boot did not: it then runs after the goodbye)."""
+        exits, and the settle (registered before the goodbye: it runs after it)."""
         self.unexit = note_exits(self.exiting)
         sys.excepthook = self.excepthook
         if self.verdict_wait > 0:
@@ -143,9 +140,8 @@ class Ending:
             self.beacon.await_verdict(error, self.verdict_wait)
 
     def exiting(self, error: str, handling: BaseException | None) -> None:
-        """A failing ``sys.exit`` from the main thread; one called while a peer's failure is
-        handled (a wrapper's ``except Exception: sys.exit(1)``) never reaches the excepthook,
-        so it waits for the verdict here."""
+        """A failing ``sys.exit``; one called while a peer's failure is handled (mp.spawn's
+        child) never reaches the excepthook, so it waits for the verdict here."""
         if os.getpid() != self.beacon.owner:  # a forked child's exit is not this rank's
             return
         self.exit_error = error
@@ -166,9 +162,8 @@ def describe(code: object) -> str:
 
 
 def note_exits(on_exit: Callable[[str, BaseException | None], None]) -> Callable[[], None]:
-    """Wrap ``sys.exit`` to tell ``on_exit`` a failing exit's error from the main thread (a
-    thread's SystemExit ends only that thread) and the exception being handled; the undo.
-    A bare ``raise SystemExit(3)`` is not seen: nothing in Python reports it before exit."""
+    """Wrap ``sys.exit`` to tell ``on_exit`` a failing exit's error from the main thread and
+    the exception being handled; the undo. A bare ``raise SystemExit(3)`` is not seen."""
     def noted(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if threading.current_thread() is threading.main_thread():
             error = describe(args[0] if args else kwargs.get("status"))
@@ -187,9 +182,9 @@ _registered: list[bool] = []
 
 
 def settle() -> None:
-    """Sleep :data:`SETTLE_S` while a process group is alive (no torch import otherwise).
-    A gloo run loop frees a finished collective's tensors after ``wait`` returned, which
-    takes the GIL: found finalizing, it aborted the process (exit 134, torch 2.13)."""
+    """Sleep :data:`SETTLE_S` while a process group is alive: a gloo run loop frees a
+    finished collective's tensors after ``wait`` returned, which takes the GIL, and found
+    the interpreter finalizing it aborted the process (exit 134, torch 2.13)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return
@@ -222,8 +217,8 @@ class _Guard:
 
     def on_term(self, signum: int, frame: FrameType | None) -> None:
         """The main thread's handler notes the SIGTERM and returns: it may run inside a lock
-        the heartbeat thread needs to read the verdict. Called by a handler installed over
-        ours (Lightning's), the SIGTERM is that handler's: nothing to decide."""
+        the heartbeat thread needs. Called by a handler installed over ours (Lightning's),
+        the SIGTERM is that handler's."""
         if signal.getsignal(signal.SIGTERM) != self.on_term:
             return
         if os.getpid() != self.owner or not self.thread.is_alive():
@@ -293,8 +288,8 @@ def _unguard(taken: _Guard) -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child (a DataLoader worker) has no guard thread: SIGTERM kills it at once, and
-    its signals must not wake the parent's guard through the shared socket."""
+    """A forked child has no guard thread: SIGTERM kills it at once, and its signals must not
+    wake the parent's guard through the shared socket."""
     global _guard
     taken, _guard = _guard, None
     if taken is None:
@@ -312,8 +307,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 @contextlib.contextmanager
 def holding() -> Iterator[None]:
-    """Hold SIGTERM while the main thread waits for the verdict; one held ends the rank when
-    the wait ends without a verdict."""
+    """Hold SIGTERM while the main thread waits for the verdict (then it ends the rank)."""
     held: list[int] = []
     try:
         previous = signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum))
@@ -329,8 +323,7 @@ def holding() -> Iterator[None]:
 
 
 def die() -> None:
-    """End this process by SIGTERM as if no handler were installed (its exit status says
-    SIGTERM to the launcher), from any thread."""
+    """End this process by SIGTERM as if no handler were installed, from any thread."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     else:  # Python lets only the main thread set a disposition; libc does not mind

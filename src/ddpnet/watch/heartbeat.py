@@ -29,8 +29,7 @@ from ddpnet.watch.selfjudge import SelfJudge
 from ddpnet.watch.state import CollectiveRecord, RankState
 from ddpnet.watch.straggler import StragglerWindow
 from ddpnet.watch.threshold import learn, learned, period_for
-from ddpnet.watch.transport import LOST_AFTER_S, SEND_DEADLINE_S, SOCKET_TIMEOUT_S, Outbox
-from ddpnet.watch.wire import MAX_LINE, Lines
+from ddpnet.watch.transport import LOST_AFTER_S, SOCKET_TIMEOUT_S
 
 #: the longest a rank's clean goodbye waits for the hub's word (hub.FAREWELL_HOLD_S + 1)
 FAREWELL_WAIT_S = 3.5
@@ -44,32 +43,22 @@ class Beacon(SelfJudge):
                  override: float | None = None,
                  exit_now: Callable[[int], None] = exit_now,
                  stream: TextIO | None = None) -> None:
-        self.recorder, self.ident, self.directory = recorder, ident, directory
-        self.owner = os.getpid()
+        super().__init__(ident, lost_after)
+        self.recorder, self.directory = recorder, directory
         self.stream = stream if stream is not None else sys.stderr
         #: seconds between heartbeats: the job size's (``threshold.period_for``) unless given
         self.period = period_for(ident.world_size) if period is None else period
-        self.lost_after = lost_after
         self.threshold = self.judge_by = learn(learned({}), override=override)
         self.gaps = gaps.GapLog()
         self.peers = {}
-        self.heard, self.heard_at = time.monotonic(), time.time()
         self.progressed = time.monotonic()
-        self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
         self.exit_now = exit_now
-        self.send_lock = threading.Lock()
-        self.lines = Lines()
         self.thread: threading.Thread | None = None
         self.window = StragglerWindow()
         self.window_lock = threading.Lock()
         self.activity = activity.shared()
         self.listeners = []
-        self.pending = []
-        self.life = threading.Lock()
-        self.stopped = threading.Event()
-        self.obeyed = threading.Event()
         self.no_fault = threading.Event()
-        self.farewell = threading.Event()
         self.dying = threading.Event()
         self.known = threading.Event()
         #: the error this rank ended with (:meth:`close`)

@@ -32,10 +32,9 @@ HUB_START_S = 15.0
 
 def spawn_hub(cfg: DistConfig, wc: WatchConfig, bind: str,
               metrics: socket.socket | None = None) -> subprocess.Popen[bytes]:
-    """Start the hub process listening on ``bind``, without waiting for it: it imports and
-    binds while the process group comes up (:func:`hub_ready` collects it after), so the
-    watch adds its ~0.4 s of start-up to neither. ``metrics``: the socket it serves the
-    job's metrics on (this process's copy is closed once passed)."""
+    """Start the hub process listening on ``bind``, without waiting for it: it starts while
+    the process group comes up (:func:`hub_ready` collects it). ``metrics``: the socket it
+    serves the job's metrics on (this process's copy is closed once passed)."""
     import secrets
 
     from ddpnet import __version__
@@ -48,9 +47,8 @@ def spawn_hub(cfg: DistConfig, wc: WatchConfig, bind: str,
                          job_id=wc.job_id or secrets.token_hex(4),
                          probe_every=wc.probe_every, version=__version__,
                          metrics_linger=wc.metrics_linger)
-    # a session of its own: torchrun ends a failed job with killpg(SIGTERM) on every worker's
-    # group within 0.1 s of one dying, which took the hub with rank 0 before it named who died
-    # (it ends by itself once every rank is gone: Hub.done)
+    # a session of its own: torchrun's killpg(SIGTERM) of a failed job took the hub with
+    # rank 0 before it named who died (it ends by itself once every rank is gone)
     try:
         return subprocess.Popen([sys.executable, "-m", "ddpnet.watch.hub", options.to_json()],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -83,8 +81,7 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 def spawn_hub_here(cfg: DistConfig, wc: WatchConfig, metrics: socket.socket | None = None
                    ) -> subprocess.Popen[bytes] | str:
-    """Rank 0 spawns the watch's hub on MASTER_ADDR's own address (never every interface);
-    why not when that cannot be."""
+    """The hub on MASTER_ADDR's own address (never every interface), or why not."""
     from ddpnet.rendezvous import bind_address
 
     bind = bind_address(cfg)
@@ -96,8 +93,8 @@ def spawn_hub_here(cfg: DistConfig, wc: WatchConfig, metrics: socket.socket | No
 
 
 def metrics_socket(wc: WatchConfig, address: str) -> socket.socket | None:
-    """Rank 0's metrics socket on the job's interface (``address``, net.select's), bound now
-    so that a port in use stops the job at once: ConfigError (exit 2)."""
+    """Rank 0's metrics socket on the job's interface, bound now so that a port in use stops
+    the job at once: ConfigError (exit 2)."""
     from ddpnet.net.exposition import bind
 
     if wc.metrics_port is None:
@@ -132,8 +129,7 @@ class Around:
 
 
 #: how many :func:`around_group` calls are bringing a group up now: the attached
-#: ``init_process_group`` (``watch.attach``) called inside one is the group it is already
-#: watching, not a second one
+#: ``init_process_group`` called inside one is that group, not a second one
 _bringing_up = 0
 
 
@@ -145,17 +141,14 @@ def around_group(cfg: DistConfig, wc: WatchConfig, init_group: Callable[[], None
                  address: str, interface: str | None,
                  set_env: Callable[[Mapping[str, str]], None]) -> Around:
     """THE one way the watch starts around a process group, for ``ddpnet.init()`` and for a
-    script's own ``init_process_group`` (``watch.attach``): before the group, size torch's
-    Flight Recorder (through ``set_env``, unless the user did) and on rank 0 start the hub;
-    then ``init_group()``; then connect this rank's heartbeat. A world of one, or the watch
-    turned off, only runs ``init_group()``. The watch's own set-up never fails the group: a
-    warning on stderr and no watch."""
+    script's own ``init_process_group`` (``watch.attach``): size torch's Flight Recorder and
+    on rank 0 start the hub, then ``init_group()``, then connect this rank's heartbeat. The
+    watch's own set-up never fails the group: a warning on stderr and no watch."""
     global _bringing_up
     watching = wc.enabled and cfg.world_size > 1
     to_set = torch_environ(os.environ) if watching else {}
     set_env(to_set)
-    # the hub starts while the group comes up (its imports overlap the rendezvous); a
-    # metrics port in use is the user's to fix, not a warning (bound here, not guarded)
+    # a metrics port in use is the user's to fix, not a warning (bound here, not guarded)
     metrics = metrics_socket(wc, address) if watching and cfg.rank == 0 else None
     if wc.metrics_port is not None and not watching and cfg.rank == 0:
         sys.stderr.write(f"ddpnet: warning: metrics port {wc.metrics_port} not served: the "
@@ -197,8 +190,7 @@ class Session:
         self.connecting: threading.Thread | None = None
 
     def disown(self) -> None:
-        """In a forked child: announce nothing, and give back the excepthook it inherited
-        (the beacon refuses to speak there by itself: ``Beacon.owner``)."""
+        """In a forked child: announce nothing, and give back the excepthook it inherited."""
         self.recorder.announce = lambda _record: None
         self.beacon.forget_in_child()
         self.ending.disown()
@@ -230,10 +222,9 @@ GOODBYE_WAIT_S = 10.0
 
 def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
           spawned: subprocess.Popen[bytes] | str | None, hub_address: str) -> None:
-    """Announce Python collectives and infer steps and phases (``watch.infer``) at once, then
-    connect this rank's heartbeat to the hub in a thread of its own: the script goes on
-    training while rank 0's hub (``spawned`` there) finishes starting. A warning on stderr
-    (and no watch) when the hub cannot be reached."""
+    """Announce Python collectives and infer steps and phases at once, then connect this
+    rank's heartbeat to the hub in a thread of its own: the script trains on while rank 0's
+    hub finishes starting."""
     import torch.distributed as dist
 
     global _session
@@ -304,8 +295,8 @@ def stop() -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child (a DataLoader worker, a raw ``os.fork()``) is not its parent's rank:
-    it has no session, so its exit (``atexit``: :func:`stop`) says goodbye for nobody."""
+    """A forked child (a DataLoader worker) is not its parent's rank: its exit says goodbye
+    for nobody."""
     global _session
     session, _session = _session, None
     if session is not None:
@@ -328,8 +319,7 @@ def ports() -> dict[str, int]:
 
 
 def threshold() -> dict[str, object] | None:
-    """The stall threshold this rank last heard from the hub (seconds, source, reason), or
-    None when not watched: what a long phase is measured against."""
+    """The stall threshold this rank last heard from the hub, or None when not watched."""
     session = _session
     return None if session is None else session.beacon.threshold.to_dict()
 
@@ -338,8 +328,7 @@ def threshold() -> dict[str, object] | None:
 
 class _Phase(contextlib.AbstractContextManager["_Phase"]):
     """``ddpnet.phase("data")`` marks the phase now; as a context manager it puts the
-    previous phase back on exit. A long phase ("checkpoint", "eval", "warmup") held by a
-    ``with`` block stays in effect through the phase marks inside it."""
+    previous phase back on exit, and a long phase it holds outlasts the marks inside."""
 
     def __init__(self, name: str) -> None:
         rec = _recorder
@@ -363,8 +352,7 @@ def phase(name: str) -> _Phase:
     the watchdog names a rank that does not arrive. Cheap (a lock and a clock read).
 
     ``with ddpnet.phase("checkpoint"):`` (or "eval", "warmup") marks a phase that may keep
-    the other ranks waiting long: the watchdog gives it its own allowance
-    (:mod:`ddpnet.watch.threshold`) instead of naming a hang after a few seconds."""
+    the other ranks waiting long: the watchdog gives it its own allowance."""
     return _Phase(name)
 
 

@@ -30,23 +30,18 @@ OUTBOX_BYTES = 8 << 20
 DEADLINE_S = 10.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
-#: seconds the hub's kernel may leave what a rank sent unacknowledged before the connection
-#: fails (TCP_USER_TIMEOUT: a cut link errors instead of hanging; the rank judges itself by
-#: the hub's application acks, sooner)
+#: seconds the hub's kernel may leave what a rank sent unacknowledged (TCP_USER_TIMEOUT: a
+#: cut link errors instead of hanging; the rank judges itself by the hub's acks, sooner)
 LOST_AFTER_S = 60.0
-#: seconds a rank's outbox may hold a message without finishing one (a full send buffer: a
-#: congested link, a hub not reading) before it connects anew; the message cut there is the
-#: old connection's, never the new one's
+#: a rank's outbox deadline (a congested link, a hub not reading): it then connects anew
 SEND_DEADLINE_S = 4.0
-#: after a lost connection, seconds during which the heartbeat connects anew (one try per
-#: period, each bounded by SOCKET_TIMEOUT_S)
+#: after a lost connection, seconds during which the heartbeat connects anew
 RECONNECT_FOR_S = 30.0
 
 
 def ready(sock: socket.socket, *, write: bool, seconds: float) -> tuple[bool, bool]:
     """Whether ``sock`` is readable, and (with ``write``) writable, within ``seconds``
-    (``poll``: any fd number; ``select`` refuses one above 1023, which a rank of a job with
-    many files open has, and its heartbeat read that as its hub gone)."""
+    (``poll``: ``select`` refuses an fd above 1023, and a rank read that as its hub gone)."""
     poller = select.poll()
     poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
     events = 0
@@ -73,8 +68,8 @@ class Outbox:
     dropped: int = 0
 
     def put(self, data: bytes, key: str = "", now: float | None = None) -> bool:
-        """Queue one framed message; with ``key``, in place of a queued one of that key not
-        begun yet. False (and counted) when it does not fit."""
+        """Queue one framed message (with ``key``: in place of a queued one not begun); False
+        (and counted) when it does not fit."""
         if key:
             for i, (queued, old) in enumerate(self.queue):
                 if queued == key and not (i == 0 and self.begun):
@@ -94,13 +89,10 @@ class Outbox:
         return bool(self.queue)
 
     def late(self, now: float) -> bool:
-        """Whether a message waited ``deadline`` s with none finished: the reader is too
-        slow (or gone) to be fed more."""
         return bool(self.queue) and now - self.moved > self.deadline
 
     def flush(self, sock: socket.socket, now: float | None = None) -> None:
-        """Write what the socket takes now, never blocking (OSError: the connection broke;
-        BlockingIOError is not one)."""
+        """Write what the socket takes now, never blocking (OSError: the connection broke)."""
         while self.queue:
             data = self.queue[0][1]
             try:
@@ -116,8 +108,7 @@ class Outbox:
             self.moved = time.monotonic() if now is None else now
 
     def drain(self, sock: socket.socket, seconds: float) -> bool:
-        """Write everything within ``seconds`` (a goodbye at exit may wait a little);
-        whether the outbox is empty."""
+        """Write everything within ``seconds``; whether the outbox is empty."""
         end = time.monotonic() + seconds
         while self.queue:
             self.flush(sock)
@@ -130,35 +121,35 @@ class Outbox:
 
 class HubLink:
     """A rank's connection to the hub: hello and welcome, a non-blocking outbox, reading the
-    hub's messages, and connecting anew after a loss. The :class:`~ddpnet.watch.heartbeat.Beacon`
-    built on it answers what it reads (:meth:`handle`)."""
+    hub's messages, connecting anew after a loss. ``heartbeat.Beacon`` answers what it reads
+    (:meth:`handle`)."""
 
-    ident: RankState
-    #: the process this rank is: a forked child inherits the socket and never speaks for it
-    owner: int
-    lost_after: float
     hub: tuple[str, int] = ("", 0)
     #: the job's token, and when (monotonic) the connection was lost, how often it was
     token = ""
     lost_at: float | None = None
     reconnects = 0
     sock: socket.socket | None = None
-    outbox: Outbox
-    send_lock: threading.Lock
-    lines: Lines
-    #: what came with the welcome (a verdict given before this rank connected)
-    pending: list[dict[str, Any]]
-    #: monotonic and wall time of the hub's last message
-    heard: float
-    heard_at: float
-    #: held by the handshake and by the goodbye: a rank that ends while it connects says
-    #: goodbye once, on the new connection
-    life: threading.Lock
-    stopped: threading.Event
-    #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
-    obeyed: threading.Event
-    #: set when the hub answered this rank's goodbye (or cannot any more)
-    farewell: threading.Event
+
+    def __init__(self, ident: RankState, lost_after: float) -> None:
+        self.ident, self.lost_after = ident, lost_after
+        #: the process this rank is: a forked child inherits the socket, never speaks for it
+        self.owner = os.getpid()
+        self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
+        self.send_lock = threading.Lock()
+        self.lines = Lines()
+        #: what came with the welcome (a verdict given before this rank connected)
+        self.pending: list[dict[str, Any]] = []
+        #: monotonic and wall time of the hub's last message
+        self.heard, self.heard_at = time.monotonic(), time.time()
+        #: held by the handshake and by the goodbye: a rank that ends while it connects says
+        #: goodbye once, on the new connection
+        self.life = threading.Lock()
+        self.stopped = threading.Event()
+        #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
+        self.obeyed = threading.Event()
+        #: set when the hub answered this rank's goodbye (or cannot any more)
+        self.farewell = threading.Event()
 
     def handle(self, message: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -226,9 +217,8 @@ class HubLink:
         self.pending.clear()
 
     def send(self, message: dict[str, Any]) -> bool:
-        """Queue ``message`` whole and write what the socket takes now, never blocking (the
-        training thread announces its calls here); the heartbeat thread writes the rest. A
-        message that does not fit is dropped (False)."""
+        """Queue ``message`` and write what the socket takes now, never blocking (the training
+        thread announces its calls here); False when it does not fit."""
         sock = self.sock
         if sock is None or os.getpid() != self.owner:
             return False
