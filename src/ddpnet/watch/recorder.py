@@ -251,8 +251,10 @@ class Recorder:
     def _wrap(self, dist: Any, name: str, next_seq: Callable[[], int],
               group_type: type | None) -> Callable[[], None]:
         function = getattr(dist, name)
-        group_at, async_at = _positions(function, "group", "async_op")
-        first = _first_parameter(function)
+        positional = _positional(function)
+        group_at, async_at = (positional.index(n) if n in positional else None
+                              for n in ("group", "async_op"))
+        first = positional[0] if positional else ""
 
         def before(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> CollectiveRecord | None:
@@ -294,26 +296,16 @@ def call_site() -> str:
            f"{frame.f_code.co_name}"
 
 
-def _positions(function: Any, *names: str) -> tuple[int | None, ...]:
-    """Where each of ``names`` stands among ``function``'s positional parameters (None where
-    it cannot be passed by position)."""
-    positional = [p.name for p in _parameters(function)
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return tuple(positional.index(n) if n in positional else None for n in names)
-
-
-def _first_parameter(function: Any) -> str:
-    params = _parameters(function)
-    return params[0].name if params else ""
-
-
-def _parameters(function: Any) -> list[Any]:
+def _positional(function: Any) -> list[str]:
+    """The names of ``function``'s positional parameters ([] where its signature cannot be
+    read)."""
     import inspect
 
     try:
-        return list(inspect.signature(function).parameters.values())
+        params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], at: int | None,
