@@ -176,9 +176,13 @@ def _guarded(cfg: DistConfig, step: Callable[[], Any]) -> Any:
     try:
         return step()
     except Exception as exc:  # the watch must never be why a job does not start
-        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {socket.gethostname()}: the "
-                         f"watch is off: {short_error(type(exc).__name__, str(exc))}\n")
+        _off(cfg, short_error(type(exc).__name__, str(exc)))
         return None
+
+
+def _off(cfg: DistConfig, why: str) -> None:
+    sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {socket.gethostname()}: the "
+                     f"watch is off: {why}\n")
 
 
 class Session:
@@ -230,16 +234,14 @@ def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
     global _session
     if not dist.is_initialized():  # no default group (init_process_group stubbed): no watch
         return
-    host = socket.gethostname()
-    ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=host, pid=os.getpid(),
-                      interface=interface or "", address=address)
+    ident = RankState(rank=cfg.rank, world_size=cfg.world_size, host=socket.gethostname(),
+                      pid=os.getpid(), interface=interface or "", address=address)
     beacon = Beacon(_recorder, ident, wc.directory, override=wc.timeout)
     try:
         beacon.open_ports(gloo=dist.get_backend() == "gloo", exclude=(cfg.master_port,))
     except OSError as exc:
         beacon.close()
-        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {host}: the watch is off: "
-                         f"{exc}\n")
+        _off(cfg, str(exc))
         return
     from ddpnet.watch import infer
 
@@ -275,8 +277,7 @@ def _connect(session: Session, cfg: DistConfig, wc: WatchConfig,
                                patience=CONNECT_PATIENCE_S)
     except OSError as exc:
         session.beacon.close()
-        sys.stderr.write(f"ddpnet: warning: rank {cfg.rank} on {socket.gethostname()}: the "
-                         f"watch is off: no hub at {hub_address}:{port} ({exc})\n")
+        _off(cfg, f"no hub at {hub_address}:{port} ({exc})")
 
 
 def _next_seq(group: Any) -> int:
