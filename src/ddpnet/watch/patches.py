@@ -4,7 +4,7 @@ A wrapper that re-declares the original's parameters breaks callers that call it
 way (Lightning's ``DistributedDataParallel(module=model)`` killed every rank at set-up). So,
 as the OpenTelemetry instrumentors do, each wrapper is a ``wrapt.FunctionWrapper`` that calls
 ``wrapped(*args, **kwargs)`` exactly as the caller wrote them. What the watch does around the
-call is guarded (:class:`Guard`): when it raises, the call runs as if unwatched and the watch
+call is guarded (:class:`Warns`): when it raises, the call runs as if unwatched and the watch
 says once what it lost; an exception from the original is the caller's, untouched.
 """
 
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import wrapt
 
@@ -91,17 +91,9 @@ def resolve(target: Target, modules: Mapping[str, ModuleType] | None = None
     return owner, attribute
 
 
-class Guard(Protocol):
-    """What a wrapper asks before its hooks run, and tells when one raised."""
-
-    on: bool
-
-    def fail(self, exc: BaseException) -> None: ...
-
-
 class Warns:
-    """A :class:`Guard` that turns its hooks off at the first failure and says so once
-    (``unwatched``: adding that the job runs on as if unwatched there)."""
+    """A wrapper's guard: its hooks run while ``on``, which the first failure turns off,
+    said once (``unwatched``: adding that the job runs on as if unwatched there)."""
 
     def __init__(self, lost: str, hint: str, unwatched: bool = True) -> None:
         self.on = True
@@ -123,7 +115,7 @@ class Patched(wrapt.FunctionWrapper[Any, Any]):
     """A wrapper of the watch's (told from another library's by its type)."""
 
 
-def _guarded(guard: Guard, before: Before | None, after: After | None, live: list[bool]
+def _guarded(guard: Warns, before: Before | None, after: After | None, live: list[bool]
              ) -> Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -146,7 +138,7 @@ def _guarded(guard: Guard, before: Before | None, after: After | None, live: lis
     return wrapper
 
 
-def wrap(owner: Any, attribute: str, guard: Guard, *, before: Before | None = None,
+def wrap(owner: Any, attribute: str, guard: Warns, *, before: Before | None = None,
          after: After | None = None) -> Undo:
     """Run ``before``/``after`` around every call of ``owner.attribute``; returns the undo."""
     live = [True]
