@@ -547,7 +547,8 @@ def rank0_watch(args: argparse.Namespace) -> None:
     import psutil
 
     from ddpnet.env.resolve import resolve
-    from ddpnet.watch.session import WatchConfig, hub_port, hub_ready, job_token, spawn_hub
+    from ddpnet.watch.session import hub_ready, spawn_hub
+    from ddpnet.watch.settings import WatchConfig, hub_port, job_token
 
     cfg = resolve(dict(os.environ))
     directory = Path(tempfile.mkdtemp(prefix="ddpnet-sim-watch-"))
@@ -615,7 +616,7 @@ def watch_clients(args: argparse.Namespace) -> None:
     import tempfile
 
     from ddpnet.env.resolve import resolve
-    from ddpnet.watch.session import WatchConfig, hub_port, job_token
+    from ddpnet.watch.settings import WatchConfig, hub_port, job_token
 
     clients = Clients(args)
     directory = Path(tempfile.mkdtemp(prefix="ddpnet-sim-watch-"))

@@ -229,7 +229,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
     from ddpnet.env.resolve import resolve
     from ddpnet.net.probe import check_store, preflight
     from ddpnet.net.select import select_for_host
-    from ddpnet.watch import session  # here: check's ranks import this module, not the watch
+    from ddpnet.watch import session, settings  # here: check's ranks import this module
 
     connect_timeout = _seconds("connect_timeout", connect_timeout,
                                "use a few seconds to a minute, e.g. connect_timeout=60")
@@ -240,7 +240,7 @@ def init(backend: str = "auto", init_method: str | None = None, timeout: float |
         "join_timeout", join_timeout, "the seconds ranks may start apart, e.g. join_timeout=300")
     cfg = resolve(init_method=init_method, **overrides)
     check_requested(backend, device)
-    wc = session.watch_config(os.environ, watch, watch_timeout, watch_action, metrics_port)
+    wc = settings.watch_config(os.environ, watch, watch_timeout, watch_action, metrics_port)
     _refuse_second_group(cfg)
     # network first, torch after: a wrong interface or a dead master is reported in a
     # fraction of a second instead of after importing torch

@@ -1,5 +1,5 @@
 """Real gloo ranks of a script started by hand or through one launcher command, shared by
-the watch's loopback tests (test_attach_gloo, test_termguard, test_exitnote): each process in
+the watch's loopback tests (test_attach_gloo, test_dying_sigterm, test_dying_exit): each process in
 a session of its own, killed whole if the test ends first."""
 
 from __future__ import annotations

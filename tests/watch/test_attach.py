@@ -118,8 +118,8 @@ def test_install_imports_no_torch_and_patches_on_first_import() -> None:
         "import sys\n"
         "from ddpnet.watch import attach\n"
         "attach.install()\n"
-        "from ddpnet.watch import settle\n"
-        "print('torch' in sys.modules, settle._registered == [True])\n"
+        "from ddpnet.watch import dying\n"
+        "print('torch' in sys.modules, dying._registered == [True])\n"
         "import torch.distributed as dist\n"
         "c10d = dist.distributed_c10d\n"
         "from ddpnet.watch.patches import is_patched\n"
@@ -150,3 +150,30 @@ def test_a_broken_watch_setting_warns_and_the_call_goes_on(
     err = capsys.readouterr().err
     assert err.startswith("ddpnet: warning: the watch is off: watch_timeout='soon'")
     assert err.count("\n") == 1
+
+
+# -- a framework whose own launcher starts the ranks with another environment: one note --
+
+def test_ray_train_is_noted_in_a_driver_not_in_rays_workers() -> None:
+    note = attach.due("ray.train", ["train.py"])
+    assert note is not None and "raylet" in note.says and "ddpnet.attach --env" in note.says
+    assert attach.due("ray.train", ["/x/ray/_private/workers/default_worker.py"]) is None
+    assert attach.due("ray.train", ["train.py"], frozenset({"ray.train"})) is None
+    assert attach.due("ray", ["train.py"]) is None
+
+
+@pytest.mark.slow  # a Python that imports Ray Train
+def test_a_watched_script_importing_ray_train_gets_the_note_once() -> None:
+    env = {**os.environ, **ranks_env(os.environ, True)}
+    done = subprocess.run([sys.executable, "-c", "import ray.train, ray.train.torch"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    notes = [line for line in done.stderr.splitlines() if line.startswith("ddpnet: watch: note")]
+    assert done.returncode == 0 and len(notes) == 1 and "Ray Train" in notes[0], done.stderr
+
+
+def test_an_unwatched_script_gets_no_note() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPNET_WATCH")}
+    done = subprocess.run([sys.executable, "-c", "import sys; from ddpnet.watch import attach;"
+                           " print(any(type(f).__name__ == '_NoteFinder' for f in sys.meta_path))"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

@@ -1,7 +1,7 @@
 """Every torch callable the watch wraps keeps its exact signature and is called every way
 torch's own signature allows: real torch, a one-rank gloo group, the watch's patches installed
 as a rank's session installs them (``infer.install``, ``Recorder.wrap_collectives``,
-``exitnote.note_exits``, ``attach.patch``). The installed torch is the version checked: each
+``dying.note_exits``, ``attach.patch``). The installed torch is the version checked: each
 supported version's CI runs this module against its own torch."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
 from ddpnet.net.ports import free_port
-from ddpnet.watch import attach, exitnote, infer, patches
+from ddpnet.watch import attach, dying, infer, patches
 from ddpnet.watch.recorder import Recorder
 
 #: where each target's holders live, for the snapshot of what the watch changed
@@ -62,7 +62,7 @@ class Watched:
             dist, dist.distributed_c10d, sys.modules["torch.distributed.device_mesh"])}
         self.undos = [self.rec.wrap_collectives(dist, lambda: len(self.announced) + 1),
                       infer.install(self.rec),
-                      exitnote.note_exits(lambda error, _exc: self.exits.append(error))]
+                      dying.note_exits(lambda error, _exc: self.exits.append(error))]
         assert attach.patch()
         self.after = _snapshot()
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from ddpnet.errors import ConfigError
+from ddpnet.errors import ConfigError, short_error
 from ddpnet.watch import threshold as thresholds
 from ddpnet.watch.activity import KEY, Activity
 from ddpnet.watch.gaps import KEY as GAPS_KEY
-from ddpnet.watch.session import short_error, torch_environ, watch_config
+from ddpnet.watch.settings import torch_environ, watch_config
 from ddpnet.watch.state import CollectiveRecord, LinkProbe, RankState, Snapshot
 from ddpnet.watch.threshold import Threshold, teaches_nothing
 from ddpnet.watch.watchdog import (
@@ -100,7 +100,7 @@ def test_lines_split_and_bound_messages() -> None:
 
 
 def test_a_restarted_round_gets_its_own_hub_port() -> None:
-    from ddpnet.watch.session import derived_port
+    from ddpnet.watch.settings import derived_port
 
     wc = watch_config({})
     first = derived_port("10.0.0.1", 29500, wc, {})

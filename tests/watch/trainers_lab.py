@@ -77,7 +77,7 @@ def lines(results: list[Any], node: int) -> list[str]:
     return [PREFIX.sub("", line) for line in results[node].stdout.splitlines()]
 
 
-#: torch 2.13's abort at interpreter exit (watch/settle.py): a finished rank, gloo's worker
+#: torch 2.13's abort at interpreter exit (watch/dying.py: settle): a finished rank, gloo's worker
 #: thread freeing the last collective's tensors as Python finalizes
 EXIT_ABORT = "terminate called without an active exception"
 
@@ -85,7 +85,7 @@ EXIT_ABORT = "terminate called without an active exception"
 def ended(result: Any, watched: bool) -> int:
     """A rank's exit code, 0 for the unwatched baseline's rank that finished (``done``) and
     then hit torch's own exit abort: the baseline is torch as it is; the watched run settles
-    at exit (``watch/settle.py``) and must end 0."""
+    at exit (``watch/dying.py``) and must end 0."""
     finished = any(line.endswith("done") for line in result.stdout.splitlines())
     if not watched and finished and result.returncode in (-6, 134) and \
             EXIT_ABORT in result.stderr:

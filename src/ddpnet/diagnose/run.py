@@ -181,7 +181,7 @@ def _master(options: DiagnoseOptions) -> tuple[str, int]:
 
 def live(options: DiagnoseOptions) -> DiagnoseResult:
     from ddpnet.watch.hub import ask_snapshot
-    from ddpnet.watch.session import derived_port, watch_config
+    from ddpnet.watch.settings import derived_port, watch_config
 
     host, master_port = _master(options)
     wc = watch_config(os.environ)

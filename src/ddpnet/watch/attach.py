@@ -1,13 +1,12 @@
 """Attaching the watch to a script that calls ``torch.distributed.init_process_group`` itself
 (no ddpnet import): :func:`install` wraps that function, so that the watch starts around the
-script's own group exactly as in ``ddpnet.init()`` (``session.around_group``), with the
-script's arguments untouched.
+script's own group as in ``ddpnet.init()`` (``session.around_group``), its arguments untouched.
 
-Installing imports no torch: when ``torch.distributed`` is not loaded yet, a ``sys.meta_path``
-finder patches it the moment it is first imported. The ranks' environment that turns it on
-(:func:`ranks_env`: the ``boot`` directory with its ``sitecustomize`` on ``PYTHONPATH`` and
-``DDPNET_WATCH_ATTACH=1``) is what ``ddpnet launch`` and ``ddpnet exec`` add;
-``python -m ddpnet.attach`` installs it directly. ``DDPNET_WATCH=0`` turns the watch off.
+Installing imports no torch: a ``sys.meta_path`` finder patches ``torch.distributed`` when it
+is first imported. ``ddpnet launch`` and ``ddpnet exec`` turn it on in the ranks' environment
+(:func:`ranks_env`: the ``boot`` directory's ``sitecustomize``). A framework whose own launcher
+starts the ranks with another environment leaves them unwatched: :data:`NOTES` says so in one
+line when the script imports it, rather than a user finding out after a silent hang.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ddpnet.config import DistConfig
-    from ddpnet.watch.session import WatchConfig
+    from ddpnet.watch.settings import WatchConfig
 
 #: the variable that makes the boot directory's ``sitecustomize`` install the hook
 ATTACH_VAR = "DDPNET_WATCH_ATTACH"
@@ -40,17 +39,16 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 def python_path(environ: Mapping[str, str], boot: str = BOOT_DIR) -> str:
-    """``PYTHONPATH`` with the boot directory first and the user's entries kept after it (once:
-    ``ddpnet exec`` under ``ddpnet launch --via mpirun`` composes it twice)."""
+    """``PYTHONPATH`` with the boot directory first, once (``ddpnet exec`` under ``ddpnet
+    launch --via mpirun`` composes it twice), the user's entries after it."""
     entries = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
     return os.pathsep.join([boot, *entries])
 
 
 def ranks_env(environ: Mapping[str, str], watch: bool, metrics_port: int | None = None,
               boot: str = BOOT_DIR) -> dict[str, str]:
-    """What a launcher adds to its ranks' environment: with ``watch`` the hook on every
-    Python rank (and ``metrics_port``: where rank 0's hub serves the job's metrics);
-    without, ``DDPNET_WATCH=0`` (no watch, ``ddpnet.init()`` scripts' too)."""
+    """What a launcher adds to its ranks' environment: with ``watch`` the hook (and where rank
+    0's hub serves metrics); without, ``DDPNET_WATCH=0`` (``ddpnet.init()`` scripts' too)."""
     if not watch:
         return {"DDPNET_WATCH": "0"}
     metrics = {"DDPNET_METRICS_PORT": str(metrics_port)} if metrics_port else {}
@@ -59,9 +57,7 @@ def ranks_env(environ: Mapping[str, str], watch: bool, metrics_port: int | None 
 
 def call_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The ``ddpnet.resolve`` overrides an ``init_process_group`` call's bound arguments give:
-    an explicit rank and world size, and its init method (``tcp://HOST:PORT`` names the
-    master; ``env://`` and none leave it to the environment). torch's defaults (-1) are
-    "not given"."""
+    an explicit rank and world size (torch's -1: not given), and its init method."""
     out: dict[str, Any] = {}
     for key in ("rank", "world_size"):
         value = arguments.get(key)
@@ -87,8 +83,7 @@ class Attachment:
 
 
 def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``init_process_group`` with the watch around it (``watch.patches``: the user's arguments
-    pass through as written); ``original`` itself when it is already wrapped."""
+    """``init_process_group`` with the watch around it; ``original`` if already wrapped."""
     from ddpnet.watch import patches
 
     if patches.is_patched(original):
@@ -141,14 +136,14 @@ def _plan(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     import inspect
 
     from ddpnet.errors import ConfigError
-    from ddpnet.watch import session
+    from ddpnet.watch import settings
 
     try:
         bound = inspect.signature(original).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return None  # the call itself is wrong: torch says how
     try:
-        wc = session.watch_config(os.environ)
+        wc = settings.watch_config(os.environ)
         if not wc.enabled:
             return None
         from ddpnet.env.resolve import resolve
@@ -167,8 +162,7 @@ def _plan(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
 
 
 def _where(cfg: DistConfig) -> tuple[str, str | None]:
-    """The address and interface this rank's peers probe it on (the selection
-    ``ddpnet.init()`` makes; only read here, nothing is exported)."""
+    """The address and interface this rank's peers probe it on (``ddpnet.init()``'s)."""
     from ddpnet.net.select import select_for_host
 
     selection = select_for_host(cfg, os.environ)
@@ -183,9 +177,8 @@ def _warn(why: str) -> None:
 # -- installing ----------------------------------------------------------------------------
 
 def patch(modules: Mapping[str, ModuleType] | None = None) -> bool:
-    """Wrap ``init_process_group`` wherever a loaded ``torch.distributed`` module holds it
-    (``torch.distributed``, ``distributed_c10d``, ``device_mesh``); False when torch has no
-    distributed support."""
+    """Wrap ``init_process_group`` wherever a loaded ``torch.distributed`` module holds it;
+    False when torch has no distributed support."""
     mods = sys.modules if modules is None else modules
     c10d = mods.get("torch.distributed.distributed_c10d")
     original = getattr(c10d, "init_process_group", None)
@@ -229,8 +222,8 @@ class _PatchingLoader(Loader):
 
 
 class _Finder(MetaPathFinder):
-    """Finds nothing itself: hands ``torch.distributed``'s spec from the other finders over
-    with :class:`_PatchingLoader`, then steps aside."""
+    """Hands ``torch.distributed``'s spec from the other finders over with
+    :class:`_PatchingLoader`, then steps aside."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
@@ -253,14 +246,72 @@ def _remove_finder() -> None:
 
 def install() -> None:
     """Wrap ``init_process_group`` now if ``torch.distributed`` is loaded, else when it is
-    first imported (torch is not imported here); say what a framework's own process model
-    hides from the watch when the script imports it (``watch.frameworks``)."""
-    from ddpnet.watch import frameworks, settle
+    first imported; say each framework's note when the script imports it."""
+    from ddpnet.watch import dying
 
-    settle.register()  # before the script's own handlers: it runs after them at exit
-    frameworks.install()
+    dying.register_settle()  # before the script's own handlers: it runs after them at exit
+    if not any(isinstance(f, _NoteFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoteFinder())
     if "torch.distributed.distributed_c10d" in sys.modules:
         patch()
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+
+
+# -- what attaching cannot reach -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Note:
+    """One framework's process model, as the watch sees it."""
+
+    #: the import that says the framework is used
+    module: str
+    says: str
+    #: whether the note is for this process (by its ``sys.argv``): not in the framework's
+    #: own workers, which are the ranks
+    applies: Callable[[Sequence[str]], bool]
+
+
+def _not_a_ray_worker(argv: Sequence[str]) -> bool:
+    """Ray starts its workers (the ranks, the controller) as ``default_worker.py``."""
+    return not argv or os.path.basename(argv[0]) != "default_worker.py"
+
+
+NOTES: tuple[Note, ...] = (
+    Note("ray.train",
+         "Ray Train starts its workers from each node's raylet, with the raylet's "
+         "environment, not this process's: the watch runs in them only where `ray start` "
+         "ran with the variables of `python -m ddpnet.attach --env` (or the job's "
+         "runtime_env env_vars carry them)",
+         _not_a_ray_worker),
+)
+#: the imports a note is for (the finder's one look at every other import)
+_NOTED = frozenset(note.module for note in NOTES)
+
+
+def due(fullname: str, argv: Sequence[str], said: frozenset[str] = frozenset()
+        ) -> Note | None:
+    """The note an import of ``fullname`` calls for in a process run as ``argv`` (pure)."""
+    for note in NOTES:
+        if fullname == note.module and note.module not in said and note.applies(argv):
+            return note
+    return None
+
+
+class _NoteFinder(MetaPathFinder):
+    """Finds nothing: says a framework's note the first time it is imported."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname not in _NOTED:  # every import of the process passes here
+            return None
+        note = due(fullname, sys.argv, frozenset(self.said))
+        if note is not None:
+            self.said.add(note.module)
+            sys.stderr.write(f"ddpnet: watch: note: {note.says}\n")
+            sys.stderr.flush()
+        return None

@@ -1,16 +1,11 @@
 """Whether a rank whose side channel closed without a goodbye is gone, or only its channel
-(edge): a killed process's connection closes, and so does a live rank's that dropped a
-connection its full send buffer had wedged (``watch.transport``) before connecting anew.
+(edge): a live rank drops a wedged connection and connects anew (``watch.transport``).
 
-The rank's ``side`` port (``watch.probe.ProbeSink``) listens in its own process: a connect
-answered there, and again :data:`AGAIN_S` later, says the process lives (the hub then holds
-it as unheard, not gone, until it reconnects or falls silent and the silent-rank probes judge
-it); refused, or no answer within :data:`CHECK_S`, says gone, as a closed channel always did.
-Twice, because a killed process closes its files one by one: its channel's close can reach
-the hub while its listener is still open (a killed gloo rank's side port answered once, and
-its victims were named instead of it). A rank that published no side port is gone at once.
-Each check runs in a daemon thread; the hub collects the answers and gives no verdict while
-one runs.
+The rank's ``side`` port listens in its own process: a connect answered there, and again
+:data:`AGAIN_S` later, says the process lives (the hub holds it as unheard, not gone); refused
+or unanswered says gone. Twice, because a killed process closes its files one by one (a killed
+gloo rank's side port answered once, and its victims were named instead of it). Each check
+runs in a daemon thread; the hub gives no verdict while one runs.
 """
 
 from __future__ import annotations

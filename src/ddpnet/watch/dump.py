@@ -1,6 +1,7 @@
 """Dump files (edge): each rank's last state when the watchdog acts or the rank fails, and
-rank 0's report, under ``$DDPNET_WATCH_DIR`` (default ``./ddpnet-watch``), for ``ddpnet
-diagnose --dumps`` after the job died."""
+rank 0's report, under ``$DDPNET_WATCH_DIR``, for ``ddpnet diagnose --dumps`` after the job
+died. A dump that cannot be written is None: it must never be what takes a failing rank down.
+"""
 
 from __future__ import annotations
 
@@ -22,49 +23,41 @@ def watch_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get(DIR_VARIABLE) or DEFAULT_DIR)
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)  # a reader never sees half a file
+def _write(path: Path, text: str) -> Path | None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)  # a reader never sees half a file
+    except OSError:
+        return None
+    return path
 
 
 def write_state(directory: Path, state: RankState, reason: str,
                 verdict: Diagnosis | None = None,
                 heard: Mapping[str, Any] | None = None) -> Path | None:
     """``rank-N.json``, with the rank's own verdict when it judged itself (cut off), or the
-    hub's verdict it obeyed (``heard``: report-shaped, the diagnosis and the states it names);
-    None when the directory cannot be written (a dump must never be what takes a failing
-    rank down)."""
-    path = directory / f"rank-{state.rank}.json"
+    hub's verdict it obeyed (``heard``: report-shaped, the diagnosis and the states it
+    names)."""
     data: dict[str, Any] = {"reason": reason, "state": state.to_dict()}
     if verdict is not None:
         data["verdict"] = verdict.to_dict()
     if heard is not None:
         data["heard"] = dict(heard)
-    try:
-        _write(path, json.dumps(data))
-    except OSError:
-        return None
-    return path
+    return _write(directory / f"rank-{state.rank}.json", json.dumps(data))
 
 
 def write_report(directory: Path, report: Mapping[str, Any], html: str) -> Path | None:
-    try:
-        _write(directory / "report.json", json.dumps(report, indent=1))
-        _write(directory / "report.html", html)
-    except OSError:
+    written = _write(directory / "report.json", json.dumps(report, indent=1))
+    if written is None or _write(directory / "report.html", html) is None:
         return None
-    return directory / "report.json"
+    return written
 
 
 def write_warnings(directory: Path, warnings: Sequence[Mapping[str, Any]]) -> Path | None:
     """``warnings.json``: what the hub warned about while the job ran (stragglers)."""
-    try:
-        _write(directory / "warnings.json", json.dumps(list(warnings), indent=1))
-    except OSError:
-        return None
-    return directory / "warnings.json"
+    return _write(directory / "warnings.json", json.dumps(list(warnings), indent=1))
 
 
 def read_dumps(directory: Path) -> Snapshot:
@@ -85,9 +78,8 @@ def read_dumps(directory: Path) -> Snapshot:
 
 
 def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, ...]]:
-    """What was already named there, once the hub and rank 0 are gone: the hub's verdict
-    (``report.json``) and each rank's own (a rank that judged itself cut off); unreadable
-    files count as absent."""
+    """What was already named there: the hub's verdict (``report.json``) and each rank's
+    own (a rank that judged itself cut off); unreadable files count as absent."""
     hub = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         hub = Diagnosis.from_dict(json.loads((directory / "report.json").read_text())
@@ -104,10 +96,8 @@ def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, .
 
 
 def verdict_of(dump: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The verdict a rank's dump holds, shaped as the hub's report (``diagnosis`` and
-    ``snapshot``: what ``launch.blame`` reads), or None (pure). The hub's, which the rank
-    obeyed, comes first; else the rank's own (it judged itself cut off), with its own state
-    as the snapshot."""
+    """The verdict a rank's dump holds, shaped as the hub's report (what ``launch.blame``
+    reads), or None (pure): the hub's it obeyed, else its own with its state as snapshot."""
     heard = dump.get("heard")
     if isinstance(heard, Mapping) and isinstance(heard.get("diagnosis"), Mapping):
         return dict(heard)
@@ -122,8 +112,8 @@ def verdict_of(dump: Mapping[str, Any]) -> dict[str, Any] | None:
 def heard_verdicts(directory: Path, ranks: Sequence[int], since: float
                    ) -> list[dict[str, Any]]:
     """The verdicts in ``ranks``' dumps written at or after ``since`` (epoch seconds), the
-    hub's first: what a node's launcher learns from its own ranks once they exited. An
-    unreadable or older dump counts as absent (another attempt's)."""
+    hub's first: what a node's launcher learns from its ranks once they exited. An older
+    dump (another attempt's) or an unreadable one counts as absent."""
     hub: list[dict[str, Any]] = []
     own: list[dict[str, Any]] = []
     for rank in ranks:

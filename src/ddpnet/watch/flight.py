@@ -1,19 +1,12 @@
-"""torch's Flight Recorder dumps, parsed (pure): what "inside a collective" and "progress"
-mean where collectives are asynchronous.
+"""torch's Flight Recorder dumps, parsed (pure): what "inside a collective" means where
+collectives are asynchronous.
 
-With NCCL the Python call (``dist.all_reduce``, DDP's bucket all-reduce) returns as soon as the
-kernel is queued; the host waits later, in ``torch.cuda.synchronize()``, ``.item()`` or
-``work.wait()``, and a hang shows there, far from the call. So whether a rank is inside a
-collective, and whether it progresses, come from the Flight Recorder: an entry is in flight
-until torch retires it (NCCL: its end event completed, seen by the watchdog thread; gloo: its
-work finished), and ``pg_status`` says per group the last collective enqueued, started and
-completed. The Python call's return says nothing there.
-
-Two recorders, one format (``version`` "2.10" in torch 2.13): ``_dump_fr_trace`` holds the CPU
-backends' (gloo), ``_dump_nccl_trace`` NCCL's (sized by ``TORCH_FR_BUFFER_SIZE``, formerly
-``TORCH_NCCL_TRACE_BUFFER_SIZE``). States: ``scheduled`` (queued), ``started`` (its start
-event fired: only with ``TORCH_NCCL_ENABLE_TIMING=1``), ``completed``. gloo leaves the state at
-``scheduled`` and records no completion time: ``retired`` is what tells.
+With NCCL the Python call returns once the kernel is queued, and a hang shows later, far
+from it (``cuda.synchronize()``, ``.item()``). So whether a rank is inside a collective comes
+from the Flight Recorder: an entry is in flight until torch retires it. Two recorders, one
+format (``version`` "2.10" in torch 2.13): ``_dump_fr_trace`` holds gloo's, ``_dump_nccl_trace``
+NCCL's. gloo leaves the state at ``scheduled`` and records no completion time: ``retired``
+is what tells.
 """
 
 from __future__ import annotations
@@ -49,7 +42,6 @@ class FlightEntry:
     started: float | None        # time_discovered_started_ns
     completed: float | None      # time_discovered_completed_ns
     duration_ms: float | None    # GPU time, with TORCH_NCCL_ENABLE_TIMING only
-    timeout_ms: int
     site: str                    # the user's frame, when the dump has stacks
     p2p: bool
 
@@ -111,8 +103,7 @@ def _entry(raw: Mapping[str, Any]) -> FlightEntry:
         started=_seconds(raw.get("time_discovered_started_ns")),
         completed=_seconds(raw.get("time_discovered_completed_ns")),
         duration_ms=float(duration) if isinstance(duration, int | float) else None,
-        timeout_ms=int(raw.get("timeout_ms") or 0), site=call_site(raw.get("frames") or ()),
-        p2p=bool(raw.get("is_p2p")))
+        site=call_site(raw.get("frames") or ()), p2p=bool(raw.get("is_p2p")))
 
 
 def parse(dump: Mapping[str, Any]) -> FlightDump:
@@ -132,8 +123,8 @@ def parse(dump: Mapping[str, Any]) -> FlightDump:
 
 def record(entry: FlightEntry) -> CollectiveRecord:
     """An entry as the watch's record: ``ended`` None while in flight; a finished entry
-    without a completion time (gloo) ends when it was created (the announced Python call
-    gives the real end, :func:`ddpnet.watch.recorder.merge`)."""
+    without a completion time (gloo) ends when it was created (``recorder.merge`` puts the
+    announced call's end)."""
     ended = (entry.completed or entry.created) if entry.done else None
     return CollectiveRecord(seq=entry.seq, op=entry.op, group=entry.group, dtype=entry.dtype,
                             shape=entry.shape,

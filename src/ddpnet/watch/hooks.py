@@ -37,7 +37,7 @@ HOOKS: tuple[Hook, ...] = (
          "then removes itself",
          "a torch whose init_process_group moved: no watch unless the script calls "
          "ddpnet.init()"),
-    Hook("framework import finder", "ddpnet.watch.frameworks", "sys.meta_path",
+    Hook("framework import finder", "ddpnet.watch.attach", "sys.meta_path",
          "the import system: a one-line note when the script imports ray.train",
          "the note is not printed"),
     Hook("wrapped torch callables", "ddpnet.watch.patches", "wrapt.FunctionWrapper",
@@ -47,11 +47,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook("optimizer step hooks", "ddpnet.watch.infer", "register_optimizer_step",
          "torch.optim's global pre/post step hooks: one step per optimizer.step()",
          "steps from collectives only"),
-    Hook("excepthook", "ddpnet.watch.session", "sys.excepthook",
+    Hook("excepthook", "ddpnet.watch.dying", "sys.excepthook",
          "an uncaught exception on the main thread waits briefly for the verdict naming a "
          "peer's failure, then the previous hook prints it",
          "none (Python API)"),
-    Hook("SIGTERM guard", "ddpnet.watch.termguard", "signal.signal",
+    Hook("SIGTERM guard", "ddpnet.watch.dying", "signal.signal",
          "SIGTERM's handler, a wakeup fd and a thread: a launcher's SIGTERM after a peer "
          "died waits for the verdict; a user's stop ends the rank at once; a handler "
          "installed over it (Lightning's) is chained to",
@@ -59,7 +59,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook("goodbye at exit", "ddpnet.watch.session", "atexit.register",
          "the rank says goodbye (with a failing sys.exit's code) and undoes its patches",
          "none (Python API)"),
-    Hook("exit settle", "ddpnet.watch.settle", "atexit.register",
+    Hook("exit settle", "ddpnet.watch.dying", "atexit.register",
          "registered first, so it runs last: 20 ms with the GIL released so gloo's worker "
          "threads free the last collective's tensors before finalization (torch 2.13)",
          "a torch that frees them without the GIL needs no settle; it costs 20 ms at exit"),
@@ -67,7 +67,7 @@ HOOKS: tuple[Hook, ...] = (
          "a forked child (DataLoader worker, raw os.fork) forgets the session: it never "
          "speaks for its parent",
          "none (Python API)"),
-    Hook("fork handler of the guard", "ddpnet.watch.termguard", "os.register_at_fork",
+    Hook("fork handler of the guard", "ddpnet.watch.dying", "os.register_at_fork",
          "a forked child drops the SIGTERM guard's thread and wakeup fd, which it did not "
          "inherit whole",
          "none (Python API)"),

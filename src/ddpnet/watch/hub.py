@@ -34,7 +34,7 @@ FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
 #: seconds after an exit verdict the hub stays for a rank it never heard (one still
-#: connecting waits session.VERDICT_WAIT_S for its handshake and the verdict, then 2 s)
+#: connecting waits dying.VERDICT_WAIT_S for its handshake and the verdict, then 2 s)
 UNHEARD_AFTER_VERDICT_S = 12.0
 #: seconds the hub stays after every rank it heard from said goodbye while others never
 #: connected (their watch was off): nothing is left to watch

@@ -1,22 +1,11 @@
-"""Every callable the watch wraps, in one place, each with its undo.
+"""Every callable the watch wraps, in one place (:data:`TARGETS`), each with its undo.
 
-The watch follows a script it did not write (a trainer's own ``init_process_group``, its DDP,
-its DataLoader) through a handful of torch callables. A wrapper that re-declares the
-original's parameters breaks callers the moment they call it another way: Lightning builds
-``DistributedDataParallel(module=model)``, and a wrapper ``def init(module, *args, **kwargs)``
-took the instance as ``module`` and every rank died at set-up. So, as the OpenTelemetry
-instrumentors do, each wrapper here is a ``wrapt.FunctionWrapper``: it receives
-``(wrapped, instance, args, kwargs)`` and calls ``wrapped(*args, **kwargs)`` exactly as the
-caller wrote them. It declares no parameters of its own, so ``inspect.signature`` (which
-follows ``__wrapped__``), positional and keyword calls, the first parameter by name, and
-``super().__init__`` in a subclass all reach torch unchanged.
-
-What the watch does before and after the call is guarded (:class:`Guard`): when it raises,
-the call still runs as if unwatched, the watch says once what it lost, and stops trying.
-An exception from the original itself is the caller's and passes through untouched.
-
-:data:`TARGETS` lists every torch internal the watch touches, why, and what is lost where a
-torch version renames it (the watch then skips that patch; it never fails the job).
+A wrapper that re-declares the original's parameters breaks callers that call it another
+way (Lightning's ``DistributedDataParallel(module=model)`` killed every rank at set-up). So,
+as the OpenTelemetry instrumentors do, each wrapper is a ``wrapt.FunctionWrapper`` that calls
+``wrapped(*args, **kwargs)`` exactly as the caller wrote them. What the watch does around the
+call is guarded (:class:`Warns`): when it raises, the call runs as if unwatched and the watch
+says once what it lost; an exception from the original is the caller's, untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import wrapt
 
@@ -84,7 +73,7 @@ TARGETS: tuple[Target, ...] = (
            "infer: the data phase while the next batch is awaited; steps led by fetches",
            "no data phase; steps begin at the forward"),
     Target("sys", "exit",
-           "exitnote: a rank's sys.exit(code) is a rank that gave up, not one that finished",
+           "dying: a rank's sys.exit(code) is a rank that gave up, not one that finished",
            "(always present)"),
 )
 
@@ -102,17 +91,9 @@ def resolve(target: Target, modules: Mapping[str, ModuleType] | None = None
     return owner, attribute
 
 
-class Guard(Protocol):
-    """What a wrapper asks before its hooks run, and tells when one raised."""
-
-    on: bool
-
-    def fail(self, exc: BaseException) -> None: ...
-
-
 class Warns:
-    """A :class:`Guard` that turns its hooks off at the first failure and says so once
-    (``unwatched``: adding that the job runs on as if unwatched there)."""
+    """A wrapper's guard: its hooks run while ``on``, which the first failure turns off,
+    said once (``unwatched``: adding that the job runs on as if unwatched there)."""
 
     def __init__(self, lost: str, hint: str, unwatched: bool = True) -> None:
         self.on = True
@@ -134,7 +115,7 @@ class Patched(wrapt.FunctionWrapper[Any, Any]):
     """A wrapper of the watch's (told from another library's by its type)."""
 
 
-def _guarded(guard: Guard, before: Before | None, after: After | None, live: list[bool]
+def _guarded(guard: Warns, before: Before | None, after: After | None, live: list[bool]
              ) -> Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -157,7 +138,7 @@ def _guarded(guard: Guard, before: Before | None, after: After | None, live: lis
     return wrapper
 
 
-def wrap(owner: Any, attribute: str, guard: Guard, *, before: Before | None = None,
+def wrap(owner: Any, attribute: str, guard: Warns, *, before: Before | None = None,
          after: After | None = None) -> Undo:
     """Run ``before``/``after`` around every call of ``owner.attribute``; returns the undo."""
     live = [True]
@@ -174,8 +155,7 @@ def wrap(owner: Any, attribute: str, guard: Guard, *, before: Before | None = No
 def around(original: Callable[..., Any],
            call: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]) -> Any:
     """A wrapper of ``original`` that hands each call to ``call(original, args, kwargs)``,
-    which must call the original itself (the watch starts around ``init_process_group``);
-    not installed anywhere: see :func:`install`."""
+    which calls the original itself; not installed anywhere (:func:`install`)."""
     def wrapper(wrapped: Any, _instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
         return call(wrapped, args, kwargs)
@@ -185,7 +165,7 @@ def around(original: Callable[..., Any],
 
 def install(owner: Any, attribute: str, patched: Any) -> Undo:
     """Put ``patched`` in place of ``owner.attribute``; the undo puts back what was there
-    (or, where another library wrapped ours since, leaves theirs: ours then passes through)."""
+    (or leaves another library's wrapper of ours: ours then passes through)."""
     had = not isinstance(owner, type) or attribute in vars(owner)
     previous = _raw(owner, attribute)
     setattr(owner, attribute, patched)
@@ -202,7 +182,6 @@ def install(owner: Any, attribute: str, patched: Any) -> Undo:
 
 
 def is_patched(function: Any) -> bool:
-    """Whether ``function`` is one of the watch's wrappers."""
     return isinstance(function, Patched)
 
 

@@ -1,15 +1,9 @@
 """What this rank is doing: its last collectives, its training phase and step.
 
-The collectives come from torch's Flight Recorder (``TORCH_FR_BUFFER_SIZE``): in torch >= 2.8
-both ProcessGroupGloo and ProcessGroupNCCL record every collective there, the C++ Reducer's
-gradient all-reduces of DDP included (a Python wrapper never sees those). ``ddpnet.init()``
-turns it on before the group exists. Reading it costs ~0.3 ms per heartbeat; torch's own
-bookkeeping ~10 us per collective (benchmarks/watch_overhead.py).
-
-Collectives called from Python (``dist.all_reduce`` ...) are also announced *before* they run
-(:meth:`Recorder.wrap_collectives`), with their call site: gloo aborts a process that receives
-the wrong size within microseconds, before any heartbeat could tell what it was calling. Where
-torch has no Flight Recorder, those wrapped calls are the record.
+The collectives come from torch's Flight Recorder, which sees what a Python wrapper never
+does (DDP's C++ gradient all-reduces). Collectives called from Python are also announced
+*before* they run (:meth:`Recorder.wrap_collectives`), with their call site: gloo aborts a
+process that receives the wrong size before any heartbeat could tell what it was calling.
 """
 
 from __future__ import annotations
@@ -32,31 +26,24 @@ from ddpnet.watch.state import LONG_PHASES, PHASES, STEP_BUCKETS, CollectiveReco
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
 RING = 32
-#: finished steps kept until the heartbeat takes them (it does once a second)
+#: what is kept until the heartbeat takes it: finished steps, timed collective spans (a
+#: comm hook's), phase and step marks (~8 a step: a second of a 4 ms loop)
 STEP_WINDOW = 256
-#: timed collective spans (a comm hook's bucket all-reduces) kept until the steps they fall in
-#: are taken; a few per step, bounded
 WAIT_SPANS = 4096
-#: phase and step marks kept until the heartbeat takes them (their times: ``watch.gaps``);
-#: ~8 marks a step, a second of a 4 ms loop
 MARKS = 2048
 #: the files whose frames are the watch's own, not a call site: this package's and wrapt's
 _OWN_DIRS = (os.path.dirname(os.path.abspath(__file__)),
              os.path.dirname(os.path.abspath(wrapt.__file__)))
 
+
 def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...]:
-    """The Flight Recorder's entries as records, oldest first (pure; :mod:`watch.flight`)."""
     return flight.records(flight.parse(dump), RING)
 
 
 def flight_recorder(backend: str = "") -> Mapping[str, Any] | None:
-    """This process's Flight Recorder dump, or None where torch has none (edge). NCCL keeps
-    its own recorder (``_dump_nccl_trace``; ``_dump_fr_trace`` holds gloo's), and only it
-    knows whether an asynchronous NCCL collective finished.
-
-    Without stacks: the first dump with stacks costs torch seconds (measured 2-7 s, once per
-    process) and the heartbeat must stay cheap (~0.3 ms without). Call sites come from the
-    announced Python calls instead."""
+    """This process's Flight Recorder dump, or None where torch has none (edge); NCCL's own
+    for NCCL, the only one that knows whether an asynchronous collective finished. Without
+    stacks: the first dump with them costs seconds, and the heartbeat must stay cheap."""
     import pickle
 
     import torch._C._distributed_c10d as c10d
@@ -72,10 +59,9 @@ def flight_recorder(backend: str = "") -> Mapping[str, Any] | None:
 
 
 def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> CollectiveRecord:
-    """A Flight Recorder record with what the announced call knows: its site, and its end
-    when torch retired it without one (gloo records no completion time: ``ended ==
-    started``). One it has not retired is in flight whatever the call did: an NCCL call (or
-    ``async_op=True``) returns once the collective is queued, not done."""
+    """A Flight Recorder record with the announced call's site, and its end where torch
+    retired it without one (gloo). One not retired is in flight whatever the call did: an
+    NCCL call returns once the collective is queued."""
     from dataclasses import replace
 
     if call is None:
@@ -88,9 +74,8 @@ def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> Collectiv
 
 def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
           ) -> tuple[CollectiveRecord, ...]:
-    """The Flight Recorder's records with the call sites of the announced Python calls, plus
-    announced calls it does not hold yet (pure)."""
-
+    """The Flight Recorder's records with the announced calls' sites, plus announced calls
+    it does not hold yet (pure)."""
     mine = {(r.group, r.seq): r for r in called}
     last = fr[-1].seq if fr else 0
     out = [_with_call(r, mine.get((r.group, r.seq))) for r in fr]
@@ -107,33 +92,25 @@ class Recorder:
         self.clock = clock
         self.lock = threading.Lock()
         self.phase, self.phase_since = "", clock()
-        #: the long phase (LONG_PHASES) in effect and since when, and how many ``with``
-        #: blocks hold it (inner phase marks keep a held one; a plain mark ends an unheld one)
+        #: the long phase in effect, since when, and how many ``with`` blocks hold it
         self.long_phase, self.long_since, self.long_held = "", 0.0, 0
         self.step, self.step_started = -1, 0.0
-        #: (time, is a step) of each phase or step change, until the heartbeat takes them;
-        #: whether some were dropped since (the ring was full)
+        #: (time, is a step) of each phase or step change; whether some were dropped since
         self.marks: deque[tuple[float, bool]] = deque(maxlen=MARKS)
         self.marks_dropped = False
-        #: (start, end) of each finished step, until the heartbeat takes them
         self.spans: deque[tuple[float, float]] = deque(maxlen=STEP_WINDOW)
-        #: every finished step since start, per STEP_BUCKETS bucket, and their seconds: the
-        #: cumulative counts the heartbeat publishes (``spans`` may drop steps, these never)
+        #: every finished step since start per STEP_BUCKETS bucket (``spans`` may drop some)
         self.step_counts = [0] * (len(STEP_BUCKETS) + 1)
         self.step_seconds = 0.0
         self.called: deque[CollectiveRecord] = deque(maxlen=RING)
-        #: (start, end) of collectives timed outside the ring (``add_wait``), by end time
         self.waits: deque[tuple[float, float]] = deque(maxlen=WAIT_SPANS)
         self.announce: Callable[[CollectiveRecord], None] = lambda _record: None
         self.use_fr = True
-        #: the default group's backend ("nccl" reads NCCL's own Flight Recorder)
         self.backend = ""
-        #: collectives issued so far in the default group (its sequence number; the session
-        #: sets it) and each step's digest of them (``watch.desync``)
+        #: collectives issued so far in the default group, and each step's digest of them
         self.issued: Callable[[], int] = lambda: 0
         self.steps = StepLog()
-        #: whether the user marks steps / phases (``ddpnet.step()``, ``ddpnet.phase()`` of a
-        #: phase that is not long): from then on inferred ones (``watch.infer``) are ignored
+        #: whether the user marks steps / phases: then inferred ones (``watch.infer``) are not
         self.marked_steps = False
         self.marked_phases = False
         #: the collectives' wrappers: a failure of ours turns announcing off, said once
@@ -150,9 +127,8 @@ class Recorder:
             raise ConfigError(f"phase {phase!r} is not one of {', '.join(p for p in PHASES if p)}",
                               "use ddpnet.phase('data'|'forward'|'backward'|'step'|...)")
         if not inferred and phase not in LONG_PHASES:
-            # a long phase alone (``with ddpnet.phase("checkpoint")``, the documented mark
-            # for an otherwise unmarked script) leaves the inferred phases on: inside the
-            # block they change the phase and keep the long one (it is held)
+            # a long phase alone (an otherwise unmarked script's checkpoint) leaves the
+            # inferred phases on: inside the block they change the phase, the long one held
             self.marked_phases = True
         with self.lock:
             if phase != self.phase:
@@ -171,7 +147,7 @@ class Recorder:
 
     def restore(self, phase: str, long_phase: str, long_since: float, held: int) -> None:
         """Back to the phase (and long phase) before a ``with ddpnet.phase(...)`` block that
-        held a long phase ``held`` times (one lock, as cheap as a phase mark)."""
+        held a long phase ``held`` times."""
         with self.lock:
             if phase != self.phase:
                 self.phase, self.phase_since = phase, self.clock()
@@ -202,8 +178,7 @@ class Recorder:
         self.marks.append((when, step))
 
     def take_marks(self) -> tuple[tuple[tuple[float, bool], ...], bool]:
-        """The marks since the last call, oldest first, and whether they are all of them
-        (the heartbeat's: ``watch.gaps``)."""
+        """The marks since the last call, oldest first, and whether they are all of them."""
         with self.lock:
             marks, complete = tuple(self.marks), not self.marks_dropped
             self.marks.clear()
@@ -211,13 +186,11 @@ class Recorder:
         return marks, complete
 
     def digest(self) -> dict[str, Any]:
-        """The last steps' collective digests (``watch.desync``), for the heartbeat."""
         issued = self.issued()
         with self.lock:
             return self.steps.digest(issued)
 
     def take_spans(self) -> list[tuple[float, float]]:
-        """The steps finished since the last call, oldest first (the heartbeat's)."""
         with self.lock:
             spans = list(self.spans)
             self.spans.clear()
@@ -229,15 +202,14 @@ class Recorder:
             return tuple(self.step_counts), self.step_seconds
 
     def add_wait(self, start: float, end: float) -> None:
-        """A collective that ran from ``start`` to ``end`` (this recorder's clock): what a comm
-        hook measured for one of DDP's bucket all-reduces, which gloo's Flight Recorder leaves
-        without an end time. Called from gloo's thread when the collective completes."""
+        """A collective a comm hook timed (one of DDP's bucket all-reduces, which gloo's
+        Flight Recorder leaves without an end time), from gloo's thread."""
         with self.lock:
             self.waits.append((start, end))
 
     def take_waits(self, since: float, until: float) -> list[tuple[float, float]]:
         """The timed spans that end after ``since``; those ending by ``until`` (in steps
-        already taken) are dropped. The heartbeat's, with its finished steps' bounds."""
+        already taken) are dropped."""
         with self.lock:
             out = [w for w in self.waits if w[1] > since]
             while self.waits and self.waits[0][1] <= until:
@@ -265,8 +237,7 @@ class Recorder:
                                 started=self.clock(), site=call_site())
 
     def wrap_collectives(self, dist: Any, next_seq: Callable[[], int]) -> Callable[[], None]:
-        """Announce each default-group Python collective before it runs (``watch.patches``:
-        the call reaches torch as the caller wrote it); returns the undo."""
+        """Announce each default-group Python collective before it runs; the undo."""
         group_type = getattr(dist, "ProcessGroup", None)
         undos = [self._wrap(dist, name, next_seq, group_type)
                  for name in patches.COLLECTIVES if callable(getattr(dist, name, None))]
@@ -280,8 +251,10 @@ class Recorder:
     def _wrap(self, dist: Any, name: str, next_seq: Callable[[], int],
               group_type: type | None) -> Callable[[], None]:
         function = getattr(dist, name)
-        group_at, async_at = _positions(function, "group", "async_op")
-        first = _first_parameter(function)
+        positional = _positional(function)
+        group_at, async_at = (positional.index(n) if n in positional else None
+                              for n in ("group", "async_op"))
+        first = positional[0] if positional else ""
 
         def before(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> CollectiveRecord | None:
@@ -314,8 +287,7 @@ class Recorder:
 
 
 def call_site() -> str:
-    """``file:line in function`` of the frame that called into the watch's wrapper (the first
-    outside the watch's own and wrapt's files)."""
+    """``file:line in function`` of the first frame outside the watch's and wrapt's files."""
     frame = sys._getframe(1)
     while frame.f_back is not None and \
             os.path.dirname(os.path.abspath(frame.f_code.co_filename)) in _OWN_DIRS:
@@ -324,32 +296,20 @@ def call_site() -> str:
            f"{frame.f_code.co_name}"
 
 
-def _positions(function: Any, *names: str) -> tuple[int | None, ...]:
-    """Where each of ``names`` stands among ``function``'s positional parameters (None where
-    it cannot be passed by position, or the signature cannot be read)."""
-    positional = [p.name for p in _parameters(function)
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return tuple(positional.index(n) if n in positional else None for n in names)
-
-
-def _first_parameter(function: Any) -> str:
-    """The name of ``function``'s first parameter ("" where its signature cannot be read)."""
-    params = _parameters(function)
-    return params[0].name if params else ""
-
-
-def _parameters(function: Any) -> list[Any]:
+def _positional(function: Any) -> list[str]:
+    """The names of ``function``'s positional parameters ([] where its signature cannot be
+    read)."""
     import inspect
 
     try:
-        return list(inspect.signature(function).parameters.values())
+        params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], at: int | None,
               name: str) -> Any:
-    """The argument ``name`` as the caller passed it (by keyword, or at position ``at``)."""
     if name in kwargs:
         return kwargs[name]
     return args[at] if at is not None and len(args) > at else None

@@ -1,12 +1,7 @@
 """How we know (pure): the independent signals in a snapshot that agree with a verdict, and
-what would contradict it, added to the ``Diagnosis`` (``signals``, ``contradicts``) and shown
-by the report.
-
-A verdict that rests on one signal can be wrong in one way (a heartbeat delayed by a busy host,
-a probe lost once); saying which signals agree — the heartbeat gap, the side channel's close,
-the link probes, the Flight Recorder's in-flight collectives, the sequence numbers and the step
-digests — lets a user weigh it, and saying what would contradict it tells them what to look at
-before they act on it.
+what would contradict it (``Diagnosis.signals``, ``contradicts``). A verdict that rests on one
+signal can be wrong in one way (a heartbeat delayed by a busy host, a probe lost once); which
+signals agree lets a user weigh it, and what would contradict it says what to look at first.
 """
 
 from __future__ import annotations
@@ -65,8 +60,7 @@ def probes(snapshot: Snapshot, named: tuple[int, ...]) -> str:
 
 
 def flight(snapshot: Snapshot) -> str:
-    """Who is inside which collective (the Flight Recorder's unfinished entries, not the
-    Python call) and the last sequence number each finished."""
+    """Who is inside which collective (the Flight Recorder's unfinished entries)."""
     inside: dict[tuple[str, int], list[int]] = {}
     idle: list[int] = []
     for rank, state in sorted(snapshot.states.items()):

@@ -1,11 +1,8 @@
-"""What the hub answers a rank that got SIGTERM (pure): a launcher's SIGTERM after a peer
-died (torchrun, srun and mpirun send it within 0.1 s of one dying) waits for the verdict that
-names the dead peer; a user's stop (scancel, kill, Ctrl-C on a launcher: every rank at once,
-no peer failed) ends the rank at once. The dead peer's connection closes as it dies, before
-its launcher even sees it: a failure the hub knows of (a rank gone without a goodbye, or one
-whose closed channel is being checked, or a verdict given) means wait; none within
-:data:`HOLD_S` of the rank's word means no fault (``no-fault``: the rank ends as SIGTERM would,
-within a second, where it waited 10 s for a verdict that never came).
+"""What the hub answers a rank that got SIGTERM (pure; the rank's side: ``watch.dying``): a
+launcher's SIGTERM after a peer died waits for the verdict naming it; a user's stop (every rank
+at once, no peer failed) ends the rank at once. The dead peer's connection closes before its
+launcher even sees it, so a failure the hub knows of means wait; none within :data:`HOLD_S`
+of the rank's word means ``no-fault``.
 """
 
 from __future__ import annotations

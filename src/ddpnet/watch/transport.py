@@ -1,34 +1,47 @@
-"""The side channel's writer (edge): a bounded outbox of complete framed messages
-(``wire.encode``) per connection, written without blocking.
+"""The side channel (edge): a bounded outbox of complete framed messages per connection,
+written without blocking, and a rank's connection to the hub (:class:`HubLink`).
 
-A message is put whole or not at all, and once its first byte is on the wire the rest follows
-it before any other message: the stream never carries half a message and then another one
-(one JSON object per line, ``watch.wire``). What the kernel does not take now stays for the
-next writable moment (the hub's selector, the heartbeat's ``select``). A message put under a
-``key`` replaces a queued one of the same key that has not begun (a newer state supersedes
-an unsent one). A connection whose outbox moved no complete message for ``deadline`` seconds
-while holding one is :meth:`Outbox.late`: its reader is too slow or gone, and the owner drops
-the connection (the hub marks the rank, a rank reconnects) rather than cut a message.
+A message is put whole or not at all, and once begun the rest follows before any other: the
+stream never carries half a message and then another (one JSON object per line,
+``watch.wire``). A message put under a ``key`` replaces a queued one of that key not begun (a
+newer state supersedes an unsent one). An outbox that finished no message for ``deadline``
+seconds is :meth:`Outbox.late`: its reader is too slow or gone, and the owner drops the
+connection (the hub marks the rank, a rank reconnects) rather than cut a message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import select
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
+
+from ddpnet.watch.state import RankState
+from ddpnet.watch.wire import MAX_LINE, Lines, encode
 
 #: what an outbox holds at most (bytes of messages not yet written)
 OUTBOX_BYTES = 8 << 20
 #: seconds an outbox may hold a message without finishing one before its reader is late
 DEADLINE_S = 10.0
+#: bound on each send and on connecting
+SOCKET_TIMEOUT_S = 2.0
+#: seconds the hub's kernel may leave what a rank sent unacknowledged (TCP_USER_TIMEOUT: a
+#: cut link errors instead of hanging; the rank judges itself by the hub's acks, sooner)
+LOST_AFTER_S = 60.0
+#: a rank's outbox deadline (a congested link, a hub not reading): it then connects anew
+SEND_DEADLINE_S = 4.0
+#: after a lost connection, seconds during which the heartbeat connects anew
+RECONNECT_FOR_S = 30.0
 
 
 def ready(sock: socket.socket, *, write: bool, seconds: float) -> tuple[bool, bool]:
     """Whether ``sock`` is readable, and (with ``write``) writable, within ``seconds``
-    (``poll``: any fd number; ``select`` refuses one above 1023, which a rank of a job with
-    many files open has, and its heartbeat read that as its hub gone)."""
+    (``poll``: ``select`` refuses an fd above 1023, and a rank read that as its hub gone)."""
     poller = select.poll()
     poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
     events = 0
@@ -55,8 +68,8 @@ class Outbox:
     dropped: int = 0
 
     def put(self, data: bytes, key: str = "", now: float | None = None) -> bool:
-        """Queue one framed message; with ``key``, in place of a queued one of that key not
-        begun yet. False (and counted) when it does not fit."""
+        """Queue one framed message (with ``key``: in place of a queued one not begun); False
+        (and counted) when it does not fit."""
         if key:
             for i, (queued, old) in enumerate(self.queue):
                 if queued == key and not (i == 0 and self.begun):
@@ -76,13 +89,10 @@ class Outbox:
         return bool(self.queue)
 
     def late(self, now: float) -> bool:
-        """Whether a message waited ``deadline`` s with none finished: the reader is too
-        slow (or gone) to be fed more."""
         return bool(self.queue) and now - self.moved > self.deadline
 
     def flush(self, sock: socket.socket, now: float | None = None) -> None:
-        """Write what the socket takes now, never blocking (OSError: the connection broke;
-        BlockingIOError is not one)."""
+        """Write what the socket takes now, never blocking (OSError: the connection broke)."""
         while self.queue:
             data = self.queue[0][1]
             try:
@@ -98,8 +108,7 @@ class Outbox:
             self.moved = time.monotonic() if now is None else now
 
     def drain(self, sock: socket.socket, seconds: float) -> bool:
-        """Write everything within ``seconds`` (a goodbye at exit may wait a little);
-        whether the outbox is empty."""
+        """Write everything within ``seconds``; whether the outbox is empty."""
         end = time.monotonic() + seconds
         while self.queue:
             self.flush(sock)
@@ -108,3 +117,206 @@ class Outbox:
                 break
             ready(sock, write=True, seconds=left)
         return not self.queue
+
+
+class HubLink:
+    """A rank's connection to the hub: hello and welcome, a non-blocking outbox, reading the
+    hub's messages, connecting anew after a loss. ``heartbeat.Beacon`` answers what it reads
+    (:meth:`handle`)."""
+
+    hub: tuple[str, int] = ("", 0)
+    #: the job's token, and when (monotonic) the connection was lost, how often it was
+    token = ""
+    lost_at: float | None = None
+    reconnects = 0
+    sock: socket.socket | None = None
+
+    def __init__(self, ident: RankState, lost_after: float) -> None:
+        self.ident, self.lost_after = ident, lost_after
+        #: the process this rank is: a forked child inherits the socket, never speaks for it
+        self.owner = os.getpid()
+        self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
+        self.send_lock = threading.Lock()
+        self.lines = Lines()
+        #: what came with the welcome (a verdict given before this rank connected)
+        self.pending: list[dict[str, Any]] = []
+        #: monotonic and wall time of the hub's last message
+        self.heard, self.heard_at = time.monotonic(), time.time()
+        #: held by the handshake and by the goodbye: a rank that ends while it connects says
+        #: goodbye once, on the new connection
+        self.life = threading.Lock()
+        self.stopped = threading.Event()
+        #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
+        self.obeyed = threading.Event()
+        #: set when the hub answered this rank's goodbye (or cannot any more)
+        self.farewell = threading.Event()
+
+    def handle(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def open(self, patience: float) -> socket.socket:
+        """Connect to :attr:`hub`, retrying while it starts, say hello and check the welcome
+        (OSError after ``patience``, or when something else answers); then the connection
+        is this rank's, non-blocking, with a new outbox (under :attr:`life`)."""
+        address, port = self.hub
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                sock = socket.create_connection((address, port), timeout=SOCKET_TIMEOUT_S)
+                if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux: a cut link errors, not hangs
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                    int(self.lost_after * 1000))
+                sock.sendall(encode({"t": "hello", "rank": self.ident.rank,
+                                     "token": self.token}))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.lines = Lines()
+        # a hub welcoming thousands of ranks at once may take longer than a socket timeout
+        welcome = self.expect("welcome", max(SOCKET_TIMEOUT_S, deadline - time.monotonic()),
+                              sock)
+        if welcome.get("token") != self.token:
+            sock.close()
+            raise OSError(f"what listens at {address}:{port} is not this job's hub "
+                          f"({welcome.get('token') or 'no answer'})")
+        sock.setblocking(False)
+        with self.send_lock:
+            self.outbox = Outbox(limit=4 * MAX_LINE, deadline=SEND_DEADLINE_S)
+            self.sock = sock
+        self.heard, self.heard_at = time.monotonic(), time.time()
+        self.lost_at = None
+        return sock
+
+    def expect(self, kind: str, within: float, sock: socket.socket) -> dict[str, Any]:
+        """The first message of ``kind`` on ``sock`` within ``within`` seconds ({} if none);
+        those before and after it wait in :attr:`pending`."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            try:
+                data = sock.recv(1 << 16)
+                messages = self.lines.feed(data)
+            except TimeoutError:  # one socket timeout: wait on until ``within``
+                continue
+            except (OSError, ValueError):
+                return {}
+            if not data:
+                return {}
+            for i, message in enumerate(messages):
+                if message.get("t") == kind:
+                    self.pending.extend(messages[i + 1:])  # read in the same recv
+                    return message
+                self.pending.append(message)
+        return {}
+
+    def handle_pending(self) -> None:
+        """What came with the welcome, before whatever is read next."""
+        for message in self.pending:
+            self.handle(message)
+        self.pending.clear()
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Queue ``message`` and write what the socket takes now, never blocking (the training
+        thread announces its calls here); False when it does not fit."""
+        sock = self.sock
+        if sock is None or os.getpid() != self.owner:
+            return False
+        kind = str(message.get("t", ""))
+        with self.send_lock:
+            queued = self.outbox.put(encode(message), key="state" if kind == "state" else "")
+        self.flush(sock)
+        return queued
+
+    def flush(self, sock: socket.socket) -> None:
+        """Write what ``sock`` takes of the outbox now; lose a broken or late connection."""
+        try:
+            with self.send_lock:
+                if self.sock is sock:
+                    self.outbox.flush(sock)
+                    late = self.outbox.late(time.monotonic())
+                else:
+                    late = False
+        except OSError:
+            late = True
+        if late:
+            self.lose(sock)
+
+    def drain(self) -> None:
+        """Write the outbox within SOCKET_TIMEOUT_S (a goodbye: the rank is ending)."""
+        sock = self.sock
+        if sock is None:
+            return
+        try:
+            with self.send_lock:
+                self.outbox.drain(sock, SOCKET_TIMEOUT_S)
+        except OSError:
+            self.lose(sock)
+
+    def take(self, messages: list[dict[str, Any]]) -> None:
+        for message in messages:
+            self.heard, self.heard_at = time.monotonic(), time.time()
+            self.handle(message)
+
+    def listen_until(self, deadline: float, sock: socket.socket) -> None:
+        """Read the hub's messages until ``deadline``, however many come (returning on the
+        ack made a state/ack storm that backlogged the hub by tens of seconds)."""
+        while not self.stopped.is_set() and self.sock is sock:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.listen(left, sock)
+
+    def listen(self, seconds: float, sock: socket.socket) -> None:
+        """Read what the hub sent within ``seconds``, and write the outbox as the socket
+        takes it; a closed or broken connection is lost."""
+        data: bytes | None = None
+        try:
+            readable, out = ready(sock, write=self.outbox.pending(), seconds=seconds)
+            if out:
+                self.flush(sock)
+            data = sock.recv(1 << 16) if readable and self.sock is sock else None
+            messages = self.lines.feed(data or b"")
+        except BlockingIOError:
+            data, messages = None, []
+        except (OSError, ValueError):
+            data, messages = b"", []
+        self.take(messages)
+        if data == b"":  # the hub is gone or unreachable (ETIMEDOUT)
+            self.lose(sock)
+
+    def lose(self, sock: socket.socket) -> None:
+        """Drop a connection that broke or stopped taking messages, after reading what the
+        hub sent on it (a verdict waiting for a stopped rank)."""
+        if self.sock is not sock:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            while ready(sock, write=False, seconds=0)[0]:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                self.take(self.lines.feed(data))
+        if self.sock is sock:
+            self.sock = None
+            self.lost_at = time.monotonic()
+        self.farewell.set()  # nobody answers a goodbye on this connection any more
+        sock.close()
+
+    def reconnect(self) -> None:
+        """After a lost connection: one bounded try to connect anew (from the heartbeat
+        thread), until RECONNECT_FOR_S after the loss."""
+        lost = self.lost_at
+        if lost is None or not self.token or self.obeyed.is_set() or \
+                time.monotonic() - lost > RECONNECT_FOR_S:
+            return
+        with self.life:
+            if self.stopped.is_set():
+                return
+            try:
+                self.open(0.0)
+            except OSError:
+                self.lost_at = lost
+                return
+            self.reconnects += 1
+            self.farewell.clear()  # a goodbye on the new connection is answered again
+            self.handle_pending()

@@ -1,10 +1,8 @@
 """Run by the interpreter at start-up when this directory is on PYTHONPATH: with
-``DDPNET_WATCH_ATTACH=1``, attach the watch to the script's own ``init_process_group``
-(``ddpnet.watch.attach``; imports no torch), then run the ``sitecustomize`` this one shadows
-(the user's, the venv's or the system's), as ``ddtrace-run`` and ``opentelemetry-instrument``
-do. A failure here is one warning line, never a failed start; an interpreter where ddpnet
-is not importable at all (a system Python a rank's script starts, under the ranks'
-environment) is none of the watch's and hears nothing of it."""
+``DDPNET_WATCH_ATTACH=1``, attach the watch (``ddpnet.watch.attach``; imports no torch), then
+run the ``sitecustomize`` this one shadows, as ``opentelemetry-instrument`` does. A failure
+here is one warning line, never a failed start; an interpreter where ddpnet is not importable
+(a system Python a rank's script starts) hears nothing of it."""
 
 from __future__ import annotations
 
@@ -22,15 +20,13 @@ def _attach() -> None:
 
 
 def later_paths(sys_path: list[str], boot: str) -> list[str]:
-    """Where the shadowed ``sitecustomize`` is looked for: ``sys.path`` but this directory
-    (pure; needs no ddpnet, so that the chain holds where ddpnet does not import)."""
+    """``sys.path`` but this directory (pure; needs no ddpnet)."""
     real = os.path.realpath(boot)
     return [p for p in sys_path if os.path.realpath(p or os.curdir) != real]
 
 
 def _chain() -> None:
-    """Load the next ``sitecustomize`` on sys.path as ``sitecustomize``; its errors are the
-    interpreter's to report, as without us."""
+    """Load the next ``sitecustomize`` on sys.path; its errors are the interpreter's."""
     from importlib.machinery import PathFinder
     from importlib.util import module_from_spec
 

@@ -1,4 +1,4 @@
-"""watch.exitnote: a rank that calls ``sys.exit(3)`` mid-training is named as gone with its
+"""watch.dying's sys.exit note: a rank that calls ``sys.exit(3)`` mid-training is named as gone with its
 code (two real gloo ranks attached with ``python -m ddpnet.attach``), not taken for finished
 with the other rank blamed for "an extra collective at the end"; and the pure parts."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.watch import exitnote
+from ddpnet.watch import dying
 from tests.watch.gloo_ranks import ranks
 
 SCRIPT = """
@@ -32,7 +32,7 @@ print("done", rank, flush=True)
     (None, ""), (0, ""), (3, "SystemExit: sys.exit(3)"),
     ("no data", "SystemExit: sys.exit('no data') (exit code 1)")])
 def test_a_failing_exit_is_described_and_a_success_is_not(code: object, error: str) -> None:
-    assert exitnote.describe(code) == error
+    assert dying.describe(code) == error
 
 
 def test_only_the_main_threads_failing_exit_is_noted_and_undo_restores() -> None:
@@ -47,7 +47,7 @@ def test_only_the_main_threads_failing_exit_is_noted_and_undo_restores() -> None
         with pytest.raises(SystemExit):
             sys.exit(5)
 
-    undo = exitnote.note_exits(note)
+    undo = dying.note_exits(note)
     try:
         thread = threading.Thread(target=leave_thread)
         thread.start()
@@ -63,7 +63,7 @@ def test_only_the_main_threads_failing_exit_is_noted_and_undo_restores() -> None
 
 def test_the_exception_being_handled_goes_with_the_exit() -> None:
     noted: list[tuple[str, BaseException | None]] = []
-    undo = exitnote.note_exits(lambda error, handling: noted.append((error, handling)))
+    undo = dying.note_exits(lambda error, handling: noted.append((error, handling)))
     failure = RuntimeError("Connection closed by peer [127.0.0.1]:1234")
     try:
         with pytest.raises(SystemExit):

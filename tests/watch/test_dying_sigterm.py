@@ -1,4 +1,4 @@
-"""watch.termguard on real gloo ranks attached with ``python -m ddpnet.attach``: a SIGTERM
+"""watch.dying's SIGTERM guard on real gloo ranks attached with ``python -m ddpnet.attach``: a SIGTERM
 that reaches a rank blocked in a collective before its peer's death does (torchrun's order
 under load) still gets the watch's verdict naming the dead peer; a SIGTERM with nothing
 wrong ends the rank by SIGTERM; a script's own handler is left alone; a forked child is

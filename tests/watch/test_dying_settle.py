@@ -1,4 +1,4 @@
-"""watch.settle: a watched process hands the GIL to torch's backend threads at exit, after
+"""watch.dying's settle: a watched process hands the GIL to torch's backend threads at exit, after
 the script's own exit handlers, so a job that ends right after a collective exits 0."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ddpnet.watch import settle
+from ddpnet.watch import dying
 
 #: two ranks over a file:// store (no network), the settle registered first as the boot does,
 #: then the script's own exit handler runs a last collective and the script ends
 SCRIPT = """
 import atexit, sys, torch, torch.distributed as dist
-from ddpnet.watch import settle
-settle.register()
+from ddpnet.watch import dying
+dying.register_settle()
 t = torch.ones(4)
 atexit.register(lambda: dist.all_reduce(t))
 dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=int(sys.argv[1]),
@@ -27,7 +27,7 @@ for _ in range(3):
 """
 #: pairs run: without the settle, 3 of 20 pairs (6 of 40 processes) aborted here (exit 134),
 #: so four pass by chance one time in two: a guard kept cheap (each pair is two Pythons
-#: importing torch, ~5 CPU-s); the rates themselves are in watch.settle's docstring
+#: importing torch, ~5 CPU-s); the rates themselves are in docs/watch.md
 PAIRS = 4
 
 
@@ -43,24 +43,24 @@ def test_settle_sleeps_only_while_a_group_is_alive(monkeypatch: pytest.MonkeyPat
                                                   initialized: bool) -> None:
     slept: list[float] = []
     monkeypatch.setitem(sys.modules, "torch.distributed", _group(initialized))
-    monkeypatch.setattr(settle.time, "sleep", slept.append)
-    settle.settle()
-    assert slept == ([settle.SETTLE_S] if initialized else [])
+    monkeypatch.setattr(dying.time, "sleep", slept.append)
+    dying.settle()
+    assert slept == ([dying.SETTLE_S] if initialized else [])
 
 
 def test_settle_imports_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
-    settle.settle()
+    dying.settle()
     assert "torch.distributed" not in sys.modules
 
 
 def test_register_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
     registered: list[object] = []
-    monkeypatch.setattr(settle, "_registered", [])
-    monkeypatch.setattr(settle.atexit, "register", registered.append)
-    settle.register()
-    settle.register()
-    assert registered == [settle.settle]
+    monkeypatch.setattr(dying, "_registered", [])
+    monkeypatch.setattr(dying.atexit, "register", registered.append)
+    dying.register_settle()
+    dying.register_settle()
+    assert registered == [dying.settle]
 
 
 @pytest.mark.slow  # pairs of Pythons that import torch
