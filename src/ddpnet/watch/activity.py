@@ -1,13 +1,6 @@
-"""Whether a rank works or is stuck: its CPU time, its I/O bytes and its Python stack
-(docs/watch.md, "A working rank is not a hang").
-
-A rank keeping the others waiting either works (a checkpoint nobody marked) or is stuck
-(asleep, blocked on a lock, a socket or storage). Its heartbeat publishes an :class:`Activity`:
-CPU without the watch's threads (its workers' in, its other children's only while it waits
-on a subprocess), bytes read and written (files and pipes, not sockets), the main thread's
-innermost frames, and when each last moved (:func:`working`). The :class:`Sampler` (edge)
-reads ``/proc`` and ``sys._current_frames()``; without ``/proc`` what it reads is None.
-"""
+"""Whether a rank works or is stuck: its CPU time, I/O bytes and Python stack (docs/watch.md, "A
+working rank is not a hang"). The :class:`Sampler` (edge) reads ``/proc`` and
+``sys._current_frames()``; without ``/proc`` what it reads is None."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ KEY = "activity"
 WATCH_THREADS = "ddpnet-watch"
 #: CPU above this share of one core over a sample's interval is work (asleep: ~0)
 CPU_SHARE = 0.05
-#: bytes read or written in one interval that are work (what slips between two /proc
-#: reads of the sampler's own is a few hundred bytes)
+#: bytes read or written in one interval that are work
 IO_BYTES = 64 * 1024
 #: a rank that moved within this many seconds is working now (a sample a second, and one late)
 STILL_S = 2.5
@@ -43,15 +35,13 @@ SEEN = 8
 SUBPROCESS = "subprocess.py:"
 #: a sample younger than this is served again to the heartbeats sharing a process
 FRESH_S = 0.5
-#: seconds between listings of the process's children while it stands still (a scan of
-#: /proc: ~2 ms at 75 processes; each child found is read every sample)
+#: seconds between listings of the process's children while it stands still
 CHILDREN_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
 class Activity:
-    """One sample of a rank's work, and when each part last moved (the rank's ``time.time()``;
-    0.0: never seen). None: unknown (no /proc)."""
+    """One sample of a rank's work and when each part last moved (0.0: never); None: unknown."""
 
     at: float = 0.0
     cpu: float | None = None       # process CPU s, the watch's threads out, children in
@@ -59,8 +49,7 @@ class Activity:
     read: int | None = None        # bytes read (rchar), the sampler's own reads out
     written: int | None = None     # bytes written (wchar)
     stack: tuple[str, ...] = ()    # the main thread's innermost frames, innermost first
-    call: str = ""                 # the library function the user's code is in, e.g.
-                                   # "torch/serialization.py:965 in save"
+    call: str = ""                 # the library function the user's code is in
     user: str = ""                 # the innermost frame of the user's code, "train.py:88 in main"
     share: float | None = None     # cores of CPU used over the last interval
     cpu_at: float = 0.0
@@ -104,8 +93,7 @@ class Movement:
 
 
 def working(prev: Activity, now: Activity, seen: Sequence[tuple[str, ...]] = ()) -> Movement:
-    """Whether the rank moved meaningfully between ``prev`` and ``now`` (pure): CPU_SHARE,
-    IO_BYTES, or a stack other than ``prev``'s and those ``seen`` last."""
+    """Whether the rank moved between ``prev`` and ``now`` (pure): CPU, I/O or a new stack."""
     wall = now.at - prev.at
     why = []
     cpu = io = False
@@ -155,8 +143,8 @@ def idle_for(snapshot: Snapshot, rank: int) -> float | None:
 
 
 def doing(found: Activity, since: Activity | None = None) -> str:
-    """What a rank does, for people (pure): where its main thread is, its CPU, and the bytes
-    it wrote and read since ``since`` (the stall's start) when known."""
+    """What a rank does, for people (pure): its main thread's place, CPU and bytes since
+    ``since``."""
     where = found.stack[0] if found.stack else "?"
     if found.call and found.user:
         where = f"{found.call}, called at {found.user}"
@@ -220,10 +208,9 @@ def _library(path: str) -> str | None:
 
 
 class Sampler:
-    """Samples this process's activity (edge; once per heartbeat, from any thread). The watch's
-    threads leave their CPU out themselves (:meth:`note_watch`, ``time.thread_time``: a /proc
-    read per thread cost 13 ms a sample at 128 heartbeat threads); the sampler measures its
-    own /proc reads and leaves them out of the bytes read."""
+    """Samples this process's activity (edge; from any thread). Watch threads leave their CPU out
+    themselves (:meth:`note_watch`: cheaper than /proc per thread); the sampler's own /proc reads
+    are left out of the bytes read."""
 
     def __init__(self, proc: str = "/proc/self",
                  main: threading.Thread | None = None) -> None:
@@ -236,8 +223,7 @@ class Sampler:
         self.local = threading.local()
         #: bytes the sampler itself read (its /proc reads) since the first sample
         self.own_reads = 0
-        #: children (psutil.Process by pid), their CPU at the last sample, those skipped, and
-        #: the workers (forked with its own command line, or by multiprocessing)
+        #: children (psutil.Process by pid), their CPU, those skipped, and the workers
         self.children: dict[int, Any] = {}
         self.child_cpu: dict[int, float] = {}
         self.skip: set[int] = set()
@@ -261,9 +247,8 @@ class Sampler:
             self.watch_cpu += max(0.0, now - last)
 
     def sample(self, max_age: float = 0.0) -> Activity:
-        """A new sample, or the last one while younger than ``max_age`` seconds. The calling
-        thread's CPU is noted first: else the heartbeat's own work (a GC pass, an encoding)
-        read as the rank's, and a rank asleep in its data loader looked busy."""
+        """A new sample, or the last one while younger than ``max_age``. The calling thread's CPU is
+        noted first, else the heartbeat's own work reads as the rank's."""
         self.note_watch()
         try:
             with self.lock:
@@ -284,8 +269,7 @@ class Sampler:
         spent = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID) - self.watch_cpu
         self.own_cpu = max(self.own_cpu, spent)  # only forward
         stack, call, user = self.stack()
-        # children are listed (a scan of /proc) only while the process itself stands
-        # still: a training rank moves every second and needs no list
+        # children are listed (a scan of /proc) only while the process stands still
         waits = any(f.startswith(SUBPROCESS) for f in (*stack, call))
         cpu = self.own_cpu + self._children(time.monotonic(), listing=prev is None or
                                             prev.active_at < prev.at, waits=waits)
@@ -311,9 +295,8 @@ class Sampler:
         return found
 
     def _children(self, mono: float, *, listing: bool, waits: bool) -> float:
-        """CPU seconds the process's children used since first seen: its workers' always, the
-        others' (a ``wandb`` service) only while the main thread ``waits`` on a subprocess,
-        the watch hub's never. Listed at most every CHILDREN_EVERY_S while ``listing``."""
+        """CPU seconds the children used since first seen: workers' always, others' only while the
+        main thread ``waits`` on a subprocess, the hub's never."""
         import psutil
 
         if listing and mono - self.listed >= CHILDREN_EVERY_S:
@@ -354,8 +337,8 @@ class Sampler:
                 self.workers.add(child.pid)
 
     def stack(self) -> tuple[tuple[str, ...], str, str]:
-        """The main thread's innermost frames, the library call the user's code is in, and
-        the user's innermost frame."""
+        """The main thread's innermost frames, the library call it is in, the user's innermost
+        frame."""
         frame: FrameType | None = sys._current_frames().get(self.main.ident or -1)
         frames: list[str] = []
         call = user = ""
@@ -388,8 +371,7 @@ _shared_lock = threading.Lock()
 
 
 def shared() -> Sampler:
-    """This process's sampler: its activity is the process's, however many heartbeats it
-    runs (each of them a thread whose CPU and I/O a sample reads and leaves out)."""
+    """This process's sampler, shared by all heartbeats it runs."""
     global _shared
     with _shared_lock:
         if _shared is None:

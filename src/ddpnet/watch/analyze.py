@@ -1,10 +1,6 @@
-"""Name the cause of a stall from every rank's last state (pure: Snapshot -> Diagnosis).
-
-Detectors run in the order of :data:`ddpnet.watch.state.KINDS`; the first that matches wins,
-but ``rank-gone`` steps aside for a rank that died right after a mismatched collective (it
-died *of* it: gloo aborts a process that receives the wrong size) and for a silent rank no
-peer reaches while its connection stays open (a link down: its process may well be alive).
-"""
+"""Name the cause of a stall from every rank's last state (pure: Snapshot -> Diagnosis). Detectors
+run in :data:`ddpnet.watch.state.KINDS` order, the first match wins; ``rank-gone`` steps aside for a
+mismatch or a link down (docs/watch.md, "What it names")."""
 
 from __future__ import annotations
 
@@ -32,16 +28,15 @@ _NAMED = 8
 
 @dataclass(frozen=True)
 class Options:
-    """How the analysis judges time: ``stale_after`` seconds without a heartbeat is a rank
-    that stopped answering; ``live`` is False for dump files (old states are not stale)."""
+    """``stale_after``: seconds without a heartbeat before a rank stopped answering; ``live``: False
+    for dump files (old states are not stale)."""
 
     stale_after: float = STALE_AFTER_S
     live: bool = True
 
 
 def analyze(snapshot: Snapshot, options: Options = Options()) -> Diagnosis:
-    """The first detector (in KINDS order) that names a cause, else ``stalled``/``ok``, with
-    the signals that agree and what would contradict it (:mod:`ddpnet.watch.signals`)."""
+    """The first detector that names a cause, else ``stalled``/``ok``, with the agreeing signals."""
     silent = options.stale_after if options.live else network.FRESH_S
     detectors: dict[str, Callable[[], Diagnosis | None]] = {
         "rank-gone": lambda: rank_gone(snapshot, options),
@@ -64,10 +59,8 @@ def _where(rank: int, state: RankState | None) -> str:
 # -- rank-gone ---------------------------------------------------------------------------------
 
 def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
-    """Ranks that are gone, with why, in the order they left (the side channel's own order
-    first): the side channel said so, they never published, or (live) their last heartbeat is
-    older than ``stale_after``. Ranks stopped by a peer's failure come last: they are what
-    the others did to them, whatever the order their goodbyes arrived in."""
+    """Ranks that are gone, with why, in the order they left; ranks stopped by a peer's failure
+    last: they are what the others did to them."""
     out: dict[int, str] = {r: w for r, w in snapshot.gone.items() if not victim(w)}
     victims = {r: w for r, w in snapshot.gone.items() if victim(w)}
     for rank in range(snapshot.world_size):
@@ -83,8 +76,8 @@ def silent_ranks(snapshot: Snapshot, options: Options) -> dict[int, str]:
 
 
 def _why_silent(snapshot: Snapshot, rank: int) -> str:
-    """From the peers' connect probes to a silent rank, when the hub ran them: every port
-    timing out or unreachable is its link or host down; any answer, a stopped process."""
+    """From peers' connect probes: no answer at all is its link or host down; any, a stopped
+    process."""
     probes = [p for p in snapshot.probes if p.dst_rank == rank and p.what == "connect"]
     if not probes or any(p.reachable for p in probes):
         return " (process stopped or host frozen)"
@@ -96,9 +89,7 @@ def _why_silent(snapshot: Snapshot, rank: int) -> str:
 
 
 def rank_gone(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:
-    """The ranks that left, first to leave first. Steps aside for a mismatch (they died of
-    it) and for a first rank that no peer can reach while its connection stays open: a link
-    down, which the network detector names."""
+    """The ranks that left, first to leave first; steps aside for a mismatch or a link down."""
     gone = silent_ranks(snapshot, options)
     if not gone or _first_mismatch(snapshot) is not None or desync.detect(snapshot) is not None:
         return None
@@ -163,8 +154,7 @@ def _first_mismatch(snapshot: Snapshot
 
 def _still_coming(snapshot: Snapshot, group: str, seq: int,
                   records: Mapping[int, CollectiveRecord]) -> bool:
-    """A rank of ``group`` (it called earlier collectives of it) that has not reached ``seq``
-    yet and is not gone: its call will come (on a loaded host, a second later)."""
+    """A rank of ``group`` not yet at ``seq`` and not gone: its call will come."""
     for rank, state in snapshot.states.items():
         if rank in records or state is None or rank in snapshot.gone:
             continue
@@ -175,9 +165,8 @@ def _still_coming(snapshot: Snapshot, group: str, seq: int,
 
 
 def _expected(snapshot: Snapshot, group: str, seq: int) -> Call | None:
-    """What the job's own pattern says ``seq`` should be: the collectives just before it
-    (where the ranks agreed) repeat with a period p (a step's calls: a gradient bucket, a
-    metric); the call p back. None when the last calls show no period twice over."""
+    """What the job's own pattern says ``seq`` should be: the call one period p back, where the last
+    2p calls repeat; None without such a period."""
     calls: dict[int, Call] = {}
     for state in snapshot.states.values():
         for r in state.recent if state is not None else ():
@@ -197,10 +186,8 @@ def _expected(snapshot: Snapshot, group: str, seq: int) -> Call | None:
 def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
                         records: Mapping[int, CollectiveRecord],
                         live: bool = False) -> Diagnosis | None:
-    """Ranks at one seq (``_first_mismatch``) calling different collectives. Live, an even
-    split waits (None) for the ranks still coming to that seq: with 2 of 3 there, either
-    could be the one apart. An even split nobody will settle names the side that broke the
-    pattern of the calls before (:func:`_expected`)."""
+    """Ranks at one seq calling different collectives; live, an even split waits (None) for ranks
+    still coming, else the side that broke the pattern (:func:`_expected`) is named."""
     groups: dict[Call, list[int]] = {}
     for rank, record in sorted(records.items()):
         groups.setdefault(call_of(record), []).append(rank)
@@ -231,9 +218,7 @@ def collective_mismatch(snapshot: Snapshot, group: str, seq: int,
 
 
 def mismatch_or_desync(snapshot: Snapshot, live: bool = False) -> Diagnosis | None:
-    """Ranks at one seq calling different collectives (or, live, an even split still waiting:
-    None); else collectives that parted without a hang, or a loop's end apart
-    (:mod:`ddpnet.watch.desync`)."""
+    """A mismatch at one seq, else a desync without a hang (:mod:`ddpnet.watch.desync`)."""
     found = _first_mismatch(snapshot)
     if found is not None:
         return collective_mismatch(snapshot, *found, live=live)
@@ -243,9 +228,7 @@ def mismatch_or_desync(snapshot: Snapshot, live: bool = False) -> Diagnosis | No
 # -- rank-not-arriving -------------------------------------------------------------------------
 
 def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagnosis | None:
-    """Ranks behind the collective the others wait in. Steps aside when the first of them is
-    cut off (silent and no peer reaches it): that is a link down, which the network detector
-    names, not a rank busy in compute."""
+    """Ranks behind the collective the others wait in; steps aside when the first is cut off."""
     found = behind(snapshot)
     if found is None:
         return None
@@ -268,9 +251,8 @@ def rank_not_arriving(snapshot: Snapshot, options: Options = Options()) -> Diagn
 
 def behind(snapshot: Snapshot) -> tuple[CollectiveRecord, tuple[int, ...],
                                         tuple[int, ...]] | None:
-    """The latest collective some ranks wait in, those ranks, and the ranks behind it (not
-    inside any collective, that collective not done); None when nobody waits or nobody is
-    behind."""
+    """The latest collective some ranks wait in, those ranks, and the ranks behind it; None when
+    nobody waits or nobody is behind."""
     waiting = {r: s.in_flight() for r, s in snapshot.states.items() if s is not None}
     flights = {r: f for r, f in waiting.items() if f is not None}
     if not flights:
@@ -282,8 +264,7 @@ def behind(snapshot: Snapshot) -> tuple[CollectiveRecord, tuple[int, ...],
 
 
 def _idle_line(snapshot: Snapshot, rank: int) -> str:
-    """What a late rank's main thread is in and how long it stood still
-    (:mod:`ddpnet.watch.activity`), "" when it published no activity."""
+    """What a late rank's main thread is in and how long it stood still; "" without activity."""
     state = snapshot.states.get(rank)
     found, idle = activity.of(state), activity.idle_for(snapshot, rank)
     if found is None or idle is None:

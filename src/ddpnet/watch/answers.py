@@ -1,9 +1,6 @@
-"""A rank's answers to the hub (edge): the verdict it obeys (its dump, the verdict's line on
-stderr, the exit with the verdict's code: ``os._exit``, as the training thread may sit
-inside a C++ collective), the thresholds it acknowledges, the peers it checks when the hub
-goes quiet, and the link probes the hub asks for (``probe_pairs`` in a daemon thread, bounded,
-its LinkProbes sent back as ``probes``) on the listeners it opened (``extra["ports"]``).
-"""
+"""A rank's answers to the hub (edge): the verdict it obeys (dump, line, ``os._exit``: the training
+thread may sit in a C++ collective), the acks' thresholds, the peers it checks when the hub goes
+quiet, and the link probes the hub asks for."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class Answers(Publisher):
     """The answering part of a :class:`~ddpnet.watch.heartbeat.Beacon`."""
 
     directory: Path
-    #: where the verdict's line goes: stderr as the watch started (torch's excepthook swaps
-    #: sys.stderr for a StringIO while ours waits, and the exit left the line in it)
+    #: stderr as the watch started (torch's excepthook swaps in a StringIO: ``dying.uncaptured``)
     stream: TextIO
     exit_now: Callable[[int], None]
     #: the peers (address and side port) to check when the hub goes quiet
@@ -87,9 +83,8 @@ class Answers(Publisher):
                    "probes": [p.to_dict() for p in found]})
 
     def open_ports(self, *, gloo: bool, exclude: tuple[int, ...] = ()) -> dict[str, int]:
-        """Listen for peers' probes on this rank's address and publish the ports: ``side``
-        (answers while this rank's host is up), ``sink`` (stream probes) and, for gloo only,
-        ``backend`` (gloo's own listener; NCCL's must not be poked)."""
+        """Listen for peers' probes and publish the ports: ``side``, ``sink`` and, for gloo only,
+        ``backend`` (NCCL's listener must not be poked)."""
         note = self.activity.note_watch  # a peer's probe is no work of this rank's
         side = ProbeSink(self.ident.address, max_conns=8, idle=2.0, note=note)
         sink = ProbeSink(self.ident.address, note=note)

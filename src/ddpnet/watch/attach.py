@@ -1,13 +1,8 @@
-"""Attaching the watch to a script that calls ``torch.distributed.init_process_group`` itself
-(no ddpnet import): :func:`install` wraps that function, so that the watch starts around the
-script's own group as in ``ddpnet.init()`` (``session.around_group``), its arguments untouched.
-
-Installing imports no torch: a ``sys.meta_path`` finder patches ``torch.distributed`` when it
-is first imported. ``ddpnet launch`` and ``ddpnet exec`` turn it on in the ranks' environment
-(:func:`ranks_env`: the ``boot`` directory's ``sitecustomize``). A framework whose own launcher
-starts the ranks with another environment leaves them unwatched: :data:`NOTES` says so in one
-line when the script imports it, rather than a user finding out after a silent hang.
-"""
+"""Attaching the watch to a script that calls ``init_process_group`` itself: :func:`install` wraps
+it so the watch starts around the script's own group (``session.around_group``). A ``sys.meta_path``
+finder patches ``torch.distributed`` on first import; ``ddpnet launch`` and ``exec`` turn it on
+(:func:`ranks_env`). :data:`NOTES` warns of frameworks that start the ranks themselves
+(docs/watch.md, "Attach to an unchanged script")."""
 
 from __future__ import annotations
 
@@ -39,16 +34,15 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 def python_path(environ: Mapping[str, str], boot: str = BOOT_DIR) -> str:
-    """``PYTHONPATH`` with the boot directory first, once (``ddpnet exec`` under ``ddpnet
-    launch --via mpirun`` composes it twice), the user's entries after it."""
+    """``PYTHONPATH`` with the boot directory first, once, the user's entries after it."""
     entries = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
     return os.pathsep.join([boot, *entries])
 
 
 def ranks_env(environ: Mapping[str, str], watch: bool, metrics_port: int | None = None,
               boot: str = BOOT_DIR) -> dict[str, str]:
-    """What a launcher adds to its ranks' environment: with ``watch`` the hook (and where rank
-    0's hub serves metrics); without, ``DDPNET_WATCH=0`` (``ddpnet.init()`` scripts' too)."""
+    """What a launcher adds to its ranks' environment: the hook (and the metrics port), or
+    ``DDPNET_WATCH=0``."""
     if not watch:
         return {"DDPNET_WATCH": "0"}
     metrics = {"DDPNET_METRICS_PORT": str(metrics_port)} if metrics_port else {}
@@ -56,8 +50,8 @@ def ranks_env(environ: Mapping[str, str], watch: bool, metrics_port: int | None 
 
 
 def call_overrides(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``ddpnet.resolve`` overrides an ``init_process_group`` call's bound arguments give:
-    an explicit rank and world size (torch's -1: not given), and its init method."""
+    """The ``ddpnet.resolve`` overrides of an ``init_process_group`` call: rank, world size,
+    method."""
     out: dict[str, Any] = {}
     for key in ("rank", "world_size"):
         value = arguments.get(key)
@@ -131,8 +125,7 @@ def attached_init(original: Callable[..., Any], args: tuple[Any, ...],
 
 def _plan(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
           ) -> Attachment | None:
-    """This rank's job and watch settings, its address and interface; None (after one
-    warning when something failed) when there is no watch to start."""
+    """This rank's job and watch settings, address and interface; None when no watch starts."""
     import inspect
 
     from ddpnet.errors import ConfigError
@@ -177,8 +170,8 @@ def _warn(why: str) -> None:
 # -- installing ----------------------------------------------------------------------------
 
 def patch(modules: Mapping[str, ModuleType] | None = None) -> bool:
-    """Wrap ``init_process_group`` wherever a loaded ``torch.distributed`` module holds it;
-    False when torch has no distributed support."""
+    """Wrap ``init_process_group`` wherever a loaded ``torch.distributed`` holds it; False without
+    it."""
     mods = sys.modules if modules is None else modules
     c10d = mods.get("torch.distributed.distributed_c10d")
     original = getattr(c10d, "init_process_group", None)
@@ -245,8 +238,7 @@ def _remove_finder() -> None:
 
 
 def install() -> None:
-    """Wrap ``init_process_group`` now if ``torch.distributed`` is loaded, else when it is
-    first imported; say each framework's note when the script imports it."""
+    """Wrap ``init_process_group`` now or on first import; say frameworks' notes on their import."""
     from ddpnet.watch import dying
 
     dying.register_settle()  # before the script's own handlers: it runs after them at exit
@@ -268,8 +260,7 @@ class Note:
     #: the import that says the framework is used
     module: str
     says: str
-    #: whether the note is for this process (by its ``sys.argv``): not in the framework's
-    #: own workers, which are the ranks
+    #: whether the note is for this process (``sys.argv``): not the framework's workers
     applies: Callable[[Sequence[str]], bool]
 
 

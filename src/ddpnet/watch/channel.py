@@ -1,12 +1,6 @@
-"""Whether a rank whose side channel closed without a goodbye is gone, or only its channel
-(edge): a live rank drops a wedged connection and connects anew (``watch.transport``).
-
-The rank's ``side`` port listens in its own process: a connect answered there, and again
-:data:`AGAIN_S` later, says the process lives (the hub holds it as unheard, not gone); refused
-or unanswered says gone. Twice, because a killed process closes its files one by one (a killed
-gloo rank's side port answered once, and its victims were named instead of it). Each check
-runs in a daemon thread; the hub gives no verdict while one runs.
-"""
+"""Whether a rank whose side channel closed without a goodbye is gone, or only its channel (edge):
+two connects :data:`AGAIN_S` apart to its ``side`` port (a killed process closes its files one by
+one). docs/watch.md, "How it works"."""
 
 from __future__ import annotations
 

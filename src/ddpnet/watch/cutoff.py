@@ -1,9 +1,5 @@
-"""A rank that hears the job no more judges itself (docs/watch.md, "A rank cut off leaves by
-itself"): no ack from the hub for its threshold plus :data:`MARGIN_S` and no progress of its
-own, it checks its interface, its route and fresh connects to the hub and its peers from its
-heartbeat thread (its main thread may sit in a C call) and exits 4 naming what it found: this
-node cut off, or the hub's node or link down. :func:`due` and :func:`verdict` are pure.
-"""
+"""A rank that hears the job no more judges itself from its heartbeat thread (docs/watch.md, "A rank
+cut off leaves by itself"). :func:`due` and :func:`verdict` are pure."""
 
 from __future__ import annotations
 
@@ -38,14 +34,13 @@ KIND = "network"
 
 
 def due(now: float, heard: float, progressed: float, threshold_s: float) -> bool:
-    """Whether a rank that last heard the hub at ``heard`` and last made progress at
-    ``progressed`` (monotonic seconds) should check whether it is cut off."""
+    """Whether a rank that last heard the hub at ``heard`` and progressed at ``progressed``
+    (monotonic) should check whether it is cut off."""
     limit = threshold_s + MARGIN_S
     return now - heard >= limit and now - progressed >= limit
 
 
-#: a rank that heard nothing and made no progress this long looks before a longer threshold
-#: is over (the warm-up's 60 s), and leaves at once when what it finds is :func:`conclusive`
+#: silent this long, a rank looks before a longer threshold; leaves if :func:`conclusive`
 EARLY_S = 10.0
 
 
@@ -56,9 +51,8 @@ def early(now: float, heard: float, progressed: float, threshold_s: float) -> bo
 
 
 def conclusive(facts: Facts) -> bool:
-    """Whether what a rank found leaves no doubt that it is cut off (pure): neither the hub's
-    host nor any peer answers, or its link is not UP, or it has no route at all. (Anything
-    answering: the cause may lie elsewhere, and the threshold decides.)"""
+    """Whether what a rank found leaves no doubt that it is cut off (pure): nothing answers, its
+    link is not UP, or it has no route."""
     hub = facts.hub_probe
     if hub is not None and answered(hub):
         return False
@@ -68,8 +62,8 @@ def conclusive(facts: Facts) -> bool:
 
 
 def patient(facts: Facts, threshold_s: float) -> bool:
-    """Whether to wait longer before leaving: the hub still accepts connections (its host
-    and process are up, perhaps only busy), so give it ``PATIENCE`` x the usual silence."""
+    """Whether to wait ``PATIENCE`` x longer: the hub still accepts connections (perhaps only
+    busy)."""
     hub = facts.hub_probe
     limit = PATIENCE * (threshold_s + MARGIN_S)
     return hub is not None and hub.reachable and facts.heard_ago < limit
@@ -108,9 +102,8 @@ def answered(probe: LinkProbe) -> bool:
 
 
 def verdict(f: Facts) -> Diagnosis:
-    """The rank's own verdict (pure), from what answered: nothing (this node is cut off),
-    peers but not the hub (the hub's node is down), the hub's host refusing (the hub is
-    gone), or the hub accepting a connection yet acknowledging nothing (it is stuck)."""
+    """The rank's own verdict (pure): this node cut off, the hub's node down, the hub gone, or
+    stuck."""
     me = f"rank {f.rank} ({f.host}" + (f", {f.interface} {f.address}" if f.interface else "") + ")"
     master = f.hub.rsplit(":", 1)[0]
     reached = sorted({p.dst_rank for p in f.peers if answered(p)})
@@ -158,9 +151,8 @@ def verdict(f: Facts) -> Diagnosis:
 
 def hub_node_down(diagnosis: Diagnosis, snapshot: Snapshot, interface: str, link: str,
                   address: str) -> Diagnosis:
-    """The hub's verdict when its own node lost its link (pure): from there every other
-    rank looks cut off, but the one interface that is down is the hub's. Unchanged unless
-    ``link`` is DOWN and the verdict is a link down."""
+    """The hub's verdict when its own node lost its link (pure): every other rank looks cut off, but
+    the one interface down is the hub's. Unchanged unless ``link`` is DOWN."""
     if link != "DOWN" or diagnosis.kind != KIND or diagnosis.sub_kind != LINK_DOWN:
         return diagnosis
     here = sorted(r for r, s in snapshot.states.items()
@@ -189,8 +181,7 @@ def doing(state: RankState) -> str:
 
 
 def link_state(*, interface: str = "", address: str = "") -> tuple[str, str]:
-    """The interface named, or holding ``address``, and its state: "UP", "DOWN", "absent"
-    ("" when neither is given) (edge)."""
+    """The interface named or holding ``address``, and its state "UP", "DOWN", "absent" (edge)."""
     from ddpnet.net.interfaces import list_interfaces, owner_of
 
     if not (interface or address):
@@ -218,8 +209,7 @@ def _route(address: str) -> str:
 
 def gather(state: RankState, hub: tuple[str, int], peers: Mapping[int, RankState], *,
            heard_ago: float, heard_at: float, stalled_for: float, judged_by: str = "") -> Facts:
-    """Read this rank's interface and route, connect to the hub and to each peer (edge;
-    bounded: ~2 connect timeouts)."""
+    """Read this rank's interface and route, connect to the hub and each peer (edge, bounded)."""
     from ddpnet.watch.probe import Target, probe_connect, probe_pairs
 
     with ThreadPoolExecutor(max_workers=2) as pool:

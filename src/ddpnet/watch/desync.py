@@ -1,12 +1,5 @@
 """Silent desync: ranks whose collectives pair up wrongly while nothing hangs (pure, except the
-per-rank :class:`StepLog` the recorder feeds; docs/watch.md, "Silent desync").
-
-A rank that skips or adds one collective hangs nobody while the sizes match: the ranks reduce
-different steps' tensors together. Each rank publishes a digest of its last :data:`WINDOW`
-steps (the seq each began at, how many it issued, its Python calls' signatures); the hub
-names the first step where they disagree, and a rank that said goodbye while another issued
-more (:func:`ended_apart`). Cost: a dict lookup and an append per Python collective.
-"""
+per-rank :class:`StepLog`; docs/watch.md, "Silent desync")."""
 
 from __future__ import annotations
 
@@ -37,9 +30,8 @@ HINT = ("every rank must make the same collectives in every step: look for a dat
 
 
 class StepLog:
-    """The rank's side: per step, the sequence number it began at, the collectives issued in
-    it and the Python calls' signatures. Not thread-safe by itself: the recorder calls it
-    under its lock."""
+    """The rank's side: per step, its starting seq, collectives issued and Python calls' signatures.
+    Not thread-safe: the recorder calls it under its lock."""
 
     def __init__(self, window: int = WINDOW) -> None:
         self.sigs: dict[Call, int] = {}
@@ -58,8 +50,8 @@ class StepLog:
             self.calls.append(index)
 
     def begin(self, step: int, issued: int) -> None:
-        """Step ``step`` begins with ``issued`` collectives issued so far: the step before it
-        is complete."""
+        """Step ``step`` begins with ``issued`` collectives so far: the step before it is
+        complete."""
         if self.step >= 0:
             self.steps.append((self.step, self.seq, issued - self.seq, tuple(self.calls)))
         self.step, self.seq, self.calls = step, issued, []
@@ -75,8 +67,8 @@ class StepLog:
 
 @dataclass(frozen=True)
 class StepDigest:
-    """One rank's finished step: the collective seq it began after, how many it issued, the
-    Python calls' signatures (up to CALLS_PER_STEP)."""
+    """One rank's finished step: the seq it began after, how many it issued, the calls'
+    signatures."""
 
     step: int
     seq: int
@@ -105,9 +97,8 @@ Key = tuple[int, int, tuple[Call, ...]]
 
 
 def keys(state: RankState | None) -> dict[int, Key]:
-    """A rank's published steps by step number, as plain tuples (the hub compares every
-    rank's each second: no object per step); a number seen twice in its window (an epoch
-    restarting the count) is left out, so only one step is compared with one step."""
+    """A rank's published steps by number as plain tuples (cheap to compare every second); a number
+    seen twice in its window (an epoch restart) is left out."""
     raw = state.extra.get(KEY) if state is not None else None
     if not isinstance(raw, Mapping):
         return {}
@@ -129,8 +120,7 @@ def keys(state: RankState | None) -> dict[int, Key]:
 
 
 def issued(state: RankState | None) -> int:
-    """The last collective seq a rank issued in the default group (its digest's count, or
-    the newest record it published)."""
+    """The last collective seq a rank issued in the default group."""
     if state is None:
         return 0
     raw = state.extra.get(KEY)
@@ -140,8 +130,7 @@ def issued(state: RankState | None) -> int:
 
 
 def first_parting(snapshot: Snapshot) -> Parting | None:
-    """The first step, common to every rank that published digests, where they disagree
-    (O(ranks x steps) dict operations)."""
+    """The first step common to every rank's digests where they disagree."""
     tables = {r: keys(s) for r, s in sorted(snapshot.states.items())}
     tables = {r: t for r, t in tables.items() if t}
     if len(tables) < 2:
@@ -154,8 +143,7 @@ def first_parting(snapshot: Snapshot) -> Parting | None:
             groups.setdefault(table[step], []).append(rank)
         if len(groups) < 2:
             continue
-        # the digest most ranks share; a tie goes to more collectives (a skipped call is the
-        # usual bug), then to the lowest rank
+        # the digest most ranks share; ties: more collectives (a skip is usual), lowest rank
         best = max(groups, key=lambda k: (len(groups[k]), k[1], -min(groups[k])))
         odd = sorted(r for key, ranks in groups.items() if key != best for r in ranks)
         return Parting(step, tuple(odd), tuple(groups[best]),
@@ -247,8 +235,8 @@ class EndApart:
 
 
 def ended_apart(snapshot: Snapshot) -> EndApart | None:
-    """Some ranks finished (goodbye) after collective seq ``last``; others issued a later one,
-    which can never be matched."""
+    """Some ranks said goodbye after seq ``last`` while others issued a later one (never
+    matched)."""
     done = sorted(r for r, why in snapshot.gone.items() if finished(why))
     if not done:
         return None

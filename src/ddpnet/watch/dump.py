@@ -1,7 +1,5 @@
-"""Dump files (edge): each rank's last state when the watchdog acts or the rank fails, and
-rank 0's report, under ``$DDPNET_WATCH_DIR``, for ``ddpnet diagnose --dumps`` after the job
-died. A dump that cannot be written is None: it must never be what takes a failing rank down.
-"""
+"""Dump files (edge): each rank's last state and rank 0's report under ``$DDPNET_WATCH_DIR``, for
+``ddpnet diagnose --dumps``. A dump that cannot be written is None: never what takes a rank down."""
 
 from __future__ import annotations
 
@@ -37,9 +35,7 @@ def _write(path: Path, text: str) -> Path | None:
 def write_state(directory: Path, state: RankState, reason: str,
                 verdict: Diagnosis | None = None,
                 heard: Mapping[str, Any] | None = None) -> Path | None:
-    """``rank-N.json``, with the rank's own verdict when it judged itself (cut off), or the
-    hub's verdict it obeyed (``heard``: report-shaped, the diagnosis and the states it
-    names)."""
+    """``rank-N.json``, with the rank's own verdict (cut off) or the hub's it obeyed (``heard``)."""
     data: dict[str, Any] = {"reason": reason, "state": state.to_dict()}
     if verdict is not None:
         data["verdict"] = verdict.to_dict()
@@ -61,8 +57,8 @@ def write_warnings(directory: Path, warnings: Sequence[Mapping[str, Any]]) -> Pa
 
 
 def read_dumps(directory: Path) -> Snapshot:
-    """Every ``rank-N.json`` under ``directory`` as one snapshot; OSError/ValueError when
-    there are none or one is unreadable (the caller names it)."""
+    """Every ``rank-N.json`` under ``directory`` as one snapshot; OSError/ValueError when none or
+    one is unreadable."""
     states: dict[int, RankState | None] = {}
     for path in sorted(directory.glob("rank-*.json")):
         data = json.loads(path.read_text())
@@ -78,8 +74,8 @@ def read_dumps(directory: Path) -> Snapshot:
 
 
 def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, ...]]:
-    """What was already named there: the hub's verdict (``report.json``) and each rank's
-    own (a rank that judged itself cut off); unreadable files count as absent."""
+    """The hub's verdict (``report.json``) and each rank's own there; unreadable files are
+    absent."""
     hub = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         hub = Diagnosis.from_dict(json.loads((directory / "report.json").read_text())
@@ -96,8 +92,8 @@ def read_verdicts(directory: Path) -> tuple[Diagnosis | None, tuple[Diagnosis, .
 
 
 def verdict_of(dump: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The verdict a rank's dump holds, shaped as the hub's report (what ``launch.blame``
-    reads), or None (pure): the hub's it obeyed, else its own with its state as snapshot."""
+    """The verdict a rank's dump holds, shaped as the hub's report (``launch.blame``), or None
+    (pure)."""
     heard = dump.get("heard")
     if isinstance(heard, Mapping) and isinstance(heard.get("diagnosis"), Mapping):
         return dict(heard)
@@ -111,9 +107,8 @@ def verdict_of(dump: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def heard_verdicts(directory: Path, ranks: Sequence[int], since: float
                    ) -> list[dict[str, Any]]:
-    """The verdicts in ``ranks``' dumps written at or after ``since`` (epoch seconds), the
-    hub's first: what a node's launcher learns from its ranks once they exited. An older
-    dump (another attempt's) or an unreadable one counts as absent."""
+    """The verdicts in ``ranks``' dumps written since ``since``, the hub's first: what a node's
+    launcher learns once its ranks exited; older or unreadable dumps are absent."""
     hub: list[dict[str, Any]] = []
     own: list[dict[str, Any]] = []
     for rank in ranks:

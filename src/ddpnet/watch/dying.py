@@ -1,18 +1,7 @@
-"""One way to die: what a watched rank does when it ends other than by finishing.
-
-- Its own code raises: the goodbye carries the error, then the previous excepthook prints
-  it. Ctrl-C and SIGTERM (``errors.Terminated``) are someone's intent: a plain goodbye.
-- A peer died (:func:`peer_failure`): the traceback, then up to ``verdict_wait`` s for the
-  hub's verdict, which names the cause and exits with its code; SIGTERM is held meanwhile.
-- SIGTERM (:func:`guard`): the hub is asked whether a peer failed; the rank waits for the
-  verdict if one did, else ends by SIGTERM at once.
-- A failing ``sys.exit(code)`` (:func:`note_exits`): the goodbye carries the code, else the
-  hub took the rank for finished and blamed the ranks still in the next collective.
-- Any exit: :func:`settle` hands the GIL to torch's backend threads last.
-
-The training thread may sit inside a C++ collective: a verdict exits with ``os._exit``, and
-a signal is learnt through Python's wakeup fd by a thread of ours.
-"""
+"""How a watched rank ends other than by finishing: its own error, a peer's failure (wait for the
+hub's verdict), SIGTERM (ask the hub first) and a failing ``sys.exit``; docs/watch.md, "Attach to an
+unchanged script". The training thread may sit in a C++ collective, so a verdict exits with
+``os._exit`` and a signal is learnt through the wakeup fd by a thread of ours."""
 
 from __future__ import annotations
 
@@ -35,8 +24,7 @@ from ddpnet.watch import patches
 if TYPE_CHECKING:
     from ddpnet.watch.heartbeat import Beacon
 
-#: the longest a rank that saw a peer fail, or got SIGTERM, waits for the verdict (under
-#: load the hub took over 5 s)
+#: the longest a rank that saw a peer fail, or got SIGTERM, waits for the verdict
 VERDICT_WAIT_S = 10.0
 #: the main thread waits this much longer for the SIGTERM guard's decision at exit
 _MAIN_SLACK_S = 2.0
@@ -91,8 +79,8 @@ class Ending:
         self.unexit: Callable[[], None] = lambda: None
 
     def install(self) -> None:
-        """The excepthook, the ``sys.exit`` note, the SIGTERM guard where the watch's action
-        exits, and the settle (registered before the goodbye: it runs after it)."""
+        """The excepthook, ``sys.exit`` note, SIGTERM guard and settle (registered first: runs
+        last)."""
         self.unexit = note_exits(self.exiting)
         sys.excepthook = self.excepthook
         if self.verdict_wait > 0:
@@ -129,8 +117,7 @@ class Ending:
         return self.verdict_wait > 0 and peer_failure(kind, text)
 
     def await_peer_verdict(self, error: str, before: Callable[[], None]) -> None:
-        """After ``before`` (the traceback), up to ``verdict_wait`` s for the verdict with
-        SIGTERM held; without one, the caller's own exit."""
+        """After ``before`` (the traceback), wait for the verdict with SIGTERM held."""
         with holding(), uncaptured(self.beacon.stream):
             before()
             sys.stderr.write(f"ddpnet: watch: {error.split(':')[0]} from a peer; waiting "
@@ -140,8 +127,8 @@ class Ending:
             self.beacon.await_verdict(error, self.verdict_wait)
 
     def exiting(self, error: str, handling: BaseException | None) -> None:
-        """A failing ``sys.exit``; one called while a peer's failure is handled (mp.spawn's
-        child) never reaches the excepthook, so it waits for the verdict here."""
+        """A failing ``sys.exit``; under mp.spawn it never reaches the excepthook, so it waits
+        here."""
         if os.getpid() != self.beacon.owner:  # a forked child's exit is not this rank's
             return
         self.exit_error = error
@@ -162,15 +149,13 @@ def describe(code: object) -> str:
 
 
 def note_exits(on_exit: Callable[[str, BaseException | None], None]) -> Callable[[], None]:
-    """Wrap ``sys.exit`` to tell ``on_exit`` a failing exit's error from the main thread and
-    the exception being handled; the undo. A bare ``raise SystemExit(3)`` is not seen."""
+    """Wrap ``sys.exit`` to report a failing exit to ``on_exit``; the undo."""
     def noted(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if threading.current_thread() is threading.main_thread():
             error = describe(args[0] if args else kwargs.get("status"))
             if error:
                 on_exit(error, sys.exc_info()[1])
 
-    # a failure of ours here loses only the exit's code: the exit itself goes on
     warns = patches.Warns("a failing sys.exit is no longer told from a finished rank",
                           "report the warning to ddpnet")
     return patches.wrap(sys, "exit", warns, before=noted)
@@ -182,9 +167,8 @@ _registered: list[bool] = []
 
 
 def settle() -> None:
-    """Sleep :data:`SETTLE_S` while a process group is alive: a gloo run loop frees a
-    finished collective's tensors after ``wait`` returned, which takes the GIL, and found
-    the interpreter finalizing it aborted the process (exit 134, torch 2.13)."""
+    """Sleep while a process group is alive: gloo frees a collective's tensors after ``wait``, and
+    finding the interpreter finalizing it aborts the process."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return
@@ -216,9 +200,7 @@ class _Guard:
                                        daemon=True)
 
     def on_term(self, signum: int, frame: FrameType | None) -> None:
-        """The main thread's handler notes the SIGTERM and returns: it may run inside a lock
-        the heartbeat thread needs. Called by a handler installed over ours (Lightning's),
-        the SIGTERM is that handler's."""
+        """Note the SIGTERM and return: the handler may run inside a lock the heartbeat needs."""
         if signal.getsignal(signal.SIGTERM) != self.on_term:
             return
         if os.getpid() != self.owner or not self.thread.is_alive():
@@ -250,9 +232,8 @@ _guard: _Guard | None = None
 
 
 def guard(wait_verdict: VerdictWait) -> Callable[[], None]:
-    """Guard SIGTERM for this rank; the undo. A no-op outside the main thread or where
-    SIGTERM or the wakeup fd is someone else's (a script's handler, ``ddpnet train``'s,
-    asyncio's)."""
+    """Guard SIGTERM for this rank; the undo. A no-op where SIGTERM or the wakeup fd is someone
+    else's."""
     global _guard
     if (_guard is not None or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL):
@@ -288,8 +269,7 @@ def _unguard(taken: _Guard) -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child has no guard thread: SIGTERM kills it at once, and its signals must not
-    wake the parent's guard through the shared socket."""
+    """A forked child drops the guard: its signals must not wake the parent's guard thread."""
     global _guard
     taken, _guard = _guard, None
     if taken is None:

@@ -1,13 +1,6 @@
-"""torch's Flight Recorder dumps, parsed (pure): what "inside a collective" means where
-collectives are asynchronous.
-
-With NCCL the Python call returns once the kernel is queued, and a hang shows later, far
-from it (``cuda.synchronize()``, ``.item()``). So whether a rank is inside a collective comes
-from the Flight Recorder: an entry is in flight until torch retires it. Two recorders, one
-format (``version`` "2.10" in torch 2.13): ``_dump_fr_trace`` holds gloo's, ``_dump_nccl_trace``
-NCCL's. gloo leaves the state at ``scheduled`` and records no completion time: ``retired``
-is what tells.
-"""
+"""torch's Flight Recorder dumps, parsed (pure): what "inside a collective" means where collectives
+are asynchronous (docs/watch-causes.md, "NCCL: where collectives are asynchronous"). gloo leaves the
+state at ``scheduled``: ``retired`` is what tells."""
 
 from __future__ import annotations
 
@@ -122,9 +115,8 @@ def parse(dump: Mapping[str, Any]) -> FlightDump:
 
 
 def record(entry: FlightEntry) -> CollectiveRecord:
-    """An entry as the watch's record: ``ended`` None while in flight; a finished entry
-    without a completion time (gloo) ends when it was created (``recorder.merge`` puts the
-    announced call's end)."""
+    """An entry as the watch's record: ``ended`` None while in flight; a finished gloo entry ends
+    when created (``recorder.merge`` puts the announced call's end)."""
     ended = (entry.completed or entry.created) if entry.done else None
     return CollectiveRecord(seq=entry.seq, op=entry.op, group=entry.group, dtype=entry.dtype,
                             shape=entry.shape,

@@ -1,12 +1,5 @@
 """Each rank's own gaps between progress, and the summary it publishes (pure; docs/watch.md,
-"Thresholds learned from the job").
-
-The hub sees progress once a heartbeat; a rank sees every one of its own events (collectives
-issued and finished, step and phase marks), folds them into a :class:`GapLog` and publishes a
-:class:`Summary`. The p99 is weighted by time: a 25 ms loop pausing 2 s every 10 s spends 20%
-of its time in pauses, which must not be called a hang. Gaps teach nothing before the warm-up
-(:data:`WARM_STEPS`), across a long phase, or across events the rings dropped.
-"""
+"Thresholds learned from the job"): a rank sees every event, the hub only heartbeats."""
 
 from __future__ import annotations
 
@@ -17,13 +10,11 @@ from typing import Any
 
 from ddpnet.watch.state import CollectiveRecord
 
-#: histogram buckets: bucket i holds gaps in [LOW_S x RATIO^i, LOW_S x RATIO^(i+1)) (the
-#: first also everything shorter, the last everything longer: ~2.6 h)
+#: bucket i holds gaps in [LOW_S x RATIO^i, LOW_S x RATIO^(i+1)); the ends are open
 LOW_S, RATIO, BUCKETS = 0.001, 1.25, 72
 #: seconds of one epoch: a rank's summary covers the current and the previous one
 EPOCH_S = 300.0
-#: steps a rank finishes before its gaps teach (the first builds DDP's buckets and compiles,
-#: the second rebuilds them in gradient order)
+#: steps a rank finishes before its gaps teach (DDP builds, then rebuilds its buckets)
 WARM_STEPS = 2
 #: without step marks, collectives it finishes first
 WARM_COLLECTIVES = 16
@@ -64,8 +55,8 @@ class Histogram:
                          self.count + other.count, max(self.longest, other.longest))
 
     def quantile(self, q: float = QUANTILE) -> float:
-        """The gap below which ``q`` of the time in gaps went (a bucket's upper bound, never
-        above the longest gap): 0 when empty."""
+        """The gap below which ``q`` of the time in gaps went (capped at the longest); 0 when
+        empty."""
         total = sum(self.seconds)
         acc = 0.0
         for index, seconds in enumerate(self.seconds):
@@ -88,7 +79,7 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: Any) -> Summary | None:
-        """None for anything that is not a summary (an older rank, a fixture without one)."""
+        """None for anything that is not a summary (an older rank, a fixture)."""
         if not isinstance(data, Mapping):
             return None
         try:
@@ -133,10 +124,9 @@ def overlaps(start: float, end: float, skip: Iterable[tuple[float, float]]) -> b
 
 def fold(log: GapLog, events: Iterable[Event], *, now: float, complete_from: float = -math.inf,
          finished: int = 0, skip: Iterable[tuple[float, float]] = ()) -> GapLog:
-    """``log`` with the gaps between ``events`` newer than its last (each rank's heartbeat,
-    once a period). Events before ``complete_from`` may have gaps between them (a ring
-    overflowed): they count as steps but bound no gap. ``finished``: collectives this rank
-    finished so far (its warm-up when it marks no steps)."""
+    """``log`` with the gaps between ``events`` newer than its last. Events before ``complete_from``
+    (a ring overflowed) count as steps but bound no gap; ``finished``: the collectives finished so
+    far (warm-up without step marks)."""
     log, skip = rotate(log, now), tuple(skip)
     new = sorted(e for e in events if log.last is None or e[0] > log.last)
     prev = log.last if log.last is not None and log.last >= complete_from else None
@@ -158,8 +148,8 @@ def fold(log: GapLog, events: Iterable[Event], *, now: float, complete_from: flo
 
 
 def events(records: Sequence[CollectiveRecord], marks: Iterable[Event]) -> list[Event]:
-    """A rank's progress events: each collective's start, its end where known (gloo's Flight
-    Recorder retires DDP's bucket all-reduces without one: ``ended == started``), each mark."""
+    """A rank's progress events: collective starts, ends where known (not gloo's DDP buckets),
+    marks."""
     out = list(marks)
     for record in records:
         out.append((record.started, False))
@@ -170,8 +160,8 @@ def events(records: Sequence[CollectiveRecord], marks: Iterable[Event]) -> list[
 
 def complete_from(records: Sequence[CollectiveRecord], seen: tuple[str, int] | None, ring: int,
                   marks: Sequence[Event], marks_complete: bool) -> float:
-    """Since when ``records`` and ``marks`` hold every event: a full ring that no longer holds
-    the newest collective folded last time dropped some, as did a mark ring that overflowed."""
+    """Since when ``records`` and ``marks`` hold every event (a full ring or mark ring dropped
+    some)."""
     since = -math.inf
     keys = {(r.group, r.seq) for r in records}
     if len(records) >= ring and seen is not None and seen not in keys:
@@ -184,8 +174,7 @@ def complete_from(records: Sequence[CollectiveRecord], seen: tuple[str, int] | N
 def observe(log: GapLog, records: Sequence[CollectiveRecord], marks: Sequence[Event], *,
             marks_complete: bool, ring: int, now: float, finished: int,
             skip: Iterable[tuple[float, float]] = ()) -> GapLog:
-    """One heartbeat's fold: the ring of collectives read now and the marks taken since the
-    last one."""
+    """One heartbeat's fold of the collectives' ring and the marks since the last."""
     since = complete_from(records, log.seen, ring, marks, marks_complete)
     newest = max(records, key=lambda r: (r.started, r.seq), default=None)
     out = fold(log, events(records, marks), now=now, complete_from=since, finished=finished,

@@ -1,14 +1,7 @@
-"""This rank's heartbeat (edge): a daemon thread that publishes the rank's state to the hub
-every ``period`` seconds over its own TCP connection (not the process group it watches), and
-obeys the hub's verdict. Its parts, one job each, are layered:
-``transport.HubLink`` (the connection) < ``publish.Publisher`` (the state) <
-``answers.Answers`` (verdicts, thresholds, peers, probes) < ``selfjudge.SelfJudge`` (the
-verdict of its own when the hub goes quiet) < :class:`Beacon` (its life: connect, beat, end).
-
-The hub acknowledges every state (``ack``, with its threshold) and, once every rank
-published, names the peers this rank checks when the hub goes quiet (``peers``). The thread
-outlives a lost connection and connects anew. Every socket operation has a timeout.
-"""
+"""This rank's heartbeat (edge): a daemon thread that publishes the rank's state to the hub every
+``period`` seconds over its own TCP connection, and obeys the hub's verdict. Layered:
+``transport.HubLink`` < ``publish.Publisher`` < ``answers.Answers`` < ``selfjudge.SelfJudge`` <
+:class:`Beacon` (connect, beat, end)."""
 
 from __future__ import annotations
 
@@ -63,13 +56,11 @@ class Beacon(SelfJudge):
         self.known = threading.Event()
         #: the error this rank ended with (:meth:`close`)
         self.error = ""
-        #: set once the handshake ended (connected, refused or given up) or the rank closed:
-        #: a goodbye sent before it would be lost (:meth:`await_verdict` waits for it)
+        #: set once the handshake ended or the rank closed (a goodbye before it is lost)
         self.settled = threading.Event()
 
     def connect(self, address: str, port: int, *, token: str, patience: float = 10.0) -> None:
-        """Connect to the hub, retrying while it starts, and check it is this job's (``token``);
-        OSError after ``patience`` or when something else answers there."""
+        """Connect to the hub, retrying while it starts, and check it is this job's (``token``)."""
         try:
             self._connect(address, port, token, patience)
         finally:
@@ -95,9 +86,8 @@ class Beacon(SelfJudge):
         self.send({"t": "call", "rank": self.ident.rank, "record": record.to_dict()})
 
     def run(self) -> None:
-        """Until this rank says goodbye: publish, read the hub's answers (a send that failed
-        still reads what the hub sent before, a verdict first), judge itself when the hub
-        went quiet."""
+        """Until goodbye: publish, read the hub's answers (a verdict first, even after a failed
+        send), judge itself when the hub went quiet."""
         try:
             while not self.stopped.is_set():
                 state = self.state()
@@ -116,11 +106,9 @@ class Beacon(SelfJudge):
             self.farewell.set()  # nobody answers a goodbye any more
 
     def verdict_within(self, wait: float) -> None:
-        """This rank got SIGTERM: tell the hub (``term``) and give it up to ``wait`` s to send
-        the verdict (which exits from the heartbeat thread); return at once when it answers
-        that no peer failed (``no-fault``), or when no hub can be told. A rank still
-        connecting finishes its handshake first: else the hub, never told, took its closing
-        channel for a death and named it."""
+        """On SIGTERM: tell the hub (``term``), wait up to ``wait`` s for the verdict; return at
+        once on ``no-fault`` or with no hub to tell. A rank still connecting finishes its
+        handshake."""
         self.no_fault.clear()
         deadline = time.monotonic() + wait
         self.settled.wait(wait)
@@ -131,14 +119,12 @@ class Beacon(SelfJudge):
                 return
 
     def await_verdict(self, error: str, wait: float) -> None:
-        """This rank dies of ``error``, a peer's failure seen from here: say so, and give the
-        heartbeat thread up to ``wait`` s to receive the verdict; then close. Without a
-        connection to the hub the heartbeat thread judges this rank itself."""
+        """This rank dies of a peer's failure: say so, wait up to ``wait`` s for the verdict, then
+        close."""
         if not self.stopped.is_set():
             self.dying.set()
             deadline = time.monotonic() + wait
-            # a bye sent before the handshake would be lost, and the hub would take the
-            # plain goodbye that follows for this rank's own error
+            # a bye sent before the handshake would be lost
             self.settled.wait(wait)
             # the verdict may already wait in the socket even when this bye cannot be sent
             self.send({"t": "bye", "rank": self.ident.rank, "error": error, "peer": True})
@@ -148,9 +134,8 @@ class Beacon(SelfJudge):
         self.close(error)
 
     def forget_in_child(self) -> None:
-        """In a forked child (a DataLoader worker): close its copies of this rank's listeners
-        and connection, so that neither outlives the rank (a dead rank's side port answering
-        from its worker read as alive); the parent's stay (a close, never a shutdown)."""
+        """In a forked child: close (never shut down) its copies of this rank's listeners and
+        connection, so that a dead rank's port does not answer from its worker."""
         self.stopped.set()
         sock, self.sock = self.sock, None
         if sock is not None:
@@ -161,18 +146,15 @@ class Beacon(SelfJudge):
         self.listeners = []
 
     def goodbye(self, error: str, wait: bool = False) -> None:
-        """The last state and the goodbye; a rank that died of a peer's failure says so again
-        (its first bye may be lost)."""
+        """The last state and the goodbye; one dying of a peer's failure says so again."""
         self.send({"t": "state", "rank": self.ident.rank, "state": self.state().to_dict()})
         self.send({"t": "bye", "rank": self.ident.rank, "error": error,
                    **({"wait": True} if wait else {}),
                    **({"peer": True} if error and self.dying.is_set() else {})})
 
     def close(self, error: str = "") -> None:
-        """Say goodbye (with the error that ends this rank, if any) and stop. A clean goodbye
-        waits up to FAREWELL_WAIT_S for the hub's word: at once when every rank finished, or
-        the verdict when another rank issued a collective this one never will
-        (``watch.desync``), so this rank exits 4 with the others."""
+        """Say goodbye (with this rank's error) and stop. A clean goodbye waits up to
+        FAREWELL_WAIT_S for the hub's word (a desync verdict exits this rank with the others)."""
         with self.life:
             self.farewell_to_hub(error)
         self.settled.set()

@@ -1,13 +1,6 @@
-"""Every process-level hook the watch installs in a rank, in one place: what it touches,
-who installs and removes it, and what happens when Python or torch changes under it.
-
-A watched script is one ddpnet did not write, so the watch reaches it only through hooks:
-a start-up file, import finders, wrapped torch callables (:data:`ddpnet.watch.patches.TARGETS`
-lists those one by one), torch's global optimizer hooks, the excepthook, a SIGTERM handler,
-exit handlers and a fork handler. Each is guarded: where it cannot be installed the watch
-goes without what it gives (``if_changed``) and the job runs on. ``tests/watch/test_hooks.py``
-reads the watch's source and fails when a hook is installed anywhere not listed here.
-"""
+"""Every process-level hook the watch installs in a rank, in one place: what it touches, who
+installs it, and what is lost when Python or torch changes under it (docs/watch.md, "Every hook, in
+one place"). ``tests/watch/test_hooks.py`` fails when a hook is installed anywhere not listed."""
 
 from __future__ import annotations
 
@@ -16,9 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Hook:
-    """One hook: its ``name``, the module that installs it, the API it installs through
-    (``kind``: what the source scan matches), what it touches, and what is lost when that
-    changes."""
+    """One hook: its ``name``, installing module, ``kind`` (what the source scan matches), what it
+    touches, and what is lost when that changes."""
 
     name: str
     module: str

@@ -1,11 +1,7 @@
-"""The side channel's hub (edge): a small process rank 0 starts, not a thread of it, so it
-outlives rank 0 being killed or aborted by gloo and can still name that. Every rank's heartbeat
-connects to it; it keeps their states (:mod:`ddpnet.watch.hubstore`), decides
-(:mod:`ddpnet.watch.hubdecide`), prints the report and sends the verdict that makes every rank
-exit. This module is the transport, the loop and the metrics server. It listens on
-MASTER_ADDR's own address only, reads lines of at most ``wire.MAX_LINE`` bytes and never
-blocks on a peer (non-blocking sockets, one selector).
-"""
+"""The side channel's hub (edge): a process rank 0 starts, so that it outlives rank 0's death and
+names it. It keeps the states (:mod:`~ddpnet.watch.hubstore`), decides
+(:mod:`~ddpnet.watch.hubdecide`), reports and sends the verdict; this module is the transport, the
+loop and the metrics server (docs/watch.md, "How it works")."""
 
 from __future__ import annotations
 
@@ -33,27 +29,19 @@ __all__ = ["Hub", "HubOptions", "ask_snapshot", "main", "tick_every"]
 FIRST_RANK_S = 120.0
 #: seconds after an exit verdict before the hub leaves, connected or not
 AFTER_VERDICT_S = 5.0
-#: seconds after an exit verdict the hub stays for a rank it never heard (one still
-#: connecting waits dying.VERDICT_WAIT_S for its handshake and the verdict, then 2 s)
+#: seconds after an exit verdict the hub stays for a rank it never heard (> VERDICT_WAIT_S)
 UNHEARD_AFTER_VERDICT_S = 12.0
-#: seconds the hub stays after every rank it heard from said goodbye while others never
-#: connected (their watch was off): nothing is left to watch
+#: seconds the hub stays after the last goodbye while other ranks never connected
 AFTER_LAST_BYE_S = 10.0
-#: the watchdog's pace: a tick is O(N), so at most one every TICK_S however many messages
-#: arrive, and above TICK_RANKS ranks one every TICK_S x N / TICK_RANKS, so the ticks' work
-#: stays that of TICK_RANKS ranks (at 4,096, 10 a second took 0.23 of a core)
+#: a tick is O(N): one every TICK_S, above TICK_RANKS ranks every TICK_S x N / TICK_RANKS
 TICK_S, TICK_RANKS = 0.1, 1024
 #: connections accepted at once when several wait (4,096 ranks say hello together)
 ACCEPT_BATCH = 256
-#: a rank's states are acknowledged at most this often (and every half threshold), at once
-#: when the threshold changed: an ack tells a rank the hub hears it (``watch.cutoff`` waits
-#: threshold + MARGIN_S); one per heartbeat was ~40% of the hub's time at 4,096 ranks
+#: a rank's states are acked at most this often, at once when the threshold changed
 ACK_EVERY_S = 1.5
-#: seconds a connection's outbox may hold a message with none finished before its reader is
-#: dropped as too slow (and marked: ``slow_readers`` in the report), never fed half of one
+#: seconds an outbox may go without finishing a message before its reader is dropped
 WRITE_DEADLINE_S = 10.0
-#: why a rank is gone when its side channel closed without a goodbye and its process does
-#: not answer (``watch.channel``)
+#: why a rank is gone when its channel closed without a goodbye (``watch.channel``)
 CLOSED = "its process exited or was killed (side channel closed without a goodbye)"
 
 
@@ -80,14 +68,13 @@ class Hub(Decisions):
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(JobCollector(self.metrics_view))
-        # a verdict (or the job moving again) shows in the very next scrape, never a render
-        # from before it (net.exposition serves a costly render again for a while)
+        # a verdict shows in the very next scrape, never a cached render from before it
         self.metrics = Server(sock, registry,
                               lambda: (len(self.verdicts), self.watchdog.fired))
 
     def metrics_view(self) -> JobView:
-        """What a scrape renders, from the server's thread: copies (each atomic under the
-        GIL) of what the hub's thread changes."""
+        """What a scrape renders, from the server's thread: copies of what the hub's thread
+        changes."""
         now = time.monotonic()
         states = dict(self.states)
         verdicts = list(self.verdicts)
@@ -112,9 +99,7 @@ class Hub(Decisions):
         while not self.done():
             # a SIGTERM'd rank waits for its answer (``answer_terms``): look again soon
             ready = self.selector.select(timeout=0.05 if self.terms else 0.25)
-            # judged as of what came before this moment: a hub short of CPU reads heartbeats
-            # late, and judged by the clock after reading thousands it named live ranks
-            # silent (at 4,096 ranks on 0.6 of a core, read 20 s late)
+            # judged as of what came before this moment: a hub short of CPU reads late
             as_of = (time.monotonic(), time.time())
             for key, events in ready:
                 if key.fileobj is self.sock:
@@ -186,8 +171,8 @@ class Hub(Decisions):
             self.drop(peer)
 
     def drop(self, peer: Peer) -> None:
-        """Close a connection. Its rank, if it left without a goodbye, is gone once its
-        process does not answer (``watch.channel``); answering, it is unheard, not gone."""
+        """Close a connection; a rank that left without a goodbye is gone once its process does not
+        answer (``watch.channel``), else unheard."""
         self.selector.unregister(peer.sock)
         peer.sock.close()
         self.peers.pop(peer.sock, None)
@@ -205,8 +190,7 @@ class Hub(Decisions):
             self.checks.start(rank, where)
 
     def housekeep(self, now: float) -> None:
-        """Drop readers too slow for their outbox's deadline (marked), and take the answers
-        of the channel checks: a rank that has not connected anew is gone, or unheard."""
+        """Drop readers too slow for their outbox; take the channel checks' answers."""
         for sock in list(self.writing):
             peer = self.peers.get(sock)
             if peer is not None and peer.outbox.late(now):
@@ -224,8 +208,8 @@ class Hub(Decisions):
         self.answer_terms(now)
 
     def answer_terms(self, now: float) -> None:
-        """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the
-        verdict comes)."""
+        """Answer the SIGTERM'd ranks (``watch.termination``): no fault, or nothing (the verdict
+        comes)."""
         fault = termination.fault_known(self.left, self.terminated, bool(self.checks.running),
                                         self.verdict is not None)
         for rank, asked in list(self.terms.items()):
@@ -238,8 +222,8 @@ class Hub(Decisions):
                 self.send(peer, {"t": "no-fault"})
 
     def attach(self, peer: Peer, rank: int) -> None:
-        """``peer`` is now ``rank``'s connection (one it had before is closed); a rank whose
-        channel closed without a goodbye is back, unless a verdict stands."""
+        """``peer`` is now ``rank``'s connection; a rank whose channel closed is back, unless a
+        verdict stands."""
         old = self.channels.get(rank)
         if old is not None and old is not peer:
             old.rank = None
@@ -275,9 +259,8 @@ class Hub(Decisions):
                 self.acknowledge(peer, rank)
 
     def acknowledge(self, peer: Peer, rank: int) -> None:
-        """Tell a rank its state arrived (every ACK_EVERY_S), with the threshold it judges
-        itself by when the hub goes quiet (``watch.cutoff``; at once when it changed), and
-        once every rank published, the peers it checks then."""
+        """Ack a rank's state (every ACK_EVERY_S, at once when the threshold changed) with the
+        threshold it judges itself by; once every rank published, the peers it checks."""
         dog, now = self.watchdog, time.monotonic()
         # a change of seconds or source is told at once (not each new count in a reason)
         threshold = dog.told
@@ -294,8 +277,8 @@ class Hub(Decisions):
                 self.states, rank, range(self.options.world_size))})
 
     def send(self, peer: Peer, message: dict[str, Any] | bytes, key: str = "") -> None:
-        """Queue ``message`` whole (``key``: it replaces a queued one of that key not begun)
-        and write what the socket takes now; the rest at the next writable event."""
+        """Queue ``message`` whole (``key`` replaces one not begun) and write what the socket
+        takes."""
         peer.outbox.put(message if isinstance(message, bytes) else encode(message), key)
         self.write(peer)
 
@@ -314,8 +297,7 @@ class Hub(Decisions):
 
 
 def ask_snapshot(address: str, port: int, timeout: float = 5.0) -> tuple[Snapshot, float]:
-    """A running hub's snapshot and its ``stale_after`` (``ddpnet diagnose``); OSError when no
-    hub answers, ValueError when what answers is not one."""
+    """A running hub's snapshot and ``stale_after`` (``ddpnet diagnose``); OSError, ValueError."""
     deadline = time.monotonic() + timeout
     lines = Lines(MAX_SNAPSHOT)
     with socket.create_connection((address, port), timeout=timeout) as sock:

@@ -1,16 +1,6 @@
-"""The hub's decisions: each tick, whether the job stalled or lost a rank (the watchdog), what
-to do about it (probe first, or the verdict now), and while it is healthy, whether the
-ranks' collectives parted (:mod:`ddpnet.watch.desync`) or a rank or link straggles.
-
-While the job is healthy it runs the straggler analysis every :data:`STRAGGLER_EVERY_S`
-seconds and warns once per distinct straggler (one line, no exit), and once per stall that a
-working rank holds back (``watchdog.Watchdog.hold``: it is busy, not stuck); when collectives
-slowed down on most ranks (``straggler.wants_probes``) it first runs one probe round, so that
-the warning names the slow node or link. When the watchdog fires and every rank is inside
-the same collective (``network.wants_probes``), it first asks every live rank to probe its
-peers and waits at most ``hubstore.PROBE_WAIT_S`` for the answers: the verdict is analysed
-with the probes of this stall that arrived.
-"""
+"""The hub's decisions: each tick, whether the job stalled or lost a rank, and whether to probe
+first (at most ``hubstore.PROBE_WAIT_S``) or give the verdict now; while healthy, desync and
+straggler checks, each warned once (docs/watch.md, "Straggler warnings")."""
 
 from __future__ import annotations
 
@@ -33,8 +23,7 @@ STRAGGLER_EVERY_S = 5.0
 SLOWDOWN_ROUNDS = 3
 #: seconds between comparisons of the ranks' collective digests (watch.desync)
 DESYNC_EVERY_S = 1.0
-#: how long a rank's clean goodbye is held before the hub lets it go while others still run
-#: (time for a later collective of theirs to show: an extra one at the end is a verdict)
+#: how long a clean goodbye is held while others run (a later collective of theirs may show)
 FAREWELL_HOLD_S = 2.5
 
 
@@ -76,8 +65,7 @@ class Decisions(HubState):
             self.warn_probed(probing)
 
     def release(self, now: float) -> None:
-        """Answer the goodbyes held (FAREWELL_HOLD_S at most, at once when every rank has
-        finished or left)."""
+        """Answer the goodbyes held (FAREWELL_HOLD_S at most, at once when every rank is done)."""
         everyone = len(self.finished | set(self.left)) >= self.options.world_size
         for rank, since in list(self.leaving.items()):
             if everyone or now - since > FAREWELL_HOLD_S:
@@ -87,8 +75,7 @@ class Decisions(HubState):
                         self.send(peer, {"t": "farewell"})
 
     def desync_due(self, now: float) -> str | None:
-        """Every DESYNC_EVERY_S: whether the ranks' collectives parted (no hang needed), or a
-        rank finished while another issued more (``watch.desync``)."""
+        """Every DESYNC_EVERY_S: whether the ranks' collectives parted (``watch.desync``)."""
         if now < self.next_desync or self.watchdog.fired or self.desync_named or \
                 self.published == self.desync_seen:
             return None
@@ -101,9 +88,8 @@ class Decisions(HubState):
     # -- straggler warnings ------------------------------------------------------------------
 
     def check_stragglers(self, now: float) -> None:
-        """Every STRAGGLER_EVERY_S while healthy (every second until enough steps came): one
-        warning line per distinct straggler. A network that slowed down is first probed
-        (:meth:`probe_slowdown`), so that the warning names the slow node or link."""
+        """Every STRAGGLER_EVERY_S while healthy: one warning per distinct straggler; a network
+        slowdown is probed first (:meth:`probe_slowdown`) so the warning names the node or link."""
         if now < self.next_straggler or self.left:
             return
         snapshot = replace(self.snapshot(leavers_only=True), probes=self.straggler_probes)
@@ -120,10 +106,8 @@ class Decisions(HubState):
         self.warn(found)
 
     def probe_slowdown(self, snapshot: Snapshot, now: float, found: Diagnosis) -> bool:
-        """Start a straggler probe round for a network slowdown: once per slowdown (again
-        at the next checks while rounds name nothing, :data:`SLOWDOWN_ROUNDS` in all), and
-        anew when the waits doubled since (a mild slowdown, then a NIC dropping its rate).
-        False when there is none to start."""
+        """Start a probe round for a network slowdown: once (up to :data:`SLOWDOWN_ROUNDS` while
+        none names it), and anew when the waits doubled. False when there is none to start."""
         wait = straggler.recent_wait(snapshot)
         worse = self.probed_wait is None or wait >= 2 * self.probed_wait
         retry = not self.straggler_probes and self.slowdown_rounds < SLOWDOWN_ROUNDS
@@ -136,10 +120,8 @@ class Decisions(HubState):
                                 trigger="straggler", slowdown=found, seen=snapshot)
 
     def warn_probed(self, probing: Probing) -> None:
-        """A straggler's probe round is over: the warning, named by the probes when they
-        found the slow node or link (kept for the later checks of this slowdown). They are
-        judged with the steps that showed the slowdown: the window moves on in the round's
-        seconds, and a slowdown read again at its end can fall short of the bar by noise."""
+        """A straggler's probe round is over: warn, named by the probes when they found it; judged
+        with the steps that showed the slowdown, not the window at the round's end."""
         probes = tuple(probing.found)
         seen = probing.seen or self.snapshot(leavers_only=True)
         found = straggler.detect(replace(seen, probes=probes))
@@ -151,8 +133,7 @@ class Decisions(HubState):
             self.warn(probing.straggler, probes)
 
     def warn(self, found: Diagnosis | None, probes: tuple[LinkProbe, ...] = ()) -> None:
-        """One line on stderr and an entry in warnings.json (with the round's probes) per
-        distinct straggler, and per stall that working ranks hold (``watchdog.hold``)."""
+        """One stderr line and a warnings.json entry per distinct straggler or held stall."""
         if found is None or (found.kind != "working" and
                              any(w.ranks == found.ranks for w in self.warnings)):
             return

@@ -1,9 +1,6 @@
-"""The hub's state store: every rank's last state beside when this hub received it (its own
-monotonic clock: a rank's may be minutes off), who left, the snapshot the decisions
-(:mod:`ddpnet.watch.hubdecide`) read, and the probe rounds: every live rank asked to probe
-its peers, what comes back within :data:`PROBE_WAIT_S` kept. The transport
-(:class:`ddpnet.watch.hub.Hub`) feeds it what it reads and owns the connections.
-"""
+"""The hub's state store: every rank's last state and when this hub received it (its own clock), who
+left, the snapshot the decisions read, and the probe rounds. The transport
+(:class:`ddpnet.watch.hub.Hub`) feeds it and owns the connections."""
 
 from __future__ import annotations
 
@@ -32,15 +29,13 @@ from ddpnet.watch.transport import Outbox
 from ddpnet.watch.watchdog import Settings, Watchdog
 from ddpnet.watch.wire import Lines
 
-#: with metrics on, the longest the hub stays after a verdict for a scrape to see it (the
-#: default of ``HubOptions.metrics_linger``: 4 of Prometheus's default 15 s intervals)
+#: with metrics on, the longest the hub stays after a verdict for a scrape to see it
 METRICS_LINGER_S = 60.0
 #: a probe round's trigger when it only measures the links for the metrics
 LINKS = "links"
 #: how long the hub waits for every rank's probes
 PROBE_WAIT_S = 3 * PROBE_TIMEOUT_S + 2.0
-#: with metrics on, seconds from every rank's first state to the first link round (the next
-#: come every ``HubOptions.probe_every``): past the first steps, long before a scrape or two
+#: with metrics on, seconds from every rank's first state to the first link round
 FIRST_LINKS_S = 5.0
 
 
@@ -55,8 +50,7 @@ class HubOptions:
     directory: str
     #: the job's rendezvous: a rank of another job (or a stray client) is told it is wrong
     token: str = ""
-    #: the metrics socket rank 0 bound and passed down (-1: metrics off), the job's id
-    #: there, seconds between link probe rounds for them (0: none), ddpnet's version
+    #: metrics socket (-1: off), job id, seconds between link rounds (0: none), version
     metrics_fd: int = -1
     job_id: str = ""
     probe_every: float = 300.0
@@ -73,8 +67,7 @@ class Peer:
     sock: socket.socket
     lines: Lines
     rank: int | None = None
-    #: when this rank was last acknowledged, and the thresholds it was told then (the
-    #: watchdog's and its learned base: a cut-off rank judges itself by the base)
+    #: when this rank was last acked, and the thresholds it was told then
     acked_at: float = float("-inf")
     told: tuple[float, str, float, str] | None = None
     #: what waits to be written to it, whole messages only (``watch.transport``)
@@ -83,8 +76,8 @@ class Peer:
 
 @dataclass
 class Probing:
-    """One probe round: the ranks asked and not answered yet, what came back. A stall's round
-    ends in the verdict; a straggler's (``straggler``: found without probes) in a warning."""
+    """One probe round: ranks asked and not answered, what came back; a stall's ends in a
+    verdict."""
 
     ident: int
     trigger: str
@@ -100,16 +93,14 @@ class Probing:
 
 
 class HubState:
-    """What the hub knows of the job (no sockets of its own: the transport's are declared
-    here, set by :class:`ddpnet.watch.hub.Hub`)."""
+    """What the hub knows of the job; the transport's sockets are declared here, set by ``Hub``."""
 
     sock: socket.socket
     selector: selectors.BaseSelector
 
     def __init__(self, options: HubOptions) -> None:
         self.options = options
-        #: every connection, each rank's current one (a rank that connects anew replaces its
-        #: old one), and the connections with messages waiting for the socket to take them
+        #: every connection, each rank's current one, and those with messages waiting
         self.peers: dict[socket.socket, Peer] = {}
         self.channels: dict[int, Peer] = {}
         self.writing: set[socket.socket] = set()
@@ -127,8 +118,7 @@ class HubState:
         self.probing: Probing | None = None
         self.rounds = 0
         self.next_straggler = 0.0
-        #: the wait per step when this slowdown was first probed, the probes of a round that
-        #: named its node or link, and the rounds that named nothing (reset once even again)
+        #: this slowdown's first probed wait, the round that named it, rounds naming nothing
         self.probed_wait: float | None = None
         self.straggler_probes: tuple[LinkProbe, ...] = ()
         self.slowdown_rounds = 0
@@ -144,23 +134,19 @@ class HubState:
         self.desync_named = False
         #: the encoded ack and the thresholds it carries (the watchdog's, its learned base)
         self.ack: tuple[tuple[float, str, float, str] | None, bytes] = (None, b"")
-        #: (monotonic, wall) time as of which every message that had come was read (when the
-        #: last select returned): silence and stalls are judged as of it. None: now
+        #: (monotonic, wall) time as of which every message was read; None: now
         self.read_as_of: tuple[float, float] | None = None
-        #: when this hub received each rank's state (its monotonic clock): every age and
-        #: silence is measured from it (``Snapshot.ages``)
+        #: when this hub received each rank's state (its monotonic clock)
         self.heard: dict[int, float] = {}
         #: how far behind its sockets the hub ran at worst (seconds), for the report
         self.most_behind = 0.0
-        #: metrics (``serve_metrics``): the verdicts given and when the last was (monotonic),
-        #: each rank pair's last stream probe, when the next link round is due, the server
+        #: metrics: the verdicts and the last's time, pairs' streams, next round, the server
         self.verdicts: list[Diagnosis] = []
         self.judged_at: float | None = None
         self.link_probes: dict[tuple[int, int], Probed] = {}
         self.next_links: float | None = None
         self.metrics: Any = None
-        #: ranks whose channel closed without a goodbye while their process answers: unheard,
-        #: not gone (``watch.channel``); the checks under way; ranks dropped as slow readers
+        #: channel closed but process answers (``watch.channel``); checks; slow readers
         self.broken: dict[int, str] = {}
         self.checks = Checks()
         self.slow_readers: set[int] = set()
@@ -244,17 +230,15 @@ class HubState:
         return self.read_as_of or (time.monotonic(), time.time())
 
     def silent(self, snapshot: Snapshot, after: float | None = None) -> tuple[int, ...]:
-        """Ranks heard from before but not for ``after`` s (``stale_after``) as of
-        ``snapshot`` (its ages: this hub's clock since it received their state), whose goodbye
-        did not come and whose connection stays open: frozen, or cut off."""
+        """Ranks heard before but not for ``after`` s (the hub's clock) as of ``snapshot``, with no
+        goodbye and an open connection: frozen, or cut off."""
         stale = self.watchdog.stale_after if after is None else after
         away = {*self.left, *self.finished, *self.terminated}
         heard = {*snapshot.ages, *(r for r, s in snapshot.states.items() if s is not None)}
         return tuple(r for r in sorted(heard) if r not in away and snapshot.age(r) > stale)
 
     def unheard(self) -> bool:
-        """Whether a rank of the job was never heard and has not left (its watch may still
-        connect)."""
+        """Whether a rank was never heard and has not left (its watch may still connect)."""
         away = self.finished | set(self.left) | self.terminated
         return any(r not in self.heard and r not in away
                    for r in range(self.options.world_size))
@@ -262,12 +246,10 @@ class HubState:
     # -- probe rounds ------------------------------------------------------------------------
 
     def ask_probes(self, trigger: str, now: float) -> bool:
-        """Ask every live rank to probe its peers when all are stuck in one collective;
-        False when there is nothing to probe (then the hub acts at once)."""
+        """Ask every live rank to probe its peers when all are stuck; False if nothing to probe."""
         snapshot = self.snapshot()
         stuck = network.stuck_collective(snapshot)
-        # a silent rank is the lead: connects to it alone (~0.1 s) say stopped or cut off,
-        # where a full round would stream into a process that reads nothing (8 s)
+        # a silent rank is the lead: connects to it alone say stopped or cut off
         silent = self.silent(snapshot)[:8]
         if not (silent or network.wants_probes(snapshot)):
             return False
@@ -294,9 +276,8 @@ class HubState:
         return True
 
     def probe_links(self, now: float) -> None:
-        """With metrics on, a round :data:`FIRST_LINKS_S` after every rank published, then
-        every ``probe_every`` s, never while a rank left, a verdict stands or another round
-        runs (two at once streamed twice, and the later replaced the first)."""
+        """With metrics on, a round :data:`FIRST_LINKS_S` after every rank published, then every
+        ``probe_every`` s; never while a rank left, a verdict stands or another round runs."""
         every = self.options.probe_every
         if self.metrics is None or every <= 0 or self.left or self.watchdog.fired or \
                 len(self.states) < self.options.world_size:

@@ -1,13 +1,6 @@
-"""Steps and phases for a script that marks none, inferred from torch's own hooks
-(docs/watch.md, "Steps and phases without marks", says which and where a step begins).
-
-The optimizers' step hooks give ``step``; forward hooks on each DDP/FSDP module (registered
-as it is built) and around FSDP2's own give ``forward`` and ``backward``; the DataLoader
-iterator's ``__next__`` gives ``data``. Every rank sees them at the same point of its
-collective sequence, so the desync digests compare. Only the training thread counts (a
-prefetch thread's fetches would move the boundaries); marks win. A failing hook turns
-inference off, said once.
-"""
+"""Steps and phases for a script that marks none, inferred from torch's own hooks (docs/watch.md,
+"Steps and phases without marks"). Only the training thread counts; marks win; a failing hook turns
+inference off, said once."""
 
 from __future__ import annotations
 
@@ -38,18 +31,15 @@ class Inferrer:
         #: an optimizer stepped since the step began; which ones (by id)
         self.pending = False
         self.stepped: set[int] = set()
-        #: fetches lead the steps (this one began at a fetch, or the training thread fetched
-        #: before its first step): the next fetch, not a forward, begins the next one
+        #: fetches lead the steps: the next fetch, not a forward, begins the next one
         self.data_led = False
         #: wrapped forwards running (FSDP nests them)
         self.depth = 0
         #: the training thread once known; the threads that fetched data before that
         self.thread: int | None = None
         self.fetchers: set[int] = set()
-        #: the dataset (by id) fetched last, until a wrapped forward with grad takes it; the
-        #: one that fed this step's first such forward (its training data). Only a fetch of
-        #: the training data begins a step, not an evaluation's, which one rank alone may
-        #: make between two steps (under no_grad, or fetched for no forward with grad)
+        #: the dataset fetched last, and the one that fed this step's first forward with grad:
+        #: only a fetch of the training data begins a step, not an evaluation's
         self.fetched: int | None = None
         self.fed: int | None = None
         self.handles: list[Any] = []
@@ -108,8 +98,7 @@ class Inferrer:
         self.pending = True
 
     def training_thread(self) -> bool:
-        """Whether this is the training thread (the first to run a forward or an optimizer
-        step); where it fetched data before that, fetches lead its steps."""
+        """Whether this is the training thread (first to run a forward or optimizer step)."""
         ident = threading.get_ident()
         if self.thread is None:
             self.thread, self.data_led = ident, ident in self.fetchers
@@ -126,8 +115,7 @@ class Inferrer:
 
     @property
     def on(self) -> bool:
-        """Whether the hooks work (off after a failure of theirs, or once the user marks
-        both steps and phases)."""
+        """Whether the hooks work (off after a failure, or once the user marks steps and phases)."""
         return self.guard.on
 
     def guarded(self, work: Callable[..., None], *args: Any) -> None:
@@ -171,8 +159,7 @@ class Inferrer:
 
 
 def install(recorder: Recorder) -> Callable[[], None]:
-    """Infer ``recorder``'s steps and phases from now on (cheap: patches and global hooks,
-    each listed in ``watch.patches.TARGETS``); returns the undo."""
+    """Infer ``recorder``'s steps and phases from now on (``watch.patches.TARGETS``); the undo."""
     import torch.optim.optimizer as optim
 
     inferrer = Inferrer(recorder)
@@ -194,10 +181,8 @@ def install(recorder: Recorder) -> Callable[[], None]:
 
 
 def _hooks(inferrer: Inferrer) -> dict[patches.Target, dict[str, Any]]:
-    """What runs around each of ``watch.patches``' targets of inference: DDP's and FSDP's
-    constructors (where the script imported FSDP), FSDP2's forward hooks (ours first: its
-    pre-forward all-gathers, a collective of the ``forward`` phase) and the DataLoader
-    iterator's ``__next__``."""
+    """What runs around each of ``watch.patches``' inference targets: DDP/FSDP constructors, FSDP2's
+    forward hooks (ours first) and the DataLoader iterator's ``__next__``."""
     def built(module: Any, _args: object, _kwargs: object, _result: object,
               _token: object) -> None:
         inferrer.watch(module)

@@ -1,11 +1,6 @@
-"""The job's metrics in Prometheus's exposition format, from the hub (docs/watch.md,
-"Prometheus metrics", lists them and their cost).
-
-:class:`JobCollector` renders a :class:`JobView` (a copy of what the hub holds) at each
-scrape, never per heartbeat. Counters are the ranks' own cumulative ones, as last heard, so
-``ddpnet_step_seconds_count`` equals ``ddpnet_steps_total`` in every scrape. Every phase has
-its own series (1 or 0), so none comes and goes; nothing secret is served.
-"""
+"""The job's metrics in Prometheus's exposition format, from the hub (docs/watch.md, "Prometheus
+metrics"). :class:`JobCollector` renders a :class:`JobView` (a copy of the hub's state) at each
+scrape, never per heartbeat."""
 
 from __future__ import annotations
 
@@ -22,8 +17,8 @@ UNMARKED = "unmarked"
 
 
 def cumulative(counts: Sequence[int]) -> list[tuple[str, float]]:
-    """A rank's step counts per :data:`~ddpnet.watch.state.STEP_BUCKETS` bucket as the
-    histogram's cumulative ``le`` buckets, ``+Inf`` last (pure; no counts: every bucket 0)."""
+    """A rank's step counts per bucket as the histogram's cumulative ``le`` buckets, ``+Inf``
+    last."""
     padded = [*counts, *[0] * (len(STEP_BUCKETS) + 1 - len(counts))]
     out, running = [], 0
     for bound, count in zip((*map(str, STEP_BUCKETS), "+Inf"), padded, strict=False):
@@ -62,8 +57,8 @@ class JobView:
 
 
 def since_progress(state: RankState, heard_ago: float) -> float:
-    """Seconds since ``state``'s rank last moved as of now (pure): measured on its own clock
-    up to its last heartbeat, plus how long ago the hub heard that (clocks may differ)."""
+    """Seconds since ``state``'s rank last moved (pure): its clock to its last heartbeat, then the
+    hub's."""
     moved = moved_at(state)
     behind = state.published - moved if moved > 0 else 0.0
     return max(0.0, behind) + max(0.0, heard_ago)

@@ -1,11 +1,5 @@
-"""The "network" kind: every rank is inside the same collective and none progresses, so they
-all wait on the wire; the link probes (``Snapshot.probes``) say which link, port or node (pure;
-docs/watch-causes.md, "network", lists the sub-kinds and the order they are tried in).
-
-A peer whose every port stays silent has its link down, unless it published within
-``FRESH_S`` over its open connection (then a firewall drops new connections). A rank in every
-failing pair is named as the node, else each link.
-"""
+"""The "network" kind: every rank is inside the same collective and none progresses; the link probes
+say which link, port or node (pure; docs/watch-causes.md, "network", gives the rules)."""
 
 from __future__ import annotations
 
@@ -52,10 +46,8 @@ class Stuck:
 
 
 def stuck_collective(snapshot: Snapshot) -> Stuck | None:
-    """The collective all ranks are in: each published, none is gone, and each one's oldest
-    unfinished collective is in one group, one op per seq, at most one seq apart (pure). One
-    apart is the same stall: in a ring the others can finish a collective while one rank
-    waits for its last chunk (a firewall dropping one rank's gloo port); the earliest wins."""
+    """The collective all ranks are in (pure): oldest unfinished ones in one group, at most one seq
+    apart (in a ring the others can finish while one waits); the earliest."""
     if snapshot.gone or snapshot.world_size < 2:
         return None
     states = [snapshot.states.get(r) for r in range(snapshot.world_size)]
@@ -68,8 +60,7 @@ def stuck_collective(snapshot: Snapshot) -> Stuck | None:
     if len({g for g, _, _ in keys}) != 1 or len(keys) != len(seqs) or seqs[-1] - seqs[0] > 1:
         return None
     group, seq, op = min(keys, key=lambda k: k[1])
-    # each rank's start by its own clock, measured to the snapshot through it (never the
-    # earliest start across ranks: their clocks differ)
+    # each rank's start by its own clock: ranks' clocks differ
     waited = max(snapshot.since(r, f.started) for r, f in enumerate(flights))
     return Stuck(group, seq, op, waited, tuple(range(snapshot.world_size)))
 
@@ -232,8 +223,7 @@ def _link_down(snapshot: Snapshot, stuck: Stuck) -> Diagnosis | None:
 
 
 def unreachable_from(snapshot: Snapshot, rank: int) -> tuple[int, ...]:
-    """The ranks that probed ``rank`` when no connect to any of its ports got an answer (not
-    even a refusal); empty when any answered or none was probed (pure)."""
+    """The ranks that probed ``rank`` and got no answer on any port, not even a refusal (pure)."""
     probes = [p for p in snapshot.probes if p.dst_rank == rank and p.what == CONNECT]
     if not probes or not all(p.outcome in SILENT for p in probes):
         return ()
@@ -241,9 +231,8 @@ def unreachable_from(snapshot: Snapshot, rank: int) -> tuple[int, ...]:
 
 
 def cut_off(snapshot: Snapshot, rank: int, silent_after: float = FRESH_S) -> bool:
-    """A rank silent for ``silent_after`` s whose connection stays open and that answers on
-    no port: its link is down (pure). A dead process closes its connection and its host
-    refuses; a stopped one's kernel still answers."""
+    """Silent for ``silent_after`` s with its connection open and no port answering: its link is
+    down (pure). A dead process closes its connection; a stopped one's kernel still answers."""
     return (rank not in snapshot.gone and snapshot.age(rank) > silent_after
             and bool(unreachable_from(snapshot, rank)))
 
@@ -357,9 +346,8 @@ class Slow:
 
 
 def slow_where(streams: Sequence[LinkProbe], share: float = SLOW_SHARE) -> Slow | None:
-    """The slow node, when every stream to or from one rank (two at least) is below
-    ``share`` of the fastest rate, else the links slow both ways (pure). One slow stream
-    alone names nothing: a short stream on a busy host can read low once, not both ways."""
+    """The slow node (every stream to or from one rank below ``share`` of the fastest), else the
+    links slow both ways (pure). One slow stream alone names nothing."""
     rates = [p.rate_gbps for p in streams if p.rate_gbps is not None]
     bar = share * max(rates, default=0.0)
     slow = [p for p in streams if p.rate_gbps is not None and p.rate_gbps < bar]

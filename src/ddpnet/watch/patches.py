@@ -1,12 +1,6 @@
-"""Every callable the watch wraps, in one place (:data:`TARGETS`), each with its undo.
-
-A wrapper that re-declares the original's parameters breaks callers that call it another
-way (Lightning's ``DistributedDataParallel(module=model)`` killed every rank at set-up). So,
-as the OpenTelemetry instrumentors do, each wrapper is a ``wrapt.FunctionWrapper`` that calls
-``wrapped(*args, **kwargs)`` exactly as the caller wrote them. What the watch does around the
-call is guarded (:class:`Warns`): when it raises, the call runs as if unwatched and the watch
-says once what it lost; an exception from the original is the caller's, untouched.
-"""
+"""Every callable the watch wraps, in one place (:data:`TARGETS`), each with its undo. Wrappers are
+``wrapt.FunctionWrapper``s that pass the caller's arguments through untouched, and what the watch
+does around a call is guarded (:class:`Warns`); docs/watch.md, "What the watch patches in torch"."""
 
 from __future__ import annotations
 
@@ -80,8 +74,7 @@ TARGETS: tuple[Target, ...] = (
 
 def resolve(target: Target, modules: Mapping[str, ModuleType] | None = None
             ) -> tuple[Any, str] | None:
-    """The object that holds ``target`` and the attribute's name; None where its module is
-    not loaded or this torch has no such callable."""
+    """The object holding ``target`` and the attribute's name; None where it is absent."""
     owner: Any = (sys.modules if modules is None else modules).get(target.module)
     *parents, attribute = target.path.split(".")
     for parent in parents:
@@ -164,8 +157,8 @@ def around(original: Callable[..., Any],
 
 
 def install(owner: Any, attribute: str, patched: Any) -> Undo:
-    """Put ``patched`` in place of ``owner.attribute``; the undo puts back what was there
-    (or leaves another library's wrapper of ours: ours then passes through)."""
+    """Put ``patched`` in place of ``owner.attribute``; the undo puts back what was there (or leaves
+    another library's wrapper of ours: ours then passes through)."""
     had = not isinstance(owner, type) or attribute in vars(owner)
     previous = _raw(owner, attribute)
     setattr(owner, attribute, patched)

@@ -1,12 +1,6 @@
-"""Probe this rank's links to its peers while a collective hangs (pure planning, edge probing;
-docs/watch-causes.md, "network", says what each probe shows and how it scales).
-
-Per peer, within ``timeout`` and ``fanout`` at once: a TCP connect to every port it
-publishes (``side``, ``backend``, ``sink``), classified by :mod:`ddpnet.net.probe`, and a
-short stream into its :class:`ProbeSink` whose unacked bytes (``SIOCOUTQ``) tell a path
-dropping full-size segments (MTU: TCP sets DF) from a slow one (the rate). ICMP needs
-privileges ranks lack. Above :data:`FULL_MESH_LIMIT` ranks only the ring neighbours.
-"""
+"""Probe this rank's links to its peers while a collective hangs: per peer a TCP connect to each
+published port and a short stream whose unacked bytes tell an MTU drop from a slow path
+(docs/watch-causes.md, "network"). Pure planning, edge probing."""
 
 from __future__ import annotations
 
@@ -42,14 +36,11 @@ PROBE_TIMEOUT_S = 2.0
 #: above this many ranks in the group, probe ring neighbours only
 FULL_MESH_LIMIT = 64
 FANOUT = 16
-#: a stream sends this long (or this much): long enough that timer and scheduling noise on a
-#: busy host stay small against it, short enough not to matter to a job that is hung anyway
+#: a stream's length: long against timer noise, short against a hung job
 STREAM_SECONDS = 0.3
 STREAM_BYTES = 1 << 30
 _CHUNK = 256 << 10
-#: the probes' and the sink's threads note their CPU as the watch's
-#: (``activity.Sampler.note_watch``) every this many chunks: at most ~1 MiB's worth reads as
-#: the rank's work (a round into a rank asleep in its data loader made it "work")
+#: probe and sink threads note their CPU as the watch's every this many chunks
 NOTE_EVERY = 4
 Note = Callable[[], None]
 
@@ -71,9 +62,8 @@ class Target:
 
 def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMIT,
                    ordered: bool = False) -> tuple[int, ...]:
-    """The ranks ``me`` probes (pure): every other rank of ``group`` up to ``limit`` ranks,
-    else its ring neighbours; none when ``me`` is not in it. ``ordered``: ``group`` is sorted
-    and unique already (the hub asks every rank: a sort each took ~4 s at 4,096 ranks)."""
+    """The ranks ``me`` probes (pure): all others of ``group`` up to ``limit``, else its ring
+    neighbours. ``ordered``: ``group`` is sorted and unique already (saves a sort per rank)."""
     ranks = group if ordered else sorted(set(group))
     i = bisect_left(ranks, me)
     if i == len(ranks) or ranks[i] != me:
@@ -85,9 +75,8 @@ def peers_to_probe(me: int, group: Sequence[int], *, limit: int = FULL_MESH_LIMI
 
 def probe_request(ident: int, states: Mapping[int, RankState], rank: int,
                   group: tuple[int, ...], silent: tuple[int, ...] = ()) -> dict[str, Any]:
-    """What the hub asks ``rank`` to probe: only its peers, each with its address and
-    published ports (pure; ``group`` sorted). With ``silent`` (ranks that stopped answering)
-    only those, by connects: is their host still up?"""
+    """What the hub asks ``rank`` to probe (pure): its peers' addresses and ports; with ``silent``,
+    only those, by connects (is their host still up?)."""
     if silent:
         group = tuple(sorted({rank, *silent}))
     peers = {str(r): {"address": states[r].address, "ports": states[r].extra.get(PORTS_KEY, {})}
@@ -99,8 +88,8 @@ def probe_request(ident: int, states: Mapping[int, RankState], rank: int,
 
 def side_ports(states: Mapping[int, RankState], rank: int,
                roster: Sequence[int]) -> dict[str, Any]:
-    """The peers ``rank`` checks when it hears the hub no more (``watch.cutoff``): each one's
-    address and side port (pure; ``roster``: ``states``' ranks, sorted once for all)."""
+    """The peers' addresses and side ports, for ``watch.cutoff`` (pure; ``roster``: sorted
+    ranks)."""
     out = {}
     for peer in peers_to_probe(rank, roster, ordered=True):
         side = states[peer].extra.get(PORTS_KEY, {}).get(SIDE)
@@ -150,8 +139,7 @@ def connect_result(me: int, target: Target, purpose: str, attempts: Sequence[Att
 
 def stream_result(me: int, target: Target, sent: int, unacked: int, seconds: float,
                   info: TcpInfo | None) -> LinkProbe:
-    """A stream probe's LinkProbe (pure). Less than two segments acked after connecting is a
-    path dropping full-size segments (MTU); otherwise acked bytes / seconds is the rate."""
+    """A stream probe's LinkProbe (pure): under two segments acked is an MTU drop, else the rate."""
     port = target.ports[SINK]
     acked = max(0, sent - unacked)
     path = f"; path MTU {info.pmtu}, MSS {info.snd_mss}" if info else ""
@@ -245,10 +233,8 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
                 stream_seconds: float = STREAM_SECONDS,
                 fanout: int = FANOUT, limit: int = FULL_MESH_LIMIT,
                 note: Note = _nothing) -> tuple[LinkProbe, ...]:
-    """Probe, from this rank ``me``, every peer :func:`peers_to_probe` picks (edge): bounded
-    by ceil(probes / fanout) * timeout. ``ports`` adds to or overrides what each peer
-    published; ``group``: the stuck collective's ranks (default: ``states``');
-    ``stream_bytes=0`` skips the stream; ``note`` is called from the probing threads."""
+    """Probe every peer :func:`peers_to_probe` picks (edge), within ceil(probes / fanout) * timeout;
+    ``ports`` overrides what peers published, ``stream_bytes=0`` skips the stream."""
     ranks = [*states, me] if group is None else list(group)
     targets = plan_targets(states, peers_to_probe(me, ranks, limit=limit), ports)
     jobs: list[tuple[Any, ...]] = [(probe_connect, me, t, purpose, timeout)
@@ -272,9 +258,8 @@ def probe_pairs(states: Mapping[int, RankState | None], me: int, *, timeout: flo
 
 
 def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
-    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil): what
-    a heartbeat publishes as ``backend`` (gloo keeps one listener per rank after
-    ``init_process_group``; exclude the side channel, the sink and MASTER_PORT)."""
+    """This process's listening TCP ports, lowest first, less ``exclude`` (edge, psutil): gloo's
+    listener is what a heartbeat publishes as ``backend``."""
     import psutil
 
     skip = set(exclude)
@@ -287,10 +272,8 @@ def listening_ports(exclude: Iterable[int] = ()) -> tuple[int, ...]:
 
 
 class ProbeSink:
-    """What a rank listens on for its peers' stream probes (``port``): accepts and discards,
-    each connection in its own daemon thread until EOF or ``idle`` seconds of silence, at
-    most ``max_conns`` at once. Its threads call ``note``: a peer's stream is no work of
-    this rank's."""
+    """Accepts and discards peers' stream probes, a daemon thread per connection; its threads call
+    ``note``: a peer's stream is no work of this rank's."""
 
     def __init__(self, address: str = "", port: int = 0, *, max_conns: int = 64,
                  idle: float = 10.0, note: Note = _nothing) -> None:
@@ -342,8 +325,7 @@ class ProbeSink:
         self._thread.join(1.0)
 
     def forget(self) -> None:
-        """In a forked child: close this process's copy of the listener (a close, never a
-        shutdown: the parent's keeps listening); its thread is the parent's."""
+        """In a forked child: close (never shut down) this copy of the listener."""
         with contextlib.suppress(OSError):
             self._sock.close()
 

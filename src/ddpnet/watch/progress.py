@@ -1,7 +1,5 @@
-"""What "a rank progressed" means, in one place (pure), so that the watchdog, a rank judging
-itself and the metrics never disagree on what a stall is: its step, its phase mark, its last
-completed collective or the one it waits in changed. Times are the rank's own clock.
-"""
+"""What "a rank progressed" means, in one place (pure), so the watchdog, self-judging ranks and the
+metrics agree: step, phase mark, or last or current collective changed (its own clock)."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ STILL = Progress()
 
 
 def progressed(before: RankState | None, after: RankState) -> Progress:
-    """What ``after`` moved since ``before`` (the same rank's earlier state; None: it had
-    none, so everything is new). Its heartbeat time alone is no progress."""
+    """What ``after`` moved since ``before`` (None: all new); a heartbeat alone is no progress."""
     if before is None:
         return FIRST
     if before is after:
@@ -52,8 +49,8 @@ def any_progressed(before: Snapshot | None, after: Snapshot) -> bool:
 
 
 def moved_at(state: RankState) -> float:
-    """When the rank last moved by its own clock: its latest phase mark, or a collective's
-    start or end (0.0: none seen). A step mark carries no time of its own."""
+    """When the rank last moved by its own clock: its latest phase mark or collective (0.0:
+    none)."""
     times = [state.phase_since, state.long_since]
     for record in state.recent:
         times.append(record.ended if record.ended is not None else record.started)

@@ -1,10 +1,5 @@
-"""What a rank publishes each heartbeat (edge): its ``RankState``, built from the recorder.
-
-Besides the phase, step and last collectives, the state carries what the rank's process does
-(``extra["activity"]``, ``watch.activity``: a rank that works is told from a stuck one), its
-last steps' wall and collective seconds (a ``StragglerWindow``), and its gaps between progress
-(``extra["gaps"]``, ``watch.gaps``): what the hub learns the threshold from.
-"""
+"""What a rank publishes each heartbeat (edge): its ``RankState`` from the recorder, with its
+activity, its straggler window and its gap summary."""
 
 from __future__ import annotations
 
@@ -31,18 +26,15 @@ class Publisher(HubLink):
     #: the hub's last threshold (raised by any rank's long phase), and its learned base
     threshold: Threshold
     base: Threshold | None = None
-    #: this rank's own gaps between progress, and the spans (wall time) a long phase was on,
-    #: its own or one the hub reported: gaps over them teach nothing (:meth:`note_long`)
+    #: this rank's gaps, and the spans that teach nothing (:meth:`note_long`)
     gaps: GapLog
     long_seen: tuple[tuple[float, float], ...] = ()
     long_open = False
-    #: an ack since the last beat said that gaps now teach nothing (its word can be
-    #: replaced by the next ack before the beat reads it)
+    #: an ack since the last beat said that gaps now teach nothing
     told_nothing = False
     #: seconds between heartbeats
     period: float
-    #: set once the hub acknowledged a state of this rank: from then on a verdict can name
-    #: it with its host and step
+    #: set once the hub acked a state: a verdict can name this rank with its host
     known: threading.Event
     window: StragglerWindow
     window_lock: threading.Lock
@@ -60,9 +52,7 @@ class Publisher(HubLink):
             if steps:
                 timed = rec.take_waits(steps[0][0], steps[-1][1])
                 spans = [(r.started, r.ended) for r in records if r.ended is not None]
-                # a full ring holds only the last RING collectives: without a comm hook's
-                # timed spans, a step that began before its oldest would read as no wait (a
-                # fast unmarked loop's first steps each beat: a false "slow network, 7e6x")
+                # a step older than a full ring's oldest collective would read as no wait
                 covered = records[0].started if len(records) >= RING and not timed \
                     else -math.inf
                 for (start, end), wait in zip(steps, waits_per_step(steps, spans + timed),
@@ -84,8 +74,8 @@ class Publisher(HubLink):
                            step_counts=counts, step_seconds=seconds, wait_seconds=waited)
 
     def learn_gaps(self, records: tuple[CollectiveRecord, ...], finished: int) -> Summary:
-        """Fold this rank's progress events since the last heartbeat into its gap log (under
-        the window lock); the summary it publishes."""
+        """Fold the progress events since the last beat into the gap log; the summary it
+        publishes."""
         rec, now = self.recorder, time.time()
         marks, complete = rec.take_marks()
         self.note_long(rec.long_phase, rec.long_since, now)
@@ -94,11 +84,8 @@ class Publisher(HubLink):
         return self.gaps.summary()
 
     def note_long(self, own: str, since: float, now: float) -> None:
-        """Note what teaches nothing: this rank's own long phase, from its start to the beat
-        that sees it over (the phase's end mark falls in between); and a point now while
-        ``threshold.teaches_nothing`` (another rank's phase, working or unheard ranks, or the
-        hub unheard: its word lags, but a gap that waited on it spans the point, a step's
-        gap seldom does)."""
+        """Note spans that teach nothing: this rank's own long phase, and a point now while
+        ``threshold.teaches_nothing`` (a gap waiting on it spans the point)."""
         spans = list(self.long_seen)
         if own and spans and spans[-1][0] == since:
             spans[-1] = (since, now)

@@ -1,10 +1,6 @@
-"""What this rank is doing: its last collectives, its training phase and step.
-
-The collectives come from torch's Flight Recorder, which sees what a Python wrapper never
-does (DDP's C++ gradient all-reduces). Collectives called from Python are also announced
-*before* they run (:meth:`Recorder.wrap_collectives`), with their call site: gloo aborts a
-process that receives the wrong size before any heartbeat could tell what it was calling.
-"""
+"""What this rank is doing: its last collectives (torch's Flight Recorder, which sees DDP's C++
+all-reduces), its phase and step. Python collectives are also announced *before* they run
+(:meth:`Recorder.wrap_collectives`): gloo aborts on a wrong size before any heartbeat."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ from ddpnet.watch.state import LONG_PHASES, PHASES, STEP_BUCKETS, CollectiveReco
 #: entries the Flight Recorder keeps per process (its ring); we publish the last RING
 FR_ENTRIES = 64
 RING = 32
-#: what is kept until the heartbeat takes it: finished steps, timed collective spans (a
-#: comm hook's), phase and step marks (~8 a step: a second of a 4 ms loop)
+#: finished steps, timed spans and marks kept until the heartbeat takes them
 STEP_WINDOW = 256
 WAIT_SPANS = 4096
 MARKS = 2048
@@ -41,9 +36,8 @@ def from_flight_recorder(dump: Mapping[str, Any]) -> tuple[CollectiveRecord, ...
 
 
 def flight_recorder(backend: str = "") -> Mapping[str, Any] | None:
-    """This process's Flight Recorder dump, or None where torch has none (edge); NCCL's own
-    for NCCL, the only one that knows whether an asynchronous collective finished. Without
-    stacks: the first dump with them costs seconds, and the heartbeat must stay cheap."""
+    """This process's Flight Recorder dump without stacks (they cost seconds), or None (edge);
+    NCCL's own for NCCL, the only one that knows whether an async collective finished."""
     import pickle
 
     import torch._C._distributed_c10d as c10d
@@ -59,9 +53,8 @@ def flight_recorder(backend: str = "") -> Mapping[str, Any] | None:
 
 
 def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> CollectiveRecord:
-    """A Flight Recorder record with the announced call's site, and its end where torch
-    retired it without one (gloo). One not retired is in flight whatever the call did: an
-    NCCL call returns once the collective is queued."""
+    """A Flight Recorder record with the announced call's site, and its end where gloo retired it
+    without one; one not retired is in flight (NCCL returns once queued)."""
     from dataclasses import replace
 
     if call is None:
@@ -74,8 +67,8 @@ def _with_call(fr: CollectiveRecord, call: CollectiveRecord | None) -> Collectiv
 
 def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
           ) -> tuple[CollectiveRecord, ...]:
-    """The Flight Recorder's records with the announced calls' sites, plus announced calls
-    it does not hold yet (pure)."""
+    """The Flight Recorder's records with announced sites, plus announced calls not yet in it
+    (pure)."""
     mine = {(r.group, r.seq): r for r in called}
     last = fr[-1].seq if fr else 0
     out = [_with_call(r, mine.get((r.group, r.seq))) for r in fr]
@@ -85,8 +78,8 @@ def merge(fr: tuple[CollectiveRecord, ...], called: Iterable[CollectiveRecord]
 
 
 class Recorder:
-    """The rank's phase, step and announced calls, written by the training thread and read
-    by the heartbeat thread (a lock keeps the pair consistent)."""
+    """The rank's phase, step and announced calls: the training thread writes, the heartbeat
+    reads."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -127,8 +120,7 @@ class Recorder:
             raise ConfigError(f"phase {phase!r} is not one of {', '.join(p for p in PHASES if p)}",
                               "use ddpnet.phase('data'|'forward'|'backward'|'step'|...)")
         if not inferred and phase not in LONG_PHASES:
-            # a long phase alone (an otherwise unmarked script's checkpoint) leaves the
-            # inferred phases on: inside the block they change the phase, the long one held
+            # a long phase alone leaves the inferred phases on (the long one held)
             self.marked_phases = True
         with self.lock:
             if phase != self.phase:
@@ -146,8 +138,7 @@ class Recorder:
             self.long_held += 1
 
     def restore(self, phase: str, long_phase: str, long_since: float, held: int) -> None:
-        """Back to the phase (and long phase) before a ``with ddpnet.phase(...)`` block that
-        held a long phase ``held`` times."""
+        """Back to the phase and long phase before a ``with ddpnet.phase(...)`` block."""
         with self.lock:
             if phase != self.phase:
                 self.phase, self.phase_since = phase, self.clock()
@@ -202,14 +193,13 @@ class Recorder:
             return tuple(self.step_counts), self.step_seconds
 
     def add_wait(self, start: float, end: float) -> None:
-        """A collective a comm hook timed (one of DDP's bucket all-reduces, which gloo's
-        Flight Recorder leaves without an end time), from gloo's thread."""
+        """A collective a comm hook timed (gloo's Flight Recorder leaves DDP's buckets without an
+        end)."""
         with self.lock:
             self.waits.append((start, end))
 
     def take_waits(self, since: float, until: float) -> list[tuple[float, float]]:
-        """The timed spans that end after ``since``; those ending by ``until`` (in steps
-        already taken) are dropped."""
+        """The timed spans that end after ``since``; those ending by ``until`` are dropped."""
         with self.lock:
             out = [w for w in self.waits if w[1] > since]
             while self.waits and self.waits[0][1] <= until:
@@ -225,8 +215,8 @@ class Recorder:
         return merge(from_flight_recorder(fr), called)
 
     def called_record(self, op: str, first: Any, seq: int) -> CollectiveRecord:
-        """The announced record of a collective whose first argument (a tensor, or a list of
-        them) is ``first``, however the caller passed it."""
+        """The announced record of a collective whose first argument (tensor or list) is
+        ``first``."""
         tensor = first if hasattr(first, "shape") else None
         if isinstance(first, list) and first and hasattr(first[0], "shape"):
             tensor = first[0]
@@ -258,8 +248,7 @@ class Recorder:
 
         def before(_instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> CollectiveRecord | None:
-            # another group's collective (by keyword or position) is not the default group's:
-            # announcing it, or counting it in the step digests, would pair it wrongly
+            # another group's collective is not the default group's: it would pair wrongly
             if _argument(args, kwargs, group_at, "group") is not None or (
                     group_type is not None and any(isinstance(a, group_type) for a in args)):
                 return None
@@ -297,8 +286,7 @@ def call_site() -> str:
 
 
 def _positional(function: Any) -> list[str]:
-    """The names of ``function``'s positional parameters ([] where its signature cannot be
-    read)."""
+    """The names of ``function``'s positional parameters ([] where unreadable)."""
     import inspect
 
     try:

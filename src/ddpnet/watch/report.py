@@ -30,8 +30,7 @@ def warning_line(diagnosis: Diagnosis) -> str:
 
 
 def _row(snapshot: Snapshot, rank: int, width: int = 14) -> str:
-    """One rank's row; ``width``: the host column, as wide as the longest host shown (a host
-    name is never cut: a cut one names another node)."""
+    """One rank's row; ``width``: the host column (a host name is never cut)."""
     state, gone = snapshot.states.get(rank), snapshot.gone.get(rank, "")
     if state is None:
         return f"  {rank:>4}  {'?':<{width}} {'-':>6}  {'-':<9} {'-':>6}  {gone or 'no state'}"

@@ -1,8 +1,6 @@
-"""A rank that judges itself (edge): one that heard nothing from the hub for its threshold
-(``threshold.self_judged``: the learned base, not another rank's phase) while it made no
-progress either checks its own link, route, the hub and its peers (``watch.cutoff``), writes
-its dump and exits 4 by itself, since no verdict can reach it.
-"""
+"""A rank that judges itself (edge): silent hub and no progress for its threshold
+(``threshold.self_judged``), it checks itself (``watch.cutoff``), writes its dump and exits 4, since
+no verdict can reach it."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ class SelfJudge(Answers):
     dying: threading.Event
 
     def judge_self(self, state: RankState) -> None:
-        """When this rank heard nothing from the hub for its threshold and made no progress
-        either: its own verdict, unless the facts say to be patient."""
+        """Heard nothing and made no progress for the threshold: its own verdict, unless patient."""
         own = learned({self.ident.rank: gaps.Summary.from_dict(state.extra.get(gaps.KEY))})
         self.judge_by = self_judged(self.threshold, self.base, own, state)
         now = time.monotonic()
@@ -83,9 +80,8 @@ class SelfJudge(Answers):
                                        f"{judged.reason})")
 
     def judge_due(self, now: float) -> bool:
-        """Whether to judge itself now: the hub silent and no progress for the threshold. A
-        rank dying of a peer's failure makes no progress any more (the error it raised is
-        none): the hub's silence alone decides, at once when the connection is gone."""
+        """Whether to judge itself now. A rank dying of a peer's failure makes no progress any more:
+        the hub's silence alone decides, at once when the connection is gone."""
         if self.dying.is_set():
             return self.sock is None or cutoff.due(now, self.heard, -math.inf,
                                                    self.judge_by.seconds)

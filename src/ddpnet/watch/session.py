@@ -1,7 +1,5 @@
-"""The watch of one process (``ddpnet.init()`` starts it, ``ddpnet.shutdown()`` ends it), and
-the public ``ddpnet.phase()`` / ``ddpnet.step()``. Its settings: ``watch.settings``; how the
-rank ends: ``watch.dying``.
-"""
+"""The watch of one process (``ddpnet.init()`` starts it, ``ddpnet.shutdown()`` ends it), and the
+public ``ddpnet.phase()`` / ``ddpnet.step()``."""
 
 from __future__ import annotations
 
@@ -32,9 +30,8 @@ HUB_START_S = 15.0
 
 def spawn_hub(cfg: DistConfig, wc: WatchConfig, bind: str,
               metrics: socket.socket | None = None) -> subprocess.Popen[bytes]:
-    """Start the hub process listening on ``bind``, without waiting for it: it starts while
-    the process group comes up (:func:`hub_ready` collects it). ``metrics``: the socket it
-    serves the job's metrics on (this process's copy is closed once passed)."""
+    """Start the hub process on ``bind`` without waiting (:func:`hub_ready` collects it);
+    ``metrics``: the socket it serves metrics on (this process's copy is closed once passed)."""
     import secrets
 
     from ddpnet import __version__
@@ -47,8 +44,7 @@ def spawn_hub(cfg: DistConfig, wc: WatchConfig, bind: str,
                          job_id=wc.job_id or secrets.token_hex(4),
                          probe_every=wc.probe_every, version=__version__,
                          metrics_linger=wc.metrics_linger)
-    # a session of its own: torchrun's killpg(SIGTERM) of a failed job took the hub with
-    # rank 0 before it named who died (it ends by itself once every rank is gone)
+    # a session of its own: torchrun's killpg must not take the hub before it names who died
     try:
         return subprocess.Popen([sys.executable, "-m", "ddpnet.watch.hub", options.to_json()],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -93,8 +89,8 @@ def spawn_hub_here(cfg: DistConfig, wc: WatchConfig, metrics: socket.socket | No
 
 
 def metrics_socket(wc: WatchConfig, address: str) -> socket.socket | None:
-    """Rank 0's metrics socket on the job's interface, bound now so that a port in use stops
-    the job at once: ConfigError (exit 2)."""
+    """Rank 0's metrics socket, bound now so that a port in use stops the job (ConfigError, exit
+    2)."""
     from ddpnet.net.exposition import bind
 
     if wc.metrics_port is None:
@@ -140,10 +136,8 @@ def bringing_up() -> bool:
 def around_group(cfg: DistConfig, wc: WatchConfig, init_group: Callable[[], None], *,
                  address: str, interface: str | None,
                  set_env: Callable[[Mapping[str, str]], None]) -> Around:
-    """THE one way the watch starts around a process group, for ``ddpnet.init()`` and for a
-    script's own ``init_process_group`` (``watch.attach``): size torch's Flight Recorder and
-    on rank 0 start the hub, then ``init_group()``, then connect this rank's heartbeat. The
-    watch's own set-up never fails the group: a warning on stderr and no watch."""
+    """The one way the watch starts around a process group (``ddpnet.init()`` and ``watch.attach``):
+    Flight Recorder, rank 0's hub, ``init_group()``, the heartbeat. Its own failures only warn."""
     global _bringing_up
     watching = wc.enabled and cfg.world_size > 1
     to_set = torch_environ(os.environ) if watching else {}
@@ -200,8 +194,7 @@ class Session:
         self.ending.disown()
 
     def stop(self) -> None:
-        # a job that ends while its rank still connects says goodbye once connected: else
-        # the hub, never told, waits FIRST_RANK_S for ranks that are gone
+        # a job that ends while its rank still connects says goodbye once connected
         if self.connecting is not None:
             self.connecting.join(GOODBYE_WAIT_S)
         self.ending.close()
@@ -226,9 +219,8 @@ GOODBYE_WAIT_S = 10.0
 
 def start(cfg: DistConfig, wc: WatchConfig, address: str, interface: str | None,
           spawned: subprocess.Popen[bytes] | str | None, hub_address: str) -> None:
-    """Announce Python collectives and infer steps and phases at once, then connect this
-    rank's heartbeat to the hub in a thread of its own: the script trains on while rank 0's
-    hub finishes starting."""
+    """Announce collectives and infer steps at once, then connect the heartbeat in its own
+    thread."""
     import torch.distributed as dist
 
     global _session
@@ -296,8 +288,7 @@ def stop() -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child (a DataLoader worker) is not its parent's rank: its exit says goodbye
-    for nobody."""
+    """A forked child (a DataLoader worker) says no goodbye for its parent's rank."""
     global _session
     session, _session = _session, None
     if session is not None:
@@ -328,8 +319,8 @@ def threshold() -> dict[str, object] | None:
 # -- the public API ----------------------------------------------------------------------------
 
 class _Phase(contextlib.AbstractContextManager["_Phase"]):
-    """``ddpnet.phase("data")`` marks the phase now; as a context manager it puts the
-    previous phase back on exit, and a long phase it holds outlasts the marks inside."""
+    """``ddpnet.phase("data")`` marks the phase; as a context manager it restores the previous
+    one."""
 
     def __init__(self, name: str) -> None:
         rec = _recorder
@@ -349,11 +340,10 @@ class _Phase(contextlib.AbstractContextManager["_Phase"]):
 
 
 def phase(name: str) -> _Phase:
-    """Mark this rank's training phase ("data", "forward", "backward", "step", ...), shown when
-    the watchdog names a rank that does not arrive. Cheap (a lock and a clock read).
+    """Mark this rank's training phase ("data", "forward", "backward", "step", ...); cheap.
 
-    ``with ddpnet.phase("checkpoint"):`` (or "eval", "warmup") marks a phase that may keep
-    the other ranks waiting long: the watchdog gives it its own allowance."""
+    ``with ddpnet.phase("checkpoint"):`` (or "eval", "warmup") marks a phase that may keep the other
+    ranks waiting long: the watchdog gives it its own allowance."""
     return _Phase(name)
 
 

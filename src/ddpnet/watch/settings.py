@@ -1,8 +1,6 @@
-"""The watch's settings (pure): ``init(watch=..., watch_timeout=..., watch_action=...,
-metrics_port=...)``, else the ``DDPNET_WATCH*`` / ``DDPNET_METRICS*`` environment (the table in
-docs/watch.md), else the defaults; and what the hub and the ranks derive from the job's
-rendezvous: the hub's port and the token they check each other by.
-"""
+"""The watch's settings (pure): ``init()``'s arguments, else the ``DDPNET_WATCH*`` /
+``DDPNET_METRICS*`` environment (docs/watch.md, "Knobs"), else the defaults; and the hub's port and
+token derived from the job's rendezvous."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ class WatchConfig:
     action: str = "exit"
     directory: Path = Path("ddpnet-watch")
     port: int | None = None
-    #: where rank 0's hub serves the job's metrics (None: not served), its link probes'
-    #: period, and the job's id there
+    #: where rank 0's hub serves metrics (None: not), its link probes' period, the job's id
     metrics_port: int | None = None
     probe_every: float = 300.0
     job_id: str = ""
@@ -108,8 +105,8 @@ def hub_port(cfg: DistConfig, wc: WatchConfig) -> int:
 
 def derived_port(master_addr: str, master_port: int, wc: WatchConfig,
                  environ: Mapping[str, str] | None = None) -> int:
-    """From MASTER_ADDR:MASTER_PORT, and torchrun's restart count after a restart (the last
-    round's hub may still hold the port for a few seconds)."""
+    """From MASTER_ADDR:MASTER_PORT and torchrun's restart count (the last round's hub may still
+    hold the port)."""
     from ddpnet.env.jobport import derive_port, read_port_range
 
     if wc.port is not None:

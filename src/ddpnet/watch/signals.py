@@ -1,8 +1,5 @@
-"""How we know (pure): the independent signals in a snapshot that agree with a verdict, and
-what would contradict it (``Diagnosis.signals``, ``contradicts``). A verdict that rests on one
-signal can be wrong in one way (a heartbeat delayed by a busy host, a probe lost once); which
-signals agree lets a user weigh it, and what would contradict it says what to look at first.
-"""
+"""How we know (pure): the independent signals in a snapshot that agree with a verdict, and what
+would contradict it (docs/watch.md, "How we know")."""
 
 from __future__ import annotations
 

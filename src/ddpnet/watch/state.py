@@ -1,8 +1,6 @@
-"""What each rank publishes about its progress (``CollectiveRecord``, ``RankState``), what the
-hub and ``ddpnet diagnose`` read (``Snapshot``) and what the analysis returns (``Diagnosis``):
-frozen dataclasses that round-trip through JSON, so a live store, a dump file and a test
-fixture are the same thing.
-"""
+"""What ranks publish (``CollectiveRecord``, ``RankState``), what the hub and ``ddpnet diagnose``
+read (``Snapshot``) and what the analysis returns (``Diagnosis``): frozen dataclasses that
+round-trip through JSON, so a live store, a dump file and a fixture are the same thing."""
 
 from __future__ import annotations
 
@@ -13,13 +11,10 @@ from typing import Any
 
 #: training phases a rank can be in (``ddpnet.phase(...)`` or ``ddpnet train``); "" = unmarked
 PHASES = ("", "data", "forward", "backward", "step", "checkpoint", "eval", "warmup")
-#: phases that may legitimately keep the others waiting long: each has its own allowance
-#: (``watch.threshold``), and inner phase marks inside ``with ddpnet.phase(...)`` keep it
+#: phases that may keep the others waiting long: each has its own allowance
 LONG_PHASES = ("warmup", "checkpoint", "eval")
 
-#: upper bounds (seconds) of the step-time buckets each rank counts its finished steps in
-#: (``RankState.step_counts``, the job's ``ddpnet_step_seconds`` histogram): 5 ms (a tiny
-#: model's step) to 2 minutes (beyond: a stall, which the watch names), about 2.5x apart
+#: upper bounds (seconds) of the step-time buckets (``ddpnet_step_seconds``)
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
 #: the kinds of diagnosis, in the order the analysis tries them (first match wins)
@@ -33,9 +28,8 @@ KINDS = (
 
 
 def flat_fields(obj: Any) -> dict[str, Any]:
-    """A flat dataclass's fields as a dict, without ``dataclasses.asdict``'s deep copy (each
-    rank's heartbeat encodes its state every second: asdict took 115 us of a state's 160, and
-    4,096 simulated ranks on 2 cores fell seconds behind); the callers convert what nests."""
+    """A flat dataclass's fields as a dict, without ``asdict``'s deep copy (too slow for a state a
+    second per rank); callers convert what nests."""
     return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
@@ -87,9 +81,8 @@ class RankState:
     extra: Mapping[str, Any] = field(default_factory=dict)
     long_phase: str = ""           # the LONG_PHASES one this rank is inside, "" when none
     long_since: float = 0.0        # time.time() it began
-    #: cumulative since the rank started (every finished step, not a window): its steps per
-    #: STEP_BUCKETS bucket (not cumulative; the last is above 120 s), their seconds, and the
-    #: seconds they spent inside collectives; the steps finished are ``sum(step_counts)``
+    #: since the rank started: steps per STEP_BUCKETS bucket (each its own count, the last
+    #: above 120 s), their seconds and their seconds inside collectives
     step_counts: tuple[int, ...] = ()
     step_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -147,8 +140,7 @@ class LinkProbe:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-#: what a ``network`` verdict found, as data (``Diagnosis.sub_kind``): what a launcher's
-#: recovery decides by (``launch.blame``), and the label its summary begins with
+#: what a ``network`` verdict found (``Diagnosis.sub_kind``), for ``launch.blame``
 LINK_DOWN, FIREWALL, CUT_OFF, MTU, SLOW_LINK = "link-down", "firewall", "cut-off", "mtu", \
     "slow-link"
 #: the hub's node or its link is down, as a rank cut from it alone sees it; the hub is gone or
@@ -158,8 +150,7 @@ SUB_LABELS = {LINK_DOWN: "link down", FIREWALL: "firewall", CUT_OFF: "cut off", 
               SLOW_LINK: "slow link"}
 
 
-#: how a rank that died of a peer's failure (gloo's "Connection closed by peer") is said to
-#: have left: a victim, named after the ranks that caused it
+#: how a rank that died of a peer's failure is said to have left (named after the cause)
 PEER_FAILED = "stopped by a peer's failure: "
 #: ranks of each list :meth:`Snapshot.around` keeps (the ranks a verdict names; those gone)
 AROUND_LIMIT = 64
@@ -181,10 +172,9 @@ def finished(why: str) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every rank's last state (None: never published) as the hub or ``diagnose`` sees it at
-    ``taken`` (wall time, for display); ``gone``: ranks that left, with why; ``ages``: seconds
-    since the hub received each state, on its own monotonic clock. A rank's clock may be
-    minutes off, so every age and wait goes through :meth:`age` and :meth:`since`."""
+    """Every rank's last state (None: never published) at ``taken``; ``gone``: ranks that left, with
+    why; ``ages``: seconds since the hub received each state. A rank's clock may be minutes off:
+    every age and wait goes through :meth:`age` and :meth:`since`."""
 
     world_size: int
     taken: float
@@ -194,9 +184,8 @@ class Snapshot:
     ages: Mapping[int, float] = field(default_factory=dict)
 
     def age(self, rank: int) -> float:
-        """Seconds since ``rank``'s state was received, as of ``taken`` (the hub's clock);
-        infinite when it never published. A state no hub received (a dump file, a fixture)
-        has only its own ``published`` to go by, against ``taken``."""
+        """Seconds since ``rank``'s state was received (the hub's clock), infinite if never; without
+        a hub (a dump file), its ``published`` against ``taken``."""
         if rank in self.ages:
             return max(0.0, self.ages[rank])
         state = self.states.get(rank)
@@ -205,8 +194,8 @@ class Snapshot:
         return max(0.0, self.taken - state.published)
 
     def since(self, rank: int, at: float) -> float:
-        """Seconds from ``at`` (a time by ``rank``'s own clock, e.g. a collective's start) to
-        ``taken``: its own clock up to its state, then the hub's since it received it."""
+        """Seconds from ``at`` (``rank``'s clock) to ``taken``: its clock to its state, then the
+        hub's."""
         state = self.states.get(rank)
         if rank in self.ages and state is not None:
             return max(0.0, state.published - at + self.ages[rank])
@@ -231,9 +220,8 @@ class Snapshot:
                    ages={int(r): float(a) for r, a in dict(data.get("ages", {})).items()})
 
     def around(self, diagnosis: Diagnosis, limit: int = AROUND_LIMIT) -> Snapshot:
-        """What a verdict needs to say which node it blames (``launch.blame``): the ranks it
-        names, the first ``limit`` that left (not victims) and the one furthest on; no probes.
-        Bounded: every rank gets it, so a whole snapshot would be N^2 bytes."""
+        """What a verdict needs to blame a node (``launch.blame``): the ranks it names, the first
+        ``limit`` that left, the one furthest on. Bounded: every rank gets it."""
         first = [r for r, why in self.gone.items() if not victim(why)][:limit]
         ahead = max((s for s in self.states.values() if s is not None),
                     key=lambda s: s.step, default=None)
@@ -261,9 +249,7 @@ class Diagnosis:
     #: how we know (``watch.signals``): the signals that agree, and what would contradict it
     signals: tuple[str, ...] = ()
     contradicts: tuple[str, ...] = ()
-    #: what was found within ``kind``, as data (``LINK_DOWN``, ``FIREWALL``, ...; "" for
-    #: none): ``ranks``/``hosts`` are the culprits, ``witnesses`` the ranks whose probes or
-    #: waits showed it
+    #: what was found within ``kind`` (``LINK_DOWN``, ...); ``witnesses`` showed it
     sub_kind: str = ""
     witnesses: tuple[int, ...] = ()
 

@@ -1,11 +1,5 @@
-"""The "straggler" kind (no hang): one rank, a link or the network consistently slower over a
-window of steps (pure; docs/watch-causes.md, "straggler", gives the rules).
-
-DDP's all-reduce makes every rank's step take the same wall time; what differs is how it
-splits: compute = step - wait. A slow rank computes longer and waits least; a slow link
-makes its two ends wait longer; a slow network raises every rank's waits. A heartbeat keeps
-a :class:`StragglerWindow` and sums each step's collective time with :func:`waits_per_step`.
-"""
+"""The "straggler" kind (no hang): a rank, link or the network consistently slower over a window of
+steps (pure; docs/watch-causes.md, "straggler", gives the rules)."""
 
 from __future__ import annotations
 
@@ -24,11 +18,9 @@ MIN_STEPS = 5
 #: share of the window's steps in which a rank must be slow
 CONSISTENT = 0.8
 WINDOW = 50
-#: below this many seconds per step, waits are noise (no network slowdown is named), and so
-#: is a rank computing this much longer than the others (no slow rank is named)
+#: below this many seconds per step, extra waits or compute are noise
 MIN_WAIT_S = 0.005
-#: a rank's extra compute must also cost (ratio - 1) x this share of the median step (6 %
-#: at the default ratio): 9 ms more on the hub's rank in a 0.5 s step slows no one
+#: extra compute must also cost (ratio - 1) x this share of the median step
 MIN_SHARE = 0.25
 
 
@@ -69,8 +61,7 @@ def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def waits_per_step(steps: Sequence[tuple[float, float]],
                    spans: Iterable[tuple[float, float]]) -> list[float]:
-    """For each step (start, end), the seconds inside any of ``spans`` (collectives; those
-    that overlap count once). Pure, O((steps + spans) log spans)."""
+    """For each step (start, end), the seconds inside any of ``spans``, overlaps once (pure)."""
     merged = union(spans)
     ends = [hi for _, hi in merged]
     out = []
@@ -110,8 +101,8 @@ class Times:
 
 
 def aligned(states: Mapping[int, RankState | None], p: Params) -> Times | None:
-    """The last n steps of every rank with at least ``min_steps`` of both series, n the
-    shortest of them (up to ``window``); None with fewer than two such ranks."""
+    """The last n steps of every rank with ``min_steps`` of both series; None with under two
+    ranks."""
     usable = {r: s for r, s in states.items() if s is not None
               and min(len(s.step_times), len(s.wait_times)) >= p.min_steps}
     if len(usable) < 2:
@@ -133,8 +124,8 @@ def _median(values: Iterable[float]) -> float:
 
 
 def medians_without_self(values: Sequence[float]) -> list[float]:
-    """For each i, the median of ``values`` less ``values[i]`` (pure, O(n log n): one sort,
-    so 1000 ranks cost what a sort of 1000 does). Needs two values or more."""
+    """For each i, the median of ``values`` less ``values[i]`` (pure, one sort); needs two
+    values."""
     order = sorted(range(len(values)), key=values.__getitem__)
     ranked = [values[i] for i in order]
     where = [0] * len(values)
@@ -152,20 +143,19 @@ def medians_without_self(values: Sequence[float]) -> list[float]:
 
 
 def cost_floor(ratio: float, step_s: float) -> float:
-    """The fewest extra seconds a step must cost (compute, or waits) to be named: over
-    :data:`MIN_WAIT_S` and (ratio - 1) x :data:`MIN_SHARE` of the step."""
+    """The fewest extra seconds a step must cost to be named (:data:`MIN_WAIT_S`,
+    :data:`MIN_SHARE`)."""
     return max(MIN_WAIT_S, (ratio - 1) * MIN_SHARE * step_s)
 
 
 def exceeds(value: float, base: float, ratio: float, floor: float) -> bool:
-    """``value`` is over ``ratio`` x ``base`` and more than ``floor`` above it (pure): the one
-    test of "slower", so a relative rise of a few milliseconds names nothing."""
+    """``value`` is over ``ratio`` x ``base`` and more than ``floor`` above it: the one "slower"
+    test."""
     return value > ratio * base and value - base > floor
 
 
 def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
-    """Each rank's median compute per step over the other ranks' median (pure; 1.0 is even).
-    Empty with fewer than two ranks of ``min_steps`` steps."""
+    """Each rank's median compute per step over the others' median (pure; 1.0 is even)."""
     t = aligned(snapshot.states, p)
     if t is None:
         return {}
@@ -175,8 +165,7 @@ def scores(snapshot: Snapshot, p: Params = Params()) -> dict[int, float]:
 
 
 def slow_counts(t: Times, ratio: float) -> dict[int, int]:
-    """Per rank, the steps in which its compute :func:`exceeds` the other ranks' median (1 ms
-    more of a 5 ms step is a busy host's noise, 9 ms of a 500 ms step nothing to act on)."""
+    """Per rank, the steps in which its compute :func:`exceeds` the other ranks' median."""
     counts = dict.fromkeys(t.ranks, 0)
     for k in range(t.steps):
         column = [t.comp[r][k] for r in t.ranks]
@@ -189,8 +178,7 @@ def slow_counts(t: Times, ratio: float) -> dict[int, int]:
 
 def detect(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STEPS,
            consistent: float = CONSISTENT, window: int = WINDOW) -> Diagnosis | None:
-    """A consistently slow rank, link or network over the window; None when the ranks keep
-    pace (or too few steps were published)."""
+    """A consistently slow rank, link or network over the window; None when the ranks keep pace."""
     p = Params(ratio, min_steps, consistent, window)
     t = aligned(snapshot.states, p)
     if t is None:
@@ -200,24 +188,22 @@ def detect(snapshot: Snapshot, *, ratio: float = RATIO, min_steps: int = MIN_STE
 
 
 def _slow_rank(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
-    """A slow rank over the window, or over its second half (one that became slow lately:
-    otherwise the others' longer waits would read as a slower network)."""
+    """A slow rank over the window or its second half (lately slow, else it reads as the
+    network)."""
     half = t.steps // 2
     return _slow_rank_in(snapshot, t, p) or (
         _slow_rank_in(snapshot, t.tail(half), p) if half >= p.min_steps else None)
 
 
 def wants_probes(snapshot: Snapshot) -> bool:
-    """True when collectives slowed down on most ranks (no slow rank or link explains it)
-    and no link was probed yet: probing names the slow pair or node (the one finding that
-    names no host)."""
+    """Collectives slowed on most ranks, unexplained, and no link probed yet: probes name the
+    pair."""
     found = None if snapshot.probes else detect(snapshot)
     return found is not None and not found.hosts
 
 
 def recent_wait(snapshot: Snapshot) -> float:
-    """The median rank's collective wait per step over the window's second half (0.0 without
-    enough steps): the hub probes a slowdown again once this doubled."""
+    """The median rank's wait per step over the window's second half: reprobe once this doubled."""
     t = aligned(snapshot.states, Params())
     if t is None:
         return 0.0
@@ -292,10 +278,7 @@ def _halves(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _slow_network(snapshot: Snapshot, t: Times, p: Params) -> Diagnosis | None:
-    """Waits rose on most ranks while compute stayed: the network got slower (by more than
-    the cost floor: 2 ms more of a 100 ms step is a busy host's noise, seen in CI). Compute
-    "stayed" unless it rose by the ratio and the floor too: 5 -> 8 ms of compute beside
-    waits of 70 -> 700 ms is noise, not a slower rank (a lab run missed its slowdown so)."""
+    """Waits rose on most ranks past the cost floor while compute did not (by ratio and floor)."""
     if t.steps < 2 * p.min_steps:
         return None
     rose = []

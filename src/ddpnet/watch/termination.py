@@ -1,9 +1,5 @@
-"""What the hub answers a rank that got SIGTERM (pure; the rank's side: ``watch.dying``): a
-launcher's SIGTERM after a peer died waits for the verdict naming it; a user's stop (every rank
-at once, no peer failed) ends the rank at once. The dead peer's connection closes before its
-launcher even sees it, so a failure the hub knows of means wait; none within :data:`HOLD_S`
-of the rank's word means ``no-fault``.
-"""
+"""What the hub answers a rank that got SIGTERM (pure; the rank's side: ``watch.dying``): wait for
+the verdict when a failure is known, else ``no-fault`` after :data:`HOLD_S`."""
 
 from __future__ import annotations
 
@@ -23,8 +19,8 @@ def fault_known(left: Mapping[int, str], terminated: Collection[int], checking: 
 
 
 def answer(asked_at: float, now: float, fault: bool) -> str | None:
-    """What to answer a SIGTERM'd rank that asked at ``asked_at``: ``"wait"`` (no answer: the
-    verdict comes), ``"no-fault"``, or None (not yet: a failure may still show)."""
+    """``"wait"`` (the verdict comes), ``"no-fault"``, or None (not yet: a failure may still
+    show)."""
     if fault:
         return "wait"
     return "no-fault" if now - asked_at >= HOLD_S else None

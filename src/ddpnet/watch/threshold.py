@@ -1,11 +1,5 @@
-"""How long the job may go without progress before the watchdog names a hang (pure).
-
-Learned from the job rather than a fixed minute (docs/watch.md, "Thresholds learned from the
-job"): ``max(FLOOR_S, FACTOR x`` the largest of the ranks' time-weighted p99 gaps between
-progress ``)``, the warm-up's allowance until every rank has ``MIN_GAPS`` gaps, raised to a
-long phase's allowance while a rank does that phase's work; gaps over a long phase, a working
-hold or an unheard rank teach nothing. ``watch_timeout`` overrides all of it.
-"""
+"""How long the job may go without progress before the watchdog names a hang (pure); the rules are
+in docs/watch.md, "Thresholds learned from the job"."""
 
 from __future__ import annotations
 
@@ -21,8 +15,7 @@ from ddpnet.watch.state import LONG_PHASES, RankState, Snapshot
 FLOOR_S = 5.0
 #: the threshold is this many times the ranks' largest 99th-percentile gap between progress
 FACTOR = 3.0
-#: gaps each live rank needs (after its first steps) before the threshold is learned;
-#: before that, the warm-up allowance
+#: gaps each live rank needs before the threshold is learned
 MIN_GAPS = 10
 #: the threshold while too little is known (imports, the first steps, compilation)
 WARMUP_S = 60.0
@@ -53,33 +46,28 @@ class Threshold:
                    str(data.get("reason", "")))
 
 
-#: seconds between a rank's heartbeats, up to PERIOD_RANKS ranks; above, the period grows
-#: with N so that the hub reads PERIOD_RANKS states a second at most (each costs the hub
-#: ~0.2 ms and its rank ~0.3 ms: at 4,096 ranks and 1 s, ~1 core each on a 2-core machine)
+#: seconds between heartbeats up to PERIOD_RANKS ranks; above, the hub reads PERIOD_RANKS a second
 PERIOD_S, PERIOD_RANKS = 1.0, 2048
 #: a live rank is not answering after this many periods of silence, at least
 STALE_PERIODS = 2.5
 
 
 def period_for(world_size: int) -> float:
-    """Seconds between heartbeats in a job of ``world_size`` ranks (pure): 1 s up to 2,048
-    ranks, 2 s at 4,096."""
+    """Seconds between heartbeats for ``world_size`` ranks (pure): 1 s up to 2,048, then longer."""
     return PERIOD_S * max(1.0, world_size / PERIOD_RANKS)
 
 
 def stale_after(seconds: float, period: float = PERIOD_S) -> float:
     """A live rank silent this long is not answering: below the threshold, above a few
-    heartbeats (the analysis' ``stale_after``; a slower heartbeat, more)."""
+    heartbeats."""
     return max(3.0, STALE_PERIODS * period, min(10.0, 0.8 * seconds))
 
 
 def long_phases(snapshot: Snapshot, silent_after: float = math.inf
                 ) -> dict[str, tuple[int, ...]]:
-    """Each long phase some live rank does the work of, with those ranks. Not a rank inside
-    a collective: it waits for the others, the phase's work is done or not its own (cut off
-    in 'eval', the others sat in eval's all_reduce for its 120 s). Nor a rank silent for
-    ``silent_after`` seconds: one doing the work still publishes (its heartbeat is a thread
-    of its own); one cut off or stopped in it would hold every rank for minutes."""
+    """Each long phase some live rank does the work of, with those ranks. Not a rank inside a
+    collective (it waits, the work is not its own) nor one silent ``silent_after`` s (a stopped rank
+    would hold every rank for minutes)."""
     out: dict[str, list[int]] = {}
     for rank, state in sorted(snapshot.states.items()):
         if state is not None and state.long_phase in LONG_PHASES and \
@@ -101,8 +89,8 @@ def summaries(snapshot: Snapshot) -> dict[int, Summary | None]:
 
 
 def learned(found: Mapping[int, Summary | None]) -> Threshold:
-    """From the ranks' gap summaries alone (no phase, no override): the warm-up's allowance
-    until every rank has MIN_GAPS gaps, then ``max(FLOOR_S, FACTOR x the largest p99)``."""
+    """From the gap summaries alone: the warm-up allowance until every rank has MIN_GAPS gaps, then
+    ``max(FLOOR_S, FACTOR x the largest p99)``."""
     waiting = sorted(r for r, s in found.items() if s is None or s.count < MIN_GAPS)
     if not found or waiting:
         shown = ", ".join(str(r) for r in waiting[:8]) + (", ..." if len(waiting) > 8 else "")
@@ -123,8 +111,7 @@ def learned(found: Mapping[int, Summary | None]) -> Threshold:
 def learn(base: Threshold, snapshot: Snapshot | None = None, *,
           override: float | None = None, longest: Mapping[str, float] | None = None,
           silent_after: float = math.inf) -> Threshold:
-    """The threshold now: the override, else the learned ``base`` (:func:`learned`) raised
-    to the allowance of any long phase a live rank that still publishes is in."""
+    """The override, else the learned ``base`` raised to any long phase a live rank is in."""
     if override is not None:
         return Threshold(float(override), "override",
                          f"watch_timeout / DDPNET_WATCH_TIMEOUT = {override:g} s")
@@ -140,10 +127,8 @@ def learn(base: Threshold, snapshot: Snapshot | None = None, *,
 
 
 def held(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
-    """The threshold while working ranks hold a stall's verdict (``watchdog``): its seconds,
-    source ``working``. The hub's ack tells every rank, and a gap that spans it teaches
-    nothing (a rank that waited 25 s for an unmarked checkpoint would otherwise learn a 75 s
-    threshold for the next minutes), as with another rank's long phase."""
+    """The threshold while working ranks hold a stall's verdict: source ``working`` (teaches
+    nothing)."""
     shown = ", ".join(str(r) for r in ranks[:8])
     return Threshold(threshold.seconds, "working", f"rank(s) {shown} work while the others "
                      f"wait: held past {threshold.seconds:g} s ({threshold.source}: "
@@ -151,30 +136,23 @@ def held(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
 
 
 def unheard(threshold: Threshold, ranks: tuple[int, ...]) -> Threshold:
-    """The threshold while ranks are unheard (``watchdog``): its seconds, source
-    ``unheard``. A gap that spans it teaches nothing: a 4 s link flap stalls every rank ~10 s
-    (TCP's backoff after it), and learned, it raised the threshold past a minute."""
+    """The threshold while ranks are unheard: source ``unheard``; a flap's gap teaches nothing."""
     shown = ", ".join(str(r) for r in ranks[:8])
     return Threshold(threshold.seconds, "unheard", f"rank(s) {shown} unheard: "
                      f"{threshold.seconds:g} s ({threshold.source}: {threshold.reason})")
 
 
 def teaches_nothing(told: Threshold, unheard_for: float, period: float = PERIOD_S) -> bool:
-    """Whether a gap spanning now teaches a rank nothing: the hub's threshold comes from a
-    long phase, working ranks or unheard ones, or the rank has not heard the hub's acks for
-    ``stale_after`` (its own link or the hub's is down: the hub cannot say so)."""
+    """Whether a gap spanning now teaches a rank nothing: the hub's source says so, or the rank has
+    not heard the hub's acks for ``stale_after`` (the hub cannot tell it)."""
     return told.source in TEACH_NOTHING or unheard_for > stale_after(told.seconds, period)
 
 
 def self_judged(told: Threshold, base: Threshold | None, own: Threshold,
                 state: RankState) -> Threshold:
-    """What a rank that hears nothing judges itself by (``watch.cutoff``): the override when
-    the hub told one, else the hub's learned ``base`` (the last ack's; without one, ``told``
-    when learned), else its ``own``
-    (:func:`learned` from its own gaps), raised only by its own long phase while it does that
-    phase's work. Not the hub's ``told`` threshold: another rank's phase raised it (an eval
-    every log step: a cut-off rank waited 123 s), nor the warm-up once either has learned.
-    Inside a collective its phase is no excuse: it waits for the others, it does not work."""
+    """What a rank that hears nothing judges itself by (``watch.cutoff``): the hub's override, else
+    its learned base, else the rank's ``own``; raised only by its own long phase, never inside a
+    collective. Not ``told``: another rank's phase raised it."""
     if told.source == "override":
         return told
     hub = base if base is not None else told  # an ack without a base: the hub's own word

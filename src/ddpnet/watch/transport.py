@@ -1,13 +1,6 @@
-"""The side channel (edge): a bounded outbox of complete framed messages per connection,
-written without blocking, and a rank's connection to the hub (:class:`HubLink`).
-
-A message is put whole or not at all, and once begun the rest follows before any other: the
-stream never carries half a message and then another (one JSON object per line,
-``watch.wire``). A message put under a ``key`` replaces a queued one of that key not begun (a
-newer state supersedes an unsent one). An outbox that finished no message for ``deadline``
-seconds is :meth:`Outbox.late`: its reader is too slow or gone, and the owner drops the
-connection (the hub marks the rank, a rank reconnects) rather than cut a message.
-"""
+"""The side channel (edge): a bounded outbox of whole framed messages per connection, written
+without blocking, and a rank's connection to the hub (:class:`HubLink`). The rules (whole messages,
+``key`` replaces, a late outbox drops the connection) are in docs/watch.md, "How it works"."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ OUTBOX_BYTES = 8 << 20
 DEADLINE_S = 10.0
 #: bound on each send and on connecting
 SOCKET_TIMEOUT_S = 2.0
-#: seconds the hub's kernel may leave what a rank sent unacknowledged (TCP_USER_TIMEOUT: a
-#: cut link errors instead of hanging; the rank judges itself by the hub's acks, sooner)
+#: TCP_USER_TIMEOUT on the hub's connections: a cut link errors instead of hanging
 LOST_AFTER_S = 60.0
 #: a rank's outbox deadline (a congested link, a hub not reading): it then connects anew
 SEND_DEADLINE_S = 4.0
@@ -40,8 +32,8 @@ RECONNECT_FOR_S = 30.0
 
 
 def ready(sock: socket.socket, *, write: bool, seconds: float) -> tuple[bool, bool]:
-    """Whether ``sock`` is readable, and (with ``write``) writable, within ``seconds``
-    (``poll``: ``select`` refuses an fd above 1023, and a rank read that as its hub gone)."""
+    """Whether ``sock`` is readable (and with ``write``, writable) within ``seconds``; ``poll``,
+    since ``select`` refuses an fd above 1023."""
     poller = select.poll()
     poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
     events = 0
@@ -68,8 +60,8 @@ class Outbox:
     dropped: int = 0
 
     def put(self, data: bytes, key: str = "", now: float | None = None) -> bool:
-        """Queue one framed message (with ``key``: in place of a queued one not begun); False
-        (and counted) when it does not fit."""
+        """Queue one framed message (``key``: in place of a queued one not begun); False if it won't
+        fit."""
         if key:
             for i, (queued, old) in enumerate(self.queue):
                 if queued == key and not (i == 0 and self.begun):
@@ -120,9 +112,8 @@ class Outbox:
 
 
 class HubLink:
-    """A rank's connection to the hub: hello and welcome, a non-blocking outbox, reading the
-    hub's messages, connecting anew after a loss. ``heartbeat.Beacon`` answers what it reads
-    (:meth:`handle`)."""
+    """A rank's connection to the hub: handshake, outbox, reading, reconnecting;
+    ``heartbeat.Beacon`` answers what it reads (:meth:`handle`)."""
 
     hub: tuple[str, int] = ("", 0)
     #: the job's token, and when (monotonic) the connection was lost, how often it was
@@ -142,8 +133,7 @@ class HubLink:
         self.pending: list[dict[str, Any]] = []
         #: monotonic and wall time of the hub's last message
         self.heard, self.heard_at = time.monotonic(), time.time()
-        #: held by the handshake and by the goodbye: a rank that ends while it connects says
-        #: goodbye once, on the new connection
+        #: held by the handshake and the goodbye: one goodbye, on the new connection
         self.life = threading.Lock()
         self.stopped = threading.Event()
         #: set once a verdict was obeyed (its exit may be a test's stand-in that returns)
@@ -155,9 +145,8 @@ class HubLink:
         raise NotImplementedError
 
     def open(self, patience: float) -> socket.socket:
-        """Connect to :attr:`hub`, retrying while it starts, say hello and check the welcome
-        (OSError after ``patience``, or when something else answers); then the connection
-        is this rank's, non-blocking, with a new outbox (under :attr:`life`)."""
+        """Connect to :attr:`hub` (retrying while it starts), say hello, check the welcome; OSError
+        after ``patience``. Then the connection is this rank's (under :attr:`life`)."""
         address, port = self.hub
         deadline = time.monotonic() + patience
         while True:
@@ -190,8 +179,8 @@ class HubLink:
         return sock
 
     def expect(self, kind: str, within: float, sock: socket.socket) -> dict[str, Any]:
-        """The first message of ``kind`` on ``sock`` within ``within`` seconds ({} if none);
-        those before and after it wait in :attr:`pending`."""
+        """The first message of ``kind`` within ``within`` seconds ({} if none); others go to
+        pending."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             try:
@@ -217,8 +206,8 @@ class HubLink:
         self.pending.clear()
 
     def send(self, message: dict[str, Any]) -> bool:
-        """Queue ``message`` and write what the socket takes now, never blocking (the training
-        thread announces its calls here); False when it does not fit."""
+        """Queue ``message`` and write what the socket takes now, never blocking; False if it won't
+        fit."""
         sock = self.sock
         if sock is None or os.getpid() != self.owner:
             return False
@@ -259,8 +248,8 @@ class HubLink:
             self.handle(message)
 
     def listen_until(self, deadline: float, sock: socket.socket) -> None:
-        """Read the hub's messages until ``deadline``, however many come (returning on the
-        ack made a state/ack storm that backlogged the hub by tens of seconds)."""
+        """Read the hub's messages until ``deadline`` (not returning on the ack: that backlogged the
+        hub)."""
         while not self.stopped.is_set() and self.sock is sock:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -268,8 +257,7 @@ class HubLink:
             self.listen(left, sock)
 
     def listen(self, seconds: float, sock: socket.socket) -> None:
-        """Read what the hub sent within ``seconds``, and write the outbox as the socket
-        takes it; a closed or broken connection is lost."""
+        """Read what the hub sent within ``seconds``, writing the outbox meanwhile."""
         data: bytes | None = None
         try:
             readable, out = ready(sock, write=self.outbox.pending(), seconds=seconds)
@@ -286,8 +274,7 @@ class HubLink:
             self.lose(sock)
 
     def lose(self, sock: socket.socket) -> None:
-        """Drop a connection that broke or stopped taking messages, after reading what the
-        hub sent on it (a verdict waiting for a stopped rank)."""
+        """Drop a broken or late connection, after reading what the hub sent on it (a verdict)."""
         if self.sock is not sock:
             return
         with contextlib.suppress(OSError, ValueError):
@@ -303,8 +290,7 @@ class HubLink:
         sock.close()
 
     def reconnect(self) -> None:
-        """After a lost connection: one bounded try to connect anew (from the heartbeat
-        thread), until RECONNECT_FOR_S after the loss."""
+        """One bounded try to connect anew, until RECONNECT_FOR_S after the loss."""
         lost = self.lost_at
         if lost is None or not self.token or self.obeyed.is_set() or \
                 time.monotonic() - lost > RECONNECT_FOR_S:

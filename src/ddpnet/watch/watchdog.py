@@ -1,14 +1,6 @@
-"""When to name a cause (pure): fed every tick's snapshot, the watchdog says whether the
-job stalled (someone waits in a collective and no rank progressed for the threshold,
-:mod:`ddpnet.watch.threshold`) or lost a rank, and so whether to analyze and act now.
-
-Three things are not a hang (docs/watch.md): ranks that *work* while the others wait (an
-unmarked checkpoint: warned once, held while they work); silent ranks waiting behind them;
-and ranks that went unheard and are back (heard again, or answering the probes' connects: a
-link flapped, and TCP's backoff delays heartbeats and collectives after it): held
-:data:`OUTAGE_HOLD_S`, once a stall. The user's ``watch_timeout`` is held by neither. While a
-rank is late, gaps teach nothing.
-"""
+"""When to name a cause (pure): fed every tick's snapshot, the watchdog says whether the job stalled
+or lost a rank. What is not a hang (working ranks, silent ranks behind them, a link that flapped) is
+in docs/watch.md, "A working rank is not a hang"."""
 
 from __future__ import annotations
 
@@ -23,16 +15,13 @@ from ddpnet.watch.network import name
 from ddpnet.watch.progress import any_progressed
 from ddpnet.watch.state import Diagnosis, Snapshot
 
-#: seconds without progress before the watchdog acts while nothing is learned yet (torch:
-#: gloo 1800, NCCL 600); after that, ``threshold.learn``
+#: seconds without progress before acting while nothing is learned yet
 TIMEOUT_S = thresholds.WARMUP_S
-#: the longest a working rank may keep the others waiting before it is named anyway (torch's
-#: own gloo timeout; NCCL's, 10 min by default, ends such a wait sooner with its own error)
+#: the longest a working rank may keep the others waiting (torch's gloo timeout)
 WORKING_MAX_S = 1800.0
 #: what the watchdog does with a verdict
 ACTIONS = ("exit", "warn")
-#: seconds a stall's verdict is held, once, when the ranks late in it are back (a link flap;
-#: TCP's retransmission backoff after it: a few seconds)
+#: seconds a stall's verdict is held, once, when the ranks late in it are back
 OUTAGE_HOLD_S = 10.0
 
 
@@ -52,9 +41,8 @@ def someone_waits(snapshot: Snapshot) -> bool:
 
 def working_laggards(snapshot: Snapshot, threshold: float,
                      stale_after: float) -> tuple[int, ...]:
-    """The ranks behind the collective the others wait in, when every one of them works:
-    moved within ``threshold`` by its activity and heartbeats within ``stale_after`` (pure).
-    Empty when nobody is behind or one of them does not work (or published no activity)."""
+    """The ranks behind the collective the others wait in, when every one of them works (pure);
+    empty when one of them does not (or published no activity)."""
     found = behind(snapshot)
     if found is None:
         return ()
@@ -69,8 +57,7 @@ def working_laggards(snapshot: Snapshot, threshold: float,
 
 def working_warning(snapshot: Snapshot, ranks: tuple[int, ...], began: Snapshot | None,
                     waited: float) -> Diagnosis:
-    """The warning for working ranks that keep the others waiting (pure): who, where, what
-    each does (its stack, CPU, bytes since the stall began), and when the verdict comes."""
+    """The warning for working ranks that keep the others waiting (pure)."""
     found = behind(snapshot)
     target = f" in {describe(found[0])}" if found is not None else ""
     waiting = len(found[1]) if found is not None else 0
@@ -110,37 +97,31 @@ class Watchdog:
     #: the longest long phase of each kind seen to end, and each rank's current one
     longest: dict[str, float] = field(default_factory=dict)
     long_of: dict[int, tuple[str, float]] = field(default_factory=dict)
-    #: ``threshold.learned`` from the ranks' gap summaries (each rank measures its own gaps
-    #: between progress: ``watch.gaps``), before any long phase raises it
+    #: ``threshold.learned`` from the ranks' gap summaries, before any long phase raises it
     base: thresholds.Threshold = field(default_factory=lambda: thresholds.learned({}))
     threshold: thresholds.Threshold = field(
         default_factory=lambda: thresholds.learn(thresholds.learned({})))
-    #: the snapshot when the current gap began (what working ranks had done by then; what
-    #: progress is measured from: ``watch.progress``)
+    #: the snapshot when the current gap began
     began: Snapshot | None = None
-    #: the working ranks holding this stall's verdict and when each last moved (their
-    #: clock); the warning for it, once per stall, until the hub takes it
+    #: the working ranks holding this stall's verdict and when each last moved
     held: dict[int, float] = field(default_factory=dict)
     warning: Diagnosis | None = None
     #: the verdict's word on them: until when they worked ("" when none held it)
     note: str = ""
-    #: the ranks late at some tick of this stall; until when their outage holds it
-    #: (:meth:`outage`, once a stall), and the verdict's word on that
+    #: the ranks late at some tick of this stall (:meth:`outage`)
     late: set[int] = field(default_factory=set)
     quiet_until: float | None = None
     outage_note: str = ""
 
     @property
     def stale_after(self) -> float:
-        """A live rank silent this long is not answering (below the threshold, above a few
-        heartbeats)."""
+        """A live rank silent this long is not answering."""
         return thresholds.stale_after(self.threshold.seconds, self.settings.period)
 
     @property
     def told(self) -> thresholds.Threshold:
-        """The threshold the ranks are told: while a rank was late in this stall, source
-        ``unheard`` (the gap it causes teaches nothing); what it judges by stays
-        :attr:`threshold`."""
+        """The threshold the ranks are told: source ``unheard`` while a rank was late in this
+        stall."""
         if not self.late:
             return self.threshold
         return thresholds.unheard(self.threshold, tuple(sorted(self.late)))
@@ -151,8 +132,7 @@ class Watchdog:
         return thresholds.STALE_PERIODS * self.settings.period
 
     def learn(self, snapshot: Snapshot) -> None:
-        """Combine the ranks' gap summaries, note the long phases that ended; set the
-        threshold. O(N) floats a tick."""
+        """Combine the ranks' gap summaries and ended long phases; set the threshold."""
         self.base = thresholds.learned(thresholds.summaries(snapshot))
         for rank, state in snapshot.states.items():
             if state is None:
@@ -170,10 +150,8 @@ class Watchdog:
 
     def due(self, snapshot: Snapshot, now: float, silent: tuple[int, ...] = (),
             late: tuple[int, ...] = ()) -> str | None:
-        """Why to act now, or None. ``silent``: ranks the hub has not heard from for
-        ``stale_after`` s (its own clock): while others wait that is a stall at once, whatever
-        the threshold (a frozen rank or a cut link in the warm-up's first minute). ``late``:
-        unheard for :attr:`late_after`: this stall's gaps teach nothing."""
+        """Why to act now, or None. ``silent``: unheard for ``stale_after`` (a stall at once while
+        others wait); ``late``: unheard for :attr:`late_after` (this stall's gaps teach nothing)."""
         self.learn(snapshot)
         if self.since is None or any_progressed(self.began, snapshot):
             self.since, self.began = now, snapshot
@@ -202,19 +180,15 @@ class Watchdog:
         return None
 
     def behind_working(self, snapshot: Snapshot, silent: tuple[int, ...]) -> bool:
-        """Whether the silent ranks wait inside the collective behind working ranks: the
-        stall is theirs (a flap during an unmarked checkpoint named the checkpoint's rank),
-        and a silent rank still silent once they join is named then."""
+        """Whether the silent ranks wait behind working ranks: the stall is theirs."""
         states = snapshot.states
         return all((s := states.get(r)) is not None and s.in_flight() is not None
                    for r in silent) and \
             bool(working_laggards(snapshot, self.threshold.seconds, self.stale_after))
 
     def outage(self, snapshot: Snapshot, now: float) -> bool:
-        """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once a stall): ranks went
-        late in it and every one is back (:func:`back`, ``snapshot`` with this stall's
-        probes). A stopped process answers connects too: it is named after the hold. The
-        user's ``watch_timeout`` is not held."""
+        """Whether to hold this stall's verdict OUTAGE_HOLD_S more (once): every late rank is back.
+        The user's ``watch_timeout`` is not held."""
         late = sorted(self.late)
         if self.settings.timeout is not None or self.quiet_until is not None or not late or \
                 not back(snapshot, late, self.late_after):
@@ -227,8 +201,7 @@ class Watchdog:
         return True
 
     def hold(self, snapshot: Snapshot, waited: float) -> bool:
-        """Whether working ranks hold this stall's verdict (:func:`working_laggards`; not
-        past WORKING_MAX_S, not under the user's timeout); the warning the first time."""
+        """Whether working ranks hold this stall's verdict; the warning the first time."""
         if self.settings.timeout is not None or waited >= WORKING_MAX_S:
             return False
         ranks = working_laggards(snapshot, self.threshold.seconds, self.stale_after)

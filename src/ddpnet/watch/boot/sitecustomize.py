@@ -1,8 +1,6 @@
-"""Run by the interpreter at start-up when this directory is on PYTHONPATH: with
-``DDPNET_WATCH_ATTACH=1``, attach the watch (``ddpnet.watch.attach``; imports no torch), then
-run the ``sitecustomize`` this one shadows, as ``opentelemetry-instrument`` does. A failure
-here is one warning line, never a failed start; an interpreter where ddpnet is not importable
-(a system Python a rank's script starts) hears nothing of it."""
+"""Run at interpreter start-up when this directory is on PYTHONPATH: with ``DDPNET_WATCH_ATTACH=1``,
+attach the watch (``ddpnet.watch.attach``), then chain to the ``sitecustomize`` this one shadows. A
+failure is one warning line, never a failed start."""
 
 from __future__ import annotations
 
