@@ -40,7 +40,8 @@ FANOUT = 16
 STREAM_SECONDS = 0.3
 STREAM_BYTES = 1 << 30
 _CHUNK = 256 << 10
-#: probe and sink threads note their CPU as the watch's every this many chunks
+#: probe and sink threads note their CPU as the watch's every this many chunks: at most
+#: ~1 MiB's worth reads as the rank's work (a probe round made an idle rank "work")
 NOTE_EVERY = 4
 Note = Callable[[], None]
 
