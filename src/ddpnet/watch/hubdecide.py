@@ -45,9 +45,10 @@ class Decisions(HubState):
                 self.conclude(probing.trigger, tuple(probing.found), now)
             return
         snapshot = self.snapshot(leavers_only=True)
-        late = self.silent(snapshot, after=self.watchdog.late_after)
-        trigger = self.watchdog.due(snapshot, now, silent=self.silent(snapshot), late=late) \
-            or self.desync_due(now)
+        dog = self.watchdog
+        late = self.silent(snapshot, after=dog.late_after)  # silent ones among them: one pass
+        silent = tuple(r for r in late if snapshot.age(r) > dog.stale_after)
+        trigger = dog.due(snapshot, now, silent=silent, late=late) or self.desync_due(now)
         working, self.watchdog.warning = self.watchdog.warning, None
         self.warn(working)  # working ranks hold a stall's verdict: said once per stall
         if trigger is not None:
@@ -147,7 +148,7 @@ class Decisions(HubState):
     # -- the verdict -------------------------------------------------------------------------
 
     def conclude(self, trigger: str, probes: tuple[LinkProbe, ...], now: float) -> None:
-        """The verdict, unless a one-host outage holds it (``watchdog.Watchdog.outage``)."""
+        """The verdict, unless ranks late in this stall are back (``Watchdog.outage``)."""
         if not self.watchdog.outage(replace(self.snapshot(), probes=probes), now):
             self.act(trigger, probes)
 
